@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/riffle-ml/riffle/dataset"
+)
+
+// datasetFlags are the options every command that opens a dataset takes.
+type datasetFlags struct {
+	opts    dataset.Options
+	rebuild bool
+}
+
+func (f *datasetFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.opts.Format, "format", "", "format: "+strings.Join(dataset.Formats, ", ")+" (default: from the file name)")
+	fl.IntVar(&f.opts.RecordSize, "record-size", 0, "bytes per record of a fixed-size file")
+	fl.Int64Var(&f.opts.HeaderBytes, "header-bytes", 0, "bytes to skip at the start of each fixed-size file")
+	fl.BoolVar(&f.opts.CSVHeader, "csv-header", false, "the first line of each CSV file names the columns")
+	fl.BoolVar(&f.opts.SkipCRC, "skip-crc", false, "do not check TFRecord CRCs on read")
+	fl.BoolVar(&f.opts.DropPartialTail, "drop-partial", false, "drop a partial record at the end of a file instead of failing")
+	fl.StringVar(&f.opts.IndexDir, "index-dir", "", "where to keep indexes of read-only data (default $XDG_CACHE_HOME/riffle)")
+	fl.BoolVar(&f.opts.Direct, "direct", false, "read with O_DIRECT, bypassing the page cache")
+}
+
+func (f *datasetFlags) open(paths []string) (dataset.Dataset, error) {
+	opts := f.opts
+	if f.rebuild {
+		opts.Index = dataset.IndexRebuild
+	}
+	if isTerminal() {
+		var bar *progressbar.ProgressBar
+		opts.Progress = func(done, total int64) {
+			if bar == nil {
+				bar = progressbar.DefaultBytes(total, "indexing")
+			}
+			bar.Set64(done)
+		}
+	}
+	return dataset.Open(opts, paths...)
+}
+
+func isTerminal() bool { return term.IsTerminal(int(os.Stdout.Fd())) }
+
+// newBar returns a progress bar on a terminal and nil elsewhere.
+func newBar(n int, desc string) *progressbar.ProgressBar {
+	if !isTerminal() {
+		return nil
+	}
+	return progressbar.NewOptions(n, progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionSetWriter(os.Stderr))
+}
+
+func human(b float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for b >= 1024 && i < len(units)-1 {
+		b /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", b, units[i])
+}

@@ -1,0 +1,36 @@
+// Command riffle indexes, inspects, benchmarks and serves datasets for
+// machine-learning training with a true global shuffle every epoch.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	root := &cobra.Command{
+		Use:   "riffle",
+		Short: "Globally shuffled, parallel data loading for ML training",
+		Long: `riffle loads training data in a fresh global shuffle every epoch at the
+speed of the device: it shuffles record indices, not data, and reads each
+batch's records with many parallel reads in whatever order they complete.
+
+Start with 'riffle demo'.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(demoCmd())
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "riffle:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,42 @@
+package dataset
+
+import (
+	"fmt"
+
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// fixedPart is a file of equal-sized records after a header: record i is at
+// header + i*size, so the location generator needs no table (LIRS §4.1).
+type fixedPart struct {
+	header int64
+	size   int
+	n      int
+	inf    Info
+}
+
+func (p *fixedPart) count() int                { return p.n }
+func (p *fixedPart) locate(i int) (int64, int) { return p.header + int64(i)*int64(p.size), p.size }
+func (p *fixedPart) bytes() int64              { return int64(p.n) * int64(p.size) }
+func (p *fixedPart) info() Info                { return p.inf }
+
+func openFixed(f *storage.File, opts Options) (part, error) {
+	return newFixedPart(f, opts.HeaderBytes, opts.RecordSize, opts.DropPartialTail, Info{RecordSize: opts.RecordSize})
+}
+
+func newFixedPart(f *storage.File, header int64, size int, dropPartial bool, inf Info) (part, error) {
+	if size <= 0 {
+		return nil, &FormatError{Path: f.Name(), Offset: header, Err: fmt.Errorf("record size %d: %w", size, ErrCorrupt)}
+	}
+	body := f.Size() - header
+	if body < 0 {
+		return nil, &FormatError{Path: f.Name(), Offset: f.Size(), Err: fmt.Errorf("file is shorter than its %d-byte header: %w", header, ErrPartial)}
+	}
+	n := body / int64(size)
+	if rem := body % int64(size); rem != 0 && !dropPartial {
+		return nil, &FormatError{Path: f.Name(), Offset: header + n*int64(size),
+			Err: fmt.Errorf("%d bytes after %d whole %d-byte records (file size %d is not header %d + a multiple of the record size; DropPartialTail drops them): %w",
+				rem, n, size, f.Size(), header, ErrPartial)}
+	}
+	return &fixedPart{header: header, size: size, n: int(n), inf: inf}, nil
+}

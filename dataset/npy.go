@@ -1,0 +1,235 @@
+package dataset
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// A .npy array's record is one row along axis 0: the header gives the dtype
+// and shape, and the rows follow it back to back, so it is a fixed-size file
+// whose header length is read from the file.
+
+const npyMagic = "\x93NUMPY"
+
+// NpyHeader is the parsed header of a .npy file.
+type NpyHeader struct {
+	Descr        string // numpy dtype string, "<f4"
+	ItemSize     int
+	FortranOrder bool
+	Shape        []int
+	DataOffset   int64 // where the array's bytes start
+}
+
+func openNpy(f *storage.File, opts Options) (part, error) {
+	n := int64(4096)
+	if f.Size() < n {
+		n = f.Size()
+	}
+	buf := make([]byte, n)
+	if err := f.ReadAt(context.Background(), buf, 0); err != nil {
+		return nil, err
+	}
+	h, err := ParseNpyHeader(buf)
+	if err == nil && h.DataOffset > int64(len(buf)) {
+		// A header longer than our first read (many fields, long shapes).
+		buf = make([]byte, h.DataOffset)
+		if err = f.ReadAt(context.Background(), buf, 0); err == nil {
+			h, err = ParseNpyHeader(buf)
+		}
+	}
+	if err != nil {
+		return nil, &FormatError{Path: f.Name(), Offset: 0, Err: err}
+	}
+	if h.FortranOrder && len(h.Shape) > 1 {
+		return nil, &FormatError{Path: f.Name(), Offset: 0, Err: fmt.Errorf("fortran_order arrays have no contiguous rows: %w", ErrUnsupported)}
+	}
+	rows := 1
+	if len(h.Shape) > 0 {
+		rows = h.Shape[0]
+	}
+	size := h.ItemSize
+	var inner []int
+	if len(h.Shape) > 0 {
+		inner = append([]int{}, h.Shape[1:]...)
+	}
+	for _, d := range inner {
+		size *= d
+	}
+	inf := Info{RecordSize: size, Dtype: h.Descr, Shape: inner}
+	if size == 0 {
+		return nil, &FormatError{Path: f.Name(), Offset: h.DataOffset, Err: fmt.Errorf("rows of shape %v hold no bytes: %w", inner, ErrEmpty)}
+	}
+	want := h.DataOffset + int64(rows)*int64(size)
+	if f.Size() < want {
+		return nil, &FormatError{Path: f.Name(), Offset: f.Size(),
+			Err: fmt.Errorf("shape %v needs %d bytes, file has %d: %w", h.Shape, want, f.Size(), ErrPartial)}
+	}
+	return &fixedPart{header: h.DataOffset, size: size, n: rows, inf: inf}, nil
+}
+
+// ParseNpyHeader parses the magic, version and header dictionary at the
+// start of a .npy file.
+func ParseNpyHeader(b []byte) (NpyHeader, error) {
+	var h NpyHeader
+	if len(b) < 10 || string(b[:6]) != npyMagic {
+		return h, fmt.Errorf("not a .npy file (no \\x93NUMPY magic): %w", ErrCorrupt)
+	}
+	major := b[6]
+	var hlen, start int
+	switch major {
+	case 1:
+		hlen, start = int(binary.LittleEndian.Uint16(b[8:10])), 10
+	case 2, 3:
+		if len(b) < 12 {
+			return h, fmt.Errorf("truncated .npy header: %w", ErrCorrupt)
+		}
+		v := binary.LittleEndian.Uint32(b[8:12])
+		if v > 1<<24 {
+			return h, fmt.Errorf(".npy header length %d is implausible: %w", v, ErrCorrupt)
+		}
+		hlen, start = int(v), 12
+	default:
+		return h, fmt.Errorf(".npy version %d.%d: %w", major, b[7], ErrUnsupported)
+	}
+	h.DataOffset = int64(start + hlen)
+	if len(b) < start+hlen {
+		return h, nil // the caller reads more and calls again
+	}
+	dict := strings.TrimSpace(string(b[start : start+hlen]))
+	fields, err := parsePyDict(dict)
+	if err != nil {
+		return h, err
+	}
+	descr, ok := fields["descr"]
+	if !ok || len(descr) < 2 || (descr[0] != '\'' && descr[0] != '"') {
+		return h, fmt.Errorf(".npy header has no simple 'descr' (structured dtypes are not supported): %w", ErrUnsupported)
+	}
+	h.Descr = descr[1 : len(descr)-1]
+	if h.ItemSize, err = dtypeSize(h.Descr); err != nil {
+		return h, err
+	}
+	switch fields["fortran_order"] {
+	case "True":
+		h.FortranOrder = true
+	case "False":
+	default:
+		return h, fmt.Errorf(".npy header fortran_order %q: %w", fields["fortran_order"], ErrCorrupt)
+	}
+	shape, ok := fields["shape"]
+	if !ok || len(shape) < 2 || shape[0] != '(' || shape[len(shape)-1] != ')' {
+		return h, fmt.Errorf(".npy header shape %q: %w", shape, ErrCorrupt)
+	}
+	for _, s := range strings.Split(shape[1:len(shape)-1], ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		d, err := strconv.Atoi(strings.TrimSuffix(s, "L"))
+		if err != nil || d < 0 || d > 1<<40 {
+			return h, fmt.Errorf(".npy header shape %q: %w", shape, ErrCorrupt)
+		}
+		h.Shape = append(h.Shape, d)
+	}
+	return h, nil
+}
+
+// parsePyDict splits the flat Python dict literal numpy writes into its
+// keys and raw values. Values may be strings, names or tuples.
+func parsePyDict(s string) (map[string]string, error) {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return nil, fmt.Errorf(".npy header is not a dict: %w", ErrCorrupt)
+	}
+	s = s[1 : len(s)-1]
+	out := map[string]string{}
+	for {
+		s = strings.TrimLeft(s, " ,")
+		if s == "" {
+			return out, nil
+		}
+		if s[0] != '\'' && s[0] != '"' {
+			return nil, fmt.Errorf(".npy header key at %q: %w", trunc(s), ErrCorrupt)
+		}
+		end := strings.IndexByte(s[1:], s[0])
+		if end < 0 {
+			return nil, fmt.Errorf(".npy header unterminated key: %w", ErrCorrupt)
+		}
+		key := s[1 : 1+end]
+		s = strings.TrimLeft(s[2+end:], " ")
+		if s == "" || s[0] != ':' {
+			return nil, fmt.Errorf(".npy header key %q has no value: %w", key, ErrCorrupt)
+		}
+		s = strings.TrimLeft(s[1:], " ")
+		var val string
+		switch {
+		case s == "":
+			return nil, fmt.Errorf(".npy header key %q has no value: %w", key, ErrCorrupt)
+		case s[0] == '(' || s[0] == '[':
+			closer := map[byte]byte{'(': ')', '[': ']'}[s[0]]
+			depth, i := 0, 0
+			for ; i < len(s); i++ {
+				if s[i] == s[0] {
+					depth++
+				} else if s[i] == closer {
+					depth--
+					if depth == 0 {
+						break
+					}
+				}
+			}
+			if i == len(s) {
+				return nil, fmt.Errorf(".npy header unterminated value of %q: %w", key, ErrCorrupt)
+			}
+			val, s = s[:i+1], s[i+1:]
+		case s[0] == '\'' || s[0] == '"':
+			end := strings.IndexByte(s[1:], s[0])
+			if end < 0 {
+				return nil, fmt.Errorf(".npy header unterminated value of %q: %w", key, ErrCorrupt)
+			}
+			val, s = s[:end+2], s[end+2:]
+		default:
+			i := strings.IndexByte(s, ',')
+			if i < 0 {
+				i = len(s)
+			}
+			val, s = strings.TrimSpace(s[:i]), s[i:]
+		}
+		out[key] = val
+	}
+}
+
+func trunc(s string) string {
+	if len(s) > 20 {
+		return s[:20] + "..."
+	}
+	return s
+}
+
+// dtypeSize returns the item size of a simple numpy dtype string.
+func dtypeSize(d string) (int, error) {
+	if len(d) < 2 {
+		return 0, fmt.Errorf("dtype %q: %w", d, ErrUnsupported)
+	}
+	s := d
+	if strings.ContainsRune("<>|=", rune(s[0])) {
+		s = s[1:]
+	}
+	if len(s) < 2 {
+		return 0, fmt.Errorf("dtype %q: %w", d, ErrUnsupported)
+	}
+	n, err := strconv.Atoi(s[1:])
+	if err != nil || n <= 0 || n > 1<<20 {
+		return 0, fmt.Errorf("dtype %q: %w", d, ErrUnsupported)
+	}
+	switch s[0] {
+	case 'b', 'i', 'u', 'f', 'c', 'S', 'V', 'm', 'M':
+		return n, nil
+	case 'U':
+		return 4 * n, nil
+	}
+	return 0, fmt.Errorf("dtype %q: %w", d, ErrUnsupported)
+}

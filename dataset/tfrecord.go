@@ -1,0 +1,128 @@
+package dataset
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// TFRecord framing: uint64 length, uint32 masked CRC32C of the length, the
+// data, uint32 masked CRC32C of the data. The index holds frame starts; the
+// loader reads whole frames so both CRCs are checked on every read unless
+// Options.SkipCRC is set.
+const (
+	tfHead = 12
+	tfTail = 4
+)
+
+// maskedCRC is TFRecord's CRC: CRC32C rotated and offset so that CRCs of
+// data that itself holds CRCs do not collide.
+func maskedCRC(b []byte) uint32 {
+	c := crc32.Checksum(b, castagnoli)
+	return ((c >> 15) | (c << 17)) + 0xa282ead8
+}
+
+// AppendTFRecord appends data framed as one TFRecord to dst.
+func AppendTFRecord(dst, data []byte) []byte {
+	var h [tfHead]byte
+	binary.LittleEndian.PutUint64(h[:], uint64(len(data)))
+	binary.LittleEndian.PutUint32(h[8:], maskedCRC(h[:8]))
+	dst = append(dst, h[:]...)
+	dst = append(dst, data...)
+	return binary.LittleEndian.AppendUint32(dst, maskedCRC(data))
+}
+
+// checkFrame verifies one whole frame read at off of path.
+func checkFrame(frame []byte, path string, off int64) error {
+	if len(frame) < tfHead+tfTail {
+		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf("TFRecord frame of %d bytes: %w", len(frame), ErrCorrupt)}
+	}
+	if got, want := binary.LittleEndian.Uint32(frame[8:]), maskedCRC(frame[:8]); got != want {
+		return &FormatError{Path: path, Offset: off + 8, Err: fmt.Errorf("TFRecord length CRC %08x, computed %08x: %w", got, want, ErrCRC)}
+	}
+	n := binary.LittleEndian.Uint64(frame)
+	if n != uint64(len(frame)-tfHead-tfTail) {
+		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf("TFRecord length %d, index says %d: %w", n, len(frame)-tfHead-tfTail, ErrCorrupt)}
+	}
+	data := frame[tfHead : len(frame)-tfTail]
+	if got, want := binary.LittleEndian.Uint32(frame[len(frame)-tfTail:]), maskedCRC(data); got != want {
+		return &FormatError{Path: path, Offset: off + int64(len(frame)-tfTail), Err: fmt.Errorf("TFRecord data CRC %08x, computed %08x: %w", got, want, ErrCRC)}
+	}
+	return nil
+}
+
+// tfScanner walks TFRecord frames across chunk boundaries, checking each
+// length's CRC so that a corrupt length is caught where it is, not as a
+// wild jump.
+type tfScanner struct {
+	path    string
+	offs    []int64
+	next    int64 // start of the next frame
+	partial []byte
+	err     error
+}
+
+func (s *tfScanner) feed(off int64, b []byte) error {
+	for {
+		rel := s.next - off
+		if rel >= int64(len(b)) {
+			return nil // the frame starts in a later chunk
+		}
+		var h []byte
+		switch {
+		case len(s.partial) > 0:
+			need := tfHead - len(s.partial)
+			s.partial = append(s.partial, b[:min(need, len(b))]...)
+			if len(s.partial) < tfHead {
+				return nil
+			}
+			h = s.partial
+		case rel+tfHead > int64(len(b)):
+			s.partial = append(s.partial[:0], b[rel:]...)
+			return nil
+		default:
+			h = b[rel : rel+tfHead]
+		}
+		n := binary.LittleEndian.Uint64(h)
+		if got, want := binary.LittleEndian.Uint32(h[8:]), maskedCRC(h[:8]); got != want {
+			return &FormatError{Path: s.path, Offset: s.next + 8, Err: fmt.Errorf("TFRecord length CRC %08x, computed %08x: %w", got, want, ErrCRC)}
+		}
+		if n > 1<<40 {
+			return &FormatError{Path: s.path, Offset: s.next, Err: fmt.Errorf("TFRecord length %d is implausible: %w", n, ErrCorrupt)}
+		}
+		s.partial = s.partial[:0]
+		s.offs = append(s.offs, s.next)
+		s.next += tfHead + int64(n) + tfTail
+	}
+}
+
+func openTFRecord(f *storage.File, opts Options) (part, error) {
+	variant := uint32(4)
+	if opts.DropPartialTail {
+		variant |= 1 << 8
+	}
+	offs, err := loadOrBuild(f.Name(), variant, opts, func() ([]int64, error) {
+		s := &tfScanner{path: f.Name()}
+		err := scanSeq(context.Background(), f, 0, opts.Progress, s.feed)
+		if err != nil {
+			return nil, err
+		}
+		end := s.next
+		if end > f.Size() { // the last frame is cut short
+			end = s.offs[len(s.offs)-1]
+			s.offs = s.offs[:len(s.offs)-1]
+		}
+		if end != f.Size() && !opts.DropPartialTail {
+			return nil, &FormatError{Path: f.Name(), Offset: end,
+				Err: fmt.Errorf("last TFRecord is cut short (file ends at %d, frame ends at %d; DropPartialTail drops it): %w", f.Size(), s.next, ErrPartial)}
+		}
+		return append(s.offs, end), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &offsetPart{offs: offs, head: tfHead, tail: tfTail}, nil
+}

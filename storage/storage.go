@@ -1,0 +1,53 @@
+// Package storage is where riffle's bytes live: every tier (local files now,
+// object stores and a local cache tier later) is a Reader that serves byte
+// ranges of one named object.
+//
+// The shape follows pebble's objstorage.Readable: ReadAt fills the whole
+// buffer or fails (no partial reads), and is safe for concurrent calls, so
+// the loader can keep many reads of one object in flight at once. Nothing
+// above this package sees a file descriptor, which is what lets a dataset move
+// to S3-style ranged GETs without its loader changing.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Reader reads byte ranges of one object.
+//
+// ReadAt reads exactly len(p) bytes at offset off. A range that reaches past
+// the end of the object is an error wrapping io.ErrUnexpectedEOF. ReadAt is
+// safe to call from many goroutines at once. Implementations return an
+// *Error naming the object and offset.
+type Reader interface {
+	ReadAt(ctx context.Context, p []byte, off int64) error
+	// Size is the object's size when it was opened.
+	Size() int64
+	// Name identifies the object in errors: a path or a URL.
+	Name() string
+	Close() error
+}
+
+// Error records a failed read and where it happened, like os.PathError.
+type Error struct {
+	Op     string // "read", "open", "stat"
+	Object string // path or URL
+	Offset int64
+	Len    int
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Op == "read" {
+		return fmt.Sprintf("%s %s at offset %d (%d bytes): %v", e.Op, e.Object, e.Offset, e.Len, e.Err)
+	}
+	return fmt.Sprintf("%s %s: %v", e.Op, e.Object, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrShrunk says an object became shorter than when it was opened: a read
+// reached bytes that were there before.
+var ErrShrunk = errors.New("object is shorter than when it was opened")
