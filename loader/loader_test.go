@@ -1,0 +1,464 @@
+package loader_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/storage"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// drain loads every batch and returns the ids in delivery order, checking
+// each record's bytes against the id it claims.
+func drain(t *testing.T, l *loader.Loader, check func(b []byte, id int) error) [][]int {
+	t.Helper()
+	var out [][]int
+	for {
+		b, err := l.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range b.IDs {
+			if err := check(b.Record(i), id); err != nil {
+				t.Fatalf("epoch %d batch %d record %d: %v", b.Epoch, b.Index, i, err)
+			}
+		}
+		out = append(out, slices.Clone(b.IDs))
+		b.Release()
+	}
+}
+
+func fixedDataset(t *testing.T, n, size, header int, direct bool) dataset.Dataset {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "d.bin")
+	if err := synth.WriteFixed(p, n, size, header); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := dataset.Open(dataset.Options{RecordSize: size, HeaderBytes: int64(header), Direct: direct}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ds.Close() })
+	return ds
+}
+
+func TestBatchesHoldTheFilesBytes(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		size   int
+		header int
+		direct bool
+		opts   loader.Options
+	}{
+		{"fetch order", 100, 0, false, loader.Options{BatchSize: 37}},
+		{"ordered", 100, 0, false, loader.Options{BatchSize: 37, Ordered: true}},
+		{"depth 1", 64, 0, false, loader.Options{BatchSize: 16, Depth: 1}},
+		{"unaligned header direct", 1000, 123, true, loader.Options{BatchSize: 50}},
+		{"page records direct", 4096, 0, true, loader.Options{BatchSize: 64, Ordered: true}},
+		{"coalesce gap", 48, 7, false, loader.Options{BatchSize: 300, CoalesceGap: 4096}},
+		{"tiny memory bound", 512, 0, false, loader.Options{BatchSize: 64, MemoryBytes: 1000, Prefetch: 1}},
+		{"drop last", 100, 0, false, loader.Options{BatchSize: 64, DropLast: true}},
+		{"three epochs", 100, 0, false, loader.Options{BatchSize: 100, Epochs: 3}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const n = 1000
+			ds := fixedDataset(t, n, c.size, c.header, c.direct)
+			s := sampler.Global{N: n, Seed: 5}
+			l, err := loader.New(context.Background(), ds, s, c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			batches := drain(t, l, synth.CheckRecord)
+			epochs := max(1, c.opts.Epochs)
+			perEpoch := l.Batches().Count()
+			if len(batches) != epochs*perEpoch {
+				t.Fatalf("%d batches, want %d", len(batches), epochs*perEpoch)
+			}
+			for e := range epochs {
+				var ids []int
+				for b, got := range batches[e*perEpoch : (e+1)*perEpoch] {
+					// Membership is exactly the sampler's slice.
+					pos, k := l.Batches().Span(b)
+					want := sampler.Order(s, e)[pos : pos+k]
+					if c.opts.Ordered {
+						if !slices.Equal(got, want) {
+							t.Fatalf("epoch %d batch %d: ordered batch %v, sampler says %v", e, b, got, want)
+						}
+					}
+					slices.Sort(want)
+					g := slices.Sorted(slices.Values(got))
+					if !slices.Equal(g, want) {
+						t.Fatalf("epoch %d batch %d holds other records than the sampler's slice", e, b)
+					}
+					ids = append(ids, got...)
+				}
+				if c.opts.DropLast {
+					if len(ids) != n/c.opts.BatchSize*c.opts.BatchSize {
+						t.Fatalf("drop_last epoch of %d records", len(ids))
+					}
+					continue
+				}
+				slices.Sort(ids)
+				for i, id := range ids {
+					if id != i {
+						t.Fatalf("epoch %d: record %d missing or repeated", e, i)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestContiguousFixedBatch(t *testing.T) {
+	ds := fixedDataset(t, 100, 24, 0, false)
+	l, err := loader.New(context.Background(), ds, sampler.Global{N: 100, Seed: 1}, loader.Options{BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	b, err := l.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	if !b.Contiguous() || len(b.Data) != 240 {
+		t.Fatalf("fixed-size batch is not one packed array: offs %v, %d bytes", b.Off, len(b.Data))
+	}
+}
+
+// A sequential sampler over adjacent records coalesces a batch into one read.
+func TestCoalescing(t *testing.T) {
+	ds := fixedDataset(t, 1024, 64, 0, false)
+	l, err := loader.New(context.Background(), ds, sampler.Sequential{N: 1024}, loader.Options{BatchSize: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	drain(t, l, synth.CheckRecord)
+	if st := l.Stats(); st.Reads != 4 || st.Bytes != 1024*64 {
+		t.Fatalf("%d reads of %d bytes for 4 sequential batches, want 4 reads of 65536", st.Reads, st.Bytes)
+	}
+}
+
+// With O_DIRECT every read is whole pages and no page is read twice within
+// a batch, even when records straddle page edges.
+func TestDirectReadsEachPageOnce(t *testing.T) {
+	ds := fixedDataset(t, 4096, 1000, 0, true)
+	l, err := loader.New(context.Background(), ds, sampler.Sequential{N: 4096}, loader.Options{BatchSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	drain(t, l, synth.CheckRecord)
+	if st := l.Stats(); st.Bytes != 4096*1000 {
+		t.Fatalf("read %d bytes for a %d-byte file", st.Bytes, 4096*1000)
+	}
+}
+
+func TestVariableLength(t *testing.T) {
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "a.tfrecord")
+	synth.WriteTFRecord(tf, 500)
+	jl := filepath.Join(dir, "a.jsonl")
+	synth.WriteLines(jl, "jsonl", 500, false)
+	tree := filepath.Join(dir, "tree")
+	synth.WriteTree(tree, []string{"a", "b"}, 250)
+	for _, c := range []struct {
+		path  string
+		check func([]byte, int) error
+	}{
+		{tf, synth.CheckRecord},
+		{jl, func(b []byte, id int) error {
+			if string(b) != synth.Line("jsonl", id) {
+				return fmt.Errorf("line %q", b)
+			}
+			return nil
+		}},
+		{tree, synth.CheckRecord},
+	} {
+		t.Run(filepath.Base(c.path), func(t *testing.T) {
+			ds, err := dataset.Open(dataset.Options{}, c.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ds.Close()
+			l, err := loader.New(context.Background(), ds, sampler.Global{N: ds.Len(), Seed: 2}, loader.Options{BatchSize: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			b, err := l.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if filepath.Base(c.path) == "tree" {
+				for i, id := range b.IDs {
+					if b.Labels[i] != id/250 {
+						t.Fatalf("record %d labelled %d", id, b.Labels[i])
+					}
+				}
+			}
+			b.Release()
+			n := len(drain(t, l, c.check))
+			if n != 7 {
+				t.Fatalf("%d more batches, want 7", n)
+			}
+		})
+	}
+}
+
+// A loader started from a saved State delivers exactly the batches the
+// first one would have delivered next.
+func TestResume(t *testing.T) {
+	ds := fixedDataset(t, 500, 32, 0, false)
+	s := sampler.Global{N: 500, Seed: 11}
+	opts := loader.Options{BatchSize: 30, Epochs: 3, Ordered: true}
+	l, err := loader.New(context.Background(), ds, s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := drain(t, l, synth.CheckRecord)
+	l.Close()
+	for _, stop := range []int{0, 5, 16, 17, 40} {
+		l, err := loader.New(context.Background(), ds, s, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range stop {
+			b, err := l.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Release()
+		}
+		st := l.State()
+		l.Close()
+		o := opts
+		o.Epoch, o.Batch, o.Epochs = st.Epoch, st.Batch, opts.Epochs-st.Epoch
+		r, err := loader.New(context.Background(), ds, s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := drain(t, r, synth.CheckRecord)
+		r.Close()
+		if len(rest) != len(all)-stop {
+			t.Fatalf("resumed after %d batches (state %+v): %d batches, want %d", stop, st, len(rest), len(all)-stop)
+		}
+		for i := range rest {
+			if !slices.Equal(rest[i], all[stop+i]) {
+				t.Fatalf("resumed after %d batches: batch %d differs", stop, i)
+			}
+		}
+	}
+}
+
+// faulty wraps a dataset's first object with fault injection.
+type faulty struct {
+	dataset.Dataset
+	f *storage.Faulty
+}
+
+func (d faulty) Object(i int) storage.Reader { return d.f }
+
+func TestReadErrorNamesFileAndOffset(t *testing.T) {
+	ds := fixedDataset(t, 1000, 100, 0, false)
+	bad := int64(617 * 100)
+	f := &storage.Faulty{Reader: ds.Object(0), Inject: func(off int64, n int) error {
+		if off <= bad && bad < off+int64(n) {
+			return syscall.EIO
+		}
+		return nil
+	}}
+	l, err := loader.New(context.Background(), faulty{ds, f}, sampler.Global{N: 1000, Seed: 1}, loader.Options{BatchSize: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for {
+		b, err := l.Next(context.Background())
+		if err == nil {
+			if slices.Contains(b.IDs, 617) {
+				t.Fatal("a batch holding the failed record was delivered")
+			}
+			b.Release()
+			continue
+		}
+		var se *storage.Error
+		if !errors.Is(err, syscall.EIO) || !errors.As(err, &se) || se.Object != ds.Info().Paths[0] || se.Offset != bad {
+			t.Fatalf("error %v: want EIO naming %s at %d", err, ds.Info().Paths[0], bad)
+		}
+		if _, again := l.Next(context.Background()); again == nil {
+			t.Fatal("loader went on after an error")
+		}
+		return
+	}
+}
+
+func TestFileShrinksUnderLoader(t *testing.T) {
+	ds := fixedDataset(t, 1000, 100, 0, false)
+	path := ds.Info().Paths[0]
+	l, err := loader.New(context.Background(), ds, sampler.Global{N: 1000, Seed: 1}, loader.Options{BatchSize: 100, Prefetch: 1, Depth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	b, err := l.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	if err := os.Truncate(path, 100*10); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b, err := l.Next(context.Background())
+		if err == nil {
+			b.Release()
+			continue
+		}
+		var se *storage.Error
+		if !errors.Is(err, storage.ErrShrunk) || !errors.As(err, &se) || se.Object != path || se.Offset < 1000 {
+			t.Fatalf("error %v: want ErrShrunk naming %s past offset 1000", err, path)
+		}
+		return
+	}
+}
+
+func TestTFRecordCRCOnRead(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.tfrecord")
+	synth.WriteTFRecord(p, 100)
+	b, _ := os.ReadFile(p)
+	b[len(b)-10] ^= 1 // inside the last record's data
+	os.WriteFile(p, b, 0o644)
+	ds, err := dataset.Open(dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	l, err := loader.New(context.Background(), ds, sampler.Sequential{N: 100}, loader.Options{BatchSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = l.Next(context.Background())
+	var fe *dataset.FormatError
+	if !errors.Is(err, dataset.ErrCRC) || !errors.As(err, &fe) || fe.Path != p {
+		t.Fatalf("error %v: want a CRC error naming %s", err, p)
+	}
+}
+
+// Cancelling the context stops a loader stuck on slow reads promptly.
+func TestCancel(t *testing.T) {
+	ds := fixedDataset(t, 1000, 100, 0, false)
+	f := &storage.Faulty{Reader: ds.Object(0), Delay: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := loader.New(ctx, faulty{ds, f}, sampler.Global{N: 1000}, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := l.Next(context.Background())
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Next returned a batch after cancel")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next did not return after cancel")
+	}
+	l.Close()
+}
+
+func TestNextHonoursItsContext(t *testing.T) {
+	ds := fixedDataset(t, 100, 100, 0, false)
+	f := &storage.Faulty{Reader: ds.Object(0), Delay: 200 * time.Millisecond}
+	l, err := loader.New(context.Background(), faulty{ds, f}, sampler.Sequential{N: 100}, loader.Options{BatchSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := l.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next with an expired context: %v", err)
+	}
+	// The batch it gave up on is still delivered next time.
+	b, err := l.Next(context.Background())
+	if err != nil || b.Index != 0 {
+		t.Fatalf("after a timeout: batch %v, %v", b, err)
+	}
+	b.Release()
+}
+
+// A batch kept by the consumer is not overwritten by later batches.
+func TestHeldBatchUnchanged(t *testing.T) {
+	ds := fixedDataset(t, 2000, 64, 0, false)
+	l, err := loader.New(context.Background(), ds, sampler.Global{N: 2000, Seed: 3}, loader.Options{BatchSize: 100, Prefetch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held, err := l.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := slices.Clone(held.Data)
+	drain(t, l, synth.CheckRecord)
+	if !slices.Equal(snapshot, held.Data) {
+		t.Fatal("a held batch changed")
+	}
+	for i, id := range held.IDs {
+		if err := synth.CheckRecord(held.Record(i), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held.Release()
+}
+
+func TestSteadyStateAllocations(t *testing.T) {
+	ds := fixedDataset(t, 4096, 64, 0, false)
+	l, err := loader.New(context.Background(), ds, sampler.Global{N: 4096}, loader.Options{BatchSize: 256, Epochs: -1, Depth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for range 50 { // warm the pools
+		b, _ := l.Next(context.Background())
+		b.Release()
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		b, err := l.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release()
+	})
+	// The planner allocates one channel per batch; nothing per record.
+	if allocs > 8 {
+		t.Fatalf("%.1f allocations per batch of 256 records", allocs)
+	}
+}
