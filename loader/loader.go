@@ -164,8 +164,12 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	l.deliver = make(chan *job, opts.Prefetch)
 	l.mem = semaphore.NewWeighted(opts.MemoryBytes)
 	l.g.Go(l.plan)
-	for range opts.Depth {
-		l.g.Go(l.work)
+	if async := l.newAsync(); async != nil {
+		l.startRing(async)
+	} else {
+		for range opts.Depth {
+			l.g.Go(l.work)
+		}
 	}
 	return l, nil
 }
@@ -330,26 +334,35 @@ func (l *Loader) work() error {
 			if j.failed.Load() || l.ctx.Err() != nil {
 				continue
 			}
-			obj := l.ds.Object(r.obj)
-			if err := obj.ReadAt(l.ctx, j.Data[r.dst:r.dst+r.n], r.off); err != nil {
+			l.readDone(j, r, l.ds.Object(r.obj).ReadAt(l.ctx, j.Data[r.dst:r.dst+r.n], r.off))
+		}
+		l.readsLeft(j, t.hi-t.lo)
+	}
+}
+
+// readDone checks the records of a finished read.
+func (l *Loader) readDone(j *job, r read, err error) {
+	if err != nil {
+		j.fail(err)
+		return
+	}
+	l.reads.Add(1)
+	l.bytes.Add(int64(r.n))
+	if l.framed != nil {
+		for k := r.lo; k < r.hi; k++ {
+			frame := j.Data[j.Off[k]-l.head : j.Off[k]+j.Len[k]+l.tail]
+			if err := l.framed.Verify(j.IDs[k], frame); err != nil {
 				j.fail(err)
-				continue
-			}
-			l.reads.Add(1)
-			l.bytes.Add(int64(r.n))
-			if l.framed != nil {
-				for k := r.lo; k < r.hi; k++ {
-					frame := j.Data[j.Off[k]-l.head : j.Off[k]+j.Len[k]+l.tail]
-					if err := l.framed.Verify(j.IDs[k], frame); err != nil {
-						j.fail(err)
-						break
-					}
-				}
+				return
 			}
 		}
-		if j.left.Add(-int64(t.hi-t.lo)) == 0 {
-			close(j.done)
-		}
+	}
+}
+
+// readsLeft counts n of j's reads as finished and completes j after its last.
+func (l *Loader) readsLeft(j *job, n int) {
+	if j.left.Add(-int64(n)) == 0 {
+		close(j.done)
 	}
 }
 

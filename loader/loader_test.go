@@ -77,6 +77,10 @@ func TestBatchesHoldTheFilesBytes(t *testing.T) {
 		{"tiny memory bound", 512, 0, false, loader.Options{BatchSize: 64, MemoryBytes: 1000, Prefetch: 1}},
 		{"drop last", 100, 0, false, loader.Options{BatchSize: 64, DropLast: true}},
 		{"three epochs", 100, 0, false, loader.Options{BatchSize: 100, Epochs: 3}},
+		// The same with goroutines calling pread instead of io_uring.
+		{"threads fetch order", 100, 0, false, loader.Options{BatchSize: 37, NoRing: true}},
+		{"threads ordered", 100, 0, false, loader.Options{BatchSize: 37, Ordered: true, NoRing: true}},
+		{"threads direct", 1000, 123, true, loader.Options{BatchSize: 50, NoRing: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const n = 1000
@@ -314,9 +318,15 @@ func TestReadErrorNamesFileAndOffset(t *testing.T) {
 }
 
 func TestFileShrinksUnderLoader(t *testing.T) {
+	for _, noRing := range []bool{false, true} {
+		t.Run(fmt.Sprint("noring=", noRing), func(t *testing.T) { fileShrinks(t, noRing) })
+	}
+}
+
+func fileShrinks(t *testing.T, noRing bool) {
 	ds := fixedDataset(t, 1000, 100, 0, false)
 	path := ds.Info().Paths[0]
-	l, err := loader.New(context.Background(), ds, sampler.Global{N: 1000, Seed: 1}, loader.Options{BatchSize: 100, Prefetch: 1, Depth: 1})
+	l, err := loader.New(context.Background(), ds, sampler.Global{N: 1000, Seed: 1}, loader.Options{BatchSize: 100, Prefetch: 1, Depth: 1, NoRing: noRing})
 	if err != nil {
 		t.Fatal(err)
 	}

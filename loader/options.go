@@ -33,6 +33,9 @@ type Options struct {
 	// Epochs is how many epochs to load from Epoch; 0 means 1, negative
 	// means without end.
 	Epochs int
+	// NoRing reads with Depth goroutines calling ReadAt instead of io_uring,
+	// which is otherwise used for local files where the kernel allows it.
+	NoRing bool
 	// Alloc provides batch buffers; default a reusing heap pool.
 	Alloc Allocator
 }

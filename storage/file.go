@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,11 +99,7 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) error {
 			return &Error{Op: "read", Object: f.Name(), Offset: off, Len: len(p), Err: err}
 		}
 		if n == 0 {
-			cause := error(io.ErrUnexpectedEOF)
-			if off+int64(want) <= f.size {
-				cause = fmt.Errorf("%w (opened at %d bytes, ends at %d now): %w", ErrShrunk, f.size, off+int64(done), io.ErrUnexpectedEOF)
-			}
-			return &Error{Op: "read", Object: f.Name(), Offset: off, Len: len(p), Err: cause}
+			return &Error{Op: "read", Object: f.Name(), Offset: off, Len: len(p), Err: f.endError(off, want, done)}
 		}
 		done += n
 		if ctx.Err() != nil && done < want {
@@ -123,4 +120,30 @@ func AlignmentOf(r Reader) int {
 		return a.Alignment()
 	}
 	return 1
+}
+
+// endError explains a read of want bytes at off that found the end of the
+// file after done bytes: the file shrank since it was opened, or the read
+// asked for bytes past its end.
+func (f *File) endError(off int64, want, done int) error {
+	if off+int64(want) <= f.size {
+		return fmt.Errorf("%w (opened at %d bytes, ends at %d now): %w", ErrShrunk, f.size, off+int64(done), io.ErrUnexpectedEOF)
+	}
+	return io.ErrUnexpectedEOF
+}
+
+// Fd is the file's descriptor, for Async reads.
+func (f *File) Fd() int { return f.fd }
+
+// TryReadAt reads len(p) bytes at off only if they are all in the page cache
+// (preadv2 with RWF_NOWAIT), so it never waits for the device. It reports
+// whether it read them; when it did not, read them with ReadAt or Async.
+func (f *File) TryReadAt(p []byte, off int64) bool {
+	if f.direct || len(p) == 0 {
+		return false
+	}
+	iov := unix.Iovec{Base: &p[0]}
+	iov.SetLen(len(p))
+	n, _, errno := unix.Syscall6(unix.SYS_PREADV2, uintptr(f.fd), uintptr(unsafe.Pointer(&iov)), 1, uintptr(off), 0, unix.RWF_NOWAIT)
+	return errno == 0 && int(n) == len(p)
 }

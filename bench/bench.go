@@ -1,0 +1,254 @@
+// Package bench measures riffle against the baselines it must beat, side by
+// side in one run on one file, because on a shared machine only a ratio
+// measured in the same run means anything:
+//
+//   - riffle: a global shuffle loaded with many concurrent reads per batch;
+//   - pread: the same permutation read one record at a time, as a map-style
+//     PyTorch Dataset does in each DataLoader worker;
+//   - sequential: the whole file read in order, the device's streaming rate;
+//   - fio: random reads at the record size and a deep queue, the device's
+//     random-read ceiling.
+//
+// Cold runs drop the page cache first; every run reports the bytes the
+// device really read (from /sys/dev/block/*/stat), so read amplification
+// shows next to speed.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
+)
+
+// Result is one measurement.
+type Result struct {
+	Name     string  `json:"name"`
+	Records  int64   `json:"records"`
+	Bytes    int64   `json:"bytes"`     // record bytes delivered
+	Reads    int64   `json:"reads"`     // reads issued
+	DevBytes int64   `json:"dev_bytes"` // bytes the device read, -1 if unknown
+	Seconds  float64 `json:"seconds"`
+}
+
+// SamplesPerSec is records delivered per second.
+func (r Result) SamplesPerSec() float64 { return float64(r.Records) / r.Seconds }
+
+// MBPerSec is record bytes delivered per second, in MB.
+func (r Result) MBPerSec() float64 { return float64(r.Bytes) / r.Seconds / 1e6 }
+
+// IOPS is reads issued per second.
+func (r Result) IOPS() float64 { return float64(r.Reads) / r.Seconds }
+
+// Limit bounds one measurement: whichever comes first.
+type Limit struct {
+	Records  int
+	Duration time.Duration
+}
+
+func (l Limit) done(n int, start time.Time) bool {
+	return (l.Records > 0 && n >= l.Records) || (l.Duration > 0 && time.Since(start) >= l.Duration)
+}
+
+// Riffle loads ds in a global shuffle with opts until lim.
+func Riffle(ctx context.Context, ds dataset.Dataset, seed uint64, opts loader.Options, lim Limit) (Result, error) {
+	opts.Epochs = -1
+	dev := DeviceOf(ds.Info().Paths[0])
+	before := dev.ReadBytes()
+	start := time.Now()
+	l, err := loader.New(ctx, ds, sampler.Global{N: ds.Len(), Seed: seed}, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Name: "riffle"}
+	for !lim.done(int(r.Records), start) {
+		b, err := l.Next(ctx)
+		if err != nil {
+			l.Close()
+			return r, err
+		}
+		r.Records += int64(len(b.IDs))
+		for _, n := range b.Len {
+			r.Bytes += int64(n)
+		}
+		b.Release()
+	}
+	r.Seconds = time.Since(start).Seconds()
+	l.Close()
+	r.Reads = l.Stats().Reads
+	r.DevBytes = dev.Since(before)
+	return r, nil
+}
+
+// Pread reads the same global permutation one record at a time with one
+// pread each, as a map-style Dataset's __getitem__ does.
+func Pread(ctx context.Context, ds dataset.Dataset, seed uint64, lim Limit) (Result, error) {
+	dev := DeviceOf(ds.Info().Paths[0])
+	before := dev.ReadBytes()
+	files := make([]*os.File, len(ds.Info().Paths))
+	for i, p := range ds.Info().Paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return Result{}, err
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	s := sampler.Global{N: ds.Len(), Seed: seed}
+	r := Result{Name: "pread"}
+	buf := []byte{}
+	start := time.Now()
+	for pos := 0; !lim.done(int(r.Records), start) && ctx.Err() == nil; pos++ {
+		id := s.At(pos/ds.Len(), pos%ds.Len())
+		loc := ds.Locate(id)
+		if cap(buf) < loc.Len {
+			buf = make([]byte, loc.Len)
+		}
+		if _, err := files[loc.Object].ReadAt(buf[:loc.Len], loc.Off); err != nil {
+			return r, err
+		}
+		r.Records++
+		r.Reads++
+		r.Bytes += int64(loc.Len)
+	}
+	r.Seconds = time.Since(start).Seconds()
+	r.DevBytes = dev.Since(before)
+	return r, ctx.Err()
+}
+
+// Sequential reads path from start to end in 1 MiB reads (or until lim's
+// duration) and counts records as bytes over recordSize.
+func Sequential(ctx context.Context, path string, recordSize int, lim Limit) (Result, error) {
+	dev := DeviceOf(path)
+	before := dev.ReadBytes()
+	f, err := os.Open(path)
+	if err != nil {
+		return Result{}, err
+	}
+	defer f.Close()
+	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
+	r := Result{Name: "sequential"}
+	buf := make([]byte, 1<<20)
+	start := time.Now()
+	for ctx.Err() == nil && (lim.Duration == 0 || time.Since(start) < lim.Duration) {
+		n, err := f.Read(buf)
+		r.Bytes += int64(n)
+		r.Reads++
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return r, err
+		}
+	}
+	r.Seconds = time.Since(start).Seconds()
+	r.Records = r.Bytes / int64(max(1, recordSize))
+	r.DevBytes = dev.Since(before)
+	return r, ctx.Err()
+}
+
+// Fio runs fio's random-read test on path at block size bs and queue depth
+// iodepth with O_DIRECT for the given time, and returns its IOPS as a Result.
+func Fio(ctx context.Context, path string, bs, iodepth int, d time.Duration) (Result, error) {
+	if _, err := exec.LookPath("fio"); err != nil {
+		return Result{}, fmt.Errorf("fio is not installed (scripts/install-deps.sh installs it): %w", err)
+	}
+	dev := DeviceOf(path)
+	before := dev.ReadBytes()
+	cmd := exec.CommandContext(ctx, "fio", "--name=randread", "--filename="+path, "--rw=randread",
+		"--bs="+strconv.Itoa(bs), "--direct=1", "--ioengine=libaio", "--iodepth="+strconv.Itoa(iodepth),
+		"--time_based", fmt.Sprintf("--runtime=%.0fs", max(1, d.Seconds())), "--readonly", "--output-format=json")
+	out, err := cmd.Output()
+	if err != nil {
+		return Result{}, fmt.Errorf("fio: %w", err)
+	}
+	var rep struct {
+		Jobs []struct {
+			Read struct {
+				IOBytes int64   `json:"io_bytes"`
+				IOs     int64   `json:"total_ios"`
+				Runtime float64 `json:"runtime"` // ms
+			} `json:"read"`
+		} `json:"jobs"`
+	}
+	if i := strings.IndexByte(string(out), '{'); i > 0 {
+		out = out[i:] // fio may print notes before its JSON
+	}
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Jobs) == 0 {
+		return Result{}, fmt.Errorf("fio output: %v", err)
+	}
+	j := rep.Jobs[0].Read
+	return Result{Name: fmt.Sprintf("fio bs=%d qd=%d", bs, iodepth), Records: j.IOs, Reads: j.IOs, Bytes: j.IOBytes,
+		Seconds: j.Runtime / 1000, DevBytes: dev.Since(before)}, nil
+}
+
+// DropCaches writes back dirty pages and drops the page cache, so the next
+// measurement reads from the device. It needs root.
+func DropCaches() error {
+	unix.Sync()
+	err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0)
+	if err != nil {
+		return fmt.Errorf("dropping the page cache (needs root): %w", err)
+	}
+	return nil
+}
+
+// Device is a block device's statistics file.
+type Device string
+
+// DeviceOf returns the device that holds path, or "" if unknown.
+func DeviceOf(path string) Device {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return ""
+	}
+	p := fmt.Sprintf("/sys/dev/block/%d:%d/stat", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return Device(p)
+}
+
+// ReadBytes is the bytes the device has read since boot, -1 if unknown.
+func (d Device) ReadBytes() int64 {
+	if d == "" {
+		return -1
+	}
+	f, err := os.Open(string(d))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan()
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 3 {
+		return -1
+	}
+	sectors, err := strconv.ParseInt(fields[2], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return sectors * 512 // the stat file counts 512-byte sectors whatever the device's block size
+}
+
+// Since is the bytes read since a ReadBytes reading, -1 if unknown.
+func (d Device) Since(before int64) int64 {
+	now := d.ReadBytes()
+	if before < 0 || now < 0 {
+		return -1
+	}
+	return now - before
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/riffle-ml/riffle/bench"
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/loader"
+)
+
+func benchCmd() *cobra.Command {
+	var (
+		df             datasetFlags
+		create         int64
+		modes          []string
+		dur            time.Duration
+		batch, depth   int
+		fioDepth       int
+		noFio, jsonOut bool
+		seed           uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "bench PATH",
+		Short: "Compare riffle's global shuffle with per-record pread, a sequential read and fio, cold and warm",
+		Long: `bench measures, in one run on one file: (a) riffle's global shuffle with
+--depth reads in flight; (b) the same permutation read one record at a time
+with pread, as a map-style PyTorch Dataset does; (c) a sequential read of
+the file; (d) fio random reads at the record size, O_DIRECT, queue depth
+--fio-depth. Cold runs drop the page cache before each measurement (root
+only); warm runs read the file into the cache first. Each reports samples/s,
+MB/s, reads/s and the bytes the device read, and the ratios that matter.
+
+With --create SIZE and a PATH that does not exist, a file of fixed-size
+records (--record-size, default 4096) is written first.`,
+		Example: "  riffle bench /data/bench.bin --create 4GiB --record-size 4096\n  riffle bench train.tfrecord --mode warm",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			path := args[0]
+			if df.opts.RecordSize == 0 && (create > 0 || df.opts.Format == "fixed" || dataset.DetectFormat(path) == "fixed") {
+				df.opts.RecordSize = 4096
+			}
+			if _, err := os.Stat(path); os.IsNotExist(err) && create > 0 {
+				n := int(create / int64(df.opts.RecordSize))
+				fmt.Fprintf(os.Stderr, "writing %d records of %d bytes to %s\n", n, df.opts.RecordSize, path)
+				if err := synth.WriteFixed(path, n, df.opts.RecordSize, 0); err != nil {
+					return err
+				}
+			}
+			ds, err := df.open(args)
+			if err != nil {
+				return err
+			}
+			defer ds.Close()
+			inf := ds.Info()
+			recSize := inf.RecordSize
+			if recSize == 0 {
+				recSize = int(inf.Bytes / int64(ds.Len()))
+			}
+			fmt.Printf("%s: %s, %d records of %d bytes (mean), %s; %s per measurement\n",
+				path, inf.Format, ds.Len(), recSize, human(float64(inf.Bytes)), dur)
+			lim := bench.Limit{Duration: dur}
+			var report []modeReport
+			for _, mode := range modes {
+				var rs []bench.Result
+				prep := func() error {
+					if mode == "cold" {
+						return bench.DropCaches()
+					}
+					_, err := bench.Sequential(ctx, path, recSize, bench.Limit{})
+					return err
+				}
+				run := func(f func() (bench.Result, error)) error {
+					if err := prep(); err != nil {
+						return err
+					}
+					r, err := f()
+					if err != nil {
+						return err
+					}
+					rs = append(rs, r)
+					return nil
+				}
+				opts := loader.Options{BatchSize: batch, Depth: depth}
+				if err := run(func() (bench.Result, error) { return bench.Riffle(ctx, ds, seed, opts, lim) }); err != nil {
+					return err
+				}
+				if err := run(func() (bench.Result, error) { return bench.Pread(ctx, ds, seed, lim) }); err != nil {
+					return err
+				}
+				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, path, recSize, lim) }); err != nil {
+					return err
+				}
+				if mode == "cold" && !noFio {
+					bs := (recSize + 4095) / 4096 * 4096
+					if err := run(func() (bench.Result, error) { return bench.Fio(ctx, path, bs, fioDepth, dur) }); err != nil {
+						fmt.Fprintln(os.Stderr, "riffle bench: skipping fio:", err)
+					}
+				}
+				report = append(report, modeReport{Mode: mode, Results: rs})
+				if !jsonOut {
+					printMode(mode, rs, inf.Bytes)
+				}
+			}
+			if jsonOut {
+				e := json.NewEncoder(os.Stdout)
+				e.SetIndent("", "  ")
+				return e.Encode(report)
+			}
+			return nil
+		},
+	}
+	df.register(cmd)
+	fl := cmd.Flags()
+	fl.Int64Var(&create, "create", 0, "bytes of fixed-size records to write first if PATH does not exist")
+	fl.StringSliceVar(&modes, "mode", []string{"cold", "warm"}, "cold, warm or both")
+	fl.DurationVar(&dur, "duration", 10*time.Second, "time per measurement")
+	fl.IntVar(&batch, "batch-size", 256, "records per batch")
+	fl.IntVar(&depth, "depth", 64, "riffle's reads in flight")
+	fl.IntVar(&fioDepth, "fio-depth", 64, "fio's queue depth")
+	fl.BoolVar(&noFio, "no-fio", false, "do not run fio")
+	fl.BoolVar(&jsonOut, "json", false, "print results as JSON")
+	fl.Uint64Var(&seed, "seed", 0, "shuffle seed")
+	return cmd
+}
+
+type modeReport struct {
+	Mode    string         `json:"mode"`
+	Results []bench.Result `json:"results"`
+}
+
+func printMode(mode string, rs []bench.Result, datasetBytes int64) {
+	fmt.Printf("\n%s\n%-20s %12s %10s %12s %12s %10s\n", strings.ToUpper(mode), "", "samples/s", "MB/s", "reads/s", "device MB", "dev/data")
+	by := map[string]bench.Result{}
+	for _, r := range rs {
+		by[strings.Fields(r.Name)[0]] = r
+		amp := "-"
+		if r.DevBytes >= 0 && r.Bytes > 0 {
+			amp = fmt.Sprintf("%.2fx", float64(r.DevBytes)/float64(r.Bytes))
+		}
+		dev := "?"
+		if r.DevBytes >= 0 {
+			dev = fmt.Sprintf("%.1f", float64(r.DevBytes)/1e6)
+		}
+		fmt.Printf("%-20s %12.0f %10.1f %12.0f %12s %10s\n", r.Name, r.SamplesPerSec(), r.MBPerSec(), r.IOPS(), dev, amp)
+	}
+	rf := by["riffle"]
+	if p, ok := by["pread"]; ok {
+		fmt.Printf("riffle / pread samples/s:      %.2fx\n", rf.SamplesPerSec()/p.SamplesPerSec())
+	}
+	if s, ok := by["sequential"]; ok {
+		fmt.Printf("riffle / sequential MB/s:      %.2fx\n", rf.MBPerSec()/s.MBPerSec())
+	}
+	if f, ok := by["fio"]; ok {
+		fmt.Printf("riffle / fio reads/s:          %.2fx\n", rf.IOPS()/f.IOPS())
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+)
+
+func inspectCmd() *cobra.Command {
+	var (
+		df    datasetFlags
+		first int
+	)
+	cmd := &cobra.Command{
+		Use:     "inspect PATH...",
+		Short:   "Show a dataset's format, record count, record sizes and first records",
+		Example: "  riffle inspect data/train.jsonl\n  riffle inspect images/ --first 3",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ds, err := df.open(args)
+			if err != nil {
+				return err
+			}
+			defer ds.Close()
+			inf := ds.Info()
+			fmt.Printf("format:   %s\nfiles:    %d (%s)\nrecords:  %d\nbytes:    %s\n", inf.Format, len(inf.Paths), strings.Join(inf.Paths[:min(3, len(inf.Paths))], ", "), ds.Len(), human(float64(inf.Bytes)))
+			if inf.RecordSize > 0 {
+				fmt.Printf("record:   %d bytes", inf.RecordSize)
+				if inf.Dtype != "" {
+					fmt.Printf(", dtype %s, shape %v", inf.Dtype, inf.Shape)
+				}
+				fmt.Println()
+			} else {
+				// Sizes in power-of-two buckets.
+				var hist [64]int
+				lo, hi := int(^uint(0)>>1), 0
+				for id := range ds.Len() {
+					n := ds.Locate(id).Len
+					hist[bits.Len(uint(n))]++
+					lo, hi = min(lo, n), max(hi, n)
+				}
+				fmt.Printf("sizes:    %d to %d bytes, mean %.1f\n", lo, hi, float64(inf.Bytes)/float64(ds.Len()))
+				top := 0
+				for _, c := range hist {
+					top = max(top, c)
+				}
+				for b, c := range hist {
+					if c == 0 {
+						continue
+					}
+					from := 0
+					if b > 0 {
+						from = 1 << (b - 1)
+					}
+					fmt.Printf("  %8d-%-8d %9d %s\n", from, 1<<b-1, c, strings.Repeat("#", max(1, 40*c/top)))
+				}
+			}
+			if len(inf.Classes) > 0 {
+				fmt.Printf("classes:  %d (%s)\n", len(inf.Classes), strings.Join(inf.Classes[:min(10, len(inf.Classes))], ", "))
+			}
+			if inf.Header != "" {
+				fmt.Printf("header:   %s\n", inf.Header)
+			}
+			for id := range min(first, ds.Len()) {
+				loc := ds.Locate(id)
+				b := make([]byte, min(loc.Len, 256))
+				if err := ds.Object(loc.Object).ReadAt(context.Background(), b, loc.Off); err != nil {
+					return err
+				}
+				label := ""
+				if l := ds.Label(id); l >= 0 {
+					label = fmt.Sprintf(" label %d (%s)", l, inf.Classes[l])
+				}
+				fmt.Printf("record %d: %s offset %d, %d bytes%s\n  %s\n", id, ds.Object(loc.Object).Name(), loc.Off, loc.Len, label, preview(b, loc.Len))
+			}
+			return nil
+		},
+	}
+	df.register(cmd)
+	cmd.Flags().IntVar(&first, "first", 5, "how many records to show")
+	return cmd
+}
+
+// preview shows text as text and anything else as hex.
+func preview(b []byte, total int) string {
+	more := ""
+	if total > len(b) {
+		more = "..."
+	}
+	if utf8.Valid(b) && !strings.ContainsFunc(string(b), func(r rune) bool { return r < 32 && r != '\n' && r != '\t' && r != '\r' }) {
+		return fmt.Sprintf("%q%s", b, more)
+	}
+	if len(b) > 48 {
+		b, more = b[:48], "..."
+	}
+	return fmt.Sprintf("% x%s", b, more)
+}
