@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"io"
 	"sync/atomic"
 	"time"
 )
@@ -39,6 +38,3 @@ func (f *Faulty) ReadAt(ctx context.Context, p []byte, off int64) error {
 	f.Reads.Add(1)
 	return f.Reader.ReadAt(ctx, p, off)
 }
-
-// ShortRead is an injected error meaning the device returned fewer bytes than asked.
-var ShortRead = io.ErrUnexpectedEOF

@@ -18,7 +18,7 @@ import (
 func benchCmd() *cobra.Command {
 	var (
 		df             datasetFlags
-		create         int64
+		createFlag     string
 		modes          []string
 		dur            time.Duration
 		batch, depth   int
@@ -44,6 +44,10 @@ records (--record-size, default 4096) is written first.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			path := args[0]
+			create, err := parseSize(createFlag)
+			if err != nil {
+				return err
+			}
 			if df.opts.RecordSize == 0 && (create > 0 || df.opts.Format == "fixed" || dataset.DetectFormat(path) == "fixed") {
 				df.opts.RecordSize = 4096
 			}
@@ -119,7 +123,7 @@ records (--record-size, default 4096) is written first.`,
 	}
 	df.register(cmd)
 	fl := cmd.Flags()
-	fl.Int64Var(&create, "create", 0, "bytes of fixed-size records to write first if PATH does not exist")
+	fl.StringVar(&createFlag, "create", "", "size (like 4GiB) of fixed-size records to write first if PATH does not exist")
 	fl.StringSliceVar(&modes, "mode", []string{"cold", "warm"}, "cold, warm or both")
 	fl.DurationVar(&dur, "duration", 10*time.Second, "time per measurement")
 	fl.IntVar(&batch, "batch-size", 256, "records per batch")

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/riffle-ml/riffle/internal/synth"
+)
+
+// run executes one subcommand and returns what it printed on stdout.
+func run(t *testing.T, cmd *cobra.Command, args ...string) (string, error) {
+	t.Helper()
+	r, w, _ := os.Pipe()
+	old := os.Stdout
+	os.Stdout = w
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	w.Close()
+	os.Stdout = old
+	var out bytes.Buffer
+	out.ReadFrom(r)
+	return out.String(), err
+}
+
+func TestDemo(t *testing.T) {
+	out, err := run(t, demoCmd(), "--records", "3000", "--size", "256", "--epochs", "2", "--batch-size", "100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(out, "each exactly once") != 2 || !strings.Contains(out, "samples/s") {
+		t.Fatalf("demo printed:\n%s", out)
+	}
+}
+
+func TestDemoOnGivenData(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.jsonl")
+	synth.WriteLines(p, "jsonl", 500, false)
+	out, err := run(t, demoCmd(), p, "--epochs", "1")
+	if err != nil || !strings.Contains(out, "500 records, each exactly once") {
+		t.Fatalf("demo on a JSONL file: %v\n%s", err, out)
+	}
+}
+
+func TestIndexAndInspect(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.svm")
+	synth.WriteLines(p, "libsvm", 300, false)
+	out, err := run(t, indexCmd(), p)
+	if err != nil || !strings.Contains(out, "300 records") || !strings.Contains(out, "8.") {
+		t.Fatalf("index: %v\n%s", err, out)
+	}
+	out, err = run(t, inspectCmd(), p, "--first", "2")
+	if err != nil || !strings.Contains(out, "records:  300") || !strings.Contains(out, synth.Line("libsvm", 1)) {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("1 1:1\n")
+	f.Close()
+	if _, err := run(t, indexCmd(), p, "--verify"); err == nil || !strings.Contains(err.Error(), "another version") {
+		t.Fatalf("verify of a stale index: %v", err)
+	}
+	if out, err := run(t, indexCmd(), p); err != nil || !strings.Contains(out, "301 records") {
+		t.Fatalf("rebuild: %v\n%s", err, out)
+	}
+}
+
+func TestBadRecordSizeIsAnError(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.bin")
+	os.WriteFile(p, make([]byte, 1000), 0o644)
+	_, err := run(t, inspectCmd(), p, "--record-size", "64")
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "offset 960") {
+		t.Fatalf("inspect of a file with a partial record: %v", err)
+	}
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what riffle's tests and benchmarks need from Debian's packages,
+# only when something is missing: real PyTorch and numpy for the Python
+# client's tests, pytest to run them, fio for the benchmarks' device ceiling.
+set -euo pipefail
+need=()
+/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
+/usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3-numpy)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
+command -v fio >/dev/null || need+=(fio)
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing ${need[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

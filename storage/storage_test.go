@@ -1,0 +1,187 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/riffle-ml/riffle/internal/alignbuf"
+)
+
+func testFile(t *testing.T, n int) (string, []byte) {
+	t.Helper()
+	b := make([]byte, n)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+func TestReadAt(t *testing.T) {
+	p, want := testFile(t, 10000)
+	f, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, 100)
+	if err := f.ReadAt(context.Background(), got, 5000); err != nil || !bytes.Equal(got, want[5000:5100]) {
+		t.Fatalf("read %v", err)
+	}
+	err = f.ReadAt(context.Background(), got, 9950)
+	var se *Error
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !errors.As(err, &se) || se.Object != p || se.Offset != 9950 {
+		t.Fatalf("read past the end: %v", err)
+	}
+	if errors.Is(err, ErrShrunk) {
+		t.Fatal("a read past the end is not a shrunk file")
+	}
+}
+
+func TestDirectTail(t *testing.T) {
+	p, want := testFile(t, 3*DirectAlign+100)
+	f, err := OpenFile(p, FileOptions{Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Alignment() != DirectAlign {
+		t.Skip("file system refused O_DIRECT")
+	}
+	buf := alignbuf.Make(2*DirectAlign, DirectAlign)
+	if err := f.ReadAt(context.Background(), buf, 2*DirectAlign); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf[:DirectAlign+100], want[2*DirectAlign:]) {
+		t.Fatal("O_DIRECT read of the tail differs")
+	}
+}
+
+// Async reads give the same bytes as ReadAt, and the same errors.
+func TestAsync(t *testing.T) {
+	p, want := testFile(t, 1<<20)
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprint("direct=", direct), func(t *testing.T) {
+			f, err := OpenFile(p, FileOptions{Direct: direct})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			a, err := NewAsync(16)
+			if err != nil {
+				t.Skipf("io_uring unavailable here: %v", err)
+			}
+			defer a.Close()
+			r := rand.New(rand.NewPCG(3, 4))
+			type req struct {
+				off int64
+				buf []byte
+			}
+			var reqs []req
+			done := 0
+			finish := func(tag uint64, err error) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				q := reqs[tag]
+				if !bytes.Equal(q.buf, want[q.off:q.off+int64(len(q.buf))]) {
+					t.Fatalf("read at %d differs", q.off)
+				}
+				done++
+			}
+			for i := range 200 {
+				off := int64(r.IntN(255)) * DirectAlign
+				reqs = append(reqs, req{off, alignbuf.Make(DirectAlign*(1+i%3), DirectAlign)})
+				for !a.Add(f, reqs[i].buf, off, uint64(i)) {
+					a.Wait(finish)
+				}
+			}
+			for a.InFlight() > 0 {
+				a.Wait(finish)
+			}
+			if done != 200 {
+				t.Fatalf("%d of 200 reads finished", done)
+			}
+		})
+	}
+}
+
+func TestAsyncShrunk(t *testing.T) {
+	p, _ := testFile(t, 1<<16)
+	f, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a, err := NewAsync(4)
+	if err != nil {
+		t.Skipf("io_uring unavailable here: %v", err)
+	}
+	defer a.Close()
+	os.Truncate(p, 1000)
+	a.Add(f, make([]byte, 4096), 4096, 7)
+	var got error
+	a.Wait(func(tag uint64, err error) { got = err })
+	var se *Error
+	if !errors.Is(got, ErrShrunk) || !errors.As(got, &se) || se.Offset != 4096 || se.Object != p {
+		t.Fatalf("read of a shrunk file: %v", got)
+	}
+}
+
+func TestFileSetBoundsOpenFiles(t *testing.T) {
+	var paths []string
+	var sizes []int64
+	for i := range 10 {
+		p, _ := testFile(t, 100+i)
+		paths = append(paths, p)
+		sizes = append(sizes, int64(100+i))
+	}
+	s := NewFileSet(paths, sizes, FileOptions{}, 3)
+	defer s.Close()
+	for round := range 3 {
+		for i := range 10 {
+			b := make([]byte, 100+i)
+			if err := s.Object(i).ReadAt(context.Background(), b, 0); err != nil {
+				t.Fatalf("round %d file %d: %v", round, i, err)
+			}
+			if len(s.open) > 3 {
+				t.Fatalf("%d files open, the bound is 3", len(s.open))
+			}
+		}
+	}
+	if err := s.Object(0).ReadAt(context.Background(), make([]byte, 200), 0); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("read past a file's end: %v", err)
+	}
+}
+
+func TestFaulty(t *testing.T) {
+	p, _ := testFile(t, 100)
+	f, _ := OpenFile(p, FileOptions{})
+	defer f.Close()
+	boom := errors.New("boom")
+	fa := &Faulty{Reader: f, Inject: func(off int64, n int) error {
+		if off == 50 {
+			return boom
+		}
+		return nil
+	}}
+	if err := fa.ReadAt(context.Background(), make([]byte, 10), 0); err != nil {
+		t.Fatal(err)
+	}
+	err := fa.ReadAt(context.Background(), make([]byte, 10), 50)
+	var se *Error
+	if !errors.Is(err, boom) || !errors.As(err, &se) || se.Offset != 50 {
+		t.Fatalf("injected error: %v", err)
+	}
+}
