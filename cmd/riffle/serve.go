@@ -1,0 +1,65 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/riffle-ml/riffle/server"
+)
+
+const version = "0.1.0"
+
+func serveCmd() *cobra.Command {
+	var (
+		s       server.Server
+		verbose bool
+		quiet   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve batches to every training job on this machine",
+		Long: `serve runs the riffle daemon: it listens on a Unix socket (default
+$XDG_RUNTIME_DIR/riffle.sock, else /tmp/riffle-UID/riffle.sock, mode 0600)
+and loads batches for any number of clients, passing them through shared
+memory. The Python client starts one by itself when none answers; run it by
+hand to choose its options. The protocol is in docs/protocol.md.
+
+--root limits the files jobs may read to those directories. --tcp adds a
+listener for remote clients (batches then travel over the socket); an
+address beyond loopback requires --token.`,
+		Example: "  riffle serve\n  riffle serve --root /data --tcp 127.0.0.1:7470",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if verbose {
+				slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			} else if !quiet {
+				slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+			}
+			if s.Token == "" {
+				s.Token = os.Getenv("RIFFLE_TOKEN")
+			}
+			s.Version = version
+			err := s.Serve(cmd.Context())
+			if errors.Is(err, server.ErrRunning) && quiet {
+				return nil // started by a client that lost the race: the other daemon serves
+			}
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&s.Socket, "socket", "", "Unix socket path (default $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock or /tmp/riffle-UID/riffle.sock)")
+	fl.StringVar(&s.TCP, "tcp", "", "also listen on this TCP address for remote clients")
+	fl.StringVar(&s.Token, "token", "", "token TCP clients must present (default $RIFFLE_TOKEN)")
+	fl.StringSliceVar(&s.Roots, "root", nil, "only serve files under this directory (repeatable)")
+	fl.DurationVar(&s.IdleExit, "idle-exit", 0, "exit after this long without clients (0: never)")
+	fl.BoolVarP(&verbose, "verbose", "v", false, "log every request")
+	fl.BoolVar(&quiet, "quiet", false, "log only warnings; exit quietly if another daemon serves the socket")
+	return cmd
+}

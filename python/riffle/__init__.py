@@ -1,0 +1,12 @@
+"""riffle: globally shuffled, parallel data loading for ML training.
+
+``riffle.Loader`` iterates batches served by the local riffle daemon through
+shared memory; ``riffle.torch`` adapts it to PyTorch; ``riffle.decode`` turns
+record bytes into arrays.
+"""
+
+from .client import Batch, DaemonGone, Loader, RiffleError, connect, default_socket
+from . import decode
+
+__all__ = ["Batch", "DaemonGone", "Loader", "RiffleError", "connect", "decode", "default_socket"]
+__version__ = "0.1.0"

@@ -1,0 +1,406 @@
+"""The connection to the riffle daemon and the :class:`Loader` over it.
+
+A :class:`Loader` is an iterable of :class:`Batch` objects, one epoch per
+``iter()``: a fresh global shuffle of ``seed`` and the epoch each time. The
+daemon (``riffle serve``) reads each batch's records straight into shared
+memory; a :class:`Batch` here is a view of that memory, not a copy. Its bytes
+stay valid while anything refers to the batch or to an array made from it
+(``batch.raw``, ``decode.fixed(batch)``, ``torch.from_numpy`` of those):
+only when the last reference goes is the region given back to the daemon
+for a later batch.
+
+If no daemon answers at the socket, the client starts one and later clients
+on the machine share it.
+"""
+
+from __future__ import annotations
+
+import array
+import gc
+import mmap
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from . import wire
+
+
+class RiffleError(Exception):
+    """An error from riffle; ``path`` and ``offset`` say where in the data, if known."""
+
+    def __init__(self, message: str, path: str | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+class DaemonGone(RiffleError):
+    """The daemon closed the connection or stopped answering."""
+
+
+def default_socket() -> str:
+    """Where the daemon listens: $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock or /tmp/riffle-UID/riffle.sock."""
+    if os.environ.get("RIFFLE_SOCKET"):
+        return os.environ["RIFFLE_SOCKET"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "riffle.sock")
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"riffle-{os.getuid()}", "riffle.sock")
+
+
+def find_binary() -> str:
+    """The riffle binary: $RIFFLE_BIN, ``riffle`` on PATH, or this repository's bin/riffle (built if need be)."""
+    env = os.environ.get("RIFFLE_BIN")
+    if env:
+        return env
+    found = shutil.which("riffle")
+    if found:
+        return found
+    repo = Path(__file__).resolve().parents[2]
+    built = repo / "bin" / "riffle"
+    if not built.exists() and (repo / "go.mod").exists():
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        subprocess.run([go, "build", "-o", str(built), "./cmd/riffle"], cwd=repo, check=True)
+    if built.exists():
+        return str(built)
+    raise RiffleError("riffle binary not found: set RIFFLE_BIN, put riffle on PATH, or run `make build`")
+
+
+def start_daemon(sock_path: str, timeout: float = 30.0, idle_exit: str = "300s") -> None:
+    """Start a daemon on ``sock_path`` and wait until it answers."""
+    os.makedirs(os.path.dirname(sock_path), mode=0o700, exist_ok=True)
+    log = open(sock_path + ".log", "ab")
+    subprocess.Popen(
+        [find_binary(), "serve", "--socket", sock_path, "--idle-exit", idle_exit, "--quiet"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+    )
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(sock_path)
+            return
+        except OSError:
+            time.sleep(0.02)
+        finally:
+            s.close()
+    raise RiffleError(f"the riffle daemon did not start on {sock_path} within {timeout}s (see {sock_path}.log)")
+
+
+class Connection:
+    """One connection to the daemon, used by one thread at a time.
+
+    Releases of batches the user dropped are queued by finalizers (from any
+    thread) and sent ahead of the next request.
+    """
+
+    def __init__(self, sock_path: str | None = None, address: str | None = None, token: str | None = None,
+                 timeout: float = 60.0, autostart: bool = True):
+        self.timeout = timeout
+        self.address = address
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._releases: list[tuple[int, int]] = []
+        self._fds: list[int] = []
+        if address:
+            host, port = address.rsplit(":", 1)
+            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+            self.shm = False
+        else:
+            path = sock_path or default_socket()
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                self.sock.connect(path)
+            except OSError:
+                if not autostart:
+                    raise RiffleError(f"no riffle daemon at {path}; start one with `riffle serve`") from None
+                start_daemon(path)
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.connect(path)
+            self.shm = True
+        self.sock.settimeout(timeout)
+        hello = self.request({"op": wire.OP_HELLO, "version": wire.VERSION, "token": token or os.environ.get("RIFFLE_TOKEN", "")})
+        self.server = hello[0].get("server", "")
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def queue_release(self, job: int, seq: int) -> None:
+        self._releases.append((job, seq))
+
+    def _flush_releases(self) -> None:
+        if not self._releases:
+            return
+        pending, self._releases = self._releases, []
+        by_job: dict[int, list[int]] = {}
+        for job, seq in pending:
+            by_job.setdefault(job, []).append(seq)
+        for job, seqs in by_job.items():
+            self._send({"op": wire.OP_RELEASE, "job": job, "seqs": seqs})
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        try:
+            self.sock.sendall(wire.encode(msg))
+        except OSError as e:
+            raise DaemonGone(f"the riffle daemon went away: {e}") from None
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                if self.shm:
+                    data, anc, _, _ = self.sock.recvmsg(n - len(buf), socket.CMSG_SPACE(4 * 4))
+                    for level, kind, fdata in anc:
+                        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                            fds = array.array("i")
+                            fds.frombytes(fdata[: len(fdata) - len(fdata) % fds.itemsize])
+                            self._fds.extend(fds)
+                else:
+                    data = self.sock.recv(min(n - len(buf), 1 << 22))
+            except socket.timeout:
+                raise DaemonGone(f"the riffle daemon did not answer within {self.sock.gettimeout()}s") from None
+            except OSError as e:
+                raise DaemonGone(f"the riffle daemon went away: {e}") from None
+            if not data:
+                raise DaemonGone("the riffle daemon closed the connection (did it die?)")
+            buf += data
+        return bytes(buf)
+
+    def request(self, msg: dict[str, Any], timeout: float | None = None) -> tuple[dict[str, Any], bytes | None, list[int]]:
+        """Send one request; return the reply, its payload and any passed descriptors."""
+        if os.getpid() != self.pid:
+            raise RiffleError("a riffle connection cannot cross fork(); each process connects itself")
+        with self._lock:
+            self._flush_releases()
+            self._send(msg)
+            if timeout is not None:
+                self.sock.settimeout(timeout)
+            try:
+                n = wire.header_length(self._recv_exact(4))
+                reply = wire.decode(self._recv_exact(n))
+                payload = self._recv_exact(reply["payload"]) if reply.get("payload") else None
+            finally:
+                if timeout is not None:
+                    self.sock.settimeout(self.timeout)
+            fds, self._fds = self._fds, []
+        if reply["op"] == wire.OP_ERROR:
+            for fd in fds:
+                os.close(fd)
+            raise RiffleError(reply.get("message", "error"), reply.get("path") or None, reply.get("offset"))
+        return reply, payload, fds
+
+
+_connections: dict[tuple, Connection] = {}
+_conn_lock = threading.Lock()
+
+
+def connect(sock_path: str | None = None, address: str | None = None, token: str | None = None,
+            timeout: float = 60.0, autostart: bool = True) -> Connection:
+    """A shared connection for this process and thread to the daemon at ``sock_path`` or ``address``."""
+    key = (os.getpid(), threading.get_ident(), sock_path or default_socket(), address)
+    with _conn_lock:
+        c = _connections.get(key)
+        if c is None:
+            c = Connection(sock_path, address, token, timeout, autostart)
+            _connections[key] = c
+        return c
+
+
+def _forget(conn: Connection) -> None:
+    with _conn_lock:
+        for k, v in list(_connections.items()):
+            if v is conn:
+                del _connections[k]
+    conn.close()
+
+
+class Batch:
+    """One batch. Record ``i`` is ``ids[i]``; its bytes are ``record(i)``.
+
+    ``raw`` is the batch's bytes as a uint8 array in shared memory; the
+    region returns to the daemon only when no array or memoryview made from
+    the batch is alive any more.
+    """
+
+    __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "__weakref__")
+
+    def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict):
+        self.epoch, self.index, self.last = epoch, index, last
+        self.n = len(ids)
+        self.ids, self.offs, self.lens, self.labels = ids, offs, lens, labels
+        self.raw = raw
+        self.info = info
+        self.packed = bool(self.n == 0 or (offs[0] == 0 and np.all(offs[1:] == np.cumsum(lens)[:-1])))
+
+    def record(self, i: int) -> memoryview:
+        """Record ``i``'s bytes, a view of the batch."""
+        o = int(self.offs[i])
+        return memoryview(self.raw[o : o + int(self.lens[i])])
+
+    def records(self) -> list[memoryview]:
+        return [self.record(i) for i in range(self.n)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"<riffle.Batch epoch={self.epoch} index={self.index} n={self.n} bytes={len(self.raw)}>"
+
+
+def _release(conn_ref, job: int, seq: int) -> None:
+    conn = conn_ref()
+    if conn is not None:
+        conn.queue_release(job, seq)
+
+
+class Loader:
+    """An iterable of batches of a dataset in a global shuffle, one epoch per iteration.
+
+    ``paths`` is a file, a glob, a directory (ImageFolder) or a list of
+    those. ``rank``/``world_size`` shard each epoch as DistributedSampler
+    does. ``state_dict()`` is the place of the next batch; pass it to
+    ``load_state_dict()`` to resume exactly there.
+    """
+
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int = 256, *,
+                 shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
+                 header_bytes: int = 0, csv_header: bool = False, skip_crc: bool = False, drop_partial: bool = False,
+                 direct: bool = False, rank: int = 0, world_size: int = 1, drop_last: bool = False,
+                 prefetch: int = 4, depth: int | None = None, memory: int = 256 << 20, ordered: bool = False,
+                 epoch: int = 0, socket: str | None = None, address: str | None = None, token: str | None = None,
+                 timeout: float = 60.0, autostart: bool = True):
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        self.spec = {
+            "paths": [os.path.abspath(os.fspath(p)) for p in paths], "format": format or "",
+            "record_size": record_size or 0, "header_bytes": header_bytes, "csv_header": csv_header,
+            "skip_crc": skip_crc, "drop_partial": drop_partial, "direct": direct, "shuffle": shuffle,
+            "seed": seed, "rank": rank, "world": world_size, "drop_last": drop_last, "batch_size": batch_size,
+            "prefetch": prefetch, "depth": depth or 0, "memory_bytes": memory, "ordered": ordered,
+        }
+        self.memory = memory
+        self.epoch = epoch
+        self._batch = 0
+        self._conn_args = (socket, address, token, timeout, autostart)
+        self._meta: dict | None = None
+        self._held = 0
+
+    # --- epochs and checkpoints ---
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch)."""
+        self.epoch, self._batch = epoch, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The place of the next batch: save it with the model's checkpoint."""
+        return {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at a place ``state_dict()`` returned."""
+        if state.get("seed", self.spec["seed"]) != self.spec["seed"]:
+            raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
+        self.epoch, self._batch = int(state["epoch"]), int(state["batch"])
+
+    # --- iteration ---
+    def _conn(self) -> Connection:
+        return connect(*self._conn_args)
+
+    def _open(self, epoch: int, batch: int) -> tuple[Connection, dict, mmap.mmap | None]:
+        conn = self._conn()
+        spec = dict(self.spec, epoch=epoch, batch=batch, epochs=1)
+        reply, _, fds = conn.request({"op": wire.OP_OPEN, "spec": spec}, timeout=max(conn.timeout, 600.0))
+        mm = None
+        if reply.get("arena_size"):
+            if not fds:
+                raise RiffleError("the daemon sent no shared memory with the job")
+            try:
+                mm = mmap.mmap(fds[0], reply["arena_size"], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        self._meta = reply
+        return conn, reply, mm
+
+    def info(self) -> dict:
+        """The dataset's description: format, record size, dtype and shape, classes, paths; plus counts."""
+        if self._meta is None:
+            conn, reply, mm = self._open(self.epoch, 0)
+            conn.request({"op": wire.OP_CLOSE, "job": reply["job"]})
+            if mm is not None:
+                mm.close()
+        m = self._meta
+        return dict(m.get("info") or {}, records=m.get("records", 0), positions=m.get("positions", 0), batches=m.get("batches", 0))
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+        return int(self.info()["batches"])
+
+    def __iter__(self) -> Iterator[Batch]:
+        conn, reply, mm = self._open(self.epoch, self._batch)
+        job = reply["job"]
+        info = reply.get("info") or {}
+        conn_ref = weakref.ref(conn)
+        ended = False
+        try:
+            while True:
+                self._wait_for_memory()
+                try:
+                    m, payload, _ = conn.request({"op": wire.OP_NEXT, "job": job})
+                except DaemonGone:
+                    _forget(conn)
+                    raise
+                if m["op"] == wire.OP_END:
+                    ended = True
+                    break
+                batch = self._batch_from(m, payload, mm, info, conn_ref, job)
+                self._batch = m["index"] + 1
+                if m.get("last"):
+                    self.epoch, self._batch = m["epoch"] + 1, 0
+                yield batch
+        finally:
+            try:
+                conn.request({"op": wire.OP_CLOSE, "job": job})
+            except RiffleError:
+                pass
+            if not ended:
+                pass  # an abandoned epoch resumes from state_dict()
+        # The mmap stays mapped while any batch's arrays refer to it.
+
+    def _batch_from(self, m, payload, mm, info, conn_ref, job) -> Batch:
+        n = m.get("n", 0)
+        buf = mm if mm is not None else payload
+        meta = np.frombuffer(buf, np.int64, count=n * (4 if m.get("labels") else 3), offset=m.get("meta_off", 0)).copy()
+        ids, offs, lens = meta[:n], meta[n : 2 * n], meta[2 * n : 3 * n]
+        labels = meta[3 * n :] if m.get("labels") else None
+        size = m.get("data_len", 0)
+        raw = np.frombuffer(buf, np.uint8, count=size, offset=m.get("data_off", 0))
+        if mm is not None:
+            self._held += size
+            weakref.finalize(raw, _release, conn_ref, job, m["seq"])
+            weakref.finalize(raw, self._unhold, size)
+        return Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info)
+
+    def _unhold(self, size: int) -> None:
+        self._held -= size
+
+    def _wait_for_memory(self) -> None:
+        # The daemon cannot load a batch while held batches fill the job's
+        # memory; say so instead of waiting forever.
+        if self._held < self.memory:
+            return
+        gc.collect()
+        if self._held >= self.memory:
+            raise RiffleError(
+                f"{self._held} bytes of batches are still referenced, the job's whole memory ({self.memory} bytes): "
+                "drop references to old batches, or raise memory=")

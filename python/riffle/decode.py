@@ -1,0 +1,110 @@
+"""Decoders from a batch's record bytes to arrays and Python objects.
+
+Each takes a :class:`riffle.client.Batch` and returns what a training loop
+wants: fixed-size records as one ``(n, ...)`` array of a dtype (a view of the
+shared batch memory, not a copy, when the records are packed); ``.npy`` rows;
+LIBSVM lines as CSR arrays with labels, or dense; JSONL lines as dicts.
+Malformed records raise :class:`DecodeError` naming the record id.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import numpy as np
+
+
+class DecodeError(ValueError):
+    """A record could not be decoded; names the record id."""
+
+
+def fixed(batch, dtype: Any = np.uint8, shape: Sequence[int] | None = None) -> np.ndarray:
+    """Fixed-size records as an array of ``(n, *shape)`` of ``dtype``.
+
+    Without ``shape`` each record is a flat row. A view of the batch's memory
+    when the records are packed back to back, else one gathering copy.
+    """
+    dt = np.dtype(dtype)
+    n = batch.n
+    if n == 0:
+        return np.empty((0,) + tuple(shape or (0,)), dt)
+    size = int(batch.lens[0])
+    if np.any(batch.lens != size):
+        raise DecodeError("records of different sizes cannot form one array")
+    if size % dt.itemsize:
+        raise DecodeError(f"record of {size} bytes is not a whole number of {dt} items")
+    if shape is None:
+        shape = (size // dt.itemsize,)
+    if int(np.prod(shape)) * dt.itemsize != size:
+        raise DecodeError(f"shape {tuple(shape)} of {dt} is not the {size}-byte record")
+    raw = batch.raw
+    if batch.packed:
+        flat = raw[: n * size]
+    else:
+        idx = (batch.offs[:, None] + np.arange(size)[None, :]).reshape(-1)
+        flat = raw[idx]
+    return flat.view(dt).reshape((n,) + tuple(shape))
+
+
+def npy(batch) -> np.ndarray:
+    """Rows of a ``.npy`` array, with the file's dtype and row shape."""
+    info = batch.info
+    return fixed(batch, np.dtype(info["dtype"]), info.get("shape") or ())
+
+
+def libsvm(batch, n_features: int | None = None, dense: bool = False, zero_based: bool = False):
+    """LIBSVM/SVMlight lines as ``(labels, (indptr, indices, values))``.
+
+    Indices are 1-based in the format and 0-based in the result unless
+    ``zero_based`` says the file already is. With ``dense`` the features
+    come as an ``(n, n_features)`` float32 array instead of CSR.
+    """
+    labels = np.empty(batch.n, np.float32)
+    indptr = np.zeros(batch.n + 1, np.int64)
+    indices: list[int] = []
+    values: list[float] = []
+    shift = 0 if zero_based else 1
+    for i in range(batch.n):
+        line = bytes(batch.record(i)).split(b"#", 1)[0].split()
+        try:
+            if not line:
+                raise ValueError("empty line")
+            labels[i] = float(line[0])
+            for tok in line[1:]:
+                if tok.startswith(b"qid:"):
+                    continue
+                k, v = tok.split(b":", 1)
+                indices.append(int(k) - shift)
+                values.append(float(v))
+        except ValueError as e:
+            raise DecodeError(f"record {batch.ids[i]}: malformed LIBSVM line {bytes(batch.record(i))[:80]!r}: {e}") from None
+        indptr[i + 1] = len(indices)
+    ind = np.asarray(indices, np.int64)
+    val = np.asarray(values, np.float32)
+    if n_features is None:
+        n_features = int(ind.max()) + 1 if len(ind) else 0
+    if len(ind) and (ind.min() < 0 or ind.max() >= n_features):
+        raise DecodeError(f"feature index outside [0, {n_features}) in batch of records {batch.ids[:3].tolist()}...")
+    if not dense:
+        return labels, (indptr, ind, val)
+    out = np.zeros((batch.n, n_features), np.float32)
+    rows = np.repeat(np.arange(batch.n), np.diff(indptr))
+    out[rows, ind] = val
+    return labels, out
+
+
+def jsonl(batch) -> list[dict]:
+    """JSONL lines as parsed objects."""
+    out = []
+    for i in range(batch.n):
+        try:
+            out.append(json.loads(bytes(batch.record(i))))
+        except ValueError as e:
+            raise DecodeError(f"record {batch.ids[i]}: malformed JSON: {e}") from None
+    return out
+
+
+def lines(batch, encoding: str = "utf-8") -> list[str]:
+    """Text lines as strings."""
+    return [bytes(batch.record(i)).decode(encoding) for i in range(batch.n)]

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Arena is a job's shared memory: a memfd mapped by the daemon, whose
+// descriptor is passed to the client so that the client maps the same
+// pages. The loader reads records straight into it and the client reads
+// them from it: a batch crosses the process boundary without a copy.
+//
+// Space is handed out first-fit from a sorted free list and coalesced on
+// free. A region stays allocated until the client releases its batch, so a
+// batch the user still holds is never overwritten. Alloc waits for space
+// rather than failing while the job's memory bound (the loader's
+// MemoryBytes, at most half the arena) leaves fragmentation as the only
+// reason to wait.
+type Arena struct {
+	fd   int
+	mem  []byte
+	mu   sync.Mutex
+	cond *sync.Cond
+	free []span // sorted by off, never adjacent
+	used map[int64]int64
+	done bool
+}
+
+type span struct{ off, n int64 }
+
+// ErrArenaClosed is returned by Alloc after Close.
+var ErrArenaClosed = errors.New("arena closed")
+
+// NewArena makes a shared arena of size bytes.
+func NewArena(name string, size int64) (*Arena, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("sizing shared memory to %d bytes: %w", size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("mapping shared memory: %w", err)
+	}
+	a := &Arena{fd: fd, mem: mem, free: []span{{0, size}}, used: map[int64]int64{}}
+	a.cond = sync.NewCond(&a.mu)
+	return a, nil
+}
+
+// Fd is the memfd to pass to the client.
+func (a *Arena) Fd() int { return a.fd }
+
+// Size is the arena's size.
+func (a *Arena) Size() int64 { return int64(len(a.mem)) }
+
+// Alloc returns n bytes aligned to align (at most the page size), waiting
+// for space if need be.
+func (a *Arena) Alloc(n, align int) ([]byte, error) {
+	if align < 64 {
+		align = 64 // cache lines; also keeps numpy views aligned for any dtype
+	}
+	size := int64(n+align-1) / int64(align) * int64(align)
+	if size == 0 {
+		size = int64(align)
+	}
+	if size > int64(len(a.mem)) {
+		return nil, fmt.Errorf("a batch of %d bytes does not fit the %d-byte shared arena: raise the job's memory", n, len(a.mem))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		if a.done {
+			return nil, ErrArenaClosed
+		}
+		for i, s := range a.free {
+			// Free spans start at multiples of 64; align inside the span.
+			start := (s.off + int64(align) - 1) / int64(align) * int64(align)
+			if start+size > s.off+s.n {
+				continue
+			}
+			a.take(i, start, size)
+			return a.mem[start : start+int64(n) : start+size], nil
+		}
+		a.cond.Wait()
+	}
+}
+
+// take carves [start, start+size) out of free span i.
+func (a *Arena) take(i int, start, size int64) {
+	s := a.free[i]
+	var repl []span
+	if start > s.off {
+		repl = append(repl, span{s.off, start - s.off})
+	}
+	if end := start + size; end < s.off+s.n {
+		repl = append(repl, span{end, s.off + s.n - end})
+	}
+	a.free = append(a.free[:i], append(repl, a.free[i+1:]...)...)
+	a.used[start] = size
+}
+
+// Offset is b's offset in the arena.
+func (a *Arena) Offset(b []byte) int64 {
+	return int64(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(a.mem))))
+}
+
+// Free returns b, which Alloc returned, to the arena.
+func (a *Arena) Free(b []byte) {
+	off := a.Offset(b)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n, ok := a.used[off]
+	if !ok {
+		return // freed twice, or after Close
+	}
+	delete(a.used, off)
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
+	a.free = append(a.free, span{})
+	copy(a.free[i+1:], a.free[i:])
+	a.free[i] = span{off, n}
+	// Merge with the next and the previous span.
+	if i+1 < len(a.free) && a.free[i].off+a.free[i].n == a.free[i+1].off {
+		a.free[i].n += a.free[i+1].n
+		a.free = append(a.free[:i+1], a.free[i+2:]...)
+	}
+	if i > 0 && a.free[i-1].off+a.free[i-1].n == a.free[i].off {
+		a.free[i-1].n += a.free[i].n
+		a.free = append(a.free[:i], a.free[i+1:]...)
+	}
+	a.cond.Broadcast()
+}
+
+// InUse is the bytes allocated now.
+func (a *Arena) InUse() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var t int64
+	for _, n := range a.used {
+		t += n
+	}
+	return t
+}
+
+// Close unmaps the arena and closes its memfd. Nothing may write into it
+// after: the loader that filled it must be closed first. A client's mapping
+// stays valid, so batches the user holds survive the job.
+func (a *Arena) Close() error {
+	a.stop()
+	err := unix.Munmap(a.mem)
+	if e := unix.Close(a.fd); err == nil {
+		err = e
+	}
+	return err
+}
+
+// stop makes Alloc fail from now on, waking those that wait.
+func (a *Arena) stop() {
+	a.mu.Lock()
+	a.done = true
+	a.cond.Broadcast()
+	a.mu.Unlock()
+}

@@ -1,0 +1,227 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/wire"
+)
+
+// job is one client's loader over one dataset.
+type job struct {
+	spec   wire.JobSpec
+	ds     *dsEntry
+	sets   *datasets
+	smp    sampler.Sampler
+	l      *loader.Loader
+	arena  *Arena
+	inline bool
+	cancel context.CancelFunc
+
+	mu   sync.Mutex
+	seq  uint64
+	held map[uint64]*loader.Batch // handed to the client, not yet released
+	once sync.Once
+}
+
+// defaultJobMemory bounds a job's batches in flight and held when the
+// client does not say.
+const defaultJobMemory = 256 << 20
+
+// metaBytes is the room after a batch's bytes for its ids, offsets, lengths
+// and labels: four int64 arrays.
+func metaBytes(batch int) int { return 32 * batch }
+
+func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*job, error) {
+	if len(spec.Paths) == 0 {
+		return nil, errors.New("open: no paths")
+	}
+	if spec.BatchSize <= 0 {
+		return nil, fmt.Errorf("open: batch size %d", spec.BatchSize)
+	}
+	paths, err := dataset.ExpandPaths(spec.Paths)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		if err := s.checkPath(p); err != nil {
+			return nil, err
+		}
+	}
+	opts := dataset.Options{
+		Format: spec.Format, RecordSize: spec.RecordSize, HeaderBytes: spec.HeaderBytes,
+		CSVHeader: spec.CSVHeader, SkipCRC: spec.SkipCRC, DropPartialTail: spec.DropPartial, Direct: spec.Direct,
+	}
+	e, err := s.sets.get(paths, opts)
+	if err != nil {
+		return nil, err
+	}
+	j := &job{spec: *spec, ds: e, sets: s.sets, inline: !shm, held: map[uint64]*loader.Batch{}}
+	var smp sampler.Sampler = sampler.Sequential{N: e.ds.Len()}
+	if spec.Shuffle {
+		smp = sampler.Global{N: e.ds.Len(), Seed: spec.Seed}
+	}
+	world := max(1, spec.World)
+	if world > 1 || spec.Rank != 0 {
+		if smp, err = sampler.NewShard(smp, spec.Rank, world, spec.DropLast); err != nil {
+			s.sets.put(e)
+			return nil, err
+		}
+	}
+	j.smp = smp
+	mem := spec.MemoryBytes
+	if mem <= 0 {
+		mem = defaultJobMemory
+	}
+	lopts := loader.Options{
+		BatchSize: spec.BatchSize, DropLast: spec.DropLast, Depth: spec.Depth, Prefetch: spec.Prefetch,
+		MemoryBytes: mem, Ordered: spec.Ordered, Epoch: spec.Epoch, Batch: spec.Batch, Epochs: spec.Epochs,
+	}
+	// The arena holds twice the memory bound, so fragmentation never
+	// blocks the loader for long, plus one batch's metadata per batch.
+	size := 2*mem + int64(metaBytes(spec.BatchSize))*int64(max(8, spec.Prefetch+4))
+	if j.arena, err = NewArena("riffle-job", size); err != nil {
+		s.sets.put(e)
+		return nil, err
+	}
+	lopts.Alloc = jobAlloc{j.arena, metaBytes(spec.BatchSize)}
+	lctx, cancel := context.WithCancel(context.Background())
+	j.cancel = cancel
+	if j.l, err = loader.New(lctx, e.ds, smp, lopts); err != nil {
+		cancel()
+		j.arena.Close()
+		s.sets.put(e)
+		return nil, err
+	}
+	return j, nil
+}
+
+// jobAlloc reserves room for a batch's metadata behind its bytes.
+type jobAlloc struct {
+	a    *Arena
+	meta int
+}
+
+func (a jobAlloc) Alloc(n, align int) ([]byte, error) {
+	b, err := a.a.Alloc(pad8(n)+a.meta, align)
+	if err != nil {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
+func (a jobAlloc) Free(b []byte) { a.a.Free(b) }
+
+func pad8(n int) int { return (n + 7) &^ 7 }
+
+func (j *job) opened() *wire.Msg {
+	inf := j.ds.ds.Info()
+	m := &wire.Msg{
+		Op: wire.OpOpened, Records: j.ds.ds.Len(), Positions: j.smp.Len(),
+		Batches: j.l.Batches().Count(),
+		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
+			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths},
+	}
+	if !j.inline {
+		m.ArenaSize = j.arena.Size()
+	}
+	return m
+}
+
+// next loads the next batch, writes its metadata behind its bytes and
+// returns its header (and, inline, the bytes to send after it).
+func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
+	b, err := j.l.Next(ctx)
+	if errors.Is(err, io.EOF) {
+		return &wire.Msg{Op: wire.OpEnd}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(b.IDs)
+	full := b.Data[:cap(b.Data)]
+	metaAt := pad8(len(b.Data))
+	meta := full[metaAt:]
+	put := func(k int, vals []int) {
+		for i, v := range vals {
+			binary.LittleEndian.PutUint64(meta[8*(k*n+i):], uint64(v))
+		}
+	}
+	put(0, b.IDs)
+	put(1, b.Off)
+	put(2, b.Len)
+	if b.Labels != nil {
+		put(3, b.Labels)
+	}
+	metaLen := 8 * n * 3
+	if b.Labels != nil {
+		metaLen += 8 * n
+	}
+	j.mu.Lock()
+	j.seq++
+	seq := j.seq
+	j.held[seq] = b
+	j.mu.Unlock()
+	m := &wire.Msg{Op: wire.OpBatch, Seq: seq, Epoch: b.Epoch, Index: b.Index, Last: b.Last, N: n,
+		DataLen: int64(len(b.Data)), Labels: b.Labels != nil}
+	if j.inline {
+		// Bytes and metadata follow the header; the caller releases the
+		// batch once they are written, since the client keeps a copy.
+		m.DataOff, m.MetaOff = 0, int64(metaAt)
+		m.Payload = int64(metaAt + metaLen)
+		return m, [][]byte{full[:metaAt+metaLen]}, nil
+	}
+	m.DataOff = j.arena.Offset(b.Data)
+	m.MetaOff = m.DataOff + int64(metaAt)
+	return m, nil, nil
+}
+
+// release gives back batches the client is done with.
+func (j *job) release(seqs []uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, s := range seqs {
+		if b, ok := j.held[s]; ok {
+			b.Release()
+			delete(j.held, s)
+		}
+	}
+}
+
+// close stops the loader, then frees the arena: the loader's reads must
+// end before the memory they write into goes.
+func (j *job) close() {
+	j.once.Do(func() {
+		j.cancel()
+		j.arena.stop() // wakes a loader waiting for space
+		j.l.Close()
+		j.mu.Lock()
+		for s, b := range j.held {
+			b.Release()
+			delete(j.held, s)
+		}
+		j.mu.Unlock()
+		j.arena.Close()
+		j.sets.put(j.ds)
+	})
+}
+
+// where copies the file and offset an error names into an error reply.
+func where(err error, m *wire.Msg) {
+	var fe *dataset.FormatError
+	var se *storage.Error
+	switch {
+	case errors.As(err, &fe):
+		m.Path, m.Offset = fe.Path, fe.Offset
+	case errors.As(err, &se):
+		m.Path, m.Offset = se.Object, se.Offset
+	}
+}
