@@ -209,7 +209,7 @@ _conn_lock = threading.Lock()
 def connect(sock_path: str | None = None, address: str | None = None, token: str | None = None,
             timeout: float = 60.0, autostart: bool = True) -> Connection:
     """A shared connection for this process and thread to the daemon at ``sock_path`` or ``address``."""
-    key = (os.getpid(), threading.get_ident(), sock_path or default_socket(), address)
+    key = (os.getpid(), threading.get_ident(), sock_path or default_socket(), address, token)
     with _conn_lock:
         c = _connections.get(key)
         if c is None:

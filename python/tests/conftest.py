@@ -1,0 +1,105 @@
+"""Fixtures: a real riffle daemon on a temporary socket, and test datasets
+whose records carry their own id."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import riffle  # noqa: E402
+from riffle import client  # noqa: E402
+
+
+def riffle_bin() -> str:
+    b = os.environ.get("RIFFLE_BIN")
+    if b:
+        return b
+    out = REPO / "bin" / "riffle"
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    subprocess.run([go, "build", "-o", str(out), "./cmd/riffle"], cwd=REPO, check=True)
+    return str(out)
+
+
+def wait_for_socket(path: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            return
+        except OSError:
+            time.sleep(0.02)
+        finally:
+            s.close()
+    raise RuntimeError(f"no daemon on {path}")
+
+
+class Daemon:
+    def __init__(self, sock: str, *args: str):
+        self.sock = sock
+        self.log = open(sock + ".log", "wb")
+        self.proc = subprocess.Popen([riffle_bin(), "serve", "--socket", sock, *args], stdout=self.log, stderr=self.log)
+        wait_for_socket(sock)
+
+    def stats(self) -> dict:
+        c = client.Connection(self.sock, autostart=False)
+        try:
+            return c.request({"op": "stats"})[0]
+        finally:
+            c.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def bin_path() -> str:
+    return riffle_bin()
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory, bin_path):
+    d = Daemon(str(tmp_path_factory.mktemp("sock") / "riffle.sock"))
+    yield d
+    d.stop()
+
+
+@pytest.fixture(autouse=True)
+def use_daemon(request, monkeypatch):
+    # Tests talk to the session daemon unless they start their own.
+    if "daemon" in request.fixturenames:
+        monkeypatch.setenv("RIFFLE_SOCKET", request.getfixturevalue("daemon").sock)
+    monkeypatch.setenv("RIFFLE_BIN", riffle_bin())
+
+
+def record(i: int, size: int) -> bytes:
+    """Record i: its id as a little-endian uint64, then bytes that depend on id and position."""
+    body = ((np.arange(size - 8, dtype=np.uint32) * 31 + i * 7) % 251).astype(np.uint8).tobytes()
+    return struct.pack("<Q", i) + body
+
+
+def write_fixed(path: Path, n: int, size: int) -> Path:
+    with open(path, "wb") as f:
+        for i in range(n):
+            f.write(record(i, size))
+    return path
+
+
+@pytest.fixture
+def fixed_file(tmp_path) -> Path:
+    return write_fixed(tmp_path / "records.bin", 1000, 64)

@@ -1,0 +1,194 @@
+"""The Python client against a real daemon: exactly-once, bytes, formats,
+resuming, held batches, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import riffle
+from riffle import decode
+
+from conftest import record, write_fixed
+
+
+def epoch_ids(loader) -> list[int]:
+    ids: list[int] = []
+    for b in loader:
+        ids += b.ids.tolist()
+    return ids
+
+
+def test_exactly_once_every_epoch(daemon, fixed_file):
+    ld = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=3)
+    orders = []
+    for e in range(3):
+        ids = epoch_ids(ld)
+        assert sorted(ids) == list(range(1000)), f"epoch {e}"
+        orders.append(ids)
+    assert ld.epoch == 3
+    assert orders[0] != orders[1] != orders[2]
+
+
+def test_same_seed_same_batches(daemon, fixed_file):
+    a = [sorted(b.ids.tolist()) for b in riffle.Loader(fixed_file, batch_size=100, record_size=64, seed=9)]
+    b = [sorted(b.ids.tolist()) for b in riffle.Loader(fixed_file, batch_size=100, record_size=64, seed=9)]
+    c = [sorted(b.ids.tolist()) for b in riffle.Loader(fixed_file, batch_size=100, record_size=64, seed=10)]
+    assert a == b
+    assert a != c
+
+
+def test_batch_bytes_are_the_files_bytes(daemon, fixed_file):
+    data = fixed_file.read_bytes()
+    for b in riffle.Loader(fixed_file, batch_size=128, record_size=64, seed=1):
+        arr = decode.fixed(b)
+        assert arr.shape == (b.n, 64)
+        for i, rid in enumerate(b.ids):
+            assert arr[i].tobytes() == data[rid * 64 : (rid + 1) * 64]
+
+
+def test_fixed_is_a_view_of_shared_memory(daemon, fixed_file):
+    b = next(iter(riffle.Loader(fixed_file, batch_size=128, record_size=64)))
+    arr = decode.fixed(b, np.uint64, (8,))
+    assert b.packed
+    assert arr.ctypes.data == b.raw.ctypes.data, "decode.fixed copied a packed batch"
+    assert (arr[:, 0] == b.ids).all()
+
+
+def test_sequential_order(daemon, fixed_file):
+    ld = riffle.Loader(fixed_file, batch_size=100, record_size=64, shuffle=False, ordered=True)
+    assert epoch_ids(ld) == list(range(1000))
+
+
+def test_drop_last_and_len(daemon, fixed_file):
+    ld = riffle.Loader(fixed_file, batch_size=300, record_size=64, drop_last=True)
+    assert len(ld) == 3
+    assert len(epoch_ids(ld)) == 900
+
+
+def test_jsonl(daemon, tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_text("".join(json.dumps({"id": i, "text": "x" * (i % 17)}) + "\n" for i in range(333)))
+    seen = []
+    for b in riffle.Loader(p, batch_size=50, seed=2):
+        for i, obj in enumerate(decode.jsonl(b)):
+            assert obj["id"] == b.ids[i]
+            seen.append(obj["id"])
+    assert sorted(seen) == list(range(333))
+
+
+def test_libsvm_csr_and_dense(daemon, tmp_path):
+    p = tmp_path / "d.svm"
+    lines = [f"{i % 2} {i % 5 + 1}:{i}.5 {i % 5 + 7}:1" for i in range(200)]
+    p.write_text("\n".join(lines) + "\n")
+    for b in riffle.Loader(p, batch_size=64, seed=1):
+        y, (indptr, ind, val) = decode.libsvm(b)
+        ydense, x = decode.libsvm(b, n_features=12, dense=True)
+        for i, rid in enumerate(b.ids):
+            assert y[i] == rid % 2 == ydense[i]
+            assert ind[indptr[i] : indptr[i + 1]].tolist() == [rid % 5, rid % 5 + 6]
+            assert val[indptr[i]] == pytest.approx(rid + 0.5)
+            assert x[i, rid % 5] == pytest.approx(rid + 0.5) and x[i, rid % 5 + 6] == 1
+
+
+def test_malformed_libsvm_line_names_the_record(daemon, tmp_path):
+    p = tmp_path / "bad.svm"
+    p.write_text("1 1:2\n0 x:y\n")
+    b = next(iter(riffle.Loader(p, batch_size=2, shuffle=False, ordered=True)))
+    with pytest.raises(decode.DecodeError, match="record 1"):
+        decode.libsvm(b)
+
+
+def test_npy_rows(daemon, tmp_path):
+    arr = np.arange(50 * 6, dtype=np.float32).reshape(50, 2, 3)
+    p = tmp_path / "a.npy"
+    np.save(p, arr)
+    ld = riffle.Loader(p, batch_size=16, seed=4)
+    assert ld.info()["dtype"] == "<f4" and ld.info()["shape"] == [2, 3]
+    for b in ld:
+        rows = decode.npy(b)
+        assert rows.shape == (b.n, 2, 3)
+        np.testing.assert_array_equal(rows, arr[b.ids])
+
+
+def test_image_folder_labels(daemon, tmp_path):
+    root = tmp_path / "tree"
+    for c, name in enumerate(["dog", "cat"]):
+        (root / name).mkdir(parents=True)
+        for i in range(5):
+            (root / name / f"{i}.jpg").write_bytes(f"{name}-{i}".encode())
+    ld = riffle.Loader(root, batch_size=4, seed=1)
+    assert ld.info()["classes"] == ["cat", "dog"]
+    n = 0
+    for b in ld:
+        for i in range(b.n):
+            name = bytes(b.record(i)).decode().split("-")[0]
+            assert ["cat", "dog"][b.labels[i]] == name
+            n += 1
+    assert n == 10
+
+
+def test_resume_from_state_dict(daemon, fixed_file):
+    whole = [b.ids.tolist() for b in riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=5, ordered=True)]
+    ld = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=5, ordered=True)
+    it = iter(ld)
+    first = [next(it).ids.tolist() for _ in range(6)]
+    state = ld.state_dict()
+    it.close()
+    assert state == {"epoch": 0, "batch": 6, "seed": 5}
+    again = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=5, ordered=True)
+    again.load_state_dict(state)
+    rest = [b.ids.tolist() for b in again]
+    assert first + rest == whole
+    with pytest.raises(riffle.RiffleError, match="seed"):
+        riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=6).load_state_dict(state)
+
+
+def test_held_batch_unchanged(daemon, tmp_path):
+    p = write_fixed(tmp_path / "r.bin", 4000, 256)
+    ld = riffle.Loader(p, batch_size=100, record_size=256, seed=1, memory=1 << 20, prefetch=2)
+    it = iter(ld)
+    held = next(it)
+    arr = decode.fixed(held)
+    snapshot = arr.copy()
+    count = 0
+    for b in it:  # 39 more batches through an arena of 2 MiB: regions are reused
+        count += 1
+    assert count == 39
+    np.testing.assert_array_equal(arr, snapshot)
+    for i, rid in enumerate(held.ids):
+        assert arr[i].tobytes() == record(int(rid), 256)
+
+
+def test_holding_all_memory_is_an_error_not_a_hang(daemon, tmp_path):
+    p = write_fixed(tmp_path / "r.bin", 4000, 256)
+    ld = riffle.Loader(p, batch_size=100, record_size=256, memory=100 * 256 * 3)
+    kept = []
+    with pytest.raises(riffle.RiffleError, match="still referenced"):
+        for b in ld:
+            kept.append(b)
+
+
+def test_bad_input_names_file_and_offset(daemon, tmp_path):
+    p = tmp_path / "odd.bin"
+    p.write_bytes(b"\0" * 1000)
+    with pytest.raises(riffle.RiffleError) as e:
+        next(iter(riffle.Loader(p, batch_size=10, record_size=64)))
+    assert e.value.path == str(p) and e.value.offset == 960
+    assert "offset 960" in str(e.value)
+
+
+def test_missing_file(daemon, tmp_path):
+    with pytest.raises(riffle.RiffleError, match="no such file"):
+        next(iter(riffle.Loader(tmp_path / "nope.bin", batch_size=10, record_size=64)))
+
+
+def test_truncated_tfrecord_line_error(daemon, tmp_path):
+    p = tmp_path / "cut.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"a"')
+    with pytest.raises(riffle.RiffleError) as e:
+        next(iter(riffle.Loader(p, batch_size=10)))
+    assert e.value.offset == 9 and "newline" in str(e.value)

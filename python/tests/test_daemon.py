@@ -1,0 +1,175 @@
+"""The daemon's life: clients that die, a daemon that dies, several
+clients, starting on demand, path roots, TCP with a token."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import riffle
+from riffle import client
+
+from conftest import REPO, Daemon, write_fixed
+
+CLIENT = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {py!r})
+    import riffle
+    ld = riffle.Loader({path!r}, batch_size=50, record_size=64, seed={seed})
+    ids = []
+    for b in ld:
+        ids += b.ids.tolist()
+        print("batch", flush=True)
+        time.sleep({sleep})
+    assert sorted(ids) == list(range(1000)), "not exactly once"
+    print("ok", len(ids), flush=True)
+""")
+
+
+def spawn_client(sock: str, path, seed: int = 0, sleep: float = 0.0) -> subprocess.Popen:
+    code = CLIENT.format(py=str(REPO / "python"), path=str(path), seed=seed, sleep=sleep)
+    env = dict(os.environ, RIFFLE_SOCKET=sock)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+
+
+def wait_jobs(d: Daemon, want: int, within: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < within:
+        if d.stats().get("jobs", 0) == want:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"daemon still has {d.stats().get('jobs', 0)} jobs after {within}s, want {want}")
+
+
+def test_two_clients_at_once(daemon, fixed_file):
+    a = spawn_client(daemon.sock, fixed_file, seed=1, sleep=0.01)
+    b = spawn_client(daemon.sock, fixed_file, seed=2, sleep=0.01)
+    for p in (a, b):
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert "ok 1000" in out
+
+
+def test_killed_client_frees_its_job_and_others_go_on(tmp_path, fixed_file):
+    d = Daemon(str(tmp_path / "k.sock"))
+    try:
+        victim = spawn_client(d.sock, fixed_file, sleep=0.2)
+        assert victim.stdout.readline().strip() == "batch"  # mid-epoch
+        assert d.stats()["jobs"] == 1
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        took = wait_jobs(d, 0, within=1.0)
+        assert took < 1.0
+        other = spawn_client(d.sock, fixed_file)
+        out, err = other.communicate(timeout=60)
+        assert other.returncode == 0 and "ok 1000" in out, err
+    finally:
+        d.stop()
+
+
+def test_killed_daemon_is_a_clear_error(tmp_path, fixed_file, monkeypatch):
+    d = Daemon(str(tmp_path / "d.sock"))
+    monkeypatch.setenv("RIFFLE_SOCKET", d.sock)
+    ld = riffle.Loader(fixed_file, batch_size=10, record_size=64, timeout=5, autostart=False)
+    it = iter(ld)
+    next(it)
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait()
+    start = time.monotonic()
+    with pytest.raises(riffle.DaemonGone, match="daemon"):
+        for _ in it:
+            pass
+    assert time.monotonic() - start < 5
+    d.stop()
+
+
+def test_daemon_that_stops_answering_times_out(tmp_path, fixed_file, monkeypatch):
+    d = Daemon(str(tmp_path / "s.sock"))
+    monkeypatch.setenv("RIFFLE_SOCKET", d.sock)
+    ld = riffle.Loader(fixed_file, batch_size=10, record_size=64, timeout=1, autostart=False)
+    it = iter(ld)
+    next(it)
+    d.proc.send_signal(signal.SIGSTOP)
+    while "T (stopped)" not in open(f"/proc/{d.proc.pid}/status").read():
+        time.sleep(0.01)
+    try:
+        start = time.monotonic()
+        with pytest.raises(riffle.DaemonGone, match="within"):
+            next(it)
+        assert time.monotonic() - start < 3
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+        d.stop()
+
+
+def test_client_starts_a_daemon(tmp_path, fixed_file, monkeypatch):
+    sock = str(tmp_path / "auto" / "riffle.sock")
+    monkeypatch.setenv("RIFFLE_SOCKET", sock)
+    try:
+        ids = [i for b in riffle.Loader(fixed_file, batch_size=100, record_size=64) for i in b.ids.tolist()]
+        assert sorted(ids) == list(range(1000))
+        assert os.stat(sock).st_mode & 0o777 == 0o600
+        # A second client shares the daemon the first one started.
+        c = client.Connection(sock, autostart=False)
+        assert c.request({"op": "stats"})[0]["clients"] >= 1
+        c.close()
+    finally:
+        subprocess.run(["pkill", "-f", f"--socket {sock}"])
+
+
+def test_roots_confine_paths(tmp_path, monkeypatch):
+    inside = tmp_path / "data"
+    inside.mkdir()
+    good = write_fixed(inside / "a.bin", 10, 64)
+    bad = write_fixed(tmp_path / "b.bin", 10, 64)
+    (inside / "link.bin").symlink_to(bad)
+    d = Daemon(str(tmp_path / "r.sock"), "--root", str(inside))
+    monkeypatch.setenv("RIFFLE_SOCKET", d.sock)
+    try:
+        assert len([b for b in riffle.Loader(good, batch_size=5, record_size=64)]) == 2
+        for p in (bad, inside / "link.bin", inside / ".." / "b.bin"):
+            with pytest.raises(riffle.RiffleError, match="outside the daemon's roots"):
+                next(iter(riffle.Loader(p, batch_size=5, record_size=64)))
+    finally:
+        d.stop()
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_tcp_with_token(tmp_path, fixed_file):
+    port = free_port()
+    d = Daemon(str(tmp_path / "t.sock"), "--tcp", f"127.0.0.1:{port}", "--token", "s3cret")
+    try:
+        data = fixed_file.read_bytes()
+        ld = riffle.Loader(fixed_file, batch_size=128, record_size=64, address=f"127.0.0.1:{port}", token="s3cret")
+        ids = []
+        for b in ld:
+            arr = riffle.decode.fixed(b)
+            for i, rid in enumerate(b.ids):
+                assert arr[i].tobytes() == data[rid * 64 : (rid + 1) * 64]
+            ids += b.ids.tolist()
+        assert sorted(ids) == list(range(1000))
+        with pytest.raises(riffle.RiffleError, match="token"):
+            riffle.Loader(fixed_file, batch_size=8, record_size=64, address=f"127.0.0.1:{port}", token="wrong").info()
+    finally:
+        d.stop()
+
+
+def test_tcp_beyond_loopback_needs_a_token(tmp_path, bin_path):
+    r = subprocess.run([bin_path, "serve", "--socket", str(tmp_path / "x.sock"), "--tcp", "0.0.0.0:0"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "token" in r.stderr
