@@ -1,0 +1,265 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+	"pgregory.net/rapid"
+
+	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Allocations never overlap, and freeing everything leaves one free span:
+// checked against a plain list of what is allocated.
+func TestArena(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		a, err := NewArena("test", 1<<16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		var live [][]byte
+		for range rapid.IntRange(1, 200).Draw(t, "steps") {
+			if len(live) > 0 && rapid.Bool().Draw(t, "free") {
+				i := rapid.IntRange(0, len(live)-1).Draw(t, "which")
+				a.Free(live[i])
+				live = append(live[:i], live[i+1:]...)
+				continue
+			}
+			n := rapid.IntRange(1, 4000).Draw(t, "n")
+			if a.InUse()+int64(n)+4096 > a.Size()/2 {
+				continue // would wait: this test does not block
+			}
+			b, err := a.Alloc(n, []int{1, 64, 4096}[rapid.IntRange(0, 2).Draw(t, "align")])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) != n || a.Offset(b)%64 != 0 {
+				t.Fatalf("allocation of %d: %d bytes at %d", n, len(b), a.Offset(b))
+			}
+			live = append(live, b)
+			sorted := append([][]byte{}, live...)
+			sort.Slice(sorted, func(i, j int) bool { return a.Offset(sorted[i]) < a.Offset(sorted[j]) })
+			for i := 1; i < len(sorted); i++ {
+				if a.Offset(sorted[i-1])+int64(cap(sorted[i-1])) > a.Offset(sorted[i]) {
+					t.Fatalf("allocations overlap")
+				}
+			}
+		}
+		for _, b := range live {
+			a.Free(b)
+		}
+		if len(a.free) != 1 || a.free[0] != (span{0, a.Size()}) || a.InUse() != 0 {
+			t.Fatalf("after freeing everything: %v", a.free)
+		}
+	})
+}
+
+func TestArenaStopWakesWaiters(t *testing.T) {
+	a, _ := NewArena("test", 4096)
+	b, _ := a.Alloc(4096, 64)
+	done := make(chan error)
+	go func() {
+		_, err := a.Alloc(100, 64)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	a.stop()
+	if err := <-done; !errors.Is(err, ErrArenaClosed) {
+		t.Fatalf("a waiting Alloc after stop: %v", err)
+	}
+	a.Free(b)
+	a.Close()
+}
+
+// client is a Go client of the daemon over a real Unix socket.
+type client struct {
+	c  *net.UnixConn
+	r  *bufio.Reader
+	fd int
+}
+
+func dial(t *testing.T, sock string) *client {
+	t.Helper()
+	var c net.Conn
+	var err error
+	for range 200 {
+		if c, err = net.Dial("unix", sock); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &client{c: c.(*net.UnixConn), r: bufio.NewReader(c), fd: -1}
+	if m := cl.req(t, &wire.Msg{Op: wire.OpHello, Version: wire.Version}); m.Op != wire.OpHello {
+		t.Fatalf("hello: %+v", m)
+	}
+	return cl
+}
+
+func (cl *client) req(t *testing.T, m *wire.Msg) *wire.Msg {
+	t.Helper()
+	if err := wire.Write(cl.c, m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Op == wire.OpOpen {
+		// The reply carries the arena's descriptor.
+		b := make([]byte, 1<<16)
+		oob := make([]byte, unix.CmsgSpace(4))
+		n, oobn, _, _, err := cl.c.ReadMsgUnix(b, oob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			fds, _ := unix.ParseUnixRights(&msgs[0])
+			cl.fd = fds[0]
+		}
+		m, err := wire.Decode(b[4:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	r, err := wire.Read(cl.r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func serve(t *testing.T, s *Server) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Serve(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}
+}
+
+func TestJobOverUnixSocket(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "d.bin")
+	synth.WriteFixed(data, 500, 128, 0)
+	s := &Server{Socket: filepath.Join(dir, "s.sock")}
+	stop := serve(t, s)
+	defer stop()
+	cl := dial(t, s.Socket)
+	op := cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{data}, RecordSize: 128, Shuffle: true, BatchSize: 64, World: 1}})
+	if op.Op != wire.OpOpened || op.Records != 500 || op.Batches != 8 || cl.fd < 0 {
+		t.Fatalf("opened: %+v fd %d", op, cl.fd)
+	}
+	mem, err := unix.Mmap(cl.fd, 0, int(op.ArenaSize), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	defer unix.Close(cl.fd)
+	seen := map[int]bool{}
+	for {
+		b := cl.req(t, &wire.Msg{Op: wire.OpNext, Job: op.Job})
+		if b.Op == wire.OpEnd {
+			break
+		}
+		for i := range b.N {
+			meta := mem[b.MetaOff:]
+			id := int(binary.LittleEndian.Uint64(meta[8*i:]))
+			off := int64(binary.LittleEndian.Uint64(meta[8*(b.N+i):]))
+			n := int64(binary.LittleEndian.Uint64(meta[8*(2*b.N+i):]))
+			if err := synth.CheckRecord(mem[b.DataOff+off:b.DataOff+off+n], id); err != nil {
+				t.Fatal(err)
+			}
+			seen[id] = true
+		}
+		wire.Write(cl.c, &wire.Msg{Op: wire.OpRelease, Job: op.Job, Seqs: []uint64{b.Seq}})
+	}
+	if len(seen) != 500 {
+		t.Fatalf("%d records seen, want 500", len(seen))
+	}
+	if st := cl.req(t, &wire.Msg{Op: wire.OpStats}); st.Jobs != 1 || st.Clients != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A client that goes away has its job closed at once.
+	cl.c.Close()
+	other := dial(t, s.Socket)
+	defer other.c.Close()
+	deadline := time.Now().Add(time.Second)
+	for {
+		st := other.req(t, &wire.Msg{Op: wire.OpStats})
+		if st.Jobs == 0 && st.Clients == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a second after the client left: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestErrorsAndRoots(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	synth.WriteTree(root, []string{"a"}, 1)
+	odd := filepath.Join(root, "odd.bin")
+	synth.WriteFixed(odd, 10, 100, 0)
+	outside := filepath.Join(dir, "out.bin")
+	synth.WriteFixed(outside, 10, 64, 0)
+	s := &Server{Socket: filepath.Join(dir, "s.sock"), Roots: []string{root}}
+	stop := serve(t, s)
+	defer stop()
+	cl := dial(t, s.Socket)
+	defer cl.c.Close()
+	m := cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{odd}, RecordSize: 64, BatchSize: 4}})
+	if m.Op != wire.OpError || m.Path != odd || m.Offset != 960 {
+		t.Fatalf("open of a file with a partial record: %+v", m)
+	}
+	m = cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{outside}, RecordSize: 64, BatchSize: 4}})
+	if m.Op != wire.OpError || !strings.Contains(m.Message, "outside") {
+		t.Fatalf("open outside the roots: %+v", m)
+	}
+	if m := cl.req(t, &wire.Msg{Op: wire.OpNext, Job: 99}); m.Op != wire.OpError {
+		t.Fatalf("next of no job: %+v", m)
+	}
+}
+
+func TestSecondDaemonOnOneSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	stop := serve(t, &Server{Socket: sock})
+	defer stop()
+	dial(t, sock).c.Close()
+	err := (&Server{Socket: sock}).Serve(context.Background())
+	if !errors.Is(err, ErrRunning) {
+		t.Fatalf("second daemon: %v", err)
+	}
+}
+
+func TestIdleExit(t *testing.T) {
+	s := &Server{Socket: filepath.Join(t.TempDir(), "s.sock"), IdleExit: 50 * time.Millisecond}
+	done := make(chan error)
+	go func() { done <- s.Serve(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle daemon did not exit")
+	}
+}
