@@ -14,3 +14,4 @@ $r bench "$dir/r4k.bin" --create 4GiB --record-size 4096 --duration 10s
 $r bench "$dir/r4k.bin" --record-size 4096 --duration 10s --mode cold --direct
 $r bench "$dir/r128k.bin" --create 4GiB --record-size 131072 --duration 10s --mode cold
 $r bench "$dir/r128k.bin" --record-size 131072 --duration 10s --mode cold --direct
+/usr/bin/python3 bench/torch_bench.py --dir "$dir"

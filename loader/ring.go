@@ -96,6 +96,11 @@ func (l *Loader) tryCache(misses chan<- pending) {
 				return
 			}
 		}
+		// Reading ahead from the cache never blocks, so without a yield the
+		// workers would hold every P until the read-ahead is done, and the
+		// goroutine that hands a batch to the consumer (a daemon's client
+		// handler) would wait behind them.
+		runtime.Gosched()
 	}
 }
 

@@ -68,8 +68,10 @@ records (--record-size, default 4096) is written first.`,
 			if recSize == 0 {
 				recSize = int(inf.Bytes / int64(ds.Len()))
 			}
-			fmt.Printf("%s: %s, %d records of %d bytes (mean), %s; %s per measurement\n",
-				path, inf.Format, ds.Len(), recSize, human(float64(inf.Bytes)), dur)
+			if !jsonOut {
+				fmt.Printf("%s: %s, %d records of %d bytes (mean), %s; %s per measurement\n",
+					path, inf.Format, ds.Len(), recSize, human(float64(inf.Bytes)), dur)
+			}
 			lim := bench.Limit{Duration: dur}
 			var report []modeReport
 			for _, mode := range modes {

@@ -16,6 +16,7 @@ on the machine share it.
 from __future__ import annotations
 
 import array
+import collections
 import gc
 import mmap
 import os
@@ -110,7 +111,12 @@ class Connection:
         self.pid = os.getpid()
         self._lock = threading.Lock()
         self._releases: list[tuple[int, int]] = []
-        self._fds: list[int] = []
+        self._fds: collections.deque[list[int]] = collections.deque()
+        self._buf = bytearray()
+        self._tag = 0
+        self._pending: collections.deque[int] = collections.deque()
+        self._stash: dict[int, tuple] = {}
+        self._dropped: set[int] = set()
         if address:
             host, port = address.rsplit(":", 1)
             self.sock = socket.create_connection((host, int(port)), timeout=timeout)
@@ -156,50 +162,99 @@ class Connection:
         except OSError as e:
             raise DaemonGone(f"the riffle daemon went away: {e}") from None
 
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
+    def _fill(self, n: int) -> None:
+        """Read until ``n`` bytes are buffered, collecting passed descriptors."""
+        while len(self._buf) < n:
             try:
                 if self.shm:
-                    data, anc, _, _ = self.sock.recvmsg(n - len(buf), socket.CMSG_SPACE(4 * 4))
+                    data, anc, _, _ = self.sock.recvmsg(max(n - len(self._buf), 1 << 16), socket.CMSG_SPACE(4 * 4))
                     for level, kind, fdata in anc:
                         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                             fds = array.array("i")
                             fds.frombytes(fdata[: len(fdata) - len(fdata) % fds.itemsize])
-                            self._fds.extend(fds)
+                            self._fds.append(list(fds))
                 else:
-                    data = self.sock.recv(min(n - len(buf), 1 << 22))
+                    data = self.sock.recv(max(n - len(self._buf), 1 << 16))
             except socket.timeout:
                 raise DaemonGone(f"the riffle daemon did not answer within {self.sock.gettimeout()}s") from None
             except OSError as e:
                 raise DaemonGone(f"the riffle daemon went away: {e}") from None
             if not data:
                 raise DaemonGone("the riffle daemon closed the connection (did it die?)")
-            buf += data
-        return bytes(buf)
+            self._buf += data
 
-    def request(self, msg: dict[str, Any], timeout: float | None = None) -> tuple[dict[str, Any], bytes | None, list[int]]:
-        """Send one request; return the reply, its payload and any passed descriptors."""
+    def send(self, msg: dict[str, Any]) -> int:
+        """Send one request (after any queued releases); return the tag :meth:`receive` takes.
+
+        Replies come in request order. Several loaders may share a connection
+        and leave a request unanswered (an abandoned iterator), so a reply
+        read for another tag is kept for its owner, or dropped if the owner
+        gave up on it.
+        """
         if os.getpid() != self.pid:
             raise RiffleError("a riffle connection cannot cross fork(); each process connects itself")
-        with self._lock:
-            self._flush_releases()
-            self._send(msg)
+        self._flush_releases()
+        self._send(msg)
+        self._tag += 1
+        self._pending.append(self._tag)
+        return self._tag
+
+    def _read_reply(self) -> tuple[dict[str, Any], bytes | None, list[int]]:
+        self._fill(4)
+        n = wire.header_length(bytes(self._buf[:4]))
+        self._fill(4 + n)
+        reply = wire.decode(bytes(self._buf[4 : 4 + n]))
+        total = 4 + n + int(reply.get("payload") or 0)
+        self._fill(total)
+        payload = bytes(self._buf[4 + n : total]) if reply.get("payload") else None
+        del self._buf[:total]
+        # Only "opened" frames carry descriptors (one arena each), and they
+        # arrive with the frame's bytes, though a read may also take earlier
+        # frames along: hand them out in order to the opened frames.
+        fds = self._fds.popleft() if reply["op"] == wire.OP_OPENED and reply.get("arena_size") and self._fds else []
+        return reply, payload, fds
+
+    def receive(self, tag: int, timeout: float | None = None) -> tuple[dict[str, Any], bytes | None, list[int]]:
+        """Read the reply to request ``tag``: the header, its payload and any passed descriptors."""
+        if tag in self._stash:
+            got = self._stash.pop(tag)
+        else:
             if timeout is not None:
                 self.sock.settimeout(timeout)
             try:
-                n = wire.header_length(self._recv_exact(4))
-                reply = wire.decode(self._recv_exact(n))
-                payload = self._recv_exact(reply["payload"]) if reply.get("payload") else None
+                while True:
+                    head = self._pending.popleft()
+                    got = self._read_reply()
+                    if head == tag:
+                        break
+                    if head in self._dropped:
+                        self._dropped.discard(head)
+                        for fd in got[2]:
+                            os.close(fd)
+                    else:
+                        self._stash[head] = got
             finally:
                 if timeout is not None:
                     self.sock.settimeout(self.timeout)
-            fds, self._fds = self._fds, []
+        reply, payload, fds = got
         if reply["op"] == wire.OP_ERROR:
             for fd in fds:
                 os.close(fd)
             raise RiffleError(reply.get("message", "error"), reply.get("path") or None, reply.get("offset"))
         return reply, payload, fds
+
+    def drop(self, tag: int) -> None:
+        """Give up on the reply to request ``tag``."""
+        if tag in self._stash:
+            for fd in self._stash.pop(tag)[2]:
+                os.close(fd)
+        elif tag in self._pending:
+            self._dropped.add(tag)
+
+    def request(self, msg: dict[str, Any], timeout: float | None = None) -> tuple[dict[str, Any], bytes | None, list[int]]:
+        """Send one request; return the reply, its payload and any passed descriptors."""
+        with self._lock:
+            return self.receive(self.send(msg), timeout)
 
 
 _connections: dict[tuple, Connection] = {}
@@ -242,7 +297,9 @@ class Batch:
         self.ids, self.offs, self.lens, self.labels = ids, offs, lens, labels
         self.raw = raw
         self.info = info
-        self.packed = bool(self.n == 0 or (offs[0] == 0 and np.all(offs[1:] == np.cumsum(lens)[:-1])))
+        # Packed: records back to back from offset 0, as fixed-size records read without O_DIRECT are.
+        self.packed = bool(self.n == 0 or (offs[-1] + lens[-1] == len(raw) and lens.sum() == len(raw) and offs[0] == 0
+                                           and (self.n < 2 or np.array_equal(offs[1:], np.cumsum(lens[:-1])))))
 
     def record(self, i: int) -> memoryview:
         """Record ``i``'s bytes, a view of the batch."""
@@ -351,30 +408,42 @@ class Loader:
         job = reply["job"]
         info = reply.get("info") or {}
         conn_ref = weakref.ref(conn)
-        ended = False
+        # One request stays ahead of the user: the next batch's round trip
+        # overlaps the training step on this one.
+        tag = None
         try:
+            tag = conn.send({"op": wire.OP_NEXT, "job": job})
             while True:
-                self._wait_for_memory()
                 try:
-                    m, payload, _ = conn.request({"op": wire.OP_NEXT, "job": job})
+                    m, payload, _ = conn.receive(tag)
                 except DaemonGone:
+                    tag = None
                     _forget(conn)
                     raise
+                except RiffleError:
+                    tag = None
+                    raise
+                tag = None
                 if m["op"] == wire.OP_END:
-                    ended = True
                     break
                 batch = self._batch_from(m, payload, mm, info, conn_ref, job)
                 self._batch = m["index"] + 1
                 if m.get("last"):
                     self.epoch, self._batch = m["epoch"] + 1, 0
+                    yield batch
+                    break
+                self._wait_for_memory(m.get("data_len", 0))
+                tag = conn.send({"op": wire.OP_NEXT, "job": job})
                 yield batch
+                del batch
         finally:
             try:
-                conn.request({"op": wire.OP_CLOSE, "job": job})
+                if tag is not None:
+                    conn.drop(tag)  # the reply to a request the user did not wait for
+                conn.send({"op": wire.OP_CLOSE, "job": job})  # its reply is dropped too
+                conn.drop(conn._tag)
             except RiffleError:
                 pass
-            if not ended:
-                pass  # an abandoned epoch resumes from state_dict()
         # The mmap stays mapped while any batch's arrays refer to it.
 
     def _batch_from(self, m, payload, mm, info, conn_ref, job) -> Batch:
@@ -394,13 +463,13 @@ class Loader:
     def _unhold(self, size: int) -> None:
         self._held -= size
 
-    def _wait_for_memory(self) -> None:
+    def _wait_for_memory(self, next_bytes: int) -> None:
         # The daemon cannot load a batch while held batches fill the job's
         # memory; say so instead of waiting forever.
-        if self._held < self.memory:
+        if self._held + next_bytes <= self.memory:
             return
         gc.collect()
-        if self._held >= self.memory:
+        if self._held + next_bytes > self.memory:
             raise RiffleError(
                 f"{self._held} bytes of batches are still referenced, the job's whole memory ({self.memory} bytes): "
                 "drop references to old batches, or raise memory=")

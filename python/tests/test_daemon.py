@@ -103,7 +103,8 @@ def test_daemon_that_stops_answering_times_out(tmp_path, fixed_file, monkeypatch
     try:
         start = time.monotonic()
         with pytest.raises(riffle.DaemonGone, match="within"):
-            next(it)
+            for _ in range(3):  # the first may already be on its way
+                next(it)
         assert time.monotonic() - start < 3
     finally:
         d.proc.send_signal(signal.SIGCONT)
