@@ -28,7 +28,7 @@ Start with 'riffle demo'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), serveCmd())
+	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), serveCmd(), qualityCmd(), trainCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "riffle:", err)
 		os.Exit(1)

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 
@@ -162,4 +163,37 @@ func WriteTree(root string, classes []string, perClass int) error {
 		}
 	}
 	return nil
+}
+
+// WriteSortedLIBSVM writes n examples of a two-class problem in dim
+// features as LIBSVM lines, all of class 0 first, then all of class 1: the
+// order that hurts SGD most without a shuffle. Classes differ in the means
+// of their first features and overlap, so the best loss is well above 0.
+func WriteSortedLIBSVM(path string, n, dim int, seed uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range n {
+		y := 0
+		if i >= n/2 {
+			y = 1
+		}
+		fmt.Fprintf(w, "%d", 2*y-1)
+		for k := range dim {
+			v := r.NormFloat64()
+			if k < 4 {
+				v += 0.6 * float64(2*y-1)
+			}
+			fmt.Fprintf(w, " %d:%.4f", k+1, v)
+		}
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/riffle-ml/riffle/quality"
+)
+
+func qualityCmd() *cobra.Command {
+	var (
+		sf                        samplerFlags
+		records, size, batch, eps int
+		svg                       string
+	)
+	cmd := &cobra.Command{
+		Use:   "quality",
+		Short: "Show what cheaper shuffles cost in randomness",
+		Long: `quality reports, for each sampler, DeepIO's randomization level (RL: 100%
+is a full shuffle, 0% a constant order) and two plainer measures over
+--epochs generated epochs: how much more often than under a full shuffle
+neighbouring records of the file share a batch, and the mean distance
+records move from their file position (1 is a full shuffle's). --svg draws
+each sampler's order, position against record id.`,
+		Example: "  riffle quality --records 100000 --record-size 256 --svg orders.svg\n  riffle quality --sampler block,global --block-size 65536 --window 8",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			locate := func(id int) (int, int64, int) { return 0, int64(id) * int64(size), size }
+			var panels []quality.Panel
+			fmt.Printf("%d records of %d bytes, batches of %d, %d epochs\n\n%-28s %8s %16s %14s\n", records, size, batch, eps, "sampler", "RL", "neighbours/full", "displacement")
+			for _, k := range sf.kinds() {
+				s, name, err := sf.build(k, records, locate)
+				if err != nil {
+					return err
+				}
+				rl, _ := quality.RL(s)
+				m := quality.Measure(s, batch, eps)
+				fmt.Printf("%-28s %7.1f%% %15.1fx %14.2f\n", name, 100*rl, m.NeighbourRatio, m.Displacement)
+				panels = append(panels, quality.Panel{Name: name, Sampler: s})
+			}
+			if svg != "" {
+				f, err := os.Create(svg)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := quality.SVG(f, panels, 0, 3000); err != nil {
+					return err
+				}
+				fmt.Println("\nwrote", svg)
+			}
+			return nil
+		},
+	}
+	sf.register(cmd, "global,block,buffered,reservoir,sequential")
+	fl := cmd.Flags()
+	fl.IntVar(&records, "records", 100000, "records in the dataset")
+	fl.IntVar(&size, "record-size", 256, "bytes per record (for the block sampler's blocks)")
+	fl.IntVar(&batch, "batch-size", 256, "records per batch")
+	fl.IntVar(&eps, "epochs", 5, "epochs to measure")
+	fl.StringVar(&svg, "svg", "", "write a plot of each sampler's order to this SVG file")
+	return cmd
+}

@@ -1,0 +1,119 @@
+// Package quality measures what a cheaper shuffle costs in randomness, so a
+// user can weigh it against what it saves in I/O.
+//
+// RL is DeepIO's randomization level (deepio.txt §III-C, equations 1-5):
+// the information in a sampler's order relative to a full shuffle's. DeepIO
+// writes it as a cross-entropy of per-position choice probabilities without
+// pinning every term down; we read it the way its equations 2 and 3 state
+// it for whole sequences: a sampler that at position i picks uniformly among
+// k_i candidates has P(i) = 1/k_i, a full shuffle has Q(i) = 1/(N-i), and
+//
+//	RL = H / H_fully = Σ_i -log2 P(i) / Σ_i -log2 Q(i) = log2(#orders) / log2(N!)
+//
+// which is 100% for a full shuffle and 0% for a constant order. RL is
+// computed in closed form from each sampler's parameters.
+//
+// The plainer measures are empirical, over generated epochs: how much more
+// often than under a uniform shuffle two records that are neighbours in the
+// file share a batch, and how far records move from their file position.
+package quality
+
+import (
+	"math"
+
+	"github.com/riffle-ml/riffle/sampler"
+)
+
+// log2Fact is log2(n!).
+func log2Fact(n int) float64 {
+	v, _ := math.Lgamma(float64(n) + 1)
+	return v / math.Ln2
+}
+
+// RL returns the randomization level of s's orders in [0, 1], and false for
+// a sampler it has no closed form for.
+func RL(s sampler.Sampler) (float64, bool) {
+	n := s.Len()
+	full := log2Fact(n)
+	if full == 0 {
+		return 1, true
+	}
+	var h float64
+	switch s := s.(type) {
+	case sampler.Global:
+		h = full
+	case sampler.Sequential:
+		h = 0
+	case *sampler.Reservoir:
+		// A uniform subset, then a uniform order, round after round: the
+		// product is a uniform permutation.
+		h = full
+	case *sampler.Buffered:
+		b := max(1, s.Buffer)
+		for i := range n {
+			h += math.Log2(float64(min(b, n-i)))
+		}
+	case *sampler.Block:
+		// Orders of blocks, up to orders inside each window (which the
+		// in-window permutation makes irrelevant), times the orders of the
+		// records inside each window. Windows of equal block counts are
+		// assumed for the first term; the last may be short.
+		nb := s.Blocks()
+		w := max(1, s.Window)
+		h = log2Fact(nb)
+		for lo := 0; lo < nb; lo += w {
+			h -= log2Fact(min(w, nb-lo))
+		}
+		// Records per window: for the expectation over block orders we
+		// take windows of w average blocks.
+		avg := float64(n) / float64(nb)
+		for lo := 0; lo < nb; lo += w {
+			k := float64(min(w, nb-lo)) * avg
+			v, _ := math.Lgamma(k + 1)
+			h += v / math.Ln2
+		}
+		h = min(h, full)
+	default:
+		return 0, false
+	}
+	return h / full, true
+}
+
+// Measures are empirical randomness measures of a sampler over some epochs.
+type Measures struct {
+	// NeighbourRatio is how much more often than under a uniform shuffle
+	// records i and i+1 of the file share a batch: 1 for a full shuffle,
+	// up to (N-1)/(b-1) for the sequential order.
+	NeighbourRatio float64
+	// Displacement is the mean |position - id| over N/3, its expectation
+	// under a uniform shuffle: about 1 for a full shuffle, 0 sequentially.
+	Displacement float64
+}
+
+// Measure generates epochs of s and measures them with batches of batch.
+func Measure(s sampler.Sampler, batch, epochs int) Measures {
+	n := s.Len()
+	if n < 2 || batch < 2 {
+		return Measures{}
+	}
+	batchOf := make([]int, n)
+	var same, pairs, disp float64
+	for e := range epochs {
+		order := sampler.Order(s, e)
+		for p, id := range order {
+			batchOf[id] = p / batch
+			disp += math.Abs(float64(p - id))
+		}
+		for id := 0; id+1 < n; id++ {
+			if batchOf[id] == batchOf[id+1] {
+				same++
+			}
+			pairs++
+		}
+	}
+	uniform := float64(batch-1) / float64(n-1)
+	return Measures{
+		NeighbourRatio: same / pairs / uniform,
+		Displacement:   disp / float64(epochs*n) / (float64(n) / 3),
+	}
+}

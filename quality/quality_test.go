@@ -1,0 +1,86 @@
+package quality
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/riffle-ml/riffle/sampler"
+)
+
+func TestRL(t *testing.T) {
+	block, _ := sampler.NewBlock([]int{0, 2, 4}, 1, 1)
+	for _, c := range []struct {
+		name string
+		s    sampler.Sampler
+		want float64
+	}{
+		{"full shuffle", sampler.Global{N: 1000}, 1},
+		{"constant order", sampler.Sequential{N: 1000}, 0},
+		{"buffer of one", &sampler.Buffered{N: 1000, Buffer: 1}, 0},
+		{"buffer holding everything", &sampler.Buffered{N: 50, Buffer: 50}, 1},
+		{"reservoir", &sampler.Reservoir{N: 100, Size: 10}, 1},
+		// By hand: N=4, buffer 2: the choices are 2, 2, 2, 1 -> 3 bits of log2(4!) = 4.585.
+		{"buffer 2 of 4", &sampler.Buffered{N: 4, Buffer: 2}, 3 / math.Log2(24)},
+		// By hand: N=4 in blocks {0,1} {2,3}: 2 block orders x 2 x 2 inner orders = 8 -> 3 bits.
+		{"two blocks of two", block, 3 / math.Log2(24)},
+	} {
+		got, ok := RL(c.s)
+		if !ok || math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: RL %v (%v), want %v", c.name, got, ok, c.want)
+		}
+	}
+}
+
+// The closed-form count of a small block shuffle's orders matches the
+// orders it really produces.
+func TestBlockRLCountsTheOrders(t *testing.T) {
+	s, _ := sampler.NewBlock([]int{0, 2, 4}, 7, 1)
+	seen := map[string]bool{}
+	for e := range 2000 {
+		seen[formatInts(sampler.Order(s, e))] = true
+	}
+	if len(seen) != 8 {
+		t.Fatalf("%d distinct orders over 2000 epochs, the formula counts 8", len(seen))
+	}
+}
+
+func formatInts(v []int) string {
+	var b strings.Builder
+	for _, x := range v {
+		b.WriteByte(byte('0' + x))
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+func TestMeasures(t *testing.T) {
+	full := Measure(sampler.Global{N: 2000, Seed: 1}, 32, 20)
+	if math.Abs(full.NeighbourRatio-1) > 0.25 || math.Abs(full.Displacement-1) > 0.05 {
+		t.Fatalf("full shuffle: %+v, want both about 1", full)
+	}
+	seq := Measure(sampler.Sequential{N: 2000}, 32, 1)
+	if seq.Displacement != 0 || seq.NeighbourRatio < 50 {
+		t.Fatalf("sequential: %+v", seq)
+	}
+	bounds := sampler.BlockBounds(2000, func(id int) (int, int64, int) { return 0, int64(id) * 256, 256 }, 4096, 4096, 0)
+	blk, _ := sampler.NewBlock(bounds, 1, 1)
+	b := Measure(blk, 32, 20)
+	spread, _ := sampler.NewBlock(bounds, 1, 8)
+	sp := Measure(spread, 32, 20)
+	if !(b.NeighbourRatio > sp.NeighbourRatio && sp.NeighbourRatio > full.NeighbourRatio) {
+		t.Fatalf("neighbour ratios: block %.1f, spread %.1f, full %.1f: want decreasing", b.NeighbourRatio, sp.NeighbourRatio, full.NeighbourRatio)
+	}
+}
+
+func TestSVG(t *testing.T) {
+	var buf bytes.Buffer
+	if err := SVG(&buf, []Panel{{"global <1>", sampler.Global{N: 100}}, {"sequential", sampler.Sequential{N: 100}}}, 0, 50); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !strings.HasPrefix(out, "<svg") || strings.Count(out, "<circle") != 100 || !strings.Contains(out, "global &lt;1&gt;") {
+		t.Fatalf("svg:\n%.300s", out)
+	}
+}

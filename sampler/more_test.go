@@ -1,0 +1,120 @@
+package sampler
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+func fixedLocate(size, header int) func(int) (int, int64, int) {
+	return func(id int) (int, int64, int) { return 0, int64(header + id*size), size }
+}
+
+func TestBlockExactlyOnce(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 3000).Draw(t, "n")
+		size := rapid.SampledFrom([]int{1, 100, 256, 1000, 4096, 5000}).Draw(t, "size")
+		bounds := BlockBounds(n, fixedLocate(size, rapid.IntRange(0, 300).Draw(t, "header")), rapid.IntRange(1, 20000).Draw(t, "block"), 4096, 0)
+		s, err := NewBlock(bounds, rapid.Uint64().Draw(t, "seed"), rapid.IntRange(1, 8).Draw(t, "window"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e := range 3 {
+			exactlyOnce(t, Order(s, e), n)
+		}
+	})
+}
+
+// With Window 1 every block's records are consecutive in the epoch, so a
+// batch of whole blocks reads each block once; blocks end on page edges, so
+// no page is shared by two blocks.
+func TestBlocksAreContiguousAndPageAligned(t *testing.T) {
+	for _, size := range []int{256, 1024, 4096, 1000} {
+		loc := fixedLocate(size, 0)
+		bounds := BlockBounds(10000, loc, 4096, 4096, 0)
+		for k := 1; k < len(bounds)-1; k++ {
+			_, off, _ := loc(bounds[k])
+			if off%4096 != 0 {
+				t.Fatalf("size %d: block %d starts at %d, inside a page", size, k, off)
+			}
+		}
+		if size == 1000 && bounds[1] != 512 {
+			t.Fatalf("1000-byte records: the first page-aligned record end is after record 511, block ends at %d", bounds[1])
+		}
+		s, _ := NewBlock(bounds, 1, 1)
+		order := Order(s, 0)
+		blockOf := func(id int) int { return sortSearch(bounds, id) }
+		for p := 1; p < len(order); p++ {
+			if blockOf(order[p]) != blockOf(order[p-1]) && p != s.start[sortSearch(s.start, p)] {
+				t.Fatalf("size %d: block changes at position %d, inside a block's run", size, p)
+			}
+		}
+	}
+}
+
+func sortSearch(starts []int, p int) int {
+	i, _ := slices.BinarySearch(starts, p+1)
+	return i - 1
+}
+
+func TestBlockBoundsObjects(t *testing.T) {
+	// Two files of 3 records: a block never spans files.
+	loc := func(id int) (int, int64, int) { return id / 3, int64(id%3) * 10, 10 }
+	b := BlockBounds(6, loc, 1000, 4096, 0)
+	if !slices.Equal(b, []int{0, 3, 6}) {
+		t.Fatalf("bounds %v", b)
+	}
+}
+
+func TestBufferedOneIsSequential(t *testing.T) {
+	s := &Buffered{N: 100, Buffer: 1, Seed: 3}
+	if !slices.Equal(Order(s, 0), Order(Sequential{N: 100}, 0)) {
+		t.Fatal("a buffer of one record is not the sequential order")
+	}
+}
+
+func TestStreamSamplersExactlyOnceAndReplay(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 500).Draw(t, "n")
+		k := rapid.IntRange(1, 600).Draw(t, "k")
+		seed := rapid.Uint64().Draw(t, "seed")
+		for _, s := range []Sampler{&Buffered{N: n, Buffer: k, Seed: seed}, &Reservoir{N: n, Size: k, Seed: seed}} {
+			whole := Order(s, 1)
+			exactlyOnce(t, whole, n)
+			// Asking again from an earlier position replays the same order.
+			pos := rapid.IntRange(0, n-1).Draw(t, "pos")
+			part := make([]int, n-pos)
+			s.Fill(1, pos, part)
+			if !slices.Equal(part, whole[pos:]) {
+				t.Fatalf("%T: replay from %d differs", s, pos)
+			}
+		}
+	})
+}
+
+// A record's chance to be in the first round's reservoir is Size/N for
+// every record (Vitter's Algorithm R): chi-square over many seeds.
+func TestReservoirUniform(t *testing.T) {
+	n, k, trials := 50, 10, 4000
+	counts := make([]float64, n)
+	for seed := range trials {
+		s := &Reservoir{N: n, Size: k, Seed: uint64(seed)}
+		first := make([]int, k)
+		s.Fill(0, 0, first)
+		for _, id := range first {
+			counts[id]++
+		}
+	}
+	exp := float64(trials*k) / float64(n)
+	chi := 0.0
+	for _, c := range counts {
+		chi += (c - exp) * (c - exp) / exp
+	}
+	df := float64(n - 1)
+	z := (math.Cbrt(chi/df) - (1 - 2/(9*df))) / math.Sqrt(2/(9*df))
+	if z > 5 {
+		t.Fatalf("chi-square %.1f over %v degrees of freedom: reservoir membership is not uniform", chi, df)
+	}
+}
