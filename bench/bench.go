@@ -62,13 +62,13 @@ func (l Limit) done(n int, start time.Time) bool {
 	return (l.Records > 0 && n >= l.Records) || (l.Duration > 0 && time.Since(start) >= l.Duration)
 }
 
-// Riffle loads ds in a global shuffle with opts until lim.
-func Riffle(ctx context.Context, ds dataset.Dataset, seed uint64, opts loader.Options, lim Limit) (Result, error) {
+// Riffle loads ds in the order of s with opts until lim.
+func Riffle(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts loader.Options, lim Limit) (Result, error) {
 	opts.Epochs = -1
 	dev := DeviceOf(ds.Info().Paths[0])
 	before := dev.ReadBytes()
 	start := time.Now()
-	l, err := loader.New(ctx, ds, sampler.Global{N: ds.Len(), Seed: seed}, opts)
+	l, err := loader.New(ctx, ds, s, opts)
 	if err != nil {
 		return Result{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
 )
 
 // BenchmarkShuffle compares, in one run on one warm file, riffle's global
@@ -36,7 +37,7 @@ func BenchmarkShuffle(b *testing.B) {
 			bench.Sequential(ctx, path, size, bench.Limit{}) // warm the cache
 			var rf, pr, sq bench.Result
 			for b.Loop() {
-				if rf, err = bench.Riffle(ctx, ds, 1, loader.Options{}, lim); err != nil {
+				if rf, err = bench.Riffle(ctx, ds, sampler.Global{N: ds.Len(), Seed: 1}, loader.Options{}, lim); err != nil {
 					b.Fatal(err)
 				}
 				if pr, err = bench.Pread(ctx, ds, 1, lim); err != nil {

@@ -131,6 +131,7 @@ type job struct {
 	errOnce sync.Once
 	err     error
 	failed  atomic.Bool
+	win     *window // opportunistic ordering: the batches cut from this job
 	weight  int64
 }
 
@@ -192,8 +193,12 @@ func (l *Loader) plan() error {
 		if e == l.opts.Epoch {
 			first = l.opts.Batch
 		}
-		for b := first; b < bs.Count(); b++ {
-			j, err := l.prepare(e, b, bs)
+		step := l.window()
+		if step > 1 {
+			first = first / step * step // a window is loaded whole
+		}
+		for b := first; b < bs.Count(); b += step {
+			j, err := l.prepare(e, b, min(step, bs.Count()-b), bs)
 			if err != nil {
 				return err
 			}
@@ -236,15 +241,17 @@ func (j *job) size() int {
 
 // prepare lays out batch b of epoch e: which records, which reads, where
 // each record lands.
-func (l *Loader) prepare(e, b int, bs sampler.Batches) (*job, error) {
+func (l *Loader) prepare(e, b, nb int, bs sampler.Batches) (*job, error) {
 	j, _ := l.freeJobs.Get().(*job)
 	if j == nil {
 		j = &job{l: l}
 	}
-	j.err, j.errOnce, j.done = nil, sync.Once{}, make(chan struct{})
+	j.err, j.errOnce, j.done, j.win = nil, sync.Once{}, make(chan struct{}), nil
 	j.failed.Store(false)
-	pos, n := bs.Span(b)
-	j.Batch = Batch{Epoch: e, Index: b, Pos: pos, Last: b == bs.Count()-1,
+	pos, _ := bs.Span(b)
+	lastPos, lastN := bs.Span(b + nb - 1)
+	n := lastPos + lastN - pos
+	j.Batch = Batch{Epoch: e, Index: b, Pos: pos, Last: b+nb == bs.Count(),
 		IDs: grow(j.IDs, n), Off: grow(j.Off, n), Len: grow(j.Len, n)}
 	if got := l.smp.Fill(e, pos, j.IDs); got != n {
 		return nil, fmt.Errorf("loader: sampler gave %d ids at position %d of epoch %d, want %d", got, pos, e, n)
@@ -258,7 +265,7 @@ func (l *Loader) prepare(e, b int, bs sampler.Batches) (*job, error) {
 		loc := l.ds.Locate(id)
 		j.ents = append(j.ents, entry{obj: loc.Object, off: loc.Off, n: loc.Len, id: id})
 	}
-	if !l.opts.Ordered {
+	if !l.opts.Ordered || l.window() > 1 {
 		// Fetch order: by location, so neighbours coalesce and the device
 		// sees ascending offsets.
 		slices.SortFunc(j.ents, func(a, b entry) int {
@@ -306,6 +313,9 @@ func (l *Loader) prepare(e, b int, bs sampler.Batches) (*job, error) {
 	}
 	j.left.Store(int64(len(j.reads)))
 	j.weight = min(int64(j.size()), l.opts.MemoryBytes)
+	if l.window() > 1 {
+		j.win = newWindow(j, b, nb, bs)
+	}
 	return j, nil
 }
 
@@ -357,6 +367,9 @@ func (l *Loader) readDone(j *job, r read, err error) {
 			}
 		}
 	}
+	if j.win != nil {
+		j.win.arrive(r.lo, r.hi)
+	}
 }
 
 // readsLeft counts n of j's reads as finished and completes j after its last.
@@ -379,6 +392,9 @@ func (j *job) fail(err error) {
 func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.err != nil {
 		return nil, l.err
+	}
+	if l.window() > 1 {
+		return l.nextOpportunistic(ctx)
 	}
 	j := l.pending
 	if j == nil {
@@ -435,6 +451,9 @@ func (l *Loader) finish() error {
 }
 
 func (l *Loader) release(j *job) {
+	if j.win != nil && !j.win.releaseOne() {
+		return // other batches of the window are still held
+	}
 	if j.Data != nil {
 		l.opts.Alloc.Free(j.Data)
 		j.Data = nil

@@ -472,3 +472,66 @@ func TestSteadyStateAllocations(t *testing.T) {
 		t.Fatalf("%.1f allocations per batch of 256 records", allocs)
 	}
 }
+
+// Opportunistic ordering: every record once per epoch, each batch full
+// size and made of records of its window, bytes right.
+func TestOpportunistic(t *testing.T) {
+	for _, noRing := range []bool{false, true} {
+		ds := fixedDataset(t, 1000, 64, 0, false)
+		s := sampler.Global{N: 1000, Seed: 4}
+		const w, size = 3, 64
+		l, err := loader.New(context.Background(), ds, s, loader.Options{BatchSize: size, Opportunistic: w, Epochs: 2, NoRing: noRing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []*loader.Batch
+		per := l.Batches().Count()
+		n := 0
+		ids := map[int]int{}
+		for {
+			b, err := l.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			pos, k := l.Batches().Span(b.Index)
+			if len(b.IDs) != k {
+				t.Fatalf("batch %d: %d records, want %d", b.Index, len(b.IDs), k)
+			}
+			// Its records come from its window of the sampler's order.
+			wlo := b.Index / w * w
+			lo, _ := l.Batches().Span(wlo)
+			hiPos, hiN := l.Batches().Span(min(wlo+w, per) - 1)
+			window := sampler.Order(s, b.Epoch)[lo : hiPos+hiN]
+			for i, id := range b.IDs {
+				if !slices.Contains(window, id) {
+					t.Fatalf("batch %d holds %d from outside its window (pos %d)", b.Index, id, pos)
+				}
+				if err := synth.CheckRecord(b.Record(i), id); err != nil {
+					t.Fatal(err)
+				}
+				ids[b.Epoch*10000+id]++
+			}
+			n++
+			held = append(held, b)
+			if len(held) > 4 { // release out of order, a little late
+				held[1].Release()
+				held = append(held[:1], held[2:]...)
+			}
+		}
+		for _, b := range held {
+			b.Release()
+		}
+		l.Close()
+		if n != 2*per || len(ids) != 2000 {
+			t.Fatalf("%d batches, %d distinct (epoch, id); want %d and 2000", n, len(ids), 2*per)
+		}
+		for k, c := range ids {
+			if c != 1 {
+				t.Fatalf("epoch %d record %d came %d times", k/10000, k%10000, c)
+			}
+		}
+	}
+}

@@ -33,6 +33,13 @@ type Options struct {
 	// Epochs is how many epochs to load from Epoch; 0 means 1, negative
 	// means without end.
 	Epochs int
+	// Opportunistic, when above 1, is DeepIO's entropy-aware opportunistic
+	// ordering (deepio.txt §III-C): the reads of this many consecutive
+	// batches are issued together and each batch is made of whichever of
+	// their records arrive first. Every record still comes once per epoch,
+	// but which batch holds it depends on timing, so batches are not
+	// reproducible and a resumed loader restarts at the window's first batch.
+	Opportunistic int
 	// NoRing reads with Depth goroutines calling ReadAt instead of io_uring,
 	// which is otherwise used for local files where the kernel allows it.
 	NoRing bool

@@ -24,7 +24,8 @@ func benchCmd() *cobra.Command {
 		batch, depth   int
 		fioDepth       int
 		noFio, jsonOut bool
-		seed           uint64
+		sf             samplerFlags
+		opportunistic  int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench PATH",
@@ -99,11 +100,23 @@ records (--record-size, default 4096) is written first.`,
 					rs = append(rs, r)
 					return nil
 				}
-				opts := loader.Options{BatchSize: batch, Depth: depth}
-				if err := run(func() (bench.Result, error) { return bench.Riffle(ctx, ds, seed, opts, lim) }); err != nil {
-					return err
+				opts := loader.Options{BatchSize: batch, Depth: depth, Opportunistic: opportunistic}
+				for _, k := range sf.kinds() {
+					s, name, err := sf.build(k, ds.Len(), locator(ds))
+					if err != nil {
+						return err
+					}
+					if err := run(func() (bench.Result, error) {
+						r, err := bench.Riffle(ctx, ds, s, opts, lim)
+						if k != "global" {
+							r.Name = "riffle " + name
+						}
+						return r, err
+					}); err != nil {
+						return err
+					}
 				}
-				if err := run(func() (bench.Result, error) { return bench.Pread(ctx, ds, seed, lim) }); err != nil {
+				if err := run(func() (bench.Result, error) { return bench.Pread(ctx, ds, sf.seed, lim) }); err != nil {
 					return err
 				}
 				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, path, recSize, lim) }); err != nil {
@@ -129,6 +142,7 @@ records (--record-size, default 4096) is written first.`,
 		},
 	}
 	df.register(cmd)
+	sf.register(cmd, "global")
 	fl := cmd.Flags()
 	fl.StringVar(&createFlag, "create", "", "size (like 4GiB) of fixed-size records to write first if PATH does not exist")
 	fl.StringSliceVar(&modes, "mode", []string{"cold", "warm"}, "cold, warm or both")
@@ -136,9 +150,9 @@ records (--record-size, default 4096) is written first.`,
 	fl.IntVar(&batch, "batch-size", 256, "records per batch")
 	fl.IntVar(&depth, "depth", 64, "riffle's reads in flight")
 	fl.IntVar(&fioDepth, "fio-depth", 64, "fio's queue depth")
+	fl.IntVar(&opportunistic, "opportunistic", 0, "make batches of whichever records of this many batches arrive first")
 	fl.BoolVar(&noFio, "no-fio", false, "do not run fio")
 	fl.BoolVar(&jsonOut, "json", false, "print results as JSON")
-	fl.Uint64Var(&seed, "seed", 0, "shuffle seed")
 	return cmd
 }
 
@@ -151,7 +165,11 @@ func printMode(mode string, rs []bench.Result, datasetBytes int64) {
 	fmt.Printf("\n%s\n%-20s %12s %10s %12s %12s %10s\n", strings.ToUpper(mode), "", "samples/s", "MB/s", "reads/s", "device MB", "dev/data")
 	by := map[string]bench.Result{}
 	for _, r := range rs {
-		by[strings.Fields(r.Name)[0]] = r
+		if strings.HasPrefix(r.Name, "fio") {
+			by["fio"] = r
+		} else {
+			by[r.Name] = r
+		}
 		amp := "-"
 		if r.DevBytes >= 0 && r.Bytes > 0 {
 			amp = fmt.Sprintf("%.2fx", float64(r.DevBytes)/float64(r.Bytes))
@@ -171,5 +189,12 @@ func printMode(mode string, rs []bench.Result, datasetBytes int64) {
 	}
 	if f, ok := by["fio"]; ok {
 		fmt.Printf("riffle / fio reads/s:          %.2fx\n", rf.IOPS()/f.IOPS())
+	}
+	for _, r := range rs {
+		if strings.HasPrefix(r.Name, "riffle ") {
+			if s, ok := by["sequential"]; ok {
+				fmt.Printf("%s / sequential MB/s: %.2fx, device bytes / record bytes %.2fx\n", r.Name, r.MBPerSec()/s.MBPerSec(), float64(r.DevBytes)/float64(r.Bytes))
+			}
+		}
 	}
 }
