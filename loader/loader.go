@@ -398,14 +398,9 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	}
 	j := l.pending
 	if j == nil {
-		var ok bool
-		select {
-		case j, ok = <-l.deliver:
-			if !ok {
-				return nil, l.finish()
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		var err error
+		if j, err = l.take(ctx); err != nil {
+			return nil, err
 		}
 	}
 	select {
@@ -432,6 +427,19 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		l.state = State{Epoch: j.Epoch + 1}
 	}
 	return &j.Batch, nil
+}
+
+// take receives the next planned job, or says why there is none.
+func (l *Loader) take(ctx context.Context) (*job, error) {
+	select {
+	case j, ok := <-l.deliver:
+		if !ok {
+			return nil, l.finish()
+		}
+		return j, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // finish returns why loading ended: io.EOF after the last epoch.

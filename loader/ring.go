@@ -127,37 +127,26 @@ func (l *Loader) ring(a *storage.Async, misses <-chan pending) error {
 	}
 	for {
 		// Take what has arrived, blocking only when nothing is in flight.
+		// The workers close misses when they stop, cancelled or done, and
+		// add counts down what arrives after a cancel.
 	fill:
 		for len(free) > 0 && !closed {
+			var p pending
+			var ok bool
 			if a.InFlight() == 0 {
+				p, ok = <-misses
+			} else {
 				select {
-				case p, ok := <-misses:
-					if !ok {
-						closed = true
-						break fill
-					}
-					add(p)
-				case <-l.ctx.Done():
-					// Keep draining: the workers forward or count down what they hold.
-					p, ok := <-misses
-					if !ok {
-						closed = true
-						break fill
-					}
-					l.readsLeft(p.j, 1)
-				}
-				continue
-			}
-			select {
-			case p, ok := <-misses:
-				if !ok {
-					closed = true
+				case p, ok = <-misses:
+				default:
 					break fill
 				}
-				add(p)
-			default:
-				break fill
 			}
+			if !ok {
+				closed = true
+				break
+			}
+			add(p)
 		}
 		if a.InFlight() == 0 {
 			if closed {

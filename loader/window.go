@@ -70,14 +70,9 @@ func (w *window) releaseOne() bool {
 func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 	j := l.pending
 	if j == nil || j.win.next == len(j.win.sizes) {
-		var ok bool
-		select {
-		case j, ok = <-l.deliver:
-			if !ok {
-				return nil, l.finish()
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		var err error
+		if j, err = l.take(ctx); err != nil {
+			return nil, err
 		}
 		l.pending = j
 	}

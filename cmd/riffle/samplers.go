@@ -19,6 +19,9 @@ type samplerFlags struct {
 	window    int
 	buffer    int
 	reservoir int
+	// maxSpan bounds how far a block may grow waiting for a page-aligned
+	// record end; 0 is BlockBounds' default, right for fixed-size records.
+	maxSpan int
 }
 
 func (f *samplerFlags) register(cmd *cobra.Command, kinds string) {
@@ -41,7 +44,7 @@ func (f *samplerFlags) build(kind string, n int, locate func(int) (int, int64, i
 	case "sequential":
 		return sampler.Sequential{N: n}, "sequential", nil
 	case "block":
-		b, err := sampler.NewBlock(sampler.BlockBounds(n, locate, f.blockSize, 4096, 0), f.seed, f.window)
+		b, err := sampler.NewBlock(sampler.BlockBounds(n, locate, f.blockSize, 4096, f.maxSpan), f.seed, f.window)
 		name := "block " + human(float64(f.blockSize))
 		if f.window > 1 {
 			name += " window " + strconv.Itoa(f.window)

@@ -56,6 +56,8 @@ a temporary directory and used.`,
 			}
 			fmt.Printf("%s: %d examples, %d features, batches of %d, lr %g\n", args[0], len(data.Rows), data.Dim, cfg.BatchSize, cfg.LR)
 			locate := locator(ds)
+			// Lines rarely end on a page edge: keep blocks near their size.
+			sf.maxSpan = 4 * sf.blockSize
 			if cfg.Target == 0 {
 				g, _, _ := sf.build("global", ds.Len(), locate)
 				r, err := train.Run(ctx, ds, data, g, cfg)

@@ -84,17 +84,23 @@ def start_daemon(sock_path: str, timeout: float = 30.0, idle_exit: str = "300s")
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
     )
     log.close()
+    if not wait_for_socket(sock_path, timeout):
+        raise RiffleError(f"the riffle daemon did not start on {sock_path} within {timeout}s (see {sock_path}.log)")
+
+
+def wait_for_socket(path: str, timeout: float) -> bool:
+    """Wait until something accepts connections at the Unix socket ``path``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s.connect(sock_path)
-            return
+            s.connect(path)
+            return True
         except OSError:
             time.sleep(0.02)
         finally:
             s.close()
-    raise RiffleError(f"the riffle daemon did not start on {sock_path} within {timeout}s (see {sock_path}.log)")
+    return False
 
 
 class Connection:

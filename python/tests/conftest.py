@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -32,26 +31,13 @@ def riffle_bin() -> str:
     return str(out)
 
 
-def wait_for_socket(path: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(path)
-            return
-        except OSError:
-            time.sleep(0.02)
-        finally:
-            s.close()
-    raise RuntimeError(f"no daemon on {path}")
-
-
 class Daemon:
     def __init__(self, sock: str, *args: str):
         self.sock = sock
         self.log = open(sock + ".log", "wb")
         self.proc = subprocess.Popen([riffle_bin(), "serve", "--socket", sock, *args], stdout=self.log, stderr=self.log)
-        wait_for_socket(sock)
+        if not client.wait_for_socket(sock, 20.0):
+            raise RuntimeError(f"no daemon on {sock}")
 
     def stats(self) -> dict:
         c = client.Connection(self.sock, autostart=False)
