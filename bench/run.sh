@@ -17,9 +17,8 @@ $r bench "$dir/r128k.bin" --record-size 131072 --duration 10s --mode cold --dire
 /usr/bin/python3 bench/torch_bench.py --dir "$dir"
 # Block-aware shuffles against the record-level one and a sequential read (issue 6).
 for rs in 256 1024 4096; do
-  for bsz in 4096 65536; do
-    $r bench "$dir/r4k.bin" --record-size $rs --duration 10s --mode cold --no-fio --sampler global,block --block-size $bsz
-  done
+  $r bench "$dir/r4k.bin" --record-size $rs --duration 10s --mode cold --no-fio --sampler global,block --block-size 65536
+  $r bench "$dir/r4k.bin" --record-size $rs --duration 10s --mode cold --no-fio --sampler block --block-size 65536 --direct
 done
 $r train --synthetic 20000 --buffer 64
 ./scripts/heart-scale.sh && $r train data/heart_scale.sorted.svm --batch-size 16 --block-size 512 --buffer 16 --lr 0.1

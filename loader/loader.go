@@ -95,6 +95,7 @@ type Loader struct {
 	tasks   chan task
 	deliver chan *job
 	mem     *semaphore.Weighted
+	flight  *flight // adaptive read-ahead; nil with a fixed Prefetch
 
 	freeJobs sync.Pool
 	pending  *job // delivered but not yet complete when the consumer gave up waiting
@@ -161,8 +162,15 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	l.state = State{Epoch: opts.Epoch, Batch: opts.Batch}
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	l.g, l.ctx = errgroup.WithContext(l.ctx)
-	l.tasks = make(chan task, opts.Depth*(opts.Prefetch+2))
-	l.deliver = make(chan *job, opts.Prefetch)
+	ahead := opts.Prefetch
+	if ahead == 0 {
+		ahead = maxAhead
+		l.flight = &flight{minBatches: minAhead, maxReads: 2 * opts.Depth}
+		l.flight.cond = sync.NewCond(&l.flight.mu)
+		context.AfterFunc(l.ctx, l.flight.wake)
+	}
+	l.tasks = make(chan task, opts.Depth*(min(ahead, 8)+2))
+	l.deliver = make(chan *job, ahead)
 	l.mem = semaphore.NewWeighted(opts.MemoryBytes)
 	l.g.Go(l.plan)
 	if async := l.newAsync(); async != nil {
@@ -203,6 +211,10 @@ func (l *Loader) plan() error {
 				return err
 			}
 			if err := l.mem.Acquire(l.ctx, j.weight); err != nil {
+				return nil
+			}
+			if l.flight != nil && !l.flight.admit(l.ctx, len(j.reads)) {
+				l.mem.Release(j.weight)
 				return nil
 			}
 			if j.Data, err = l.opts.Alloc.Alloc(j.size(), l.align); err != nil {
@@ -375,8 +387,57 @@ func (l *Loader) readDone(j *job, r read, err error) {
 // readsLeft counts n of j's reads as finished and completes j after its last.
 func (l *Loader) readsLeft(j *job, n int) {
 	if j.left.Add(-int64(n)) == 0 {
+		if l.flight != nil {
+			l.flight.done(len(j.reads))
+		}
 		close(j.done)
 	}
+}
+
+// Adaptive read-ahead bounds.
+const (
+	minAhead = 4
+	maxAhead = 1024
+)
+
+// flight tracks the batches being read, for the adaptive read-ahead: the
+// planner may start another batch while fewer than minBatches are being
+// read or fewer than maxReads reads are in flight.
+type flight struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	batches    int
+	reads      int
+	minBatches int
+	maxReads   int
+}
+
+func (f *flight) admit(ctx context.Context, reads int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.batches >= f.minBatches && f.reads >= f.maxReads {
+		if ctx.Err() != nil {
+			return false
+		}
+		f.cond.Wait()
+	}
+	f.batches++
+	f.reads += reads
+	return ctx.Err() == nil
+}
+
+func (f *flight) done(reads int) {
+	f.mu.Lock()
+	f.batches--
+	f.reads -= reads
+	f.mu.Unlock()
+	f.cond.Broadcast()
+}
+
+func (f *flight) wake() {
+	f.mu.Lock()
+	f.mu.Unlock()
+	f.cond.Broadcast()
 }
 
 func (j *job) fail(err error) {

@@ -16,7 +16,11 @@ type Options struct {
 	// Depth is the number of reads in flight; default 64, where NVMe and
 	// virtio disks reach their random-read peak.
 	Depth int
-	// Prefetch is how many batches are read ahead of the consumer; default 4.
+	// Prefetch is how many batches are read ahead of the consumer. The
+	// default adapts: at least 4 batches, and more while fewer than twice
+	// Depth reads are in flight, so that batches of a few large reads (a
+	// block-aware shuffle) still keep the device queue full; MemoryBytes
+	// bounds it either way.
 	Prefetch int
 	// MemoryBytes bounds the bytes of batch buffers alive at once, read
 	// ahead or held by the consumer; default 512 MiB. A batch larger than
@@ -53,9 +57,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Depth == 0 {
 		o.Depth = 64
-	}
-	if o.Prefetch == 0 {
-		o.Prefetch = 4
 	}
 	if o.MemoryBytes == 0 {
 		o.MemoryBytes = 512 << 20

@@ -100,6 +100,11 @@ records (--record-size, default 4096) is written first.`,
 					rs = append(rs, r)
 					return nil
 				}
+				if f := inf.Format; f == "libsvm" || f == "jsonl" || f == "csv" || f == "text" || f == "tfrecord" {
+					if err := run(func() (bench.Result, error) { return bench.Index(ctx, df.opts, inf.Paths...) }); err != nil {
+						return err
+					}
+				}
 				opts := loader.Options{BatchSize: batch, Depth: depth, Opportunistic: opportunistic}
 				for _, k := range sf.kinds() {
 					s, name, err := sf.build(k, ds.Len(), locator(ds))
@@ -189,6 +194,11 @@ func printMode(mode string, rs []bench.Result, datasetBytes int64) {
 	}
 	if f, ok := by["fio"]; ok {
 		fmt.Printf("riffle / fio reads/s:          %.2fx\n", rf.IOPS()/f.IOPS())
+	}
+	if ix, ok := by["index build"]; ok {
+		if s, ok := by["sequential"]; ok {
+			fmt.Printf("index build / sequential MB/s: %.2fx\n", ix.MBPerSec()/s.MBPerSec())
+		}
 	}
 	for _, r := range rs {
 		if strings.HasPrefix(r.Name, "riffle ") {

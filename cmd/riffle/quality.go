@@ -46,7 +46,7 @@ each sampler's order, position against record id.`,
 					return err
 				}
 				defer f.Close()
-				if err := quality.SVG(f, panels, 0, 3000); err != nil {
+				if err := quality.SVG(f, panels, 0, 1500); err != nil {
 					return err
 				}
 				fmt.Println("\nwrote", svg)

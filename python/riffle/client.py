@@ -295,9 +295,12 @@ class Batch:
     the batch is alive any more.
     """
 
-    __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "__weakref__")
+    __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "_dtype", "_shape",
+                 "__weakref__")
 
-    def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict):
+    def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict,
+                 dtype=None, shape=None):
+        self._dtype, self._shape = dtype, shape
         self.epoch, self.index, self.last = epoch, index, last
         self.n = len(ids)
         self.ids, self.offs, self.lens, self.labels = ids, offs, lens, labels
@@ -313,7 +316,25 @@ class Batch:
         return memoryview(self.raw[o : o + int(self.lens[i])])
 
     def records(self) -> list[memoryview]:
+        """Every record's bytes, as views of the batch."""
         return [self.record(i) for i in range(self.n)]
+
+    @property
+    def data(self):
+        """The records as the dataset's natural type.
+
+        Fixed-size records: one ``(n, record_size)`` uint8 array, or of the
+        loader's ``dtype``/``shape``; ``.npy`` rows: the file's dtype and row
+        shape; anything else: a list of memoryviews. Arrays are views of the
+        batch when its records are packed.
+        """
+        from . import decode
+        fmt = self.info.get("format")
+        if fmt == "npy" and self._dtype is None:
+            return decode.npy(self)
+        if fmt in ("fixed", "npy"):
+            return decode.fixed(self, self._dtype or np.uint8, self._shape)
+        return self.records()
 
     def __len__(self) -> int:
         return self.n
@@ -332,7 +353,9 @@ class Loader:
     """An iterable of batches of a dataset in a global shuffle, one epoch per iteration.
 
     ``paths`` is a file, a glob, a directory (ImageFolder) or a list of
-    those. ``rank``/``world_size`` shard each epoch as DistributedSampler
+    those. ``batch.data`` gives fixed-size records as an ``(n, ...)`` array of
+    ``dtype`` and per-record ``shape`` (``.npy``: the file's), other records
+    as memoryviews. ``rank``/``world_size`` shard each epoch as DistributedSampler
     does. ``state_dict()`` is the place of the next batch; pass it to
     ``load_state_dict()`` to resume exactly there.
     """
@@ -341,9 +364,9 @@ class Loader:
                  shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
                  header_bytes: int = 0, csv_header: bool = False, skip_crc: bool = False, drop_partial: bool = False,
                  direct: bool = False, rank: int = 0, world_size: int = 1, drop_last: bool = False,
-                 prefetch: int = 4, depth: int | None = None, memory: int = 256 << 20, ordered: bool = False,
+                 prefetch: int = 0, depth: int | None = None, memory: int = 256 << 20, ordered: bool = False,
                  epoch: int = 0, socket: str | None = None, address: str | None = None, token: str | None = None,
-                 timeout: float = 60.0, autostart: bool = True):
+                 timeout: float = 60.0, autostart: bool = True, dtype=None, shape: Sequence[int] | None = None):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         self.spec = {
@@ -354,6 +377,7 @@ class Loader:
             "prefetch": prefetch, "depth": depth or 0, "memory_bytes": memory, "ordered": ordered,
         }
         self.memory = memory
+        self.dtype, self.shape = dtype, shape
         self.epoch = epoch
         self._batch = 0
         self._conn_args = (socket, address, token, timeout, autostart)
@@ -464,7 +488,7 @@ class Loader:
             self._held += size
             weakref.finalize(raw, _release, conn_ref, job, m["seq"])
             weakref.finalize(raw, self._unhold, size)
-        return Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info)
+        return Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info, self.dtype, self.shape)
 
     def _unhold(self, size: int) -> None:
         self._held -= size

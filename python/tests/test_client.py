@@ -192,3 +192,18 @@ def test_truncated_tfrecord_line_error(daemon, tmp_path):
     with pytest.raises(riffle.RiffleError) as e:
         next(iter(riffle.Loader(p, batch_size=10)))
     assert e.value.offset == 9 and "newline" in str(e.value)
+
+
+def test_batch_data_natural_types(daemon, fixed_file, tmp_path):
+    b = next(iter(riffle.Loader(fixed_file, batch_size=10, record_size=64)))
+    assert b.data.shape == (10, 64) and b.data.dtype == np.uint8
+    b = next(iter(riffle.Loader(fixed_file, batch_size=10, record_size=64, dtype=np.uint64, shape=(2, 4))))
+    assert b.data.shape == (10, 2, 4) and (b.data[:, 0, 0] == b.ids).all()
+    arr = np.arange(40, dtype=np.int16).reshape(10, 4)
+    np.save(tmp_path / "a.npy", arr)
+    b = next(iter(riffle.Loader(tmp_path / "a.npy", batch_size=10)))
+    np.testing.assert_array_equal(b.data, arr[b.ids])
+    p = tmp_path / "t.txt"
+    p.write_text("".join(f"line {i}\n" for i in range(5)))
+    b = next(iter(riffle.Loader(p, batch_size=5)))
+    assert sorted(bytes(m).decode() for m in b.data) == [f"line {i}" for i in range(5)]

@@ -123,7 +123,7 @@ def test_client_starts_a_daemon(tmp_path, fixed_file, monkeypatch):
         assert c.request({"op": "stats"})[0]["clients"] >= 1
         c.close()
     finally:
-        subprocess.run(["pkill", "-f", f"--socket {sock}"])
+        subprocess.run(["pkill", "-f", "--", f"--socket {sock}"])
 
 
 def test_roots_confine_paths(tmp_path, monkeypatch):
