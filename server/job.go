@@ -65,9 +65,25 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 		return nil, err
 	}
 	j := &job{spec: *spec, ds: e, sets: s.sets, inline: !shm, held: map[uint64]*loader.Batch{}}
-	var smp sampler.Sampler = sampler.Sequential{N: e.ds.Len()}
-	if spec.Shuffle {
-		smp = sampler.Global{N: e.ds.Len(), Seed: spec.Seed}
+	kind := spec.Sampler
+	if kind == "" {
+		kind = "sequential"
+		if spec.Shuffle {
+			kind = "global"
+		}
+	}
+	locate := func(id int) (int, int64, int) {
+		l := e.ds.Locate(id)
+		return l.Object, l.Off, l.Len
+	}
+	cfg := sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window, Buffer: spec.Buffer, Reservoir: spec.Reservoir}
+	if e.ds.Info().RecordSize == 0 {
+		cfg.MaxSpan = 4 * max(cfg.BlockSize, 4096) // lines rarely end on a page edge
+	}
+	smp, _, err := cfg.Build(e.ds.Len(), locate)
+	if err != nil {
+		s.sets.put(e)
+		return nil, err
 	}
 	world := max(1, spec.World)
 	if world > 1 || spec.Rank != 0 {
@@ -84,6 +100,7 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	lopts := loader.Options{
 		BatchSize: spec.BatchSize, DropLast: spec.DropLast, Depth: spec.Depth, Prefetch: spec.Prefetch,
 		MemoryBytes: mem, Ordered: spec.Ordered, Epoch: spec.Epoch, Batch: spec.Batch, Epochs: spec.Epochs,
+		Opportunistic: spec.Opportunistic,
 	}
 	// The arena holds twice the memory bound, so fragmentation never
 	// blocks the loader for long, plus one batch's metadata per batch.

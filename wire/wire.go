@@ -87,27 +87,33 @@ type Msg struct {
 
 // JobSpec is what a client asks the daemon to load.
 type JobSpec struct {
-	Paths       []string `json:"paths"`
-	Format      string   `json:"format,omitempty"`
-	RecordSize  int      `json:"record_size,omitempty"`
-	HeaderBytes int64    `json:"header_bytes,omitempty"`
-	CSVHeader   bool     `json:"csv_header,omitempty"`
-	SkipCRC     bool     `json:"skip_crc,omitempty"`
-	DropPartial bool     `json:"drop_partial,omitempty"`
-	Direct      bool     `json:"direct,omitempty"`
-	Shuffle     bool     `json:"shuffle"`
-	Seed        uint64   `json:"seed"`
-	Rank        int      `json:"rank"`
-	World       int      `json:"world"`
-	DropLast    bool     `json:"drop_last,omitempty"`
-	BatchSize   int      `json:"batch_size"`
-	Prefetch    int      `json:"prefetch,omitempty"`
-	Depth       int      `json:"depth,omitempty"`
-	MemoryBytes int64    `json:"memory_bytes,omitempty"`
-	Ordered     bool     `json:"ordered,omitempty"`
-	Epoch       int      `json:"epoch"`
-	Batch       int      `json:"batch"`
-	Epochs      int      `json:"epochs,omitempty"`
+	Paths         []string `json:"paths"`
+	Format        string   `json:"format,omitempty"`
+	RecordSize    int      `json:"record_size,omitempty"`
+	HeaderBytes   int64    `json:"header_bytes,omitempty"`
+	CSVHeader     bool     `json:"csv_header,omitempty"`
+	SkipCRC       bool     `json:"skip_crc,omitempty"`
+	DropPartial   bool     `json:"drop_partial,omitempty"`
+	Direct        bool     `json:"direct,omitempty"`
+	Shuffle       bool     `json:"shuffle"`
+	Sampler       string   `json:"sampler,omitempty"` // "global", "sequential", "block", "buffered", "reservoir"; default by Shuffle
+	BlockSize     int      `json:"block_size,omitempty"`
+	Window        int      `json:"window,omitempty"`
+	Buffer        int      `json:"buffer,omitempty"`
+	Reservoir     int      `json:"reservoir,omitempty"`
+	Opportunistic int      `json:"opportunistic,omitempty"`
+	Seed          uint64   `json:"seed"`
+	Rank          int      `json:"rank"`
+	World         int      `json:"world"`
+	DropLast      bool     `json:"drop_last,omitempty"`
+	BatchSize     int      `json:"batch_size"`
+	Prefetch      int      `json:"prefetch,omitempty"`
+	Depth         int      `json:"depth,omitempty"`
+	MemoryBytes   int64    `json:"memory_bytes,omitempty"`
+	Ordered       bool     `json:"ordered,omitempty"`
+	Epoch         int      `json:"epoch"`
+	Batch         int      `json:"batch"`
+	Epochs        int      `json:"epochs,omitempty"`
 }
 
 // Info describes the dataset a job reads.

@@ -106,7 +106,7 @@ records (--record-size, default 4096) is written first.`,
 					}
 				}
 				opts := loader.Options{BatchSize: batch, Depth: depth, Opportunistic: opportunistic}
-				for _, k := range sf.kinds() {
+				for _, k := range sf.list() {
 					s, name, err := sf.build(k, ds.Len(), locator(ds))
 					if err != nil {
 						return err
@@ -121,7 +121,7 @@ records (--record-size, default 4096) is written first.`,
 						return err
 					}
 				}
-				if err := run(func() (bench.Result, error) { return bench.Pread(ctx, ds, sf.seed, lim) }); err != nil {
+				if err := run(func() (bench.Result, error) { return bench.Pread(ctx, ds, sf.Seed, lim) }); err != nil {
 					return err
 				}
 				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, path, recSize, lim) }); err != nil {

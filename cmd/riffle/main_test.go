@@ -77,3 +77,51 @@ func TestBadRecordSizeIsAnError(t *testing.T) {
 		t.Fatalf("inspect of a file with a partial record: %v", err)
 	}
 }
+
+func TestBenchWarm(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.bin")
+	out, err := run(t, benchCmd(), p, "--create", "4MiB", "--record-size", "4096", "--mode", "warm", "--no-fio",
+		"--duration", "200ms", "--sampler", "global,block", "--block-size", "65536")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"riffle ", "riffle block 65536", "pread", "sequential", "riffle / pread samples/s"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestQuality(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "o.svg")
+	out, err := run(t, qualityCmd(), "--records", "2000", "--epochs", "2", "--svg", svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "global                         100.0%") || !strings.Contains(out, "sequential                       0.0%") {
+		t.Fatalf("quality printed:\n%s", out)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
+		t.Fatalf("no plot: %v", err)
+	}
+}
+
+func TestTrain(t *testing.T) {
+	out, err := run(t, trainCmd(), "--synthetic", "20000", "--synthetic-dir", t.TempDir(), "--max-epochs", "4", "--sampler", "global,sequential")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out, "\n")
+	var global, seq string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "global ") {
+			global = l
+		}
+		if strings.HasPrefix(l, "sequential ") {
+			seq = l
+		}
+	}
+	if !strings.Contains(seq, "not in 4") || strings.Contains(global, "not in") {
+		t.Fatalf("on sorted data global should reach the target and sequential not:\n%s", out)
+	}
+}

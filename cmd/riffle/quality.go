@@ -30,7 +30,7 @@ each sampler's order, position against record id.`,
 			locate := func(id int) (int, int64, int) { return 0, int64(id) * int64(size), size }
 			var panels []quality.Panel
 			fmt.Printf("%d records of %d bytes, batches of %d, %d epochs\n\n%-28s %8s %16s %14s\n", records, size, batch, eps, "sampler", "RL", "neighbours/full", "displacement")
-			for _, k := range sf.kinds() {
+			for _, k := range sf.list() {
 				s, name, err := sf.build(k, records, locate)
 				if err != nil {
 					return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -43,6 +44,15 @@ address beyond loopback requires --token.`,
 				s.Token = os.Getenv("RIFFLE_TOKEN")
 			}
 			s.Version = version
+			if path := os.Getenv("RIFFLE_CPUPROFILE"); path != "" {
+				// For finding where the daemon spends its time.
+				f, err := os.Create(path)
+				if err != nil {
+					return err
+				}
+				pprof.StartCPUProfile(f)
+				defer pprof.StopCPUProfile()
+			}
 			err := s.Serve(cmd.Context())
 			if errors.Is(err, server.ErrRunning) && quiet {
 				return nil // started by a client that lost the race: the other daemon serves

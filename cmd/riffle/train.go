@@ -57,7 +57,7 @@ a temporary directory and used.`,
 			fmt.Printf("%s: %d examples, %d features, batches of %d, lr %g\n", args[0], len(data.Rows), data.Dim, cfg.BatchSize, cfg.LR)
 			locate := locator(ds)
 			// Lines rarely end on a page edge: keep blocks near their size.
-			sf.maxSpan = 4 * sf.blockSize
+			sf.MaxSpan = 4 * sf.BlockSize
 			if cfg.Target == 0 {
 				g, _, _ := sf.build("global", ds.Len(), locate)
 				r, err := train.Run(ctx, ds, data, g, cfg)
@@ -72,7 +72,7 @@ a temporary directory and used.`,
 				fmt.Printf("target loss %.4f (global shuffle's best in %d epochs + %.3f)\n", cfg.Target, len(r.Losses), margin)
 			}
 			fmt.Printf("\n%-28s %18s %12s %12s\n", "sampler", "epochs to target", "seconds", "final loss")
-			for _, k := range sf.kinds() {
+			for _, k := range sf.list() {
 				s, name, err := sf.build(k, ds.Len(), locate)
 				if err != nil {
 					return err

@@ -355,7 +355,11 @@ class Loader:
     ``paths`` is a file, a glob, a directory (ImageFolder) or a list of
     those. ``batch.data`` gives fixed-size records as an ``(n, ...)`` array of
     ``dtype`` and per-record ``shape`` (``.npy``: the file's), other records
-    as memoryviews. ``rank``/``world_size`` shard each epoch as DistributedSampler
+    as memoryviews. ``sampler`` picks a cheaper order than the global shuffle:
+    ``"block"`` (``block_size`` bytes per block, ``window`` blocks spread over
+    as many batches), ``"buffered"`` (a ``buffer`` of records, as tf.data),
+    ``"reservoir"``, or ``"sequential"``; ``opportunistic=W`` makes each batch
+    of whichever records of the next W batches arrive first. ``rank``/``world_size`` shard each epoch as DistributedSampler
     does. ``state_dict()`` is the place of the next batch; pass it to
     ``load_state_dict()`` to resume exactly there.
     """
@@ -366,7 +370,9 @@ class Loader:
                  direct: bool = False, rank: int = 0, world_size: int = 1, drop_last: bool = False,
                  prefetch: int = 0, depth: int | None = None, memory: int = 256 << 20, ordered: bool = False,
                  epoch: int = 0, socket: str | None = None, address: str | None = None, token: str | None = None,
-                 timeout: float = 60.0, autostart: bool = True, dtype=None, shape: Sequence[int] | None = None):
+                 timeout: float = 60.0, autostart: bool = True, dtype=None, shape: Sequence[int] | None = None,
+                 sampler: str | None = None, block_size: int = 0, window: int = 0, buffer: int = 0,
+                 reservoir: int = 0, opportunistic: int = 0):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         self.spec = {
@@ -375,6 +381,8 @@ class Loader:
             "skip_crc": skip_crc, "drop_partial": drop_partial, "direct": direct, "shuffle": shuffle,
             "seed": seed, "rank": rank, "world": world_size, "drop_last": drop_last, "batch_size": batch_size,
             "prefetch": prefetch, "depth": depth or 0, "memory_bytes": memory, "ordered": ordered,
+            "sampler": sampler or "", "block_size": block_size, "window": window, "buffer": buffer,
+            "reservoir": reservoir, "opportunistic": opportunistic,
         }
         self.memory = memory
         self.dtype, self.shape = dtype, shape

@@ -207,3 +207,37 @@ def test_batch_data_natural_types(daemon, fixed_file, tmp_path):
     p.write_text("".join(f"line {i}\n" for i in range(5)))
     b = next(iter(riffle.Loader(p, batch_size=5)))
     assert sorted(bytes(m).decode() for m in b.data) == [f"line {i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("kw", [
+    {"sampler": "block", "block_size": 1024},
+    {"sampler": "block", "block_size": 1024, "window": 4},
+    {"sampler": "buffered", "buffer": 50},
+    {"sampler": "reservoir", "reservoir": 100},
+    {"opportunistic": 3},
+])
+def test_cheaper_orders_exactly_once(daemon, fixed_file, kw):
+    data = fixed_file.read_bytes()
+    ld = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=2, **kw)
+    for epoch in range(2):
+        ids = []
+        for b in ld:
+            arr = b.data
+            for i, rid in enumerate(b.ids):
+                assert arr[i].tobytes() == data[rid * 64 : (rid + 1) * 64]
+            ids += b.ids.tolist()
+        assert sorted(ids) == list(range(1000)), f"epoch {epoch}"
+
+
+def test_block_batches_hold_whole_blocks(daemon, fixed_file):
+    # 64-byte records in 4 KiB blocks (a block never ends inside a page, so a
+    # smaller block size would give the same): 64 consecutive records per
+    # block, so a batch of 64 spans at most two blocks.
+    for b in riffle.Loader(fixed_file, batch_size=64, record_size=64, sampler="block", block_size=4096):
+        blocks = {int(i) // 64 for i in b.ids}
+        assert len(blocks) <= 2, f"batch {b.index} touches {len(blocks)} blocks"
+
+
+def test_unknown_sampler(daemon, fixed_file):
+    with pytest.raises(riffle.RiffleError, match="unknown sampler"):
+        next(iter(riffle.Loader(fixed_file, batch_size=8, record_size=64, sampler="magic")))
