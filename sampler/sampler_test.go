@@ -252,6 +252,53 @@ func TestShardExactlyOnce(t *testing.T) {
 	})
 }
 
+// Chunked sharding is DistributedSampler over runs of Chunk positions:
+// each rank's runs are whole runs of the order, and the ranks together cover
+// the order, padded or cut to a multiple of World runs.
+func TestShardChunks(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 2000).Draw(t, "n")
+		w := rapid.IntRange(1, 8).Draw(t, "world")
+		c := rapid.IntRange(1, 64).Draw(t, "chunk")
+		dropLast := rapid.Bool().Draw(t, "droplast")
+		base := Global{N: n, Seed: rapid.Uint64().Draw(t, "seed")}
+		epoch := Order(base, 3)
+		counts := make([]int, n)
+		total := 0
+		for r := range w {
+			s := &Shard{Base: base, Rank: r, World: w, DropLast: dropLast, Chunk: c}
+			part := Order(s, 3)
+			for i, id := range part {
+				if want := epoch[(((i/c)*w+r)*c+i%c)%n]; id != want {
+					t.Fatalf("rank %d position %d: %d, want %d", r, i, id, want)
+				}
+				counts[id]++
+			}
+			total += len(part)
+		}
+		unit := w * c
+		if dropLast {
+			if total != n/unit*unit {
+				t.Fatalf("drop_last: %d positions, want %d", total, n/unit*unit)
+			}
+			for id, k := range counts {
+				if k > 1 {
+					t.Fatalf("id %d on %d ranks", id, k)
+				}
+			}
+			return
+		}
+		if total != (n+unit-1)/unit*unit {
+			t.Fatalf("padded: %d positions, want %d", total, (n+unit-1)/unit*unit)
+		}
+		for id, k := range counts {
+			if k == 0 {
+				t.Fatalf("id %d on no rank", id)
+			}
+		}
+	})
+}
+
 func TestShardRejectsBadRank(t *testing.T) {
 	for _, c := range [][2]int{{-1, 2}, {2, 2}, {0, 0}} {
 		if _, err := NewShard(Sequential{N: 4}, c[0], c[1], false); err == nil {

@@ -7,10 +7,18 @@ import "fmt"
 // Base) is cut to a multiple of World (DropLast) or padded to one by
 // repeating its start, and rank r takes positions r, r+World, r+2*World...
 // The ranks' parts are disjoint and together are the epoch's order.
+//
+// With Chunk > 1 the same is done to runs of Chunk consecutive positions
+// instead of single ones: rank r takes runs r, r+World, ... of the order,
+// cut or padded to a multiple of World runs. A block-aware order keeps its
+// blocks whole this way (with Chunk the batch size, every batch of a rank
+// is a batch of the unsharded order) instead of scattering each block's
+// records over the ranks.
 type Shard struct {
 	Base        Sampler
 	Rank, World int
 	DropLast    bool
+	Chunk       int
 }
 
 // NewShard checks rank and world.
@@ -18,23 +26,28 @@ func NewShard(base Sampler, rank, world int, dropLast bool) (*Shard, error) {
 	if world < 1 || rank < 0 || rank >= world {
 		return nil, fmt.Errorf("rank %d of world %d: want 0 <= rank < world", rank, world)
 	}
-	return &Shard{Base: base, Rank: rank, World: world, DropLast: dropLast}, nil
+	return &Shard{Base: base, Rank: rank, World: world, DropLast: dropLast, Chunk: 1}, nil
 }
+
+func (s *Shard) chunk() int { return max(1, s.Chunk) }
 
 // Len is the number of positions this rank gets per epoch.
 func (s *Shard) Len() int {
+	unit := s.World * s.chunk()
 	if s.DropLast {
-		return s.Base.Len() / s.World
+		return s.Base.Len() / unit * s.chunk()
 	}
-	return (s.Base.Len() + s.World - 1) / s.World
+	return (s.Base.Len() + unit - 1) / unit * s.chunk()
 }
 
 func (s *Shard) Fill(epoch, pos int, dst []int) int {
 	n := s.Base.Len()
+	c := s.chunk()
 	m := max(0, min(len(dst), s.Len()-pos))
 	for i := range m {
-		g := (s.Rank + (pos+i)*s.World) % n // padding repeats the order's start
-		s.Base.Fill(epoch, g, dst[i:i+1])
+		p := pos + i
+		g := ((p/c)*s.World+s.Rank)*c + p%c
+		s.Base.Fill(epoch, g%n, dst[i:i+1]) // padding repeats the order's start
 	}
 	return m
 }

@@ -87,10 +87,15 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	}
 	world := max(1, spec.World)
 	if world > 1 || spec.Rank != 0 {
-		if smp, err = sampler.NewShard(smp, spec.Rank, world, spec.DropLast); err != nil {
+		sh, err := sampler.NewShard(smp, spec.Rank, world, spec.DropLast)
+		if err != nil {
 			s.sets.put(e)
 			return nil, err
 		}
+		if kind == "block" {
+			sh.Chunk = spec.BatchSize // ranks take whole batches, so blocks stay whole
+		}
+		smp = sh
 	}
 	j.smp = smp
 	mem := spec.MemoryBytes

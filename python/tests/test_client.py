@@ -241,3 +241,19 @@ def test_block_batches_hold_whole_blocks(daemon, fixed_file):
 def test_unknown_sampler(daemon, fixed_file):
     with pytest.raises(riffle.RiffleError, match="unknown sampler"):
         next(iter(riffle.Loader(fixed_file, batch_size=8, record_size=64, sampler="magic")))
+
+
+def test_block_sharded_keeps_blocks_whole(daemon, fixed_file):
+    parts = []
+    for rank in range(2):
+        ids = []
+        for b in riffle.Loader(fixed_file, batch_size=64, record_size=64, sampler="block", block_size=4096,
+                               rank=rank, world_size=2):
+            assert len({int(i) // 64 for i in b.ids}) <= 2, "a rank's batch scatters blocks"
+            ids += b.ids.tolist()
+        parts.append(ids)
+    assert len(parts[0]) == len(parts[1])
+    assert set(parts[0]) | set(parts[1]) == set(range(1000))
+    # DistributedSampler over whole batches: 1000 records pad to 1024, 24 repeats.
+    assert len(parts[0]) + len(parts[1]) == 1024
+    assert len(set(parts[0]) & set(parts[1])) <= 24
