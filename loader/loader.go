@@ -338,17 +338,22 @@ func grow(s []int, n int) []int {
 	return s[:n]
 }
 
+// nextTask waits for a share of reads; false when the planner is done or
+// the loader stops.
+func (l *Loader) nextTask() (task, bool) {
+	select {
+	case t, ok := <-l.tasks:
+		return t, ok
+	case <-l.ctx.Done():
+		return task{}, false
+	}
+}
+
 // work serves reads until the planner is done.
 func (l *Loader) work() error {
 	for {
-		var t task
-		var ok bool
-		select {
-		case t, ok = <-l.tasks:
-			if !ok {
-				return nil
-			}
-		case <-l.ctx.Done():
+		t, ok := l.nextTask()
+		if !ok {
 			return nil
 		}
 		j := t.j

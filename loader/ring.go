@@ -67,14 +67,8 @@ func (l *Loader) startRing(a *storage.Async) {
 // tryCache serves tasks' reads from the page cache and forwards the rest.
 func (l *Loader) tryCache(misses chan<- pending) {
 	for {
-		var t task
-		var ok bool
-		select {
-		case t, ok = <-l.tasks:
-			if !ok {
-				return
-			}
-		case <-l.ctx.Done():
+		t, ok := l.nextTask()
+		if !ok {
 			return
 		}
 		j := t.j

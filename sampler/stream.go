@@ -12,6 +12,12 @@ import (
 // earlier position and keep their state for the next Fill, which the loader
 // asks for in order.
 
+// epochRand is the random stream of one epoch of a streaming sampler.
+func epochRand(seed uint64, epoch int) *rand.Rand {
+	key := Mix(seed, uint64(epoch))
+	return rand.New(rand.NewPCG(key, key^0xda942042e4dd58b5))
+}
+
 // Buffered is tf.data's shuffle: a buffer of Buffer records is filled in
 // file order; each output is a uniformly chosen record of the buffer, whose
 // place the next record in file order takes. Buffer 1 is the sequential
@@ -39,8 +45,7 @@ func (s *Buffered) Fill(epoch, pos int, dst []int) int {
 	defer s.mu.Unlock()
 	st := s.st
 	if st == nil || st.epoch != epoch || st.pos > pos {
-		key := Mix(s.Seed, uint64(epoch))
-		st = &bufState{epoch: epoch, rng: rand.New(rand.NewPCG(key, key^0xda942042e4dd58b5))}
+		st = &bufState{epoch: epoch, rng: epochRand(s.Seed, epoch)}
 		b := max(1, s.Buffer)
 		for st.next < min(b, s.N) {
 			st.buf = append(st.buf, st.next)
@@ -117,8 +122,7 @@ func (s *Reservoir) Fill(epoch, pos int, dst []int) int {
 	defer s.mu.Unlock()
 	st := s.st
 	if st == nil || st.epoch != epoch || st.pos > pos {
-		key := Mix(s.Seed, uint64(epoch))
-		st = &resState{epoch: epoch, used: make([]bool, s.N), rng: rand.New(rand.NewPCG(key, key^0x94d049bb133111eb))}
+		st = &resState{epoch: epoch, used: make([]bool, s.N), rng: epochRand(s.Seed, epoch)}
 		s.st = st
 	}
 	for st.pos < pos+n {
