@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -533,5 +534,65 @@ func TestOpportunistic(t *testing.T) {
 				t.Fatalf("epoch %d record %d came %d times", k/10000, k%10000, c)
 			}
 		}
+	}
+}
+
+// countingAlloc tracks the bytes of live batch buffers.
+type countingAlloc struct {
+	loader.Pool
+	mu         sync.Mutex
+	live, peak int
+}
+
+func (a *countingAlloc) Alloc(n, align int) ([]byte, error) {
+	a.mu.Lock()
+	a.live += n
+	a.peak = max(a.peak, a.live)
+	a.mu.Unlock()
+	return a.Pool.Alloc(n, align)
+}
+
+func (a *countingAlloc) Free(b []byte) {
+	a.mu.Lock()
+	a.live -= len(b)
+	a.mu.Unlock()
+	a.Pool.Free(b)
+}
+
+// The loader reads ahead only while the buffers of batches in flight and
+// held by the consumer fit in MemoryBytes.
+func TestMemoryBound(t *testing.T) {
+	ds := fixedDataset(t, 4000, 100, 0, false)
+	alloc := &countingAlloc{}
+	const batch = 100 * 100
+	l, err := loader.New(context.Background(), ds, sampler.Global{N: 4000}, loader.Options{BatchSize: 100, MemoryBytes: 3 * batch, Alloc: alloc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var held []*loader.Batch
+	for {
+		b, err := l.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+		if len(held) == 2 { // the consumer keeps two batches at a time
+			held[0].Release()
+			held = held[1:]
+		}
+		time.Sleep(time.Millisecond) // let the loader run ahead as far as it may
+	}
+	for _, b := range held {
+		b.Release()
+	}
+	if alloc.peak > 3*batch {
+		t.Fatalf("%d bytes of batches alive at once, the bound is %d", alloc.peak, 3*batch)
+	}
+	if alloc.peak < 3*batch {
+		t.Fatalf("the loader never read ahead to its bound (peak %d bytes)", alloc.peak)
 	}
 }
