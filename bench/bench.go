@@ -260,7 +260,7 @@ func Index(ctx context.Context, opts dataset.Options, paths ...string) (Result, 
 	before := dev.ReadBytes()
 	opts.Index = dataset.IndexRebuild
 	start := time.Now()
-	ds, err := dataset.Open(opts, paths...)
+	ds, err := dataset.Open(ctx, opts, paths...)
 	if err != nil {
 		return Result{}, err
 	}

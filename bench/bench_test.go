@@ -26,7 +26,7 @@ func BenchmarkShuffle(b *testing.B) {
 			if err := synth.WriteFixed(path, n, size, 0); err != nil {
 				b.Fatal(err)
 			}
-			ds, err := dataset.Open(dataset.Options{RecordSize: size}, path)
+			ds, err := dataset.Open(context.Background(), dataset.Options{RecordSize: size}, path)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -14,6 +14,7 @@
 package dataset
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -194,8 +195,9 @@ func ExpandPaths(paths []string) ([]string, error) {
 }
 
 // Open opens the dataset made of the given files (globs allowed) or of one
-// directory tree.
-func Open(opts Options, paths ...string) (Dataset, error) {
+// directory tree. Building a missing index scans the files; cancelling ctx
+// stops it.
+func Open(ctx context.Context, opts Options, paths ...string) (Dataset, error) {
 	files, err := ExpandPaths(paths)
 	if err != nil {
 		return nil, err
@@ -211,9 +213,9 @@ func Open(opts Options, paths ...string) (Dataset, error) {
 		if len(files) != 1 {
 			return nil, fmt.Errorf("a dir dataset has one root, got %d paths", len(files))
 		}
-		return openTree(files[0], opts)
+		return openTree(ctx, files[0], opts)
 	}
-	var scan func(*storage.File, Options) (part, error)
+	var scan func(context.Context, *storage.File, Options) (part, error)
 	switch format {
 	case "fixed":
 		if opts.RecordSize <= 0 {
@@ -223,13 +225,17 @@ func Open(opts Options, paths ...string) (Dataset, error) {
 	case "npy":
 		scan = openNpy
 	case "libsvm", "jsonl", "text":
-		scan = func(f *storage.File, o Options) (part, error) { return openLines(f, o, format, false) }
+		scan = func(ctx context.Context, f *storage.File, o Options) (part, error) {
+			return openLines(ctx, f, o, format, false)
+		}
 	case "csv":
-		scan = func(f *storage.File, o Options) (part, error) { return openLines(f, o, format, true) }
+		scan = func(ctx context.Context, f *storage.File, o Options) (part, error) {
+			return openLines(ctx, f, o, format, true)
+		}
 	case "tfrecord":
 		scan = openTFRecord
 	default:
 		return nil, fmt.Errorf("format %q: %w (known: %s)", format, ErrUnknownFormat, strings.Join(Formats, ", "))
 	}
-	return openFiles(files, format, opts, scan)
+	return openFiles(ctx, files, format, opts, scan)
 }

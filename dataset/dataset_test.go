@@ -61,7 +61,7 @@ func TestFormats(t *testing.T) {
 	must(synth.WriteLines(csv, "csv", 40, true))
 
 	t.Run("fixed", func(t *testing.T) {
-		ds, err := Open(Options{RecordSize: 64, HeaderBytes: 16}, fixed)
+		ds, err := Open(context.Background(), Options{RecordSize: 64, HeaderBytes: 16}, fixed)
 		must(err)
 		defer ds.Close()
 		if ds.Len() != 100 || ds.Info().RecordSize != 64 {
@@ -72,7 +72,7 @@ func TestFormats(t *testing.T) {
 		}
 	})
 	t.Run("npy", func(t *testing.T) {
-		ds, err := Open(Options{}, npy)
+		ds, err := Open(context.Background(), Options{}, npy)
 		must(err)
 		defer ds.Close()
 		inf := ds.Info()
@@ -86,7 +86,7 @@ func TestFormats(t *testing.T) {
 		}
 	})
 	t.Run("tfrecord", func(t *testing.T) {
-		ds, err := Open(Options{}, tf)
+		ds, err := Open(context.Background(), Options{}, tf)
 		must(err)
 		defer ds.Close()
 		if ds.Len() != 77 {
@@ -98,7 +98,7 @@ func TestFormats(t *testing.T) {
 	})
 	for f, p := range lines {
 		t.Run(f, func(t *testing.T) {
-			ds, err := Open(Options{}, p)
+			ds, err := Open(context.Background(), Options{}, p)
 			must(err)
 			defer ds.Close()
 			if ds.Len() != 123 || ds.Info().Format != f {
@@ -112,7 +112,7 @@ func TestFormats(t *testing.T) {
 		})
 	}
 	t.Run("csv", func(t *testing.T) {
-		ds, err := Open(Options{CSVHeader: true}, csv)
+		ds, err := Open(context.Background(), Options{CSVHeader: true}, csv)
 		must(err)
 		defer ds.Close()
 		if ds.Len() != 40 || ds.Info().Header != "id,text,n" {
@@ -128,7 +128,7 @@ func TestFormats(t *testing.T) {
 		for i := range 3 {
 			must(synth.WriteTFRecord(filepath.Join(dir, fmt.Sprintf("s.tfrecord-%05d", i)), 10+i))
 		}
-		ds, err := Open(Options{}, filepath.Join(dir, "s.tfrecord-*"))
+		ds, err := Open(context.Background(), Options{}, filepath.Join(dir, "s.tfrecord-*"))
 		must(err)
 		defer ds.Close()
 		if ds.Len() != 33 || len(ds.Info().Paths) != 3 {
@@ -150,7 +150,7 @@ func TestFormats(t *testing.T) {
 		root := filepath.Join(dir, "tree")
 		must(synth.WriteTree(root, []string{"zebra", "ant", "cat"}, 5))
 		must(os.WriteFile(filepath.Join(root, "ant", ".hidden"), []byte("x"), 0o644))
-		ds, err := Open(Options{}, root)
+		ds, err := Open(context.Background(), Options{}, root)
 		must(err)
 		defer ds.Close()
 		inf := ds.Info()
@@ -173,7 +173,7 @@ func TestFormats(t *testing.T) {
 // openErr opens a dataset that must fail and returns the error.
 func openErr(t *testing.T, opts Options, path string) error {
 	t.Helper()
-	ds, err := Open(opts, path)
+	ds, err := Open(context.Background(), opts, path)
 	if err == nil {
 		ds.Close()
 		t.Fatalf("%s opened without error", path)
@@ -236,7 +236,7 @@ func TestBadInput(t *testing.T) {
 
 	t.Run("tfrecord data crc on read", func(t *testing.T) {
 		p := write("data.tfrecord", badCRC)
-		ds, err := Open(Options{}, p)
+		ds, err := Open(context.Background(), Options{}, p)
 		if err != nil {
 			t.Fatal(err) // the index scan reads only frame headers' CRCs
 		}
@@ -250,7 +250,7 @@ func TestBadInput(t *testing.T) {
 		if !errors.Is(err, ErrCRC) || !errors.As(err, &fe) || fe.Path != p || fe.Offset != loc.Off+int64(loc.Len) {
 			t.Fatalf("error %v, want a data CRC error at %d of %s", err, loc.Off+int64(loc.Len), p)
 		}
-		ds2, err := Open(Options{SkipCRC: true}, p)
+		ds2, err := Open(context.Background(), Options{SkipCRC: true}, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,17 +260,17 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	t.Run("drop partial tail", func(t *testing.T) {
-		ds, err := Open(Options{RecordSize: 64, DropPartialTail: true}, filepath.Join(dir, "odd.bin"))
+		ds, err := Open(context.Background(), Options{RecordSize: 64, DropPartialTail: true}, filepath.Join(dir, "odd.bin"))
 		if err != nil || ds.Len() != 15 {
 			t.Fatalf("len %v err %v, want 15 records", ds, err)
 		}
 		ds.Close()
-		ds, err = Open(Options{DropPartialTail: true}, filepath.Join(dir, "cut.jsonl"))
+		ds, err = Open(context.Background(), Options{DropPartialTail: true}, filepath.Join(dir, "cut.jsonl"))
 		if err != nil || ds.Len() != 2 {
 			t.Fatalf("err %v, want 2 lines", err)
 		}
 		ds.Close()
-		ds, err = Open(Options{DropPartialTail: true}, filepath.Join(dir, "cut.tfrecord"))
+		ds, err = Open(context.Background(), Options{DropPartialTail: true}, filepath.Join(dir, "cut.tfrecord"))
 		if err != nil || ds.Len() != 3 {
 			t.Fatalf("err %v, want 3 whole records", err)
 		}
@@ -319,7 +319,7 @@ func TestSidecarIndex(t *testing.T) {
 	if err := synth.WriteLines(p, "jsonl", 500, false); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := Open(Options{}, p)
+	ds, err := Open(context.Background(), Options{}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestSidecarIndex(t *testing.T) {
 		// mtime would change.
 		old := time.Now().Add(-time.Hour)
 		os.Chtimes(side, old, old)
-		ds, err := Open(Options{Index: IndexVerify}, p)
+		ds, err := Open(context.Background(), Options{Index: IndexVerify}, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,7 +356,7 @@ func TestSidecarIndex(t *testing.T) {
 		if !errors.Is(err, ErrStaleIndex) || !errors.As(err, &fe) || fe.Path != side {
 			t.Fatalf("error %v, want a stale index error naming %s", err, side)
 		}
-		ds, err := Open(Options{}, p) // IndexAuto rebuilds
+		ds, err := Open(context.Background(), Options{}, p) // IndexAuto rebuilds
 		if err != nil || ds.Len() != 501 {
 			t.Fatalf("rebuilt: %v", err)
 		}
@@ -371,7 +371,7 @@ func TestSidecarIndex(t *testing.T) {
 		if !errors.Is(err, ErrCorrupt) || !errors.As(err, &fe) || fe.Path != side || fe.Offset != int64(len(b)-4) {
 			t.Fatalf("error %v, want a checksum error at the end of %s", err, side)
 		}
-		ds, err := Open(Options{}, p)
+		ds, err := Open(context.Background(), Options{}, p)
 		if err != nil || ds.Len() != 501 {
 			t.Fatalf("rebuilt: %v", err)
 		}
@@ -386,7 +386,7 @@ func TestSidecarIndex(t *testing.T) {
 			synth.WriteLines(q, "text", 10, false)
 			os.Mkdir(q+IndexExt, 0o755) // a directory where the sidecar would go
 			cache := filepath.Join(dir, "cache")
-			ds, err := Open(Options{IndexDir: cache}, q)
+			ds, err := Open(context.Background(), Options{IndexDir: cache}, q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -448,3 +448,16 @@ func TestScanLinesMatchesSplit(t *testing.T) {
 
 // indexHeaderBytes is the sidecar's header size, from the format in index.go.
 const indexHeaderBytes = 40
+
+func TestCancelledIndexBuild(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.jsonl")
+	synth.WriteLines(p, "jsonl", 100000, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Open(ctx, Options{}, p); !errors.Is(err, context.Canceled) {
+		t.Fatalf("index build under a cancelled context: %v", err)
+	}
+	if _, err := os.Stat(p + IndexExt); err == nil {
+		t.Fatal("a cancelled build left an index")
+	}
+}

@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -23,7 +24,7 @@ type tree struct {
 	starts []int // starts[k] is the first id of class k; one extra at the end; nil when unlabelled
 }
 
-func openTree(root string, opts Options) (Dataset, error) {
+func openTree(ctx context.Context, root string, opts Options) (Dataset, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, &storage.Error{Op: "open", Object: root, Err: err}
@@ -47,6 +48,9 @@ func openTree(root string, opts Options) (Dataset, error) {
 		return filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 			if err != nil {
 				return &storage.Error{Op: "open", Object: p, Err: err}
+			}
+			if err := ctx.Err(); err != nil {
+				return err
 			}
 			if p != dir && hidden(e.Name()) {
 				if e.IsDir() {

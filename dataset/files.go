@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,7 +28,7 @@ type files struct {
 	tf     bool  // TFRecord frames are read and checked
 }
 
-func openFiles(paths []string, format string, opts Options, scan func(*storage.File, Options) (part, error)) (Dataset, error) {
+func openFiles(ctx context.Context, paths []string, format string, opts Options, scan func(context.Context, *storage.File, Options) (part, error)) (Dataset, error) {
 	d := &files{starts: []int{0}}
 	for _, p := range paths {
 		f, err := storage.OpenFile(p, storage.FileOptions{Direct: opts.Direct})
@@ -36,7 +37,7 @@ func openFiles(paths []string, format string, opts Options, scan func(*storage.F
 			return nil, err
 		}
 		d.objs = append(d.objs, f)
-		pt, err := scan(f, opts)
+		pt, err := scan(ctx, f, opts)
 		if err != nil {
 			d.Close()
 			return nil, err

@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/riffle-ml/riffle/storage"
@@ -20,7 +21,7 @@ func (p *fixedPart) locate(i int) (int64, int) { return p.header + int64(i)*int6
 func (p *fixedPart) bytes() int64              { return int64(p.n) * int64(p.size) }
 func (p *fixedPart) info() Info                { return p.inf }
 
-func openFixed(f *storage.File, opts Options) (part, error) {
+func openFixed(_ context.Context, f *storage.File, opts Options) (part, error) {
 	return newFixedPart(f, opts.HeaderBytes, opts.RecordSize, opts.DropPartialTail, Info{RecordSize: opts.RecordSize})
 }
 

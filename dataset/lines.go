@@ -88,13 +88,13 @@ func ScanLines(ctx context.Context, r storage.Reader, start int64, quotes bool, 
 	return s.offs, s.inQuote, err
 }
 
-func openLines(f *storage.File, opts Options, format string, csv bool) (part, error) {
+func openLines(ctx context.Context, f *storage.File, opts Options, format string, csv bool) (part, error) {
 	inf := Info{}
 	var start int64
 	if csv && opts.CSVHeader {
 		n := min(f.Size(), 1<<20)
 		b := make([]byte, n)
-		if err := f.ReadAt(context.Background(), b, 0); err != nil {
+		if err := f.ReadAt(ctx, b, 0); err != nil {
 			return nil, err
 		}
 		i := bytes.IndexByte(b, '\n')
@@ -115,7 +115,7 @@ func openLines(f *storage.File, opts Options, format string, csv bool) (part, er
 		variant |= 1 << 8
 	}
 	offs, err := loadOrBuild(f.Name(), variant, opts, func() ([]int64, error) {
-		offs, open, err := ScanLines(context.Background(), f, start, csv, opts.Progress)
+		offs, open, err := ScanLines(ctx, f, start, csv, opts.Progress)
 		if err != nil {
 			return nil, err
 		}

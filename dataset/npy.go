@@ -25,20 +25,20 @@ type NpyHeader struct {
 	DataOffset   int64 // where the array's bytes start
 }
 
-func openNpy(f *storage.File, opts Options) (part, error) {
+func openNpy(ctx context.Context, f *storage.File, opts Options) (part, error) {
 	n := int64(4096)
 	if f.Size() < n {
 		n = f.Size()
 	}
 	buf := make([]byte, n)
-	if err := f.ReadAt(context.Background(), buf, 0); err != nil {
+	if err := f.ReadAt(ctx, buf, 0); err != nil {
 		return nil, err
 	}
 	h, err := ParseNpyHeader(buf)
 	if err == nil && h.DataOffset > int64(len(buf)) {
 		// A header longer than our first read (many fields, long shapes).
 		buf = make([]byte, h.DataOffset)
-		if err = f.ReadAt(context.Background(), buf, 0); err == nil {
+		if err = f.ReadAt(ctx, buf, 0); err == nil {
 			h, err = ParseNpyHeader(buf)
 		}
 	}

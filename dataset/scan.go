@@ -18,7 +18,7 @@ const scanAhead = 3
 // scanSeq reads r from start to its end in order and calls fn with each
 // chunk and its offset. Chunks are read ahead concurrently so that scanning
 // keeps up with the device's sequential bandwidth. b is valid only during fn.
-func scanSeq(ctx context.Context, r storage.Reader, start int64, progress func(done, total int64), fn func(off int64, b []byte) error) error {
+func scanSeq(parent context.Context, r storage.Reader, start int64, progress func(done, total int64), fn func(off int64, b []byte) error) error {
 	size := r.Size()
 	type chunk struct {
 		off  int64
@@ -29,7 +29,7 @@ func scanSeq(ctx context.Context, r storage.Reader, start int64, progress func(d
 	for i := 0; i < scanAhead+1; i++ {
 		free <- make([]byte, scanChunk)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	queue := make(chan *chunk, scanAhead)
 	g, gctx := errgroup.WithContext(ctx)
@@ -76,5 +76,9 @@ func scanSeq(ctx context.Context, r storage.Reader, start int64, progress func(d
 		}
 		return err
 	})
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	// A cancelled scan stops early without an error of its own: say why.
+	return parent.Err()
 }

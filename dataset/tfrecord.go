@@ -99,14 +99,14 @@ func (s *tfScanner) feed(off int64, b []byte) error {
 	}
 }
 
-func openTFRecord(f *storage.File, opts Options) (part, error) {
+func openTFRecord(ctx context.Context, f *storage.File, opts Options) (part, error) {
 	variant := uint32(4)
 	if opts.DropPartialTail {
 		variant |= 1 << 8
 	}
 	offs, err := loadOrBuild(f.Name(), variant, opts, func() ([]int64, error) {
 		s := &tfScanner{path: f.Name()}
-		err := scanSeq(context.Background(), f, 0, opts.Progress, s.feed)
+		err := scanSeq(ctx, f, 0, opts.Progress, s.feed)
 		if err != nil {
 			return nil, err
 		}

@@ -53,7 +53,7 @@ func fixedDataset(t *testing.T, n, size, header int, direct bool) dataset.Datase
 	if err := synth.WriteFixed(p, n, size, header); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := dataset.Open(dataset.Options{RecordSize: size, HeaderBytes: int64(header), Direct: direct}, p)
+	ds, err := dataset.Open(context.Background(), dataset.Options{RecordSize: size, HeaderBytes: int64(header), Direct: direct}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestVariableLength(t *testing.T) {
 		{tree, synth.CheckRecord},
 	} {
 		t.Run(filepath.Base(c.path), func(t *testing.T) {
-			ds, err := dataset.Open(dataset.Options{}, c.path)
+			ds, err := dataset.Open(context.Background(), dataset.Options{}, c.path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -360,7 +360,7 @@ func TestTFRecordCRCOnRead(t *testing.T) {
 	b, _ := os.ReadFile(p)
 	b[len(b)-10] ^= 1 // inside the last record's data
 	os.WriteFile(p, b, 0o644)
-	ds, err := dataset.Open(dataset.Options{}, p)
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
 	if err != nil {
 		t.Fatal(err)
 	}

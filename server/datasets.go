@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ const keepOpen = 30 * time.Second
 
 func newDatasets() *datasets { return &datasets{open: map[string]*dsEntry{}} }
 
-func (d *datasets) get(paths []string, opts dataset.Options) (*dsEntry, error) {
+func (d *datasets) get(ctx context.Context, paths []string, opts dataset.Options) (*dsEntry, error) {
 	opts.Progress = nil
 	key := fmt.Sprintf("%q %+v", paths, opts)
 	d.mu.Lock()
@@ -41,7 +42,7 @@ func (d *datasets) get(paths []string, opts dataset.Options) (*dsEntry, error) {
 		}
 		return e, nil
 	}
-	ds, err := dataset.Open(opts, paths...)
+	ds, err := dataset.Open(ctx, opts, paths...)
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 		Format: spec.Format, RecordSize: spec.RecordSize, HeaderBytes: spec.HeaderBytes,
 		CSVHeader: spec.CSVHeader, SkipCRC: spec.SkipCRC, DropPartialTail: spec.DropPartial, Direct: spec.Direct,
 	}
-	e, err := s.sets.get(paths, opts)
+	e, err := s.sets.get(ctx, paths, opts)
 	if err != nil {
 		return nil, err
 	}

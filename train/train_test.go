@@ -13,7 +13,7 @@ import (
 )
 
 func open(t *testing.T, p string) dataset.Dataset {
-	ds, err := dataset.Open(dataset.Options{}, p)
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ records (--record-size, default 4096) is written first.`,
 					return err
 				}
 			}
-			ds, err := df.open(args)
+			ds, err := df.open(cmd.Context(), args)
 			if err != nil {
 				return err
 			}

@@ -53,7 +53,7 @@ prints samples/s and MB/s.`,
 				args = []string{path}
 				df.opts.Format, df.opts.RecordSize = "fixed", size
 			}
-			ds, err := df.open(args)
+			ds, err := df.open(cmd.Context(), args)
 			if err != nil {
 				return err
 			}

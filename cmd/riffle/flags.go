@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -31,7 +32,7 @@ func (f *datasetFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.opts.Direct, "direct", false, "read with O_DIRECT, bypassing the page cache")
 }
 
-func (f *datasetFlags) open(paths []string) (dataset.Dataset, error) {
+func (f *datasetFlags) open(ctx context.Context, paths []string) (dataset.Dataset, error) {
 	opts := f.opts
 	if f.rebuild {
 		opts.Index = dataset.IndexRebuild
@@ -45,7 +46,7 @@ func (f *datasetFlags) open(paths []string) (dataset.Dataset, error) {
 			bar.Set64(done)
 		}
 	}
-	return dataset.Open(opts, paths...)
+	return dataset.Open(ctx, opts, paths...)
 }
 
 func isTerminal() bool { return term.IsTerminal(int(os.Stdout.Fd())) }

@@ -30,7 +30,7 @@ files need no index. --verify checks existing indexes without rebuilding.`,
 				df.opts.Index = dataset.IndexVerify
 			}
 			start := time.Now()
-			ds, err := df.open(args)
+			ds, err := df.open(cmd.Context(), args)
 			if err != nil {
 				return err
 			}

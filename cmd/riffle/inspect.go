@@ -21,7 +21,7 @@ func inspectCmd() *cobra.Command {
 		Example: "  riffle inspect data/train.jsonl\n  riffle inspect images/ --first 3",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ds, err := df.open(args)
+			ds, err := df.open(cmd.Context(), args)
 			if err != nil {
 				return err
 			}

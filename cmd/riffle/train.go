@@ -45,7 +45,7 @@ a temporary directory and used.`,
 			if df.opts.Format == "" {
 				df.opts.Format = "libsvm"
 			}
-			ds, err := df.open(args)
+			ds, err := df.open(cmd.Context(), args)
 			if err != nil {
 				return err
 			}
