@@ -212,9 +212,15 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	}
 	defer cn.closeAll()
 	// The reader goroutine notices a vanished client at once, even while
-	// the handler is blocked loading a batch, and cancels everything.
+	// the handler is blocked loading a batch, and cancels everything; the
+	// connection is closed when the context ends, which ends the reader.
 	reqs := make(chan *wire.Msg)
-	go func() {
+	var g errgroup.Group
+	defer g.Wait()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	defer cancel()
+	g.Go(func() error {
 		defer cancel()
 		defer close(reqs)
 		r := bufio.NewReader(c)
@@ -224,19 +230,15 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 				if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 					slog.Debug("client read", "err", err)
 				}
-				return
+				return nil
 			}
 			select {
 			case reqs <- m:
 			case <-ctx.Done():
-				return
+				return nil
 			}
 		}
-	}()
-	go func() {
-		<-ctx.Done()
-		c.Close()
-	}()
+	})
 	for m := range reqs {
 		if err := cn.handle(ctx, m); err != nil {
 			if ctx.Err() == nil {
