@@ -25,6 +25,7 @@ type job struct {
 	arena  *Arena
 	inline bool
 	cancel context.CancelFunc
+	memory int64
 
 	mu   sync.Mutex
 	seq  uint64
@@ -32,9 +33,14 @@ type job struct {
 	once sync.Once
 }
 
-// defaultJobMemory bounds a job's batches in flight and held when the
-// client does not say.
-const defaultJobMemory = 256 << 20
+// jobMemory is a job's bound on batches in flight and held when the client
+// does not give one: room for 16 batches of the dataset's mean record size,
+// at least 64 MiB. Enough to keep the device busy; more only cycles cold
+// memory through the shared arena.
+func jobMemory(ds dataset.Dataset, batch int) int64 {
+	mean := ds.Info().Bytes / int64(max(1, ds.Len()))
+	return max(64<<20, 16*int64(batch)*mean)
+}
 
 // metaBytes is the room after a batch's bytes for its ids, offsets, lengths
 // and labels: four int64 arrays.
@@ -100,8 +106,9 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	j.smp = smp
 	mem := spec.MemoryBytes
 	if mem <= 0 {
-		mem = defaultJobMemory
+		mem = jobMemory(e.ds, spec.BatchSize)
 	}
+	j.memory = mem
 	lopts := loader.Options{
 		BatchSize: spec.BatchSize, DropLast: spec.DropLast, Depth: spec.Depth, Prefetch: spec.Prefetch,
 		MemoryBytes: mem, Ordered: spec.Ordered, Epoch: spec.Epoch, Batch: spec.Batch, Epochs: spec.Epochs,
@@ -148,7 +155,7 @@ func (j *job) opened() *wire.Msg {
 	inf := j.ds.ds.Info()
 	m := &wire.Msg{
 		Op: wire.OpOpened, Records: j.ds.ds.Len(), Positions: j.smp.Len(),
-		Batches: j.l.Batches().Count(),
+		Batches: j.l.Batches().Count(), MemoryBytes: j.memory,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths},
 	}

@@ -23,7 +23,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -368,7 +367,7 @@ class Loader:
                  shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
                  header_bytes: int = 0, csv_header: bool = False, skip_crc: bool = False, drop_partial: bool = False,
                  direct: bool = False, rank: int = 0, world_size: int = 1, drop_last: bool = False,
-                 prefetch: int = 0, depth: int | None = None, memory: int = 256 << 20, ordered: bool = False,
+                 prefetch: int = 0, depth: int | None = None, memory: int | None = None, ordered: bool = False,
                  epoch: int = 0, socket: str | None = None, address: str | None = None, token: str | None = None,
                  timeout: float = 60.0, autostart: bool = True, dtype=None, shape: Sequence[int] | None = None,
                  sampler: str | None = None, block_size: int = 0, window: int = 0, buffer: int = 0,
@@ -380,7 +379,7 @@ class Loader:
             "record_size": record_size or 0, "header_bytes": header_bytes, "csv_header": csv_header,
             "skip_crc": skip_crc, "drop_partial": drop_partial, "direct": direct, "shuffle": shuffle,
             "seed": seed, "rank": rank, "world": world_size, "drop_last": drop_last, "batch_size": batch_size,
-            "prefetch": prefetch, "depth": depth or 0, "memory_bytes": memory, "ordered": ordered,
+            "prefetch": prefetch, "depth": depth or 0, "memory_bytes": memory or 0, "ordered": ordered,
             "sampler": sampler or "", "block_size": block_size, "window": window, "buffer": buffer,
             "reservoir": reservoir, "opportunistic": opportunistic,
         }
@@ -425,6 +424,7 @@ class Loader:
                 for fd in fds:
                     os.close(fd)
         self._meta = reply
+        self.memory = reply.get("memory_bytes") or self.memory
         return conn, reply, mm
 
     def info(self) -> dict:
