@@ -29,7 +29,7 @@ type job struct {
 
 	mu   sync.Mutex
 	seq  uint64
-	held map[uint64]*loader.Batch // handed to the client, not yet released
+	held map[uint64]heldBatch // handed to the client, not yet released
 	once sync.Once
 }
 
@@ -70,7 +70,7 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	if err != nil {
 		return nil, err
 	}
-	j := &job{spec: *spec, ds: e, sets: s.sets, inline: !shm, held: map[uint64]*loader.Batch{}}
+	j := &job{spec: *spec, ds: e, sets: s.sets, inline: !shm, held: map[uint64]heldBatch{}}
 	kind := spec.Sampler
 	if kind == "" {
 		kind = "sequential"
@@ -115,13 +115,16 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 		Opportunistic: spec.Opportunistic,
 	}
 	// The arena holds twice the memory bound, so fragmentation never
-	// blocks the loader for long, plus one batch's metadata per batch.
-	size := 2*mem + int64(metaBytes(spec.BatchSize))*int64(max(8, spec.Prefetch+4))
+	// blocks the loader for long, plus the metadata of as many batches as
+	// the bound lets the client hold.
+	mean := max(1, e.ds.Info().Bytes/int64(max(1, e.ds.Len())))
+	batches := mem/(int64(spec.BatchSize)*mean) + 16
+	size := 2*mem + batches*int64(metaBytes(spec.BatchSize)+64)
 	if j.arena, err = NewArena("riffle-job", size); err != nil {
 		s.sets.put(e)
 		return nil, err
 	}
-	lopts.Alloc = jobAlloc{j.arena, metaBytes(spec.BatchSize)}
+	lopts.Alloc = j.arena
 	lctx, cancel := context.WithCancel(context.Background())
 	j.cancel = cancel
 	if j.l, err = loader.New(lctx, e.ds, smp, lopts); err != nil {
@@ -132,22 +135,6 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	}
 	return j, nil
 }
-
-// jobAlloc reserves room for a batch's metadata behind its bytes.
-type jobAlloc struct {
-	a    *Arena
-	meta int
-}
-
-func (a jobAlloc) Alloc(n, align int) ([]byte, error) {
-	b, err := a.a.Alloc(pad8(n)+a.meta, align)
-	if err != nil {
-		return nil, err
-	}
-	return b[:n], nil
-}
-
-func (a jobAlloc) Free(b []byte) { a.a.Free(b) }
 
 func pad8(n int) int { return (n + 7) &^ 7 }
 
@@ -165,8 +152,10 @@ func (j *job) opened() *wire.Msg {
 	return m
 }
 
-// next loads the next batch, writes its metadata behind its bytes and
-// returns its header (and, inline, the bytes to send after it).
+// next loads the next batch, writes its metadata into a region of its own
+// (the batches cut from one opportunistic window share their bytes, and a
+// pipelining client has several batches in flight) and returns its header
+// and, inline, the bytes to send after it.
 func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	b, err := j.l.Next(ctx)
 	if errors.Is(err, io.EOF) {
@@ -176,9 +165,17 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 		return nil, nil, err
 	}
 	n := len(b.IDs)
-	full := b.Data[:cap(b.Data)]
-	metaAt := pad8(len(b.Data))
-	meta := full[metaAt:]
+	metaLen := 8 * n * 3
+	if b.Labels != nil {
+		metaLen += 8 * n
+	}
+	var meta []byte
+	if j.inline {
+		meta = make([]byte, metaLen)
+	} else if meta, err = j.arena.Alloc(metaLen, 64); err != nil {
+		b.Release()
+		return nil, nil, err
+	}
 	put := func(k int, vals []int) {
 		for i, v := range vals {
 			binary.LittleEndian.PutUint64(meta[8*(k*n+i):], uint64(v))
@@ -190,27 +187,37 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	if b.Labels != nil {
 		put(3, b.Labels)
 	}
-	metaLen := 8 * n * 3
-	if b.Labels != nil {
-		metaLen += 8 * n
-	}
 	j.mu.Lock()
 	j.seq++
 	seq := j.seq
-	j.held[seq] = b
+	j.held[seq] = heldBatch{b, meta}
 	j.mu.Unlock()
 	m := &wire.Msg{Op: wire.OpBatch, Seq: seq, Epoch: b.Epoch, Index: b.Index, Last: b.Last, N: n,
 		DataLen: int64(len(b.Data)), Labels: b.Labels != nil}
 	if j.inline {
 		// Bytes and metadata follow the header; the caller releases the
 		// batch once they are written, since the client keeps a copy.
+		metaAt := pad8(len(b.Data))
 		m.DataOff, m.MetaOff = 0, int64(metaAt)
 		m.Payload = int64(metaAt + metaLen)
-		return m, [][]byte{full[:metaAt+metaLen]}, nil
+		return m, [][]byte{b.Data, make([]byte, metaAt-len(b.Data)), meta}, nil
 	}
 	m.DataOff = j.arena.Offset(b.Data)
-	m.MetaOff = m.DataOff + int64(metaAt)
+	m.MetaOff = j.arena.Offset(meta)
 	return m, nil, nil
+}
+
+// heldBatch is a batch handed to the client and the region of its metadata.
+type heldBatch struct {
+	b    *loader.Batch
+	meta []byte
+}
+
+func (h heldBatch) release(a *Arena, inline bool) {
+	h.b.Release()
+	if !inline {
+		a.Free(h.meta)
+	}
 }
 
 // release gives back batches the client is done with.
@@ -218,8 +225,8 @@ func (j *job) release(seqs []uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, s := range seqs {
-		if b, ok := j.held[s]; ok {
-			b.Release()
+		if h, ok := j.held[s]; ok {
+			h.release(j.arena, j.inline)
 			delete(j.held, s)
 		}
 	}
@@ -233,8 +240,8 @@ func (j *job) close() {
 		j.arena.stop() // wakes a loader waiting for space
 		j.l.Close()
 		j.mu.Lock()
-		for s, b := range j.held {
-			b.Release()
+		for s, h := range j.held {
+			h.release(j.arena, j.inline)
 			delete(j.held, s)
 		}
 		j.mu.Unlock()

@@ -371,7 +371,7 @@ class Loader:
                  epoch: int = 0, socket: str | None = None, address: str | None = None, token: str | None = None,
                  timeout: float = 60.0, autostart: bool = True, dtype=None, shape: Sequence[int] | None = None,
                  sampler: str | None = None, block_size: int = 0, window: int = 0, buffer: int = 0,
-                 reservoir: int = 0, opportunistic: int = 0):
+                 reservoir: int = 0, opportunistic: int = 0, pipeline: int = 4):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         self.spec = {
@@ -385,6 +385,7 @@ class Loader:
         }
         self.memory = memory
         self.dtype, self.shape = dtype, shape
+        self.pipeline = max(1, pipeline)
         self.epoch = epoch
         self._batch = 0
         self._conn_args = (socket, address, token, timeout, autostart)
@@ -446,38 +447,40 @@ class Loader:
         job = reply["job"]
         info = reply.get("info") or {}
         conn_ref = weakref.ref(conn)
-        # One request stays ahead of the user: the next batch's round trip
-        # overlaps the training step on this one.
-        tag = None
+        # Up to `pipeline` requests stay ahead of the user, so the next
+        # batches' round trips overlap the training step on this one. The
+        # job knows how many batches remain, so no request goes past the end.
+        left = reply.get("batches", 0) - self._batch
+        tags: collections.deque[int] = collections.deque()
+        size = 0  # bytes of the last batch: the estimate for those in flight
         try:
-            tag = conn.send({"op": wire.OP_NEXT, "job": job})
-            while True:
+            while left > 0 or tags:
+                # Until a batch's size is known, one request at a time.
+                while left > 0 and len(tags) < (self.pipeline if size else 1) and self._room(size * (len(tags) + 1)):
+                    tags.append(conn.send({"op": wire.OP_NEXT, "job": job}))
+                    left -= 1
+                if not tags:
+                    self._wait_for_memory(size)  # raises: held batches fill the job's memory
+                    continue
                 try:
-                    m, payload, _ = conn.receive(tag)
+                    m, payload, _ = conn.receive(tags.popleft())
                 except DaemonGone:
-                    tag = None
+                    tags.clear()
                     _forget(conn)
                     raise
-                except RiffleError:
-                    tag = None
-                    raise
-                tag = None
                 if m["op"] == wire.OP_END:
                     break
                 batch = self._batch_from(m, payload, mm, info, conn_ref, job)
+                size = max(size, m.get("data_len", 0))
                 self._batch = m["index"] + 1
                 if m.get("last"):
                     self.epoch, self._batch = m["epoch"] + 1, 0
-                    yield batch
-                    break
-                self._wait_for_memory(m.get("data_len", 0))
-                tag = conn.send({"op": wire.OP_NEXT, "job": job})
                 yield batch
                 del batch
         finally:
             try:
-                if tag is not None:
-                    conn.drop(tag)  # the reply to a request the user did not wait for
+                for tag in tags:
+                    conn.drop(tag)  # replies to requests the user did not wait for
                 conn.send({"op": wire.OP_CLOSE, "job": job})  # its reply is dropped too
                 conn.drop(conn._tag)
             except RiffleError:
@@ -500,6 +503,9 @@ class Loader:
 
     def _unhold(self, size: int) -> None:
         self._held -= size
+
+    def _room(self, next_bytes: int) -> bool:
+        return self._held + next_bytes <= self.memory
 
     def _wait_for_memory(self, next_bytes: int) -> None:
         # The daemon cannot load a batch while held batches fill the job's
