@@ -197,9 +197,12 @@ func TestShardExactlyOnce(t *testing.T) {
 		n := rapid.IntRange(1, 2000).Draw(t, "n")
 		w := rapid.IntRange(1, 16).Draw(t, "world")
 		dropLast := rapid.Bool().Draw(t, "droplast")
-		var base Sampler = Global{N: n, Seed: rapid.Uint64().Draw(t, "seed")}
-		if rapid.Bool().Draw(t, "sequential") {
-			base = Sequential{N: n}
+		seed := rapid.Uint64().Draw(t, "seed")
+		base, _, err := Config{Kind: rapid.SampledFrom(Kinds).Draw(t, "kind"), Seed: seed, BlockSize: 512,
+			Window: rapid.IntRange(1, 4).Draw(t, "window"), Buffer: 16, Reservoir: 32}.Build(n,
+			func(id int) (int, int64, int) { return 0, int64(id) * 100, 100 })
+		if err != nil {
+			t.Fatal(err)
 		}
 		e := rapid.IntRange(0, 50).Draw(t, "epoch")
 		epoch := Order(base, e)
@@ -261,7 +264,11 @@ func TestShardChunks(t *testing.T) {
 		w := rapid.IntRange(1, 8).Draw(t, "world")
 		c := rapid.IntRange(1, 64).Draw(t, "chunk")
 		dropLast := rapid.Bool().Draw(t, "droplast")
-		base := Global{N: n, Seed: rapid.Uint64().Draw(t, "seed")}
+		base, _, err := Config{Kind: rapid.SampledFrom(Kinds).Draw(t, "kind"), Seed: rapid.Uint64().Draw(t, "seed"),
+			BlockSize: 1000, Buffer: 8, Reservoir: 50}.Build(n, func(id int) (int, int64, int) { return 0, int64(id) * 64, 64 })
+		if err != nil {
+			t.Fatal(err)
+		}
 		epoch := Order(base, 3)
 		counts := make([]int, n)
 		total := 0
