@@ -8,18 +8,22 @@ import (
 	"github.com/riffle-ml/riffle/sampler"
 )
 
-// Panel is one sampler to plot.
+// Panel is one sampler to plot, over positions [From, To) of the epoch
+// (To 0: the whole epoch). A zoom on a short range shows what the whole
+// epoch hides: a block shuffle's runs of consecutive ids, a small buffer's
+// locality.
 type Panel struct {
-	Name    string
-	Sampler sampler.Sampler
+	Name     string
+	Sampler  sampler.Sampler
+	From, To int
 }
 
-// SVG draws, for each sampler, one epoch's record id (y) against its
+// SVG draws, for each panel, one epoch's record id (y) against its
 // position (x): a full shuffle is a uniform cloud, a sequential order a
 // diagonal, block shuffles short diagonal strokes. People see that faster
 // than they read RL. At most maxPoints points are drawn per panel.
 func SVG(w io.Writer, panels []Panel, epoch, maxPoints int) error {
-	const size, pad, cols = 240, 30, 3
+	const size, pad, cols = 240, 30, 2
 	rows := (len(panels) + cols - 1) / cols
 	width, height := cols*(size+pad)+pad, rows*(size+pad+20)+pad
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
@@ -28,17 +32,21 @@ func SVG(w io.Writer, panels []Panel, epoch, maxPoints int) error {
 		x0 := pad + (k%cols)*(size+pad)
 		y0 := pad + (k/cols)*(size+pad+20) + 14
 		n := p.Sampler.Len()
+		from, to := p.From, p.To
+		if to <= from || to > n {
+			from, to = 0, n
+		}
 		fmt.Fprintf(w, `<text x="%d" y="%d">%s</text>`+"\n", x0, y0-4, escape(p.Name))
 		fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>`+"\n", x0, y0, size, size)
-		step := max(1, n/max(1, maxPoints))
+		step := max(1, (to-from)/max(1, maxPoints))
 		buf := make([]int, 1)
-		for pos := 0; pos < n; pos += step {
+		for pos := from; pos < to; pos += step {
 			p.Sampler.Fill(epoch, pos, buf)
-			x := float64(x0) + float64(pos)/float64(n)*size
+			x := float64(x0) + float64(pos-from)/float64(to-from)*size
 			y := float64(y0+size) - float64(buf[0])/float64(n)*size
 			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="0.9" fill="#1f5fbf"/>`+"\n", x, y)
 		}
-		if rl, ok := RL(p.Sampler); ok {
+		if rl, ok := RL(p.Sampler); ok && from == 0 && to == n {
 			fmt.Fprintf(w, `<text x="%d" y="%d" fill="#444">RL %.1f%%</text>`+"\n", x0+size-70, y0+size+14, math.Round(rl*1000)/10)
 		}
 	}

@@ -76,11 +76,17 @@ func TestMeasures(t *testing.T) {
 
 func TestSVG(t *testing.T) {
 	var buf bytes.Buffer
-	if err := SVG(&buf, []Panel{{"global <1>", sampler.Global{N: 100}}, {"sequential", sampler.Sequential{N: 100}}}, 0, 50); err != nil {
+	if err := SVG(&buf, []Panel{{Name: "global <1>", Sampler: sampler.Global{N: 100}}, {Name: "sequential", Sampler: sampler.Sequential{N: 100}}}, 0, 50); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
 	if !strings.HasPrefix(out, "<svg") || strings.Count(out, "<circle") != 100 || !strings.Contains(out, "global &lt;1&gt;") {
 		t.Fatalf("svg:\n%.300s", out)
+	}
+	// A zoom draws only its positions: the sequential order's first 10 ids.
+	buf.Reset()
+	SVG(&buf, []Panel{{Name: "zoom", Sampler: sampler.Sequential{N: 100}, To: 10}}, 0, 50)
+	if n := strings.Count(buf.String(), "<circle"); n != 10 || strings.Contains(buf.String(), "RL ") {
+		t.Fatalf("zoom drew %d points", n)
 	}
 }

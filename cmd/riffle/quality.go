@@ -23,7 +23,8 @@ is a full shuffle, 0% a constant order) and two plainer measures over
 --epochs generated epochs: how much more often than under a full shuffle
 neighbouring records of the file share a batch, and the mean distance
 records move from their file position (1 is a full shuffle's). --svg draws
-each sampler's order, position against record id.`,
+each sampler's order, position against record id, over the whole epoch and
+over its first 1%.`,
 		Example: "  riffle quality --records 100000 --record-size 256 --svg orders.svg\n  riffle quality --sampler block,global --block-size 65536 --window 8",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -38,7 +39,8 @@ each sampler's order, position against record id.`,
 				rl, _ := quality.RL(s)
 				m := quality.Measure(s, batch, eps)
 				fmt.Printf("%-28s %7.1f%% %15.1fx %14.2f\n", name, 100*rl, m.NeighbourRatio, m.Displacement)
-				panels = append(panels, quality.Panel{Name: name, Sampler: s})
+				panels = append(panels, quality.Panel{Name: name, Sampler: s},
+					quality.Panel{Name: name + ": positions 0-" + fmt.Sprint(records/100), Sampler: s, To: records / 100})
 			}
 			if svg != "" {
 				f, err := os.Create(svg)
