@@ -26,8 +26,8 @@ import (
 type Server struct {
 	// Socket is the Unix socket path; default DefaultSocket().
 	Socket string
-	// TCP, if set, also listens on this address for remote clients. Any
-	// address but loopback requires Token.
+	// TCP, if set, also listens on this address for remote clients; a bare
+	// ":port" is loopback. Any address but loopback requires Token.
 	TCP string
 	// Token, if set, must be presented by every TCP client.
 	Token string
@@ -65,12 +65,16 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.Socket == "" {
 		s.Socket = DefaultSocket()
 	}
-	if s.TCP != "" && s.Token == "" {
-		host, _, err := net.SplitHostPort(s.TCP)
+	if s.TCP != "" {
+		host, port, err := net.SplitHostPort(s.TCP)
 		if err != nil {
 			return fmt.Errorf("tcp address %q: %w", s.TCP, err)
 		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if host == "" {
+			host = "127.0.0.1" // loopback unless an address is named
+			s.TCP = net.JoinHostPort(host, port)
+		}
+		if ip := net.ParseIP(host); s.Token == "" && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			return fmt.Errorf("listening on %s beyond loopback needs a token", s.TCP)
 		}
 	}

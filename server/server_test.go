@@ -263,3 +263,17 @@ func TestIdleExit(t *testing.T) {
 		t.Fatal("an idle daemon did not exit")
 	}
 }
+
+func TestTCPIsLoopbackUnlessNamed(t *testing.T) {
+	s := &Server{Socket: filepath.Join(t.TempDir(), "s.sock"), TCP: ":0"}
+	stop := serve(t, s)
+	defer stop()
+	dial(t, s.Socket).c.Close() // serving
+	if s.TCP != "127.0.0.1:0" {
+		t.Fatalf("a bare port listens on %s", s.TCP)
+	}
+	err := (&Server{Socket: filepath.Join(t.TempDir(), "x.sock"), TCP: "0.0.0.0:0"}).Serve(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("all interfaces without a token: %v", err)
+	}
+}

@@ -65,7 +65,7 @@ address beyond loopback requires --token.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&s.Socket, "socket", "", "Unix socket path (default $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock or /tmp/riffle-UID/riffle.sock)")
-	fl.StringVar(&s.TCP, "tcp", "", "also listen on this TCP address for remote clients")
+	fl.StringVar(&s.TCP, "tcp", "", "also listen on this TCP address for remote clients (\":7470\" is loopback)")
 	fl.StringVar(&s.Token, "token", "", "token TCP clients must present (default $RIFFLE_TOKEN)")
 	fl.StringSliceVar(&s.Roots, "root", nil, "only serve files under this directory (repeatable)")
 	fl.DurationVar(&s.IdleExit, "idle-exit", 0, "exit after this long without clients (0: never)")
