@@ -118,3 +118,15 @@ func TestReservoirUniform(t *testing.T) {
 		t.Fatalf("chi-square %.1f over %v degrees of freedom: reservoir membership is not uniform", chi, df)
 	}
 }
+
+func BenchmarkBlockFill(b *testing.B) {
+	bounds := BlockBounds(1<<20, fixedLocate(256, 0), 65536, 4096, 0)
+	s, _ := NewBlock(bounds, 1, 4)
+	buf := make([]int, 256)
+	pos := 0
+	for b.Loop() {
+		s.Fill(0, pos, buf)
+		pos = (pos + 256) % (1 << 20)
+	}
+	b.ReportMetric(float64(b.N*256)/b.Elapsed().Seconds(), "ids/s")
+}
