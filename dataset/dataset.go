@@ -69,6 +69,24 @@ type Info struct {
 	Bytes      int64    // total bytes of all records
 }
 
+// Indexed reports whether the format keeps a sidecar index (an offset table).
+func (i Info) Indexed() bool {
+	switch i.Format {
+	case "libsvm", "jsonl", "csv", "text", "tfrecord":
+		return true
+	}
+	return false
+}
+
+// Locator adapts ds to the form samplers locate records by
+// (sampler.BlockBounds): a record's object, offset and length.
+func Locator(ds Dataset) func(id int) (obj int, off int64, length int) {
+	return func(id int) (int, int64, int) {
+		l := ds.Locate(id)
+		return l.Object, l.Off, l.Len
+	}
+}
+
 // Options says how to open a dataset. The zero value detects the format from
 // the file name and checks everything it can.
 type Options struct {

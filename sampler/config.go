@@ -13,8 +13,13 @@ type Config struct {
 	Seed uint64
 	// BlockSize is the block sampler's bytes per block; default 4096.
 	BlockSize int
-	// MaxSpan bounds how far a block grows waiting for a page-aligned
-	// record end (BlockBounds); 0 is its default.
+	// RecordSize is the dataset's record size, 0 when records vary in
+	// length. Lines rarely end on a page edge, so for them a block grows to
+	// at most 4 blocks waiting for one; fixed-size records use
+	// BlockBounds' default, which finds the aligned ends they have.
+	RecordSize int
+	// MaxSpan, if set, bounds how far a block grows waiting for a
+	// page-aligned record end (BlockBounds), overriding the above.
 	MaxSpan int
 	// Window spreads the records of this many blocks over as many batches.
 	Window int
@@ -39,7 +44,11 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 		if size <= 0 {
 			size = 4096
 		}
-		b, err := NewBlock(BlockBounds(n, locate, size, 4096, c.MaxSpan), c.Seed, c.Window)
+		span := c.MaxSpan
+		if span == 0 && c.RecordSize == 0 {
+			span = 4 * size
+		}
+		b, err := NewBlock(BlockBounds(n, locate, size, 4096, span), c.Seed, c.Window)
 		name := "block " + strconv.Itoa(size)
 		if c.Window > 1 {
 			name += " window " + strconv.Itoa(c.Window)

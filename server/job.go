@@ -34,12 +34,11 @@ type job struct {
 }
 
 // jobMemory is a job's bound on batches in flight and held when the client
-// does not give one: room for 16 batches of the dataset's mean record size,
+// does not give one: room for 16 batches of meanRecord-byte records,
 // at least 64 MiB. Enough to keep the device busy; more only cycles cold
 // memory through the shared arena.
-func jobMemory(ds dataset.Dataset, batch int) int64 {
-	mean := ds.Info().Bytes / int64(max(1, ds.Len()))
-	return max(64<<20, 16*int64(batch)*mean)
+func jobMemory(meanRecord int64, batch int) int64 {
+	return max(64<<20, 16*int64(batch)*meanRecord)
 }
 
 // metaBytes is the room after a batch's bytes for its ids, offsets, lengths
@@ -78,15 +77,10 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 			kind = "global"
 		}
 	}
-	locate := func(id int) (int, int64, int) {
-		l := e.ds.Locate(id)
-		return l.Object, l.Off, l.Len
-	}
-	cfg := sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window, Buffer: spec.Buffer, Reservoir: spec.Reservoir}
-	if e.ds.Info().RecordSize == 0 {
-		cfg.MaxSpan = 4 * max(cfg.BlockSize, 4096) // lines rarely end on a page edge
-	}
-	smp, _, err := cfg.Build(e.ds.Len(), locate)
+	inf := e.ds.Info()
+	cfg := sampler.Config{Kind: kind, Seed: spec.Seed, RecordSize: inf.RecordSize, BlockSize: spec.BlockSize,
+		Window: spec.Window, Buffer: spec.Buffer, Reservoir: spec.Reservoir}
+	smp, _, err := cfg.Build(e.ds.Len(), dataset.Locator(e.ds))
 	if err != nil {
 		s.sets.put(e)
 		return nil, err
@@ -104,9 +98,10 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 		smp = sh
 	}
 	j.smp = smp
+	mean := max(1, inf.Bytes/int64(max(1, e.ds.Len())))
 	mem := spec.MemoryBytes
 	if mem <= 0 {
-		mem = jobMemory(e.ds, spec.BatchSize)
+		mem = jobMemory(mean, spec.BatchSize)
 	}
 	j.memory = mem
 	lopts := loader.Options{
@@ -117,7 +112,6 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	// The arena holds twice the memory bound, so fragmentation never
 	// blocks the loader for long, plus the metadata of as many batches as
 	// the bound lets the client hold.
-	mean := max(1, e.ds.Info().Bytes/int64(max(1, e.ds.Len())))
 	batches := mem/(int64(spec.BatchSize)*mean) + 16
 	size := 2*mem + batches*int64(metaBytes(spec.BatchSize)+64)
 	if j.arena, err = NewArena("riffle-job", size); err != nil {

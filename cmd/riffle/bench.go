@@ -100,14 +100,15 @@ records (--record-size, default 4096) is written first.`,
 					rs = append(rs, r)
 					return nil
 				}
-				if f := inf.Format; f == "libsvm" || f == "jsonl" || f == "csv" || f == "text" || f == "tfrecord" {
+				if inf.Indexed() {
 					if err := run(func() (bench.Result, error) { return bench.Index(ctx, df.opts, inf.Paths...) }); err != nil {
 						return err
 					}
 				}
 				opts := loader.Options{BatchSize: batch, Depth: depth, Opportunistic: opportunistic}
+				sf.RecordSize = inf.RecordSize
 				for _, k := range sf.list() {
-					s, name, err := sf.build(k, ds.Len(), locator(ds))
+					s, name, err := sf.build(k, ds.Len(), dataset.Locator(ds))
 					if err != nil {
 						return err
 					}

@@ -29,6 +29,7 @@ over its first 1%.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			locate := func(id int) (int, int64, int) { return 0, int64(id) * int64(size), size }
+			sf.RecordSize = size
 			var panels []quality.Panel
 			fmt.Printf("%d records of %d bytes, batches of %d, %d epochs\n\n%-28s %8s %16s %14s\n", records, size, batch, eps, "sampler", "RL", "neighbours/full", "displacement")
 			for _, k := range sf.list() {

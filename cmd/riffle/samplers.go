@@ -5,7 +5,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/sampler"
 )
 
@@ -32,12 +31,4 @@ func (f *samplerFlags) build(kind string, n int, locate func(int) (int, int64, i
 	c := f.Config
 	c.Kind = kind
 	return c.Build(n, locate)
-}
-
-// locator adapts a dataset to BlockBounds.
-func locator(ds dataset.Dataset) func(int) (int, int64, int) {
-	return func(id int) (int, int64, int) {
-		l := ds.Locate(id)
-		return l.Object, l.Off, l.Len
-	}
 }

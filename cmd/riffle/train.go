@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/train"
 )
@@ -55,9 +56,8 @@ a temporary directory and used.`,
 				return err
 			}
 			fmt.Printf("%s: %d examples, %d features, batches of %d, lr %g\n", args[0], len(data.Rows), data.Dim, cfg.BatchSize, cfg.LR)
-			locate := locator(ds)
-			// Lines rarely end on a page edge: keep blocks near their size.
-			sf.MaxSpan = 4 * sf.BlockSize
+			locate := dataset.Locator(ds)
+			sf.RecordSize = ds.Info().RecordSize
 			if cfg.Target == 0 {
 				g, _, _ := sf.build("global", ds.Len(), locate)
 				r, err := train.Run(ctx, ds, data, g, cfg)
