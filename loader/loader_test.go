@@ -133,9 +133,23 @@ func TestBatchesHoldTheFilesBytes(t *testing.T) {
 	}
 }
 
+// stride is the order i*Step mod N: no two ids of a short run touch.
+type stride struct{ N, Step int }
+
+func (s stride) Len() int { return s.N }
+func (s stride) Fill(epoch, pos int, dst []int) int {
+	n := max(0, min(len(dst), s.N-pos))
+	for i := range n {
+		dst[i] = (pos + i) * s.Step % s.N
+	}
+	return n
+}
+
+// Records read one per read are laid out in delivery order, packed: the
+// batch is one array, viewed without a copy, in its shuffled order.
 func TestContiguousFixedBatch(t *testing.T) {
 	ds := fixedDataset(t, 100, 24, 0, false)
-	l, err := loader.New(context.Background(), ds, sampler.Global{N: 100, Seed: 1}, loader.Options{BatchSize: 10})
+	l, err := loader.New(context.Background(), ds, stride{100, 7}, loader.Options{BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +161,9 @@ func TestContiguousFixedBatch(t *testing.T) {
 	defer b.Release()
 	if !b.Contiguous() || len(b.Data) != 240 {
 		t.Fatalf("fixed-size batch is not one packed array: offs %v, %d bytes", b.Off, len(b.Data))
+	}
+	if slices.IsSorted(b.IDs) {
+		t.Fatalf("batch %v is in file order, not shuffled", b.IDs)
 	}
 }
 

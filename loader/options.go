@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/internal/alignbuf"
+	"github.com/riffle-ml/riffle/storage"
 )
 
 // Options configures a Loader. The zero value works.
@@ -13,8 +15,9 @@ type Options struct {
 	BatchSize int
 	// DropLast drops the last short batch of each epoch.
 	DropLast bool
-	// Depth is the number of reads in flight; default 64, where NVMe and
-	// virtio disks reach their random-read peak.
+	// Depth is the number of reads in flight; default the storage's hint
+	// (64 for local files, where NVMe and virtio disks reach their
+	// random-read peak).
 	Depth int
 	// Prefetch is how many batches are read ahead of the consumer. The
 	// default adapts: at least 4 batches, and more while fewer than twice
@@ -26,14 +29,25 @@ type Options struct {
 	// ahead or held by the consumer; default 512 MiB. A batch larger than
 	// the bound is still loaded, alone.
 	MemoryBytes int64
-	// Ordered keeps records in the sampler's order inside each batch
-	// instead of the order they are fetched in (sorted by location).
+	// Ordered keeps records in the sampler's order inside each batch.
+	// Otherwise a batch's records come in a uniformly random order of
+	// their own, a function of (Seed, epoch, batch): whatever the sampler
+	// and the storage layout, no batch is sorted by file position (or, in
+	// a directory dataset, by class).
 	Ordered bool
+	// Seed keys the order of records inside each batch.
+	Seed uint64
 	// CoalesceGap merges two reads of one object whose gap is at most this
-	// many bytes, reading the gap too; 0 merges only touching reads.
+	// many bytes, reading the gap too; default the storage's hint (0 for
+	// local files: merge only touching reads).
 	CoalesceGap int
 	// Epoch and Batch are where to start: the state saved from State().
 	Epoch, Batch int
+	// SamplerState resumes a Stateful sampler (State().Sampler).
+	SamplerState []byte
+	// Skip lists records of the first opportunistic window already
+	// delivered before a checkpoint (State().Skip).
+	Skip []int
 	// Epochs is how many epochs to load from Epoch; 0 means 1, negative
 	// means without end.
 	Epochs int
@@ -41,22 +55,56 @@ type Options struct {
 	// ordering (deepio.txt §III-C): the reads of this many consecutive
 	// batches are issued together and each batch is made of whichever of
 	// their records arrive first. Every record still comes once per epoch,
-	// but which batch holds it depends on timing, so batches are not
-	// reproducible and a resumed loader restarts at the window's first batch.
+	// but which batch holds it depends on timing; State saves which
+	// records of the current window were delivered, so a resumed loader
+	// delivers each remaining record exactly once.
 	Opportunistic int
-	// NoRing reads with Depth goroutines calling ReadAt instead of io_uring,
-	// which is otherwise used for local files where the kernel allows it.
+	// NoRing reads local files with goroutines calling pread instead of
+	// io_uring. Ignored with Engine.
 	NoRing bool
+	// Engine is the read engine to share (one per device, in the daemon);
+	// default one of the loader's own.
+	Engine *storage.Engine
+	// Cache is the record cache to consult and fill: records another
+	// loader read (or will read) are copied from it, records a Staged
+	// sampler loads ahead wait in it. Default none, or a private one for
+	// a Staged sampler.
+	Cache *cache.Cache
+	// CacheSpace keys this dataset's records in Cache (see cache.Key).
+	CacheSpace uint64
+	// StageBytes is the budget of the private cache a Staged sampler's
+	// records wait in; default room for three stages, at least 64 MiB.
+	StageBytes int64
 	// Alloc provides batch buffers; default a reusing heap pool.
 	Alloc Allocator
 }
 
-func (o Options) withDefaults() (Options, error) {
+// Limits on options, so that a request cannot make the loader allocate
+// without bound.
+const (
+	MaxBatchSize = 1 << 20
+	MaxDepth     = 4096
+	MaxPrefetch  = 1024
+	MaxWindow    = 256
+)
+
+func (o Options) withDefaults(h storage.Hints) (Options, error) {
+	if o.BatchSize < 0 || o.Depth < 0 || o.Prefetch < 0 || o.MemoryBytes < 0 || o.CoalesceGap < 0 || o.Epoch < 0 ||
+		o.Batch < 0 || o.Opportunistic < 0 || o.StageBytes < 0 {
+		return o, fmt.Errorf("loader options: negative value in %+v", o)
+	}
+	if o.BatchSize > MaxBatchSize || o.Depth > MaxDepth || o.Prefetch > MaxPrefetch || o.Opportunistic > MaxWindow {
+		return o, fmt.Errorf("loader options: batch size %d (at most %d), depth %d (at most %d), prefetch %d (at most %d), opportunistic %d (at most %d)",
+			o.BatchSize, MaxBatchSize, o.Depth, MaxDepth, o.Prefetch, MaxPrefetch, o.Opportunistic, MaxWindow)
+	}
 	if o.BatchSize == 0 {
 		o.BatchSize = 256
 	}
 	if o.Depth == 0 {
-		o.Depth = 64
+		o.Depth = h.Depth
+	}
+	if o.CoalesceGap == 0 {
+		o.CoalesceGap = h.CoalesceGap
 	}
 	if o.MemoryBytes == 0 {
 		o.MemoryBytes = 512 << 20
@@ -66,9 +114,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Alloc == nil {
 		o.Alloc = &Pool{}
-	}
-	if o.BatchSize < 0 || o.Depth < 0 || o.Prefetch < 0 || o.MemoryBytes < 0 || o.CoalesceGap < 0 || o.Epoch < 0 || o.Batch < 0 {
-		return o, fmt.Errorf("loader options: negative size in %+v", o)
 	}
 	return o, nil
 }

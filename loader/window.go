@@ -3,21 +3,22 @@ package loader
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/riffle-ml/riffle/sampler"
 )
 
 // window cuts the batches of an opportunistic job out of its records in the
-// order their reads complete (DeepIO §III-C): the first Size records to
-// arrive make the window's first batch, and so on. The job's buffer is
-// shared by the batches and freed when the last of them is released.
+// order they arrive (DeepIO §III-C): the first Size records to arrive make
+// the window's first batch, and so on. The job's buffer is shared by the
+// batches and freed when the last of them is released.
 type window struct {
 	j       *job
 	first   int   // index of the first batch in the epoch
 	sizes   []int // records per batch
 	mu      sync.Mutex
-	arrived []int // batch slots of the job in completion order
+	arrived []int // delivery slots of the job in arrival order
 	ready   []chan struct{}
 	cut     int // batches whose records have all arrived
 	next    int // the next batch the consumer takes
@@ -37,12 +38,12 @@ func newWindow(j *job, first, nb int, bs sampler.Batches) *window {
 
 func (l *Loader) window() int { return max(1, l.opts.Opportunistic) }
 
-// arrive records that the job's records [lo, hi) have been read.
-func (w *window) arrive(lo, hi int) {
+// arrive records that the records of ents have been read.
+func (w *window) arrive(ents []entry) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for k := lo; k < hi; k++ {
-		w.arrived = append(w.arrived, k)
+	for _, en := range ents {
+		w.arrived = append(w.arrived, en.slot)
 	}
 	for w.cut < len(w.sizes) {
 		end := 0
@@ -80,7 +81,7 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 	s := w.next
 	select {
 	case <-w.ready[s]:
-	case <-j.done: // every read finished: all arrived, or one failed
+	case <-j.done: // every unit finished: all arrived, or one failed
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-l.ctx.Done():
@@ -88,8 +89,8 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 		return nil, l.finish()
 	}
 	if s == len(w.sizes)-1 {
-		// The last batch waits for the workers to be done with the job,
-		// which may be reused once all of its batches are released.
+		// The last batch waits for every read of the job, which may be
+		// reused once all of its batches are released.
 		select {
 		case <-j.done:
 		case <-l.ctx.Done():
@@ -126,19 +127,34 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 	}
 	w.next++
 	w.held++
+	var delivered []int
+	if w.next < len(w.sizes) {
+		// The records of this window delivered so far: what a resumed
+		// loader leaves out of the window (State.Skip).
+		delivered = make([]int, 0, start+len(slots))
+		for _, k := range w.arrived[:start+len(slots)] {
+			delivered = append(delivered, j.IDs[k])
+		}
+		slices.Sort(delivered)
+	}
 	w.mu.Unlock()
 	if len(slots) != w.sizes[s] {
 		return nil, fmt.Errorf("loader: opportunistic batch %d has %d records, want %d", b.Index, len(slots), w.sizes[s])
 	}
 	l.batches.Add(1)
 	l.records.Add(int64(len(slots)))
-	// Resuming restarts at the window's first batch (see Options.Opportunistic).
-	l.state = State{Epoch: j.Epoch, Batch: w.first}
-	if w.next == len(w.sizes) {
-		l.state = State{Epoch: j.Epoch, Batch: w.first + len(w.sizes)}
-		if b.Last {
-			l.state = State{Epoch: j.Epoch + 1}
-		}
+	l.advance(j, b.Index+1)
+	if delivered != nil {
+		l.state.Skip = append(delivered, l.opts.skipped(j)...)
 	}
 	return b, nil
+}
+
+// skipped returns the records of a resumed window delivered before the
+// checkpoint, for a job that is that window.
+func (o Options) skipped(j *job) []int {
+	if j.Epoch == o.Epoch && j.Index == o.Batch && len(o.Skip) > 0 {
+		return o.Skip
+	}
+	return nil
 }

@@ -8,18 +8,44 @@ import (
 
 // Faulty wraps a Reader and injects faults, as pebble's errorfs does for its
 // file system: a test decides per read whether it fails, comes back short or
-// is slow, without a mock standing in for the real file underneath.
+// is slow, without a mock standing in for the real file underneath. An
+// Engine recognises a Faulty over a local file and injects the same faults
+// on its io_uring path, so fault tests exercise the path users run.
 type Faulty struct {
 	Reader
 	// Inject is called before each read; a non-nil error fails the read.
 	Inject func(off int64, n int) error
-	// Delay, when set, sleeps before each read (or until ctx is done).
+	// Short, when set, says how many bytes the first attempt of a read
+	// returns (0 or n for all of them): the rest must be read by a
+	// continuation, as after a short read from the kernel.
+	Short func(off int64, n int) int
+	// Delay, when set, makes each read wait this long first (or until its
+	// context is done).
 	Delay time.Duration
-	// Reads counts the reads that reached the wrapped Reader.
+	// Reads counts the reads that reached the wrapped Reader and succeeded.
 	Reads atomic.Int64
 }
 
-// ReadAt injects the configured fault, then reads from the wrapped Reader.
+// Hints are the wrapped Reader's.
+func (f *Faulty) Hints() Hints { return HintsOf(f.Reader) }
+
+// inject applies Inject and Short to a read of n bytes at off: the error
+// to fail it with, or the length of its short first attempt (0 for none).
+func (f *Faulty) inject(off int64, n int) (int, error) {
+	if f.Inject != nil {
+		if err := f.Inject(off, n); err != nil {
+			return 0, &Error{Op: "read", Object: f.Name(), Offset: off, Len: n, Err: err}
+		}
+	}
+	if f.Short != nil {
+		if k := f.Short(off, n); k > 0 && k < n {
+			return k, nil
+		}
+	}
+	return 0, nil
+}
+
+// ReadAt injects the configured faults, then reads from the wrapped Reader.
 func (f *Faulty) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if f.Delay > 0 {
 		t := time.NewTimer(f.Delay)
@@ -30,11 +56,19 @@ func (f *Faulty) ReadAt(ctx context.Context, p []byte, off int64) error {
 			return ctx.Err()
 		}
 	}
-	if f.Inject != nil {
-		if err := f.Inject(off, len(p)); err != nil {
-			return &Error{Op: "read", Object: f.Name(), Offset: off, Len: len(p), Err: err}
+	first, err := f.inject(off, len(p))
+	if err != nil {
+		return err
+	}
+	if first > 0 {
+		if err := f.Reader.ReadAt(ctx, p[:first], off); err != nil {
+			return err
 		}
+		p, off = p[first:], off+int64(first)
+	}
+	if err := f.Reader.ReadAt(ctx, p, off); err != nil {
+		return err
 	}
 	f.Reads.Add(1)
-	return f.Reader.ReadAt(ctx, p, off)
+	return nil
 }

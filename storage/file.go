@@ -115,12 +115,7 @@ type Aligned interface {
 }
 
 // AlignmentOf returns r's required alignment, 1 if it has none.
-func AlignmentOf(r Reader) int {
-	if a, ok := r.(Aligned); ok {
-		return a.Alignment()
-	}
-	return 1
-}
+func AlignmentOf(r Reader) int { return HintsOf(r).Align }
 
 // endError explains a read of want bytes at off that found the end of the
 // file after done bytes: the file shrank since it was opened, or the read

@@ -1,0 +1,69 @@
+package loader
+
+// Batch is one batch of records. Record i is IDs[i], its bytes are
+// Data[Off[i] : Off[i]+Len[i]].
+//
+// A Batch and its Data are valid until Release; after that the buffer is
+// reused for a later batch. Release it as soon as it is consumed: the
+// loader reads ahead only while MemoryBytes allows.
+type Batch struct {
+	Epoch int  // the epoch it belongs to
+	Index int  // its index in the epoch
+	Pos   int  // the epoch position of its first record in the sampler's order
+	Last  bool // the last batch of its epoch
+
+	IDs    []int
+	Labels []int // nil when the dataset has no labels
+	Off    []int
+	Len    []int
+	Data   []byte
+
+	j *job
+}
+
+// Record returns record i's bytes, valid until Release.
+func (b *Batch) Record(i int) []byte { return b.Data[b.Off[i] : b.Off[i]+b.Len[i]] }
+
+// Contiguous reports whether the records are packed back to back from the
+// start of Data in their order, as fixed-size records read without
+// O_DIRECT are, so the batch can be viewed as one (n, size) array without
+// a copy.
+func (b *Batch) Contiguous() bool {
+	at := 0
+	for i := range b.Off {
+		if b.Off[i] != at {
+			return false
+		}
+		at += b.Len[i]
+	}
+	return true
+}
+
+// Release gives the batch's buffer back. The Batch must not be used after.
+func (b *Batch) Release() {
+	if j := b.j; j != nil {
+		b.j = nil
+		j.l.release(j)
+	}
+}
+
+// State is a loader's place: the next batch it will deliver. Saved with a
+// checkpoint, it resumes the same sequence of batches exactly (the
+// Options fields of the same names).
+type State struct {
+	Epoch int `json:"epoch"`
+	Batch int `json:"batch"`
+	// Sampler is a Stateful sampler's state at that place.
+	Sampler []byte `json:"sampler,omitempty"`
+	// Skip lists the records of the current opportunistic window already
+	// delivered.
+	Skip []int `json:"skip,omitempty"`
+}
+
+// Stats counts a loader's work so far.
+type Stats struct {
+	Batches, Records, Reads int64
+	Bytes                   int64 // bytes read from storage, alignment and gaps included
+	CacheHits               int64 // records copied from the cache instead of read
+	Staged                  int64 // bytes read ahead for a Staged sampler
+}

@@ -1,0 +1,266 @@
+package loader
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// Planning turns a batch's ids into units of work: reads of storage, each
+// covering one record or a run of neighbouring records (coalesced), and
+// copies of records another loader read into the cache. Records sit in the
+// batch in delivery order (Options.Ordered), and units are laid out in the
+// buffer in the order of their first record, so that records read one per
+// read (every record of a global shuffle over a large dataset) are packed
+// in delivery order and the batch is one array without a copy.
+
+// job is a batch being loaded.
+type job struct {
+	Batch
+	l       *Loader
+	ents    []entry // the batch's records, sorted by location
+	units   []unit
+	dones   []func(error)      // unit i's read callback, made once per job
+	reqs    []*storage.Request // the reads of one dispatch
+	ids     []int              // the sampler's ids, before the delivery order
+	unitOf  []int              // the unit serving each delivery slot
+	end     int                // bytes of the buffer the units use
+	perm    []int
+	left    atomic.Int64
+	done    chan struct{}
+	errOnce sync.Once
+	err     error
+	failed  atomic.Bool
+	win     *window // opportunistic ordering: the batches cut from this job
+	weight  int64
+	mark    any // a Stateful sampler's state after this batch
+}
+
+// entry is one record of a batch.
+type entry struct {
+	obj   int
+	off   int64
+	n     int
+	id    int
+	slot  int         // its index in the batch's delivery order
+	item  *cache.Item // pinned: its cached copy, or the item this batch fills
+	claim bool        // this batch reads the record and fills item
+}
+
+// unit is one read of storage, or one record copied from the cache.
+type unit struct {
+	obj    int
+	off    int64 // aligned start
+	n      int   // aligned length
+	dst    int   // where it lands in the batch's buffer
+	lo, hi int   // the entries j.ents[lo:hi] it serves
+	read   bool  // false: a cached record, copied
+	req    storage.Request
+}
+
+// prepare lays out batch b (and, with opportunistic ordering, the nb-1
+// batches after it) of epoch e: which records, in which delivery order,
+// which reads and copies, and where each record lands.
+func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*job, error) {
+	var j *job
+	select {
+	case j = <-l.freeJobs:
+	default:
+		j = &job{l: l}
+	}
+	j.err, j.errOnce, j.done, j.win, j.mark = nil, sync.Once{}, make(chan struct{}), nil, nil
+	j.failed.Store(false)
+	pos, _ := bs.Span(b)
+	lastPos, lastN := bs.Span(b + nb - 1)
+	n := lastPos + lastN - pos
+	if l.staged != nil {
+		l.loadStages(e, lastPos+lastN-1)
+	}
+	j.ids = grow(j.ids, n)
+	if got := l.smp.Fill(e, pos, j.ids); got != n {
+		return nil, fmt.Errorf("loader: sampler gave %d ids at position %d of epoch %d, want %d", got, pos, e, n)
+	}
+	if l.stateful != nil {
+		j.mark = l.stateful.Mark()
+	}
+	first := b
+	if len(skip) > 0 {
+		// Resuming inside an opportunistic window: its records already
+		// delivered are left out, and the batches delivered are not cut again.
+		j.ids = slices.DeleteFunc(j.ids, func(id int) bool { return slices.Contains(skip, id) })
+		first = l.opts.Batch
+		n = len(j.ids)
+	}
+	j.Batch = Batch{Epoch: e, Index: first, Pos: pos, Last: b+nb == bs.Count(),
+		IDs: grow(j.IDs, n), Off: grow(j.Off, n), Len: grow(j.Len, n)}
+	l.order(j, e, b)
+	size := l.ds.Len()
+	j.ents = j.ents[:0]
+	for slot, id := range j.IDs {
+		if id < 0 || id >= size {
+			return nil, fmt.Errorf("loader: sampler gave id %d outside [0, %d) in epoch %d", id, size, e)
+		}
+		loc := l.ds.Locate(id)
+		j.ents = append(j.ents, entry{obj: loc.Object, off: loc.Off, n: loc.Len, id: id, slot: slot})
+		j.Len[slot] = loc.Len
+	}
+	if l.labels {
+		j.Labels = grow(j.Labels, n)
+		for slot, id := range j.IDs {
+			j.Labels[slot] = l.ds.Label(id)
+		}
+	} else {
+		j.Labels = nil
+	}
+	// Fetch order: by location, so neighbours coalesce and the device sees
+	// ascending offsets.
+	slices.SortFunc(j.ents, func(a, b entry) int {
+		if c := cmp.Compare(a.obj, b.obj); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.off, b.off)
+	})
+	if l.cache != nil {
+		l.lookup(j)
+	}
+	l.layout(j)
+	j.weight = min(int64(j.size()), l.opts.MemoryBytes)
+	if l.window() > 1 {
+		j.win = newWindow(j, first, b+nb-first, bs)
+	}
+	return j, nil
+}
+
+// order puts the sampler's ids (j.ids) into the batch in delivery order.
+func (l *Loader) order(j *job, e, b int) {
+	n := len(j.IDs)
+	if l.opts.Ordered || l.window() > 1 || n < 2 {
+		// An opportunistic window is cut in arrival order anyway.
+		copy(j.IDs, j.ids)
+		return
+	}
+	j.perm = grow(j.perm, n)
+	key := sampler.Mix(sampler.Mix(l.opts.Seed, uint64(e)), uint64(b))
+	sampler.Global{N: n, Seed: key}.Fill(0, 0, j.perm)
+	for slot, k := range j.perm {
+		j.IDs[slot] = j.ids[k]
+	}
+}
+
+// lookup pins the cached copy of every record that has one: ready to
+// copy, loading by another loader, or reserved for this batch to read.
+func (l *Loader) lookup(j *job) {
+	for k := range j.ents {
+		en := &j.ents[k]
+		if en.n == 0 {
+			continue
+		}
+		it, st := l.cache.Get(cache.Key{Space: l.space, ID: int64(en.id)})
+		switch st {
+		case cache.Ready, cache.Loading:
+			en.item = it
+		case cache.Claimed:
+			en.item, en.claim = it, true
+		}
+	}
+}
+
+// layout makes the units: a read per run of neighbouring records to read
+// (touching, or within CoalesceGap, on the same object), a copy per cached
+// record; and places them in the buffer in delivery order. Every unit
+// spans whole aligned blocks with O_DIRECT, so a cached record whose load
+// fails can be read in its place.
+func (l *Loader) layout(j *job) {
+	j.units = j.units[:0]
+	a := int64(l.align)
+	gap := int64(l.opts.CoalesceGap)
+	if a > 1 {
+		gap = 0
+	}
+	for k := range j.ents {
+		en := &j.ents[k]
+		if en.n == 0 && l.head+l.tail == 0 {
+			continue // a zero-length record needs no read
+		}
+		start := en.off - int64(l.head)
+		end := en.off + int64(en.n) + int64(l.tail)
+		as, ae := start/a*a, (end+a-1)/a*a
+		read := en.item == nil || en.claim
+		if m := len(j.units) - 1; m >= 0 && read {
+			cur := &j.units[m]
+			curEnd := cur.off + int64(cur.n)
+			if cur.read && en.obj == cur.obj && as >= cur.off && as <= curEnd+gap {
+				cur.n = int(max(curEnd, ae) - cur.off)
+				cur.hi = k + 1
+				continue
+			}
+		}
+		j.units = append(j.units, unit{obj: en.obj, off: as, n: int(ae - as), lo: k, hi: k + 1, read: read})
+	}
+	// Place units in the order of their first record's slot: walk the
+	// slots in order and place each unit the first time one of its
+	// records comes up (no sort: slots are 0..n-1).
+	j.unitOf = grow(j.unitOf, len(j.IDs))
+	for i := range j.unitOf {
+		j.unitOf[i] = -1
+	}
+	for i := range j.units {
+		u := &j.units[i]
+		for k := u.lo; k < u.hi; k++ {
+			j.unitOf[j.ents[k].slot] = i
+		}
+		u.dst = -1
+	}
+	dst := int64(0)
+	for _, i := range j.unitOf {
+		if i < 0 || j.units[i].dst >= 0 {
+			continue
+		}
+		u := &j.units[i]
+		dst = (dst + a - 1) / a * a
+		u.dst = int(dst)
+		dst += int64(u.n)
+		for k := u.lo; k < u.hi; k++ {
+			en := &j.ents[k]
+			j.Off[en.slot] = u.dst + int(en.off-u.off)
+		}
+	}
+	j.end = int(dst)
+	for k := range j.ents {
+		if en := &j.ents[k]; en.n == 0 && l.head+l.tail == 0 {
+			j.Off[en.slot] = 0
+		}
+	}
+	j.left.Store(int64(len(j.units)))
+}
+
+// size is the bytes of the batch's buffer.
+func (j *job) size() int { return j.end }
+
+// unpin gives back the cache items of a job that will not be dispatched.
+func (j *job) unpin() {
+	for k := range j.ents {
+		en := &j.ents[k]
+		if en.item == nil {
+			continue
+		}
+		if en.claim {
+			j.l.cache.Fill(en.item, errAbandoned)
+		}
+		en.item.Done(false)
+		en.item, en.claim = nil, false
+	}
+}
+
+func grow(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n)
+	}
+	return s[:n]
+}

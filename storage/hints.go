@@ -1,0 +1,50 @@
+package storage
+
+// Hints say how a Reader likes to be read, so that the loader and the
+// block-aware sampler adapt to the storage under them instead of assuming a
+// local disk: a remote object store wants many more requests in flight,
+// coalesces across larger gaps (a request costs more than the bytes in a
+// gap) and reads larger blocks.
+type Hints struct {
+	// Depth is how many reads are worth keeping in flight.
+	Depth int
+	// CoalesceGap is the largest gap, in bytes, worth reading to merge two
+	// neighbouring reads into one.
+	CoalesceGap int
+	// BlockSize is the natural unit of a read: a page for local files.
+	BlockSize int
+	// Align is the required alignment of offsets, lengths and buffers
+	// (O_DIRECT); 1 when there is none.
+	Align int
+}
+
+// Hinter is implemented by Readers that know their hints.
+type Hinter interface {
+	Hints() Hints
+}
+
+// DefaultHints are those of a local file read through the page cache.
+var DefaultHints = Hints{Depth: 64, CoalesceGap: 0, BlockSize: 4096, Align: 1}
+
+// HintsOf returns r's hints, with DefaultHints for what r does not say.
+func HintsOf(r Reader) Hints {
+	h := DefaultHints
+	if hr, ok := r.(Hinter); ok {
+		got := hr.Hints()
+		if got.Depth > 0 {
+			h.Depth = got.Depth
+		}
+		if got.CoalesceGap > 0 {
+			h.CoalesceGap = got.CoalesceGap
+		}
+		if got.BlockSize > 0 {
+			h.BlockSize = got.BlockSize
+		}
+		if got.Align > 0 {
+			h.Align = got.Align
+		}
+	} else if a, ok := r.(Aligned); ok {
+		h.Align = a.Alignment()
+	}
+	return h
+}
