@@ -39,11 +39,11 @@ type Cache struct {
 
 // Stats counts a cache's work.
 type Stats struct {
-	Items                    int
-	Bytes, Budget            int64
-	Hits, Misses             int64 // lookups that found an item (ready or loading), and that did not
+	Items                     int
+	Bytes, Budget             int64
+	Hits, Misses              int64 // lookups that found an item (ready or loading), and that did not
 	Inserts, Evictions, Drops int64 // Drops: items whose last use came
-	Refused                  int64 // reservations that found no room
+	Refused                   int64 // reservations that found no room
 }
 
 // Item is one cached item. Its bytes are valid while the caller holds a

@@ -42,7 +42,7 @@ type Loader struct {
 	mem     *semaphore.Weighted
 	flight  *flight // adaptive read-ahead; nil with a fixed Prefetch
 
-	io       sync.WaitGroup // reads submitted to the engine and not yet done
+	io sync.WaitGroup // reads submitted to the engine and not yet done
 
 	// freeJobs keeps released jobs, with their slices and read callbacks,
 	// for reuse (a sync.Pool would drop them at every collection).

@@ -81,6 +81,9 @@ func (l *Loader) loadStage(ids []int) {
 		items := make([]*cache.Item, len(r.ids))
 		any := false
 		for i, id := range r.ids {
+			if l.cache.AddRefs(l.key(id), 1) {
+				continue // still there for an earlier use: one more use to come
+			}
 			loc := l.ds.Locate(id)
 			items[i], _ = l.cache.Reserve(l.key(id), loc.Len, 1, cache.Never, true)
 			any = any || items[i] != nil

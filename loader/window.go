@@ -70,7 +70,7 @@ func (w *window) releaseOne() bool {
 // nextOpportunistic returns the next batch cut from the current window.
 func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 	j := l.pending
-	if j == nil || j.win.next == len(j.win.sizes) {
+	if j == nil {
 		var err error
 		if j, err = l.take(ctx); err != nil {
 			return nil, err
@@ -127,6 +127,9 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 	}
 	w.next++
 	w.held++
+	if w.next == len(w.sizes) {
+		l.pending = nil // every batch is out: the job is recycled once they are released
+	}
 	var delivered []int
 	if w.next < len(w.sizes) {
 		// The records of this window delivered so far: what a resumed

@@ -104,11 +104,15 @@ func TestAsync(t *testing.T) {
 				off := int64(r.IntN(255)) * DirectAlign
 				reqs = append(reqs, req{off, alignbuf.Make(DirectAlign*(1+i%3), DirectAlign)})
 				for !a.Add(f, reqs[i].buf, off, uint64(i)) {
-					a.Wait(finish)
+					if err := a.Wait(finish); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			for a.InFlight() > 0 {
-				a.Wait(finish)
+				if err := a.Wait(finish); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if done != 200 {
 				t.Fatalf("%d of 200 reads finished", done)
@@ -129,10 +133,14 @@ func TestAsyncShrunk(t *testing.T) {
 		t.Skipf("io_uring unavailable here: %v", err)
 	}
 	defer a.Close()
-	os.Truncate(p, 1000)
+	if err := os.Truncate(p, 1000); err != nil {
+		t.Fatal(err)
+	}
 	a.Add(f, make([]byte, 4096), 4096, 7)
 	var got error
-	a.Wait(func(tag uint64, err error) { got = err })
+	if err := a.Wait(func(tag uint64, err error) { got = err }); err != nil {
+		t.Fatal(err)
+	}
 	var se *Error
 	if !errors.Is(got, ErrShrunk) || !errors.As(got, &se) || se.Offset != 4096 || se.Object != p {
 		t.Fatalf("read of a shrunk file: %v", got)
@@ -166,8 +174,11 @@ func TestFileSetBoundsOpenFiles(t *testing.T) {
 }
 
 func TestFaulty(t *testing.T) {
-	p, _ := testFile(t, 100)
-	f, _ := OpenFile(p, FileOptions{})
+	p, want := testFile(t, 100)
+	f, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer f.Close()
 	boom := errors.New("boom")
 	fa := &Faulty{Reader: f, Inject: func(off int64, n int) error {
@@ -176,10 +187,11 @@ func TestFaulty(t *testing.T) {
 		}
 		return nil
 	}}
-	if err := fa.ReadAt(context.Background(), make([]byte, 10), 0); err != nil {
-		t.Fatal(err)
+	got := make([]byte, 10)
+	if err := fa.ReadAt(context.Background(), got, 0); err != nil || !bytes.Equal(got, want[:10]) {
+		t.Fatalf("read through Faulty: %v", err)
 	}
-	err := fa.ReadAt(context.Background(), make([]byte, 10), 50)
+	err = fa.ReadAt(context.Background(), make([]byte, 10), 50)
 	var se *Error
 	if !errors.Is(err, boom) || !errors.As(err, &se) || se.Offset != 50 {
 		t.Fatalf("injected error: %v", err)

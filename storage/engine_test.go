@@ -1,0 +1,177 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/riffle-ml/riffle/internal/alignbuf"
+)
+
+// engines returns an engine per read path users run: io_uring where the
+// kernel allows it, and goroutines calling pread.
+func engines(t *testing.T) map[string]*Engine {
+	t.Helper()
+	out := map[string]*Engine{"threads": NewEngine(EngineOptions{Depth: 8, NoRing: true})}
+	if e := NewEngine(EngineOptions{Depth: 8}); e.Ring() {
+		out["ring"] = e
+	} else {
+		e.Close()
+		t.Log("io_uring unavailable here: the ring path is not exercised")
+	}
+	t.Cleanup(func() {
+		for _, e := range out {
+			e.Close()
+		}
+	})
+	return out
+}
+
+// readAll submits reads of every reader at random offsets at once and
+// checks each against the file's bytes.
+func readAll(t *testing.T, e *Engine, readers []Reader, want []byte, align int) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(5, 6))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for i := range 300 {
+		rd := readers[i%len(readers)]
+		off := int64(r.IntN(len(want)/DirectAlign-2)) * DirectAlign
+		buf := alignbuf.Make(DirectAlign*(1+i%2), align)
+		wg.Add(1)
+		e.Submit(&Request{Ctx: context.Background(), R: rd, P: buf, Off: off, Done: func(err error) {
+			defer wg.Done()
+			if err == nil && !bytes.Equal(buf, want[off:off+int64(len(buf))]) {
+				err = fmt.Errorf("read at %d differs", off)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatal(errs[0])
+	}
+}
+
+func TestEngineReadsEveryKindOfReader(t *testing.T) {
+	p, want := testFile(t, 1<<20)
+	for name, e := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, direct := range []bool{false, true} {
+				f, err := OpenFile(p, FileOptions{Direct: direct})
+				if err != nil {
+					t.Fatal(err)
+				}
+				set := NewFileSet([]string{p}, []int64{int64(len(want))}, FileOptions{Direct: direct}, 1)
+				readers := []Reader{f, set.Object(0), &Faulty{Reader: f}, &Faulty{Reader: set.Object(0)}}
+				readAll(t, e, readers, want, f.Alignment())
+				set.Close()
+				f.Close()
+			}
+		})
+	}
+}
+
+// Injected faults reach the caller on both paths: an error naming the
+// file and offset, a short first read that the continuation completes,
+// and a slow read that its context cancels.
+func TestEngineFaults(t *testing.T) {
+	p, want := testFile(t, 1<<18)
+	f, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for name, e := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			bad := &Faulty{Reader: f, Inject: func(off int64, n int) error {
+				if off == 8192 {
+					return syscall.EIO
+				}
+				return nil
+			}}
+			err := e.Read(context.Background(), bad, make([]byte, 100), 8192)
+			var se *Error
+			if !errors.Is(err, syscall.EIO) || !errors.As(err, &se) || se.Object != p || se.Offset != 8192 {
+				t.Fatalf("injected EIO: %v", err)
+			}
+			short := &Faulty{Reader: f, Short: func(off int64, n int) int { return n / 3 }}
+			got := make([]byte, 10000)
+			if err := e.Read(context.Background(), short, got, 777); err != nil || !bytes.Equal(got, want[777:10777]) {
+				t.Fatalf("short first read: %v", err)
+			}
+			if short.Reads.Load() != 1 {
+				t.Fatalf("short read counted %d times", short.Reads.Load())
+			}
+			slow := &Faulty{Reader: f, Delay: time.Hour}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			if err := e.Read(ctx, slow, got, 0); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("slow read under a deadline: %v", err)
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatal("a cancelled slow read did not return promptly")
+			}
+			slow.Delay = 10 * time.Millisecond
+			if err := e.Read(context.Background(), slow, got[:10], 5); err != nil || !bytes.Equal(got[:10], want[5:15]) {
+				t.Fatalf("slow read: %v", err)
+			}
+		})
+	}
+}
+
+// A zero-length read completes at once, at any offset, and is no end of
+// file; a read past the end is one; a file that shrank says so.
+func TestEngineEdges(t *testing.T) {
+	p, _ := testFile(t, 10000)
+	f, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for name, e := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, off := range []int64{0, 6, 10000} {
+				if err := e.Read(context.Background(), f, nil, off); err != nil {
+					t.Fatalf("zero-length read at %d: %v", off, err)
+				}
+			}
+			if err := e.Read(context.Background(), f, make([]byte, 100), 9950); !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("read past the end: %v", err)
+			}
+		})
+	}
+	if err := os.Truncate(p, 100); err != nil {
+		t.Fatal(err)
+	}
+	for name, e := range engines(t) {
+		if err := e.Read(context.Background(), f, make([]byte, 100), 4096); !errors.Is(err, ErrShrunk) {
+			t.Fatalf("%s: read of a shrunk file: %v", name, err)
+		}
+	}
+}
+
+func TestEngineClosedRefusesReads(t *testing.T) {
+	e := NewEngine(EngineOptions{})
+	e.Close()
+	p, _ := testFile(t, 100)
+	f, _ := OpenFile(p, FileOptions{})
+	defer f.Close()
+	if err := e.Read(context.Background(), f, make([]byte, 10), 0); err == nil {
+		t.Fatal("a closed engine read")
+	}
+}
