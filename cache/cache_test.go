@@ -75,8 +75,8 @@ func TestCacheAgainstReference(t *testing.T) {
 					continue
 				}
 				it.Done(true)
-				if _, there := c.items[key]; drop && refs <= 1 && there {
-					t.Fatalf("item with no use to come was kept")
+				if kept, there := c.items[key]; drop && refs <= 1 && there && kept.pins == 0 {
+					t.Fatalf("item with no use to come and no holder was kept")
 				}
 			case 3:
 				if len(pinned) > 0 {

@@ -9,17 +9,18 @@
 // With a record's location known, any record can be read with one random
 // read, which is what lets riffle shuffle indices instead of data.
 //
-// Records are read through storage.Reader, never a file descriptor, so a
-// dataset's bytes may live in local files now and in object stores later.
+// Every format is one entry of a registry (format.go), as image.RegisterFormat
+// keeps decoders: its name, extensions, whether it keeps an index, and its
+// open function. Objects are named and read through a storage.Store, never
+// a file descriptor or os.Stat, so a dataset's bytes may live in local
+// files, confined to a daemon's roots, or in an object store.
 package dataset
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
+	"io/fs"
 	"strings"
 
 	"github.com/riffle-ml/riffle/storage"
@@ -59,23 +60,24 @@ type Framed interface {
 
 // Info describes a dataset.
 type Info struct {
-	Format     string   // "fixed", "npy", "libsvm", "jsonl", "csv", "text", "tfrecord", "dir"
-	Paths      []string // the files (or, for "dir", the root)
+	Format     string   // a registered format's name: "fixed", "npy", "libsvm", ...
+	Paths      []string // the files (or, for a directory format, the root)
 	RecordSize int      // bytes per record; 0 when records vary in length
 	Dtype      string   // numpy dtype string of a .npy array ("<f4")
 	Shape      []int    // shape of one record of a .npy array (the array's shape without axis 0)
 	Classes    []string // "dir": class names, in label order
 	Header     string   // "csv": the header line, when Options.CSVHeader
 	Bytes      int64    // total bytes of all records
+	// Versions are the store's versions of the objects the dataset was
+	// opened from (Paths, or a directory's root and classes): any change
+	// to the data changes one of them.
+	Versions []string
 }
 
 // Indexed reports whether the format keeps a sidecar index (an offset table).
 func (i Info) Indexed() bool {
-	switch i.Format {
-	case "libsvm", "jsonl", "csv", "text", "tfrecord":
-		return true
-	}
-	return false
+	f, ok := lookupFormat(i.Format)
+	return ok && f.Indexed
 }
 
 // Locator adapts ds to the form samplers locate records by
@@ -90,8 +92,8 @@ func Locator(ds Dataset) func(id int) (obj int, off int64, length int) {
 // Options says how to open a dataset. The zero value detects the format from
 // the file name and checks everything it can.
 type Options struct {
-	// Format is one of "fixed", "npy", "libsvm", "jsonl", "csv", "text",
-	// "tfrecord", "dir"; empty means detect from the extension.
+	// Format is a registered format's name (Formats); empty means detect
+	// it from the name, or from a record size (fixed).
 	Format string
 	// RecordSize is the size of one record in a "fixed" file.
 	RecordSize int
@@ -102,16 +104,22 @@ type Options struct {
 	// SkipCRC turns off TFRecord CRC checks on read.
 	SkipCRC bool
 	// DropPartialTail drops a trailing partial record (a fixed-size file
-	// whose size is not a multiple of the record size, a last line without
-	// its newline) instead of failing.
+	// whose size is not a multiple of the record size, a TFRecord cut
+	// short) instead of failing.
 	DropPartialTail bool
 	// IndexDir holds sidecar indexes when the data's own directory is not
 	// writable; default $XDG_CACHE_HOME/riffle (or ~/.cache/riffle).
 	IndexDir string
+	// IndexInDirOnly keeps sidecar indexes in IndexDir only, never beside
+	// the data: for a daemon reading files of users who did not ask for
+	// new files next to theirs.
+	IndexInDirOnly bool
 	// Index says what to do with an existing sidecar index.
 	Index IndexMode
 	// Direct reads records with O_DIRECT.
 	Direct bool
+	// Store is where the objects are; default the local file system.
+	Store storage.Store
 	// Progress, if set, is told how many source bytes the index scan has read.
 	Progress func(done, total int64)
 }
@@ -152,59 +160,31 @@ func (e *FormatError) Error() string {
 
 func (e *FormatError) Unwrap() error { return e.Err }
 
-// Formats lists the format names Open accepts.
-var Formats = []string{"fixed", "npy", "libsvm", "jsonl", "csv", "text", "tfrecord", "dir"}
-
-// DetectFormat guesses a file's format from its name.
-func DetectFormat(path string) string {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return "dir"
-	}
-	name := strings.ToLower(path)
-	for _, s := range []string{".gz", ".zst", ".bz2", ".xz"} {
-		if strings.HasSuffix(name, s) {
-			return "" // compressed files have no random access
+// store returns the options' store, the local file system by default.
+func (o Options) store() storage.Store {
+	if o.Store != nil {
+		if l, ok := o.Store.(*storage.Local); ok && o.Direct {
+			return l.WithDirect(true)
 		}
+		return o.Store
 	}
-	switch ext := filepath.Ext(name); ext {
-	case ".npy":
-		return "npy"
-	case ".tfrecord", ".tfrecords", ".tfr":
-		return "tfrecord"
-	case ".jsonl", ".ndjson":
-		return "jsonl"
-	case ".csv":
-		return "csv"
-	case ".libsvm", ".svm", ".svmlight":
-		return "libsvm"
-	case ".txt":
-		return "text"
-	case ".bin", ".raw", ".dat":
-		return "fixed"
-	}
-	if strings.Contains(name, ".tfrecord") {
-		return "tfrecord" // sharded names like train.tfrecord-00001-of-00064
-	}
-	return ""
+	l, _ := storage.NewLocal(o.Direct, nil)
+	return l
 }
 
-// ExpandPaths expands globs and returns the files in a stable order.
-func ExpandPaths(paths []string) ([]string, error) {
+// ExpandPaths expands globs in store and returns the names in a stable
+// order.
+func ExpandPaths(ctx context.Context, store storage.Store, paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
-		if strings.ContainsAny(p, "*?[") {
-			m, err := filepath.Glob(p)
-			if err != nil {
-				return nil, fmt.Errorf("glob %q: %w", p, err)
-			}
-			if len(m) == 0 {
-				return nil, fmt.Errorf("glob %q matches no file: %w", p, os.ErrNotExist)
-			}
-			sort.Strings(m)
-			out = append(out, m...)
-			continue
+		m, err := store.Glob(ctx, p)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, p)
+		if len(m) == 0 {
+			return nil, fmt.Errorf("glob %q matches no file: %w", p, fs.ErrNotExist)
+		}
+		out = append(out, m...)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no path given: %w", ErrEmpty)
@@ -216,44 +196,29 @@ func ExpandPaths(paths []string) ([]string, error) {
 // directory tree. Building a missing index scans the files; cancelling ctx
 // stops it.
 func Open(ctx context.Context, opts Options, paths ...string) (Dataset, error) {
-	files, err := ExpandPaths(paths)
+	opts.Store = opts.store()
+	files, err := ExpandPaths(ctx, opts.Store, paths)
 	if err != nil {
 		return nil, err
 	}
-	format := opts.Format
-	if format == "" {
-		format = DetectFormat(files[0])
-		if format == "" {
-			return nil, fmt.Errorf("%s: %w (give a format: %s)", files[0], ErrUnknownFormat, strings.Join(Formats, ", "))
+	name := opts.Format
+	if name == "" && opts.RecordSize > 0 {
+		name = "fixed" // a record size means fixed-size records
+	}
+	if name == "" {
+		if name, err = Detect(ctx, opts.Store, files[0]); err != nil {
+			return nil, err
 		}
 	}
-	if format == "dir" {
+	f, ok := lookupFormat(name)
+	if !ok {
+		return nil, fmt.Errorf("format %q: %w (known: %s)", name, ErrUnknownFormat, strings.Join(Formats(), ", "))
+	}
+	if f.OpenDir != nil {
 		if len(files) != 1 {
-			return nil, fmt.Errorf("a dir dataset has one root, got %d paths", len(files))
+			return nil, fmt.Errorf("a %s dataset has one root, got %d paths", f.Name, len(files))
 		}
-		return openTree(ctx, files[0], opts)
+		return f.OpenDir(ctx, files[0], opts)
 	}
-	var scan func(context.Context, *storage.File, Options) (part, error)
-	switch format {
-	case "fixed":
-		if opts.RecordSize <= 0 {
-			return nil, fmt.Errorf("%s: a fixed-size dataset needs a record size", files[0])
-		}
-		scan = openFixed
-	case "npy":
-		scan = openNpy
-	case "libsvm", "jsonl", "text":
-		scan = func(ctx context.Context, f *storage.File, o Options) (part, error) {
-			return openLines(ctx, f, o, format, false)
-		}
-	case "csv":
-		scan = func(ctx context.Context, f *storage.File, o Options) (part, error) {
-			return openLines(ctx, f, o, format, true)
-		}
-	case "tfrecord":
-		scan = openTFRecord
-	default:
-		return nil, fmt.Errorf("format %q: %w (known: %s)", format, ErrUnknownFormat, strings.Join(Formats, ", "))
-	}
-	return openFiles(ctx, files, format, opts, scan)
+	return openFiles(ctx, files, f, opts)
 }

@@ -3,79 +3,66 @@ package dataset
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/riffle-ml/riffle/storage"
 )
+
+func init() {
+	RegisterFormat(Format{Name: "dir", OpenDir: openTree})
+}
 
 // tree is a directory of one file per record, labelled by the first-level
 // sub-directory it sits in: torchvision's ImageFolder convention, classes
 // sorted by name so label k is the k-th class. Files sit in class order, so
 // a record's label is found from class start ids, not stored per record.
+//
+// Files are found by the store's Walk, which follows symlinked files (as
+// ImageFolder does) but, in a confined store, only to files beneath its
+// roots; each is opened through the store when it is first read.
 type tree struct {
 	inf    Info
 	set    *storage.FileSet
+	paths  []string
 	sizes  []int64
 	starts []int // starts[k] is the first id of class k; one extra at the end; nil when unlabelled
 }
 
 func openTree(ctx context.Context, root string, opts Options) (Dataset, error) {
-	entries, err := os.ReadDir(root)
+	store := opts.Store
+	rootInfo, err := store.Stat(ctx, root)
 	if err != nil {
-		return nil, &storage.Error{Op: "open", Object: root, Err: err}
+		return nil, err
 	}
+	t := &tree{inf: Info{Format: "dir", Paths: []string{root}, Versions: []string{rootInfo.Version}}}
 	var classes []string
 	loose := 0
-	for _, e := range entries {
-		if hidden(e.Name()) {
-			continue
+	err = store.Walk(ctx, root, func(p string, info storage.ObjectInfo) error {
+		// Only the first level: classes are its directories.
+		if info.Dir {
+			classes = append(classes, filepath.Base(p))
+			return storage.SkipDir
 		}
-		if e.IsDir() {
-			classes = append(classes, e.Name())
-		} else {
-			loose++
-		}
+		loose++
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Strings(classes)
-	t := &tree{inf: Info{Format: "dir", Paths: []string{root}}}
-	var paths []string
-	walk := func(dir string) error {
-		return filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-			if err != nil {
-				return &storage.Error{Op: "open", Object: p, Err: err}
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if p != dir && hidden(e.Name()) {
-				if e.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if e.IsDir() {
-				return nil
-			}
-			st, err := os.Stat(p) // follows symlinks, as ImageFolder does
-			if err != nil {
-				return &storage.Error{Op: "stat", Object: p, Err: err}
-			}
-			if !st.Mode().IsRegular() {
-				return nil
-			}
-			paths = append(paths, p)
-			t.sizes = append(t.sizes, st.Size())
-			t.inf.Bytes += st.Size()
+	add := func(p string, info storage.ObjectInfo) error {
+		if info.Dir {
 			return nil
-		})
+		}
+		t.paths = append(t.paths, p)
+		t.sizes = append(t.sizes, info.Size)
+		t.inf.Bytes += info.Size
+		return nil
 	}
 	if len(classes) == 0 {
-		if err := walk(root); err != nil {
+		if err := store.Walk(ctx, root, add); err != nil {
 			return nil, err
 		}
 	} else {
@@ -84,21 +71,25 @@ func openTree(ctx context.Context, root string, opts Options) (Dataset, error) {
 		}
 		t.inf.Classes = classes
 		for _, c := range classes {
-			t.starts = append(t.starts, len(paths))
-			if err := walk(filepath.Join(root, c)); err != nil {
+			t.starts = append(t.starts, len(t.paths))
+			dir := filepath.Join(root, c)
+			info, err := store.Stat(ctx, dir)
+			if err != nil {
+				return nil, err
+			}
+			t.inf.Versions = append(t.inf.Versions, info.Version)
+			if err := store.Walk(ctx, dir, add); err != nil {
 				return nil, err
 			}
 		}
-		t.starts = append(t.starts, len(paths))
+		t.starts = append(t.starts, len(t.paths))
 	}
-	if len(paths) == 0 {
+	if len(t.paths) == 0 {
 		return nil, fmt.Errorf("%s: no files: %w", root, ErrEmpty)
 	}
-	t.set = storage.NewFileSet(paths, t.sizes, storage.FileOptions{Direct: opts.Direct}, 0)
+	t.set = storage.NewFileSet(store, t.paths, t.sizes, 0)
 	return t, nil
 }
-
-func hidden(name string) bool { return strings.HasPrefix(name, ".") }
 
 func (t *tree) Len() int   { return len(t.sizes) }
 func (t *tree) Info() Info { return t.inf }
@@ -114,3 +105,7 @@ func (t *tree) Label(id int) int {
 	}
 	return sort.SearchInts(t.starts, id+1) - 1
 }
+
+// Path returns the file of record id, for error messages and clients that
+// map a record back to its source.
+func (t *tree) Path(id int) string { return t.paths[id] }

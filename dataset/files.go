@@ -10,61 +10,69 @@ import (
 	"github.com/riffle-ml/riffle/storage"
 )
 
-// part is one file's records.
-type part interface {
-	count() int
-	locate(i int) (off int64, n int)
-	bytes() int64
-	info() Info
-}
-
 // files is a dataset of one or more files of one format, concatenated: the
 // records of file k follow those of file k-1.
 type files struct {
 	inf    Info
-	objs   []*storage.File
-	parts  []part
+	objs   []storage.Reader
+	parts  []Part
 	starts []int // starts[k] is the id of file k's first record; one extra at the end
-	tf     bool  // TFRecord frames are read and checked
+	framed bool  // frames are read and checked (TFRecord)
+	head   int
+	tail   int
 }
 
-func openFiles(ctx context.Context, paths []string, format string, opts Options, scan func(context.Context, *storage.File, Options) (part, error)) (Dataset, error) {
+func openFiles(ctx context.Context, names []string, f *Format, opts Options) (Dataset, error) {
 	d := &files{starts: []int{0}}
-	for _, p := range paths {
-		f, err := storage.OpenFile(p, storage.FileOptions{Direct: opts.Direct})
+	for _, p := range names {
+		r, err := opts.Store.Open(ctx, p)
 		if err != nil {
 			d.Close()
 			return nil, err
 		}
-		d.objs = append(d.objs, f)
-		pt, err := scan(ctx, f, opts)
+		d.objs = append(d.objs, r)
+		pt, err := f.OpenPart(ctx, r, opts)
 		if err != nil {
 			d.Close()
 			return nil, err
 		}
 		if len(d.parts) > 0 {
-			a, b := d.parts[0].info(), pt.info()
+			a, b := d.parts[0].Info(), pt.Info()
 			if a.RecordSize != b.RecordSize || a.Dtype != b.Dtype || !slices.Equal(a.Shape, b.Shape) {
 				d.Close()
 				return nil, &FormatError{Path: p, Err: fmt.Errorf("records differ from %s's (%d bytes %s%v against %d bytes %s%v): %w",
-					paths[0], b.RecordSize, b.Dtype, b.Shape, a.RecordSize, a.Dtype, a.Shape, ErrCorrupt)}
+					names[0], b.RecordSize, b.Dtype, b.Shape, a.RecordSize, a.Dtype, a.Shape, ErrCorrupt)}
 			}
 		}
 		d.parts = append(d.parts, pt)
-		d.starts = append(d.starts, d.starts[len(d.starts)-1]+pt.count())
+		d.starts = append(d.starts, d.starts[len(d.starts)-1]+pt.Count())
+		d.inf.Versions = append(d.inf.Versions, version(r))
 	}
-	d.inf = d.parts[0].info()
-	d.inf.Format = format
-	d.inf.Paths = paths
+	versions := d.inf.Versions
+	d.inf = d.parts[0].Info()
+	d.inf.Format = f.Name
+	d.inf.Paths = names
+	d.inf.Versions = versions
 	for _, pt := range d.parts {
-		d.inf.Bytes += pt.bytes()
+		d.inf.Bytes += pt.Bytes()
 	}
-	d.tf = format == "tfrecord" && !opts.SkipCRC
+	if fp, ok := d.parts[0].(framedPart); ok && !opts.SkipCRC {
+		d.framed = true
+		d.head, d.tail = fp.Frame()
+	}
 	if d.Len() == 0 {
 		d.Close()
-		return nil, fmt.Errorf("%s: %w", describe(paths), ErrEmpty)
+		return nil, fmt.Errorf("%s: %w", describe(names), ErrEmpty)
 	}
 	return d, nil
+}
+
+// version is a Reader's object version, if it knows it.
+func version(r storage.Reader) string {
+	if v, ok := r.(storage.Versioned); ok {
+		return v.Version()
+	}
+	return ""
 }
 
 func describe(paths []string) string {
@@ -82,7 +90,7 @@ func (d *files) Locate(id int) Loc {
 	if len(d.parts) > 1 {
 		k = sort.SearchInts(d.starts, id+1) - 1
 	}
-	off, n := d.parts[k].locate(id - d.starts[k])
+	off, n := d.parts[k].Locate(id - d.starts[k])
 	return Loc{Object: k, Off: off, Len: n}
 }
 
@@ -92,19 +100,19 @@ func (d *files) Object(i int) storage.Reader { return d.objs[i] }
 // Frame says how many bytes around each record the loader reads so that
 // Verify can check them: TFRecord's length, its CRC and the data's CRC.
 func (d *files) Frame() (head, tail int) {
-	if d.tf {
-		return tfHead, tfTail
+	if d.framed {
+		return d.head, d.tail
 	}
 	return 0, 0
 }
 
-// Verify checks a TFRecord frame read along with record id.
+// Verify checks a frame read along with record id.
 func (d *files) Verify(id int, frame []byte) error {
-	if !d.tf {
+	if !d.framed {
 		return nil
 	}
 	loc := d.Locate(id)
-	return checkFrame(frame, d.objs[loc.Object].Name(), loc.Off-tfHead)
+	return d.parts[loc.Object].(framedPart).Verify(frame, d.objs[loc.Object].Name(), loc.Off-int64(d.head))
 }
 
 func (d *files) Close() error {

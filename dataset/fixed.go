@@ -7,6 +7,10 @@ import (
 	"github.com/riffle-ml/riffle/storage"
 )
 
+func init() {
+	RegisterFormat(Format{Name: "fixed", Extensions: []string{".bin", ".raw", ".dat"}, OpenPart: openFixed})
+}
+
 // fixedPart is a file of equal-sized records after a header: record i is at
 // header + i*size, so the location generator needs no table (LIRS §4.1).
 type fixedPart struct {
@@ -16,16 +20,19 @@ type fixedPart struct {
 	inf    Info
 }
 
-func (p *fixedPart) count() int                { return p.n }
-func (p *fixedPart) locate(i int) (int64, int) { return p.header + int64(i)*int64(p.size), p.size }
-func (p *fixedPart) bytes() int64              { return int64(p.n) * int64(p.size) }
-func (p *fixedPart) info() Info                { return p.inf }
+func (p *fixedPart) Count() int                { return p.n }
+func (p *fixedPart) Locate(i int) (int64, int) { return p.header + int64(i)*int64(p.size), p.size }
+func (p *fixedPart) Bytes() int64              { return int64(p.n) * int64(p.size) }
+func (p *fixedPart) Info() Info                { return p.inf }
 
-func openFixed(_ context.Context, f *storage.File, opts Options) (part, error) {
+func openFixed(_ context.Context, f storage.Reader, opts Options) (Part, error) {
+	if opts.RecordSize <= 0 {
+		return nil, fmt.Errorf("%s: a fixed-size dataset needs a record size (--record-size, record_size=)", f.Name())
+	}
 	return newFixedPart(f, opts.HeaderBytes, opts.RecordSize, opts.DropPartialTail, Info{RecordSize: opts.RecordSize})
 }
 
-func newFixedPart(f *storage.File, header int64, size int, dropPartial bool, inf Info) (part, error) {
+func newFixedPart(f storage.Reader, header int64, size int, dropPartial bool, inf Info) (Part, error) {
 	if size <= 0 {
 		return nil, &FormatError{Path: f.Name(), Offset: header, Err: fmt.Errorf("record size %d: %w", size, ErrCorrupt)}
 	}
@@ -36,7 +43,7 @@ func newFixedPart(f *storage.File, header int64, size int, dropPartial bool, inf
 	n := body / int64(size)
 	if rem := body % int64(size); rem != 0 && !dropPartial {
 		return nil, &FormatError{Path: f.Name(), Offset: header + n*int64(size),
-			Err: fmt.Errorf("%d bytes after %d whole %d-byte records (file size %d is not header %d + a multiple of the record size; DropPartialTail drops them): %w",
+			Err: fmt.Errorf("%d bytes after %d whole %d-byte records (file size %d is not header %d + a multiple of the record size; --drop-partial or drop_partial=True drops them): %w",
 				rem, n, size, f.Size(), header, ErrPartial)}
 	}
 	return &fixedPart{header: header, size: size, n: int(n), inf: inf}, nil

@@ -1,10 +1,10 @@
 package dataset
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -41,28 +41,50 @@ func FuzzParseNpyHeader(f *testing.F) {
 	})
 }
 
-// Scanning in chunks finds the same lines as scanning all at once.
+// Scanning in chunks finds the same records as scanning all at once, and
+// they are what splitting the bytes by hand under each format's rule gives.
 func FuzzLineScanner(f *testing.F) {
-	f.Add([]byte("a\nbb\n\nccc\n"), uint8(3), false)
-	f.Add([]byte("1,\"x\ny\"\n2,3\n\"\"\"\"\n"), uint8(2), true)
-	f.Fuzz(func(t *testing.T, b []byte, chunk uint8, quotes bool) {
-		whole := &lineScanner{offs: []int64{0}, quotes: quotes}
+	f.Add([]byte("a\nbb\n\nccc\n"), uint8(3), uint8(0))
+	f.Add([]byte("1,\"x\ny\"\n2,3\n\"\"\"\"\n"), uint8(2), uint8(2))
+	f.Add([]byte("# c\n1 1:1\n \n\t\n2 2:2"), uint8(4), uint8(3))
+	formats := []string{"text", "jsonl", "csv", "libsvm"}
+	f.Fuzz(func(t *testing.T, b []byte, chunk uint8, format uint8) {
+		rule := ruleOf(formats[int(format)%len(formats)])
+		whole := newLineScanner(rule, 0)
 		whole.feed(0, b)
-		parts := &lineScanner{offs: []int64{0}, quotes: quotes}
+		wt := whole.finish(int64(len(b)))
+		parts := newLineScanner(rule, 0)
 		c := int(chunk%16) + 1
 		for off := 0; off < len(b); off += c {
 			parts.feed(int64(off), b[off:min(off+c, len(b))])
 		}
-		if !slices.Equal(whole.offs, parts.offs) || whole.inQuote != parts.inQuote {
-			t.Fatalf("chunked scan %v differs from whole %v", parts.offs, whole.offs)
+		pt := parts.finish(int64(len(b)))
+		if !slices.Equal(wt.offs, pt.offs) || !slices.Equal(wt.ends, pt.ends) || whole.inQuote != parts.inQuote {
+			t.Fatalf("chunked scan %v %v differs from whole %v %v", pt.offs, pt.ends, wt.offs, wt.ends)
 		}
-		if !quotes && len(whole.offs)-1 != bytes.Count(b, []byte("\n")) {
-			t.Fatalf("%d lines for %d newlines", len(whole.offs)-1, bytes.Count(b, []byte("\n")))
+		if rule.quotes {
+			return
 		}
-		for i := 1; i < len(whole.offs); i++ {
-			if whole.offs[i] <= whole.offs[i-1] || b[whole.offs[i]-1] != '\n' {
-				t.Fatalf("offset %d: %d does not follow a newline", i, whole.offs[i])
+		p := &offsetPart{t: wt, tail: 1}
+		var got []string
+		for i := range p.Count() {
+			off, n := p.Locate(i)
+			got = append(got, string(b[off:off+int64(n)]))
+		}
+		var want []string
+		lines := strings.Split(string(b), "\n")
+		if strings.HasSuffix(string(b), "\n") || len(b) == 0 {
+			lines = lines[:len(lines)-1]
+		}
+		for _, l := range lines {
+			trimmed := strings.TrimLeft(l, " \t\r\v\f")
+			if rule.blank && trimmed == "" || rule.comments && strings.HasPrefix(trimmed, "#") {
+				continue
 			}
+			want = append(want, l)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records %q, want %q", got, want)
 		}
 	})
 }
@@ -108,12 +130,13 @@ func FuzzTFScanner(f *testing.F) {
 }
 
 func FuzzDecodeIndex(f *testing.F) {
-	key := indexKey{variant: 1, size: 100, mtime: 5}
-	f.Add(encodeIndex(key, []int64{0, 10, 50, 100}))
-	f.Add(encodeIndex(key, []int64{0}))
+	key := indexKey{variant: 1, size: 100, version: 5}
+	f.Add(encodeIndex(key, table{offs: []int64{0, 10, 50, 100}}))
+	f.Add(encodeIndex(key, table{offs: []int64{0, 10, 50, 100}, ends: []recordEnd{{1, 30}, {2, 100}}}))
+	f.Add(encodeIndex(key, table{offs: []int64{0}}))
 	f.Add([]byte(indexMagic + "short"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		offs, err := decodeIndex("fuzz.ridx", b, key)
+		tb, err := decodeIndex("fuzz.ridx", b, key)
 		if err != nil {
 			var fe *FormatError
 			if !errors.As(err, &fe) || fe.Path != "fuzz.ridx" {
@@ -121,9 +144,15 @@ func FuzzDecodeIndex(f *testing.F) {
 			}
 			return
 		}
+		offs := tb.offs
 		for i := 1; i < len(offs); i++ {
 			if offs[i] < offs[i-1] || offs[i] > key.size {
 				t.Fatalf("accepted offsets %v", offs)
+			}
+		}
+		for _, e := range tb.ends {
+			if e.end < offs[e.record] || e.end > offs[e.record+1] {
+				t.Fatalf("accepted end %v outside its record", e)
 			}
 		}
 	})

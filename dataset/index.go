@@ -1,37 +1,47 @@
 package dataset
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash/fnv"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
+	"sort"
+
+	"github.com/riffle-ml/riffle/storage"
 )
 
 // The sidecar index of a variable-length file is its offset table: one
 // little-endian uint64 per record plus one for the end, 8 bytes per record,
-// behind a header that ties it to the source's size and mtime and a trailing
-// CRC32C. It sits next to the data as NAME.ridx, or in the cache directory
-// when the data's directory is read-only.
+// behind a header that ties it to the source's size and version (its
+// store's ObjectInfo.Version: device, inode and mtime of a local file, the
+// ETag of an object) and a trailing CRC32C. Records whose end is not where
+// the next begins (a line followed by blank lines, a last line without
+// its newline) are listed after the offsets with their ends; most files
+// have none. It sits next to the data as NAME.ridx, or in the cache
+// directory when the data's directory is read-only.
 //
 //	0  magic "RFLIDX01"
 //	8  version uint32
 //	12 variant uint32 (format and options that change the offsets)
 //	16 source size uint64
-//	24 source mtime int64 (ns)
+//	24 source version hash uint64 (FNV-1a of the version string)
 //	32 count uint64
-//	40 offsets [count+1]uint64
+//	40 exceptions uint64
+//	48 offsets [count+1]uint64
+//	.. exceptions [exceptions](record uint64, end uint64), by record
 //	.. crc32c uint32 of all bytes before it
 const (
 	indexMagic   = "RFLIDX01"
-	indexVersion = 1
-	indexHeader  = 40
+	indexVersion = 2
+	indexHeader  = 48
 	// IndexExt is the sidecar file's extension.
 	IndexExt = ".ridx"
 )
@@ -41,27 +51,57 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type indexKey struct {
 	variant uint32
 	size    int64
-	mtime   int64
+	version uint64
 }
 
-func sourceKey(path string, variant uint32) (indexKey, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return indexKey{}, err
+// table is an offset table: record i spans offs[i] to offs[i+1] less the
+// format's tail, unless ends lists another end for it.
+type table struct {
+	offs []int64
+	ends []recordEnd // sorted by record
+}
+
+type recordEnd struct {
+	record int
+	end    int64
+}
+
+// end returns record i's end if it is an exception.
+func (t *table) end(i int) (int64, bool) {
+	if len(t.ends) == 0 {
+		return 0, false
 	}
-	return indexKey{variant: variant, size: st.Size(), mtime: st.ModTime().UnixNano()}, nil
+	k := sort.Search(len(t.ends), func(k int) bool { return t.ends[k].record >= i })
+	if k < len(t.ends) && t.ends[k].record == i {
+		return t.ends[k].end, true
+	}
+	return 0, false
 }
 
-func encodeIndex(k indexKey, offs []int64) []byte {
-	b := make([]byte, indexHeader+8*len(offs)+4)
+func sourceKey(r storage.Reader, variant uint32) indexKey {
+	h := fnv.New64a()
+	h.Write([]byte(version(r)))
+	return indexKey{variant: variant, size: r.Size(), version: h.Sum64()}
+}
+
+func encodeIndex(k indexKey, t table) []byte {
+	b := make([]byte, indexHeader+8*len(t.offs)+16*len(t.ends)+4)
 	copy(b, indexMagic)
 	binary.LittleEndian.PutUint32(b[8:], indexVersion)
 	binary.LittleEndian.PutUint32(b[12:], k.variant)
 	binary.LittleEndian.PutUint64(b[16:], uint64(k.size))
-	binary.LittleEndian.PutUint64(b[24:], uint64(k.mtime))
-	binary.LittleEndian.PutUint64(b[32:], uint64(len(offs)-1))
-	for i, o := range offs {
-		binary.LittleEndian.PutUint64(b[indexHeader+8*i:], uint64(o))
+	binary.LittleEndian.PutUint64(b[24:], k.version)
+	binary.LittleEndian.PutUint64(b[32:], uint64(len(t.offs)-1))
+	binary.LittleEndian.PutUint64(b[40:], uint64(len(t.ends)))
+	at := indexHeader
+	for _, o := range t.offs {
+		binary.LittleEndian.PutUint64(b[at:], uint64(o))
+		at += 8
+	}
+	for _, e := range t.ends {
+		binary.LittleEndian.PutUint64(b[at:], uint64(e.record))
+		binary.LittleEndian.PutUint64(b[at+8:], uint64(e.end))
+		at += 16
 	}
 	n := len(b) - 4
 	binary.LittleEndian.PutUint32(b[n:], crc32.Checksum(b[:n], castagnoli))
@@ -69,56 +109,71 @@ func encodeIndex(k indexKey, offs []int64) []byte {
 }
 
 // decodeIndex checks an index file's bytes against the source's key and
-// returns its offsets. A damaged file is a *FormatError naming the index
+// returns its table. A damaged file is a *FormatError naming the index
 // file and the offset of the bad field; one built for another version of
 // the source wraps ErrStaleIndex.
-func decodeIndex(path string, b []byte, want indexKey) ([]int64, error) {
+func decodeIndex(path string, b []byte, want indexKey) (table, error) {
 	bad := func(off int64, format string, args ...any) error {
 		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf(format+": %w", append(args, ErrCorrupt)...)}
 	}
 	if len(b) < indexHeader+12 {
-		return nil, bad(0, "index is %d bytes, too short", len(b))
+		return table{}, bad(0, "index is %d bytes, too short", len(b))
 	}
 	if string(b[:8]) != indexMagic {
-		return nil, bad(0, "not a riffle index (magic %q)", b[:8])
+		return table{}, bad(0, "not a riffle index (magic %q)", b[:8])
 	}
 	if v := binary.LittleEndian.Uint32(b[8:]); v != indexVersion {
-		return nil, &FormatError{Path: path, Offset: 8, Err: fmt.Errorf("index version %d, want %d: %w", v, indexVersion, ErrStaleIndex)}
+		return table{}, &FormatError{Path: path, Offset: 8, Err: fmt.Errorf("index version %d, want %d: %w", v, indexVersion, ErrStaleIndex)}
 	}
 	n := len(b) - 4
 	if got, sum := binary.LittleEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli); got != sum {
-		return nil, bad(int64(n), "index checksum %08x, computed %08x", got, sum)
+		return table{}, bad(int64(n), "index checksum %08x, computed %08x", got, sum)
 	}
 	count := binary.LittleEndian.Uint64(b[32:])
-	if count+1 != uint64(n-indexHeader)/8 || (n-indexHeader)%8 != 0 {
-		return nil, bad(32, "index says %d records but holds %d bytes of offsets", count, n-indexHeader)
+	nexc := binary.LittleEndian.Uint64(b[40:])
+	body := uint64(n - indexHeader)
+	if count >= body/8 || nexc > body/16 || (count+1)*8+nexc*16 != body {
+		return table{}, bad(32, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, body)
 	}
 	got := indexKey{
 		variant: binary.LittleEndian.Uint32(b[12:]),
 		size:    int64(binary.LittleEndian.Uint64(b[16:])),
-		mtime:   int64(binary.LittleEndian.Uint64(b[24:])),
+		version: binary.LittleEndian.Uint64(b[24:]),
 	}
 	if got != want {
-		return nil, &FormatError{Path: path, Offset: 12, Err: fmt.Errorf(
-			"built for size %d mtime %s variant %d, source now has size %d mtime %s variant %d: %w",
-			got.size, time.Unix(0, got.mtime).UTC().Format(time.RFC3339Nano), got.variant,
-			want.size, time.Unix(0, want.mtime).UTC().Format(time.RFC3339Nano), want.variant, ErrStaleIndex)}
+		return table{}, &FormatError{Path: path, Offset: 12, Err: fmt.Errorf(
+			"built for size %d version %016x variant %d, source now has size %d version %016x variant %d: %w",
+			got.size, got.version, got.variant, want.size, want.version, want.variant, ErrStaleIndex)}
 	}
-	offs := make([]int64, count+1)
+	t := table{offs: make([]int64, count+1)}
 	prev := int64(0)
-	for i := range offs {
-		o := int64(binary.LittleEndian.Uint64(b[indexHeader+8*i:]))
+	at := indexHeader
+	for i := range t.offs {
+		o := int64(binary.LittleEndian.Uint64(b[at:]))
 		if o < prev || o > want.size {
-			return nil, bad(int64(indexHeader+8*i), "offset %d of record %d is out of order or past the source's end", o, i)
+			return table{}, bad(int64(at), "offset %d of record %d is out of order or past the source's end", o, i)
 		}
-		offs[i], prev = o, o
+		t.offs[i], prev = o, o
+		at += 8
 	}
-	return offs, nil
+	last := -1
+	for range nexc {
+		r := binary.LittleEndian.Uint64(b[at:])
+		e := int64(binary.LittleEndian.Uint64(b[at+8:]))
+		if r >= count || int(r) <= last || e < t.offs[r] || e > t.offs[r+1] {
+			return table{}, bad(int64(at), "end %d of record %d is out of order or outside the record", e, r)
+		}
+		t.ends = append(t.ends, recordEnd{record: int(r), end: e})
+		last = int(r)
+		at += 16
+	}
+	return t, nil
 }
 
 // IndexPaths returns where the sidecar of source may live, in the order they
-// are tried: next to the data, then in the cache directory.
-func IndexPaths(source, cacheDir string) []string {
+// are tried: next to the data (unless inDirOnly), then in the cache
+// directory.
+func IndexPaths(source, cacheDir string, inDirOnly bool) []string {
 	abs, err := filepath.Abs(source)
 	if err != nil {
 		abs = source
@@ -127,7 +182,11 @@ func IndexPaths(source, cacheDir string) []string {
 		cacheDir = defaultCacheDir()
 	}
 	h := sha256.Sum256([]byte(abs))
-	return []string{source + IndexExt, filepath.Join(cacheDir, hex.EncodeToString(h[:8])+"-"+filepath.Base(source)+IndexExt)}
+	inCache := filepath.Join(cacheDir, hex.EncodeToString(h[:8])+"-"+filepath.Base(source)+IndexExt)
+	if inDirOnly {
+		return []string{inCache}
+	}
+	return []string{source + IndexExt, inCache}
 }
 
 func defaultCacheDir() string {
@@ -140,73 +199,63 @@ func defaultCacheDir() string {
 	return filepath.Join(os.TempDir(), "riffle-cache")
 }
 
+// maxIndexBytes bounds a sidecar's size by its source's: a record has at
+// least one byte (a newline), so a table has at most size+1 offsets and as
+// many exceptions.
+func maxIndexBytes(sourceSize int64) int64 { return indexHeader + 24*(sourceSize+2) + 4 }
+
 // loadOrBuild returns source's offset table from a valid sidecar, or builds
-// it with build and saves it.
-func loadOrBuild(source string, variant uint32, opts Options, build func() ([]int64, error)) ([]int64, error) {
-	key, err := sourceKey(source, variant)
-	if err != nil {
-		return nil, err
+// it with build and saves it. The cache directory is the process's own and
+// read as a local file; beside the data, the sidecar is read through the
+// data's store (and its confinement), as a regular file of bounded size.
+func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts Options, build func() (table, error)) (table, error) {
+	key := sourceKey(src, variant)
+	paths := IndexPaths(src.Name(), opts.IndexDir, opts.IndexInDirOnly)
+	local, _ := storage.NewLocal(false, nil)
+	storeOf := func(p string) storage.Store {
+		if !opts.IndexInDirOnly && p == paths[0] {
+			return opts.Store
+		}
+		return local
 	}
-	paths := IndexPaths(source, opts.IndexDir)
 	if opts.Index != IndexRebuild {
 		var firstErr error
 		for _, p := range paths {
-			b, err := os.ReadFile(p)
+			b, err := storeOf(p).ReadFile(ctx, p, maxIndexBytes(src.Size()))
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
 			if err == nil {
-				var offs []int64
-				if offs, err = decodeIndex(p, b, key); err == nil {
-					return offs, nil
+				var t table
+				if t, err = decodeIndex(p, b, key); err == nil {
+					return t, nil
 				}
 			}
 			if opts.Index == IndexVerify {
-				return nil, err
+				return table{}, err
 			}
 			if firstErr == nil {
 				firstErr = err
 			}
 		}
 		if firstErr != nil {
-			slog.Warn("rebuilding index", "source", source, "reason", firstErr)
+			slog.Warn("rebuilding index", "source", src.Name(), "reason", firstErr)
+		}
+		if opts.Index == IndexVerify {
+			return table{}, fmt.Errorf("%s: no index to verify (looked in %v): %w", src.Name(), paths, fs.ErrNotExist)
 		}
 	}
-	offs, err := build()
+	t, err := build()
 	if err != nil {
-		return nil, err
+		return table{}, err
 	}
-	b := encodeIndex(key, offs)
+	b := encodeIndex(key, t)
 	var saveErr error
 	for _, p := range paths {
-		if saveErr = writeAtomic(p, b); saveErr == nil {
-			return offs, nil
+		if saveErr = storeOf(p).WriteFile(ctx, p, b); saveErr == nil {
+			return t, nil
 		}
 	}
-	slog.Warn("index not saved; it will be rebuilt next time", "source", source, "err", saveErr)
-	return offs, nil
-}
-
-// writeAtomic writes b to path through a temporary file and a rename, so a
-// reader never sees half an index and concurrent builders do not collide.
-func writeAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(b); err == nil {
-		err = f.Close()
-	} else {
-		f.Close()
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	slog.Warn("index not saved; it will be rebuilt next time", "source", src.Name(), "err", saveErr)
+	return t, nil
 }

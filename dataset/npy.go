@@ -25,7 +25,11 @@ type NpyHeader struct {
 	DataOffset   int64 // where the array's bytes start
 }
 
-func openNpy(ctx context.Context, f *storage.File, opts Options) (part, error) {
+func init() {
+	RegisterFormat(Format{Name: "npy", Extensions: []string{".npy"}, OpenPart: openNpy})
+}
+
+func openNpy(ctx context.Context, f storage.Reader, opts Options) (Part, error) {
 	n := int64(4096)
 	if f.Size() < n {
 		n = f.Size()

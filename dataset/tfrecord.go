@@ -35,6 +35,19 @@ func AppendTFRecord(dst, data []byte) []byte {
 	return binary.LittleEndian.AppendUint32(dst, maskedCRC(data))
 }
 
+func init() {
+	RegisterFormat(Format{Name: "tfrecord", Extensions: []string{".tfrecord", ".tfrecords", ".tfr"}, Indexed: true, OpenPart: openTFRecord})
+}
+
+// tfPart is a TFRecord file: an offsetPart whose records are read in their
+// frames and checked.
+type tfPart struct{ offsetPart }
+
+func (p *tfPart) Frame() (head, tail int) { return tfHead, tfTail }
+func (p *tfPart) Verify(frame []byte, path string, off int64) error {
+	return checkFrame(frame, path, off)
+}
+
 // checkFrame verifies one whole frame read at off of path.
 func checkFrame(frame []byte, path string, off int64) error {
 	if len(frame) < tfHead+tfTail {
@@ -99,16 +112,15 @@ func (s *tfScanner) feed(off int64, b []byte) error {
 	}
 }
 
-func openTFRecord(ctx context.Context, f *storage.File, opts Options) (part, error) {
+func openTFRecord(ctx context.Context, f storage.Reader, opts Options) (Part, error) {
 	variant := uint32(4)
 	if opts.DropPartialTail {
 		variant |= 1 << 8
 	}
-	offs, err := loadOrBuild(f.Name(), variant, opts, func() ([]int64, error) {
+	t, err := loadOrBuild(ctx, f, variant, opts, func() (table, error) {
 		s := &tfScanner{path: f.Name()}
-		err := scanSeq(ctx, f, 0, opts.Progress, s.feed)
-		if err != nil {
-			return nil, err
+		if err := scanSeq(ctx, f, 0, opts.Progress, s.feed); err != nil {
+			return table{}, err
 		}
 		end := s.next
 		if end > f.Size() { // the last frame is cut short
@@ -116,13 +128,13 @@ func openTFRecord(ctx context.Context, f *storage.File, opts Options) (part, err
 			s.offs = s.offs[:len(s.offs)-1]
 		}
 		if end != f.Size() && !opts.DropPartialTail {
-			return nil, &FormatError{Path: f.Name(), Offset: end,
-				Err: fmt.Errorf("last TFRecord is cut short (file ends at %d, frame ends at %d; DropPartialTail drops it): %w", f.Size(), s.next, ErrPartial)}
+			return table{}, &FormatError{Path: f.Name(), Offset: end,
+				Err: fmt.Errorf("last TFRecord is cut short (file ends at %d, frame ends at %d; --drop-partial or drop_partial=True drops it): %w", f.Size(), s.next, ErrPartial)}
 		}
-		return append(s.offs, end), nil
+		return table{offs: append(s.offs, end)}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &offsetPart{offs: offs, head: tfHead, tail: tfTail}, nil
+	return &tfPart{offsetPart{t: t, head: tfHead, tail: tfTail}}, nil
 }

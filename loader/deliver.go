@@ -46,8 +46,12 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	return &j.Batch, nil
 }
 
-// advance moves the loader's place past batch j's index next-1.
+// advance moves the loader's place past batch j's index next-1: to the
+// next batch this loader delivers (with a stride, the next of its own).
 func (l *Loader) advance(j *job, next int) {
+	if step := l.window(); l.opts.BatchStride > 1 && next%step == 0 {
+		next += (l.opts.BatchStride - 1) * step
+	}
 	l.state = State{Epoch: j.Epoch, Batch: next}
 	if j.mark != nil {
 		st, err := l.stateful.Save(j.mark)
@@ -58,6 +62,19 @@ func (l *Loader) advance(j *job, next int) {
 	if next >= l.Batches().Count() {
 		l.state = State{Epoch: j.Epoch + 1}
 	}
+}
+
+// Count is how many batches of each epoch this loader delivers: all of
+// them, or its share with a stride.
+func (l *Loader) Count() int {
+	bs := l.Batches()
+	step := l.window()
+	windows := (bs.Count() + step - 1) / step
+	mine := 0
+	for w := l.opts.BatchOffset; w < windows; w += l.opts.BatchStride {
+		mine += min(step, bs.Count()-w*step)
+	}
+	return mine
 }
 
 // take receives the next planned job, or says why there is none.

@@ -74,7 +74,7 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	}
 	l.labels = ds.Label(0) >= 0
 	l.state = State{Epoch: opts.Epoch, Batch: opts.Batch, Sampler: opts.SamplerState, Skip: opts.Skip}
-	if st, ok := s.(sampler.Stateful); ok {
+	if st, ok := s.(sampler.Stateful); ok && sampler.IsStream(s) {
 		l.stateful = st
 		if opts.SamplerState != nil {
 			e, pos, err := st.Restore(opts.SamplerState)
@@ -130,18 +130,22 @@ func (l *Loader) plan() error {
 	if bs.Count() == 0 {
 		return fmt.Errorf("loader: %d records make no batch of %d with drop_last: %w", bs.Len, bs.Size, dataset.ErrEmpty)
 	}
+	stride, offset := l.opts.BatchStride, l.opts.BatchOffset
 	for e := l.opts.Epoch; l.opts.Epochs < 0 || e < l.opts.Epoch+l.opts.Epochs; e++ {
-		first := 0
-		if e == l.opts.Epoch {
-			first = l.opts.Batch
-		}
 		step := l.window()
+		// This loader's batches (windows) are offset, offset+stride, ...
+		first := offset * step
 		var skip []int
-		if step > 1 && e == l.opts.Epoch {
-			skip = l.opts.Skip
-			first = first / step * step // a window is loaded whole, less what was delivered
+		if e == l.opts.Epoch && l.opts.Batch > 0 {
+			first = max(first, l.opts.Batch/step*step) // a window is loaded whole, less what was delivered
+			if rem := (first/step - offset) % stride; rem != 0 {
+				first += (stride - rem) * step
+			}
+			if step > 1 {
+				skip = l.opts.Skip
+			}
 		}
-		for b := first; b < bs.Count(); b += step {
+		for b := first; b < bs.Count(); b += step * stride {
 			j, err := l.prepare(e, b, min(step, bs.Count()-b), bs, skip)
 			if err != nil {
 				return err
@@ -156,7 +160,7 @@ func (l *Loader) plan() error {
 				j.unpin()
 				return nil
 			}
-			if j.Data, err = l.opts.Alloc.Alloc(j.size(), l.align); err != nil {
+			if j.Data, err = l.opts.Alloc.Alloc(l.ctx, j.size(), l.align); err != nil {
 				l.mem.Release(j.weight)
 				j.unpin()
 				return fmt.Errorf("loader: allocating %d bytes for batch %d of epoch %d: %w", j.size(), b, e, err)

@@ -561,12 +561,12 @@ type countingAlloc struct {
 	live, peak int
 }
 
-func (a *countingAlloc) Alloc(n, align int) ([]byte, error) {
+func (a *countingAlloc) Alloc(ctx context.Context, n, align int) ([]byte, error) {
 	a.mu.Lock()
 	a.live += n
 	a.peak = max(a.peak, a.live)
 	a.mu.Unlock()
-	return a.Pool.Alloc(n, align)
+	return a.Pool.Alloc(ctx, n, align)
 }
 
 func (a *countingAlloc) Free(b []byte) {

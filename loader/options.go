@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -51,6 +52,12 @@ type Options struct {
 	// Epochs is how many epochs to load from Epoch; 0 means 1, negative
 	// means without end.
 	Epochs int
+	// BatchStride and BatchOffset make the loader deliver only batches
+	// BatchOffset, BatchOffset+BatchStride, ... of each epoch (windows,
+	// with Opportunistic): how DataLoader workers split one rank's share
+	// without padding it, so an epoch holds the same records for any
+	// number of workers. Default 1 and 0: every batch.
+	BatchStride, BatchOffset int
 	// Opportunistic, when above 1, is DeepIO's entropy-aware opportunistic
 	// ordering (deepio.txt §III-C): the reads of this many consecutive
 	// batches are issued together and each batch is made of whichever of
@@ -90,7 +97,7 @@ const (
 
 func (o Options) withDefaults(h storage.Hints) (Options, error) {
 	if o.BatchSize < 0 || o.Depth < 0 || o.Prefetch < 0 || o.MemoryBytes < 0 || o.CoalesceGap < 0 || o.Epoch < 0 ||
-		o.Batch < 0 || o.Opportunistic < 0 || o.StageBytes < 0 {
+		o.Batch < 0 || o.Opportunistic < 0 || o.StageBytes < 0 || o.BatchStride < 0 || o.BatchOffset < 0 {
 		return o, fmt.Errorf("loader options: negative value in %+v", o)
 	}
 	if o.BatchSize > MaxBatchSize || o.Depth > MaxDepth || o.Prefetch > MaxPrefetch || o.Opportunistic > MaxWindow {
@@ -99,6 +106,12 @@ func (o Options) withDefaults(h storage.Hints) (Options, error) {
 	}
 	if o.BatchSize == 0 {
 		o.BatchSize = 256
+	}
+	if o.BatchStride == 0 {
+		o.BatchStride = 1
+	}
+	if o.BatchOffset >= o.BatchStride {
+		return o, fmt.Errorf("loader options: batch offset %d of stride %d", o.BatchOffset, o.BatchStride)
 	}
 	if o.Depth == 0 {
 		o.Depth = h.Depth
@@ -119,10 +132,11 @@ func (o Options) withDefaults(h storage.Hints) (Options, error) {
 }
 
 // Allocator provides batch buffers. Alloc returns n bytes starting at a
-// multiple of align; Free takes back a buffer Alloc returned, once nothing
-// reads it. Both are called from several goroutines.
+// multiple of align, waiting for room at most until ctx is done; Free
+// takes back a buffer Alloc returned, once nothing reads it. Both are
+// called from several goroutines.
 type Allocator interface {
-	Alloc(n, align int) ([]byte, error)
+	Alloc(ctx context.Context, n, align int) ([]byte, error)
 	Free(b []byte)
 }
 
@@ -140,7 +154,7 @@ func (p *Pool) init() {
 }
 
 // Alloc reuses a kept buffer that is large and aligned enough, or makes one.
-func (p *Pool) Alloc(n, align int) ([]byte, error) {
+func (p *Pool) Alloc(_ context.Context, n, align int) ([]byte, error) {
 	p.init()
 	for range len(p.free) {
 		select {

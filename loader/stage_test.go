@@ -211,3 +211,58 @@ func drainT(t tb, l *loader.Loader) [][]int {
 		b.Release()
 	}
 }
+
+// Loaders with a batch stride (DataLoader workers) split an epoch without
+// padding it: interleaved round-robin, as DataLoader takes from its
+// workers, they deliver exactly the batches one loader would, for any
+// number of workers, and each resumes from its own State.
+func TestBatchStride(t *testing.T) {
+	const n = 1001
+	ds := fixedDataset(t, n, 32, 0, false)
+	s := sampler.Global{N: n, Seed: 3}
+	base := loader.Options{BatchSize: 64, Epochs: 2, Seed: 1}
+	want := drainT(t, mustLoader(t, ds, s, base))
+	for workers := 1; workers <= 4; workers++ {
+		var per [][][]int
+		for w := range workers {
+			o := base
+			o.BatchStride, o.BatchOffset = workers, w
+			l := mustLoader(t, ds, s, o)
+			if w == 0 && l.Count() != (16+workers-1)/workers {
+				t.Fatalf("%d workers: worker 0 delivers %d batches an epoch", workers, l.Count())
+			}
+			per = append(per, drainT(t, l))
+		}
+		var got [][]int
+		for e := range 2 {
+			for b := range 16 {
+				w := b % workers
+				k := e*((16-w+workers-1)/workers) + b/workers
+				got = append(got, per[w][k])
+			}
+		}
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("%d workers: batch %d differs from one loader's", workers, i)
+			}
+		}
+	}
+	// A worker resumes from its own State.
+	o := base
+	o.BatchStride, o.BatchOffset = 3, 1
+	l := mustLoader(t, ds, s, o)
+	all := drainT(t, l)
+	l = mustLoader(t, ds, s, o)
+	for range 4 {
+		b, _ := l.Next(context.Background())
+		b.Release()
+	}
+	st := l.State()
+	l.Close()
+	r := o
+	r.Epoch, r.Batch, r.Epochs = st.Epoch, st.Batch, o.Epochs-st.Epoch
+	rest := drainT(t, mustLoader(t, ds, s, r))
+	if len(rest) != len(all)-4 || !slices.Equal(rest[0], all[4]) {
+		t.Fatalf("a strided loader resumed at %+v: %d batches, want %d", st, len(rest), len(all)-4)
+	}
+}

@@ -56,16 +56,22 @@ func RL(s sampler.Sampler) (float64, bool) {
 	case *sampler.Block:
 		// Orders of blocks, up to orders inside each window (which the
 		// in-window permutation makes irrelevant), times the orders of the
-		// records inside each window. Windows of equal block counts are
-		// assumed for the first term; the last may be short.
+		// records inside each window.
 		nb := s.Blocks()
 		w := max(1, s.Window)
 		h = log2Fact(nb)
+		if w == 1 {
+			// Exact: each block's own records are permuted.
+			for b := range nb {
+				h += log2Fact(s.Bounds[b+1] - s.Bounds[b])
+			}
+			break
+		}
 		for lo := 0; lo < nb; lo += w {
 			h -= log2Fact(min(w, nb-lo))
 		}
-		// Records per window: for the expectation over block orders we
-		// take windows of w average blocks.
+		// Which blocks share a window depends on the block order; for the
+		// expectation over it, a window holds w blocks of the mean size.
 		avg := float64(n) / float64(nb)
 		for lo := 0; lo < nb; lo += w {
 			k := float64(min(w, nb-lo)) * avg

@@ -33,6 +33,40 @@ func TestRL(t *testing.T) {
 	}
 }
 
+// RL's closed forms against what each sampler really does: the entropy of
+// the orders it produces over many epochs, on datasets small enough to see
+// every order. A Global that repeated orders, or a Reservoir that did not
+// mix its rounds, fails here, whatever RL's switch says.
+func TestRLMatchesEmpiricalEntropy(t *testing.T) {
+	block, _ := sampler.NewBlock([]int{0, 2, 4, 5}, 3, 1)
+	for _, c := range []struct {
+		name string
+		s    sampler.Sampler
+	}{
+		{"global", sampler.Global{N: 5, Seed: 4}},
+		{"sequential", sampler.Sequential{N: 5}},
+		{"reservoir of 2", &sampler.Reservoir{N: 5, Size: 2, Seed: 4}},
+		{"buffer 2 of 5", &sampler.Buffered{N: 5, Buffer: 2, Seed: 4}},
+		{"blocks 2,2,1", block},
+	} {
+		const epochs = 60000
+		counts := map[string]float64{}
+		for e := range epochs {
+			counts[formatInts(sampler.Order(c.s, e))]++
+		}
+		h := 0.0
+		for _, k := range counts {
+			p := k / epochs
+			h -= p * math.Log2(p)
+		}
+		rl, ok := RL(c.s)
+		want := rl * math.Log2(120)
+		if !ok || math.Abs(h-want) > 0.05 {
+			t.Errorf("%s: the orders' entropy is %.3f bits, RL says %.3f", c.name, h, want)
+		}
+	}
+}
+
 // The closed-form count of a small block shuffle's orders matches the
 // orders it really produces.
 func TestBlockRLCountsTheOrders(t *testing.T) {

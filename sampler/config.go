@@ -5,14 +5,18 @@ import (
 	"strconv"
 )
 
-// Config names a sampler and its parameters, so that the command line, the
-// daemon's job spec and the Go API build samplers one way.
+// Config names a sampler, its parameters and its sharding, so that the
+// command line, the daemon's job spec and the Go API build orders one way.
+// The zero value is a global shuffle of seed 0 over all records.
 type Config struct {
 	// Kind is "global" (the default), "sequential", "block", "buffered" or "reservoir".
 	Kind string
 	Seed uint64
 	// BlockSize is the block sampler's bytes per block; default 4096.
 	BlockSize int
+	// Align is where blocks may end: the storage's page or block size;
+	// default 4096.
+	Align int
 	// RecordSize is the dataset's record size, 0 when records vary in
 	// length. Lines rarely end on a page edge, so for them a block grows to
 	// at most 4 blocks waiting for one; fixed-size records use
@@ -26,14 +30,47 @@ type Config struct {
 	// Buffer is the buffered sampler's buffer, Reservoir the reservoir
 	// sampler's sample; default 1024 each.
 	Buffer, Reservoir int
+	// Chunk is how many records of file order a buffered sampler's stage
+	// loads; default 1024.
+	Chunk int
+
+	// Rank and World shard each epoch as torch's DistributedSampler does;
+	// World 0 or 1 is no sharding.
+	Rank, World int
+	// ShardDropLast is DistributedSampler's drop_last: drop the epoch's
+	// tail so ranks get equal shares, instead of padding it.
+	ShardDropLast bool
+	// BatchSize lets a block order be sharded by whole batches, so its
+	// blocks stay whole on each rank.
+	BatchSize int
 }
 
 // Kinds lists the sampler kinds Build knows.
 var Kinds = []string{"global", "sequential", "block", "buffered", "reservoir"}
 
-// Build makes the configured sampler over n records; locate says where
-// each record is, for block boundaries. It also returns a short name.
+// Build makes the configured sampler over n records, sharded if World > 1;
+// locate says where each record is, for block boundaries. It also returns
+// a short name.
 func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int)) (Sampler, string, error) {
+	s, name, err := c.build(n, locate)
+	if err != nil {
+		return nil, "", err
+	}
+	world := max(1, c.World)
+	if world == 1 && c.Rank == 0 {
+		return s, name, nil
+	}
+	sh, err := NewShard(s, c.Rank, world, c.ShardDropLast)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, ok := s.(*Block); ok && c.BatchSize > 0 {
+		sh.Chunk = c.BatchSize // ranks take whole batches, so blocks stay whole
+	}
+	return sh, fmt.Sprintf("%s rank %d of %d", name, c.Rank, world), nil
+}
+
+func (c Config) build(n int, locate func(id int) (obj int, off int64, length int)) (Sampler, string, error) {
 	switch c.Kind {
 	case "", "global":
 		return Global{N: n, Seed: c.Seed}, "global", nil
@@ -48,7 +85,11 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 		if span == 0 && c.RecordSize == 0 {
 			span = 4 * size
 		}
-		b, err := NewBlock(BlockBounds(n, locate, size, 4096, span), c.Seed, c.Window)
+		align := c.Align
+		if align <= 0 {
+			align = 4096
+		}
+		b, err := NewBlock(BlockBounds(n, locate, size, align, span), c.Seed, c.Window)
 		name := "block " + strconv.Itoa(size)
 		if c.Window > 1 {
 			name += " window " + strconv.Itoa(c.Window)
@@ -59,7 +100,7 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 		if k <= 0 {
 			k = 1024
 		}
-		return &Buffered{N: n, Buffer: k, Seed: c.Seed}, "buffered " + strconv.Itoa(k), nil
+		return &Buffered{N: n, Buffer: k, Seed: c.Seed, Chunk: c.Chunk}, "buffered " + strconv.Itoa(k), nil
 	case "reservoir":
 		k := c.Reservoir
 		if k <= 0 {

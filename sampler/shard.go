@@ -1,6 +1,9 @@
 package sampler
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // Shard is rank Rank's part of a data-parallel job of World ranks, with
 // torch.utils.data.DistributedSampler's semantics: the epoch's order (of
@@ -19,6 +22,8 @@ type Shard struct {
 	Rank, World int
 	DropLast    bool
 	Chunk       int
+
+	lastEpoch, lastPos int // after the last Fill, for Mark
 }
 
 // NewShard checks rank and world.
@@ -49,5 +54,59 @@ func (s *Shard) Fill(epoch, pos int, dst []int) int {
 		g := ((p/c)*s.World+s.Rank)*c + p%c
 		s.Base.Fill(epoch, g%n, dst[i:i+1]) // padding repeats the order's start
 	}
+	s.lastEpoch, s.lastPos = epoch, pos+m
 	return m
+}
+
+// shardMark is a sharded stream sampler's state: the shard's position
+// and its base's state there.
+type shardMark struct {
+	epoch, pos int
+	base       any
+}
+
+// Mark, Save and Restore make a shard of a Stateful sampler Stateful too.
+func (s *Shard) Mark() any {
+	st, ok := s.Base.(Stateful)
+	if !ok {
+		return nil
+	}
+	return &shardMark{epoch: s.lastEpoch, pos: s.lastPos, base: st.Mark()}
+}
+
+func (s *Shard) Save(mark any) ([]byte, error) {
+	m, ok := mark.(*shardMark)
+	st, stateful := s.Base.(Stateful)
+	if !ok || !stateful {
+		return nil, nil
+	}
+	b, err := st.Save(m.base)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	out := binary.AppendUvarint([]byte("RFSHD1\x00"), uint64(m.epoch))
+	out = binary.AppendUvarint(out, uint64(m.pos))
+	return append(out, b...), nil
+}
+
+func (s *Shard) Restore(state []byte) (int, int, error) {
+	st, ok := s.Base.(Stateful)
+	if !ok || len(state) < 7 || string(state[:7]) != "RFSHD1\x00" {
+		return 0, 0, fmt.Errorf("sharded sampler: %w", ErrState)
+	}
+	r := state[7:]
+	e, n := binary.Uvarint(r)
+	if n <= 0 {
+		return 0, 0, fmt.Errorf("sharded sampler: %w (truncated)", ErrState)
+	}
+	r = r[n:]
+	pos, n := binary.Uvarint(r)
+	if n <= 0 || pos > uint64(s.Len()) {
+		return 0, 0, fmt.Errorf("sharded sampler: %w (bad position)", ErrState)
+	}
+	if _, _, err := st.Restore(r[n:]); err != nil {
+		return 0, 0, err
+	}
+	s.lastEpoch, s.lastPos = int(e), int(pos)
+	return int(e), int(pos), nil
 }

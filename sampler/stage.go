@@ -32,3 +32,18 @@ type Stateful interface {
 	Save(mark any) ([]byte, error)
 	Restore(state []byte) (epoch, pos int, err error)
 }
+
+// IsStream reports whether s's order is a stream whose place needs a saved
+// state to resume (a Stateful sampler that is not a pure function of
+// position underneath).
+func IsStream(s Sampler) bool {
+	switch s := s.(type) {
+	case *Buffered:
+		return true
+	case *Shard:
+		return IsStream(s.Base)
+	case interface{ Stream() bool }:
+		return s.Stream()
+	}
+	return false
+}

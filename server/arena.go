@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -38,6 +39,9 @@ var ErrArenaClosed = errors.New("arena closed")
 
 // NewArena makes a shared arena of size bytes.
 func NewArena(name string, size int64) (*Arena, error) {
+	if size <= 0 || size > maxJobMemory()*2 {
+		return nil, fmt.Errorf("shared memory of %d bytes: want 1 to %d", size, maxJobMemory()*2)
+	}
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
@@ -63,8 +67,8 @@ func (a *Arena) Fd() int { return a.fd }
 func (a *Arena) Size() int64 { return int64(len(a.mem)) }
 
 // Alloc returns n bytes aligned to align (at most the page size), waiting
-// for space if need be.
-func (a *Arena) Alloc(n, align int) ([]byte, error) {
+// for space until ctx is done if need be.
+func (a *Arena) Alloc(ctx context.Context, n, align int) ([]byte, error) {
 	if align < 64 {
 		align = 64 // cache lines; also keeps numpy views aligned for any dtype
 	}
@@ -75,11 +79,20 @@ func (a *Arena) Alloc(n, align int) ([]byte, error) {
 	if size > int64(len(a.mem)) {
 		return nil, fmt.Errorf("a batch of %d bytes does not fit the %d-byte shared arena: raise the job's memory", n, len(a.mem))
 	}
+	stop := context.AfterFunc(ctx, func() {
+		a.mu.Lock()
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	})
+	defer stop()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for {
 		if a.done {
 			return nil, ErrArenaClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 		for i, s := range a.free {
 			// Free spans start at multiples of 64; align inside the span.

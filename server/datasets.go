@@ -2,60 +2,152 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/storage"
 )
 
 // datasets shares opened datasets between jobs: jobs on the same files with
 // the same options use one Dataset, its index loaded once. An unused
 // dataset stays open for keepOpen, so a client that opens a job per epoch
 // does not reload its index each time.
+//
+// Opening happens outside the registry's lock, one open per dataset: a
+// second job on a dataset being opened (a long index build) waits for that
+// open, and jobs on other datasets wait for nothing. A dataset reused from
+// the registry is checked first against its objects' versions now (size,
+// inode, mtime): a file rewritten in place is opened anew, never served
+// stale.
 type datasets struct {
+	store storage.Store
+	opts  dataset.Options // defaults every job's options start from
+
 	mu   sync.Mutex
 	open map[string]*dsEntry
+
+	// opener opens a dataset; a test replaces it to hold an open.
+	opener func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)
 }
 
 type dsEntry struct {
 	key   string
 	ds    dataset.Dataset
+	err   error
+	ready chan struct{} // closed once the open finished
 	refs  int
 	timer *time.Timer
+	stale bool // replaced by a newer open; closed when its last job ends
 }
 
 const keepOpen = 30 * time.Second
 
-func newDatasets() *datasets { return &datasets{open: map[string]*dsEntry{}} }
+func newDatasets(store storage.Store, opts dataset.Options) *datasets {
+	return &datasets{store: store, opts: opts, open: map[string]*dsEntry{}, opener: dataset.Open}
+}
 
 func (d *datasets) get(ctx context.Context, paths []string, opts dataset.Options) (*dsEntry, error) {
-	opts.Progress = nil
-	key := fmt.Sprintf("%q %+v", paths, opts)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if e, ok := d.open[key]; ok {
+	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
+	key := fmt.Sprintf("%q %s %d %d %v %v %v %v", paths, opts.Format, opts.RecordSize, opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct)
+	for {
+		d.mu.Lock()
+		e, ok := d.open[key]
+		if !ok {
+			e = &dsEntry{key: key, ready: make(chan struct{}), refs: 1}
+			d.open[key] = e
+			d.mu.Unlock()
+			e.ds, e.err = d.opener(ctx, opts, paths...)
+			d.mu.Lock()
+			if e.err != nil {
+				delete(d.open, key)
+			}
+			close(e.ready)
+			d.mu.Unlock()
+			if e.err != nil {
+				return nil, e.err
+			}
+			return e, nil
+		}
 		e.refs++
 		if e.timer != nil {
 			e.timer.Stop()
 			e.timer = nil
 		}
-		return e, nil
+		d.mu.Unlock()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			d.put(e)
+			return nil, ctx.Err()
+		}
+		if e.err != nil {
+			d.put(e)
+			if isCanceled(e.err) && ctx.Err() == nil {
+				continue // its opener gave up, this job has not: open again
+			}
+			return nil, e.err
+		}
+		if d.current(ctx, e) {
+			return e, nil
+		}
+		d.retire(e)
+		d.put(e)
 	}
-	ds, err := dataset.Open(ctx, opts, paths...)
-	if err != nil {
-		return nil, err
+}
+
+func isCanceled(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// current reports whether e's objects are still the versions it was
+// opened from.
+func (d *datasets) current(ctx context.Context, e *dsEntry) bool {
+	inf := e.ds.Info()
+	names := inf.Paths
+	if inf.Format == "dir" && len(inf.Classes) > 0 {
+		root := inf.Paths[0]
+		names = []string{root}
+		for _, c := range inf.Classes {
+			names = append(names, filepath.Join(root, c))
+		}
 	}
-	e := &dsEntry{key: key, ds: ds, refs: 1}
-	d.open[key] = e
-	return e, nil
+	if len(names) != len(inf.Versions) {
+		return false
+	}
+	for i, n := range names {
+		st, err := d.store.Stat(ctx, n)
+		if err != nil || st.Version != inf.Versions[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// retire takes a stale entry out of the registry; it is closed when its
+// last job ends.
+func (d *datasets) retire(e *dsEntry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.open[e.key] == e {
+		delete(d.open, e.key)
+	}
+	e.stale = true
 }
 
 func (d *datasets) put(e *dsEntry) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e.refs--
-	if e.refs > 0 {
+	if e.refs > 0 || e.ds == nil {
+		return
+	}
+	if e.stale || d.open[e.key] != e {
+		e.ds.Close()
 		return
 	}
 	e.timer = time.AfterFunc(keepOpen, func() {
@@ -75,7 +167,21 @@ func (d *datasets) closeAll() {
 		if e.timer != nil {
 			e.timer.Stop()
 		}
-		e.ds.Close()
+		if e.ds != nil {
+			e.ds.Close()
+		}
 		delete(d.open, k)
 	}
+}
+
+// keys lists the datasets open now, for tests.
+func (d *datasets) keys() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for k := range d.open {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

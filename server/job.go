@@ -1,12 +1,15 @@
 package server
 
 import (
+	"container/heap"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
@@ -15,117 +18,148 @@ import (
 	"github.com/riffle-ml/riffle/wire"
 )
 
-// job is one client's loader over one dataset.
+// job is one client's loader over one dataset. Its next requests are
+// served in order by a goroutine of its own, so that a job waiting for
+// memory or reads never stalls another job's requests on the connection,
+// nor the reading of the connection (and so of its releases).
 type job struct {
-	spec   wire.JobSpec
+	id     int
+	cfg    jobConfig
 	ds     *dsEntry
 	sets   *datasets
 	smp    sampler.Sampler
 	l      *loader.Loader
 	arena  *Arena
 	inline bool
+	ctx    context.Context
 	cancel context.CancelFunc
 	memory int64
+
+	reqs chan uint64 // tags of next requests, served in order
+	done chan struct{}
 
 	mu   sync.Mutex
 	seq  uint64
 	held map[uint64]heldBatch // handed to the client, not yet released
 	once sync.Once
+
+	started        time.Time
+	records, bytes atomic.Int64
 }
+
+// maxQueued bounds a job's next requests waiting to be served.
+const maxQueued = 64
 
 // jobMemory is a job's bound on batches in flight and held when the client
-// does not give one: room for 16 batches of meanRecord-byte records,
-// at least 64 MiB. Enough to keep the device busy; more only cycles cold
-// memory through the shared arena.
-func jobMemory(meanRecord int64, batch int) int64 {
-	return max(64<<20, 16*int64(batch)*meanRecord)
+// does not give one: room for 16 batches of meanRecord-byte records and
+// two of the largest, at least 64 MiB, at most what one job may have.
+func jobMemory(meanRecord int64, batch int, maxBatch int64) int64 {
+	m := max(64<<20, mulSat(16, mulSat(int64(batch), meanRecord)), mulSat(2, maxBatch))
+	return min(m, maxJobMemory())
 }
 
-// metaBytes is the room after a batch's bytes for its ids, offsets, lengths
-// and labels: four int64 arrays.
-func metaBytes(batch int) int { return 32 * batch }
+// metaBytes is the room for a batch's ids, offsets, lengths and labels:
+// four int64 arrays.
+func metaBytes(batch int) int64 { return 32 * int64(batch) }
+
+// maxBatchBytes is the size of the largest batch the dataset can make:
+// the sum of its batch largest records, each padded to the alignment and
+// with its frame.
+func maxBatchBytes(ds dataset.Dataset, batch int) int64 {
+	head, tail := 0, 0
+	if f, ok := ds.(dataset.Framed); ok {
+		head, tail = f.Frame()
+	}
+	align := int64(storage.AlignmentOf(ds.Object(0)))
+	pad := func(n int) int64 { return (int64(n+head+tail) + 2*align - 2) / align * align }
+	if rs := ds.Info().RecordSize; rs > 0 {
+		return mulSat(int64(min(batch, ds.Len())), pad(rs))
+	}
+	h := &int64Heap{}
+	for id := range ds.Len() {
+		n := pad(ds.Locate(id).Len)
+		if h.Len() < batch {
+			heap.Push(h, n)
+		} else if n > (*h)[0] {
+			(*h)[0] = n
+			heap.Fix(h, 0)
+		}
+	}
+	var sum int64
+	for _, n := range *h {
+		sum += n
+	}
+	return sum
+}
+
+type int64Heap []int64
+
+func (h int64Heap) Len() int           { return len(h) }
+func (h int64Heap) Less(i, j int) bool { return h[i] < h[j] }
+func (h int64Heap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *int64Heap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *int64Heap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
 
 func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*job, error) {
-	if len(spec.Paths) == 0 {
-		return nil, errors.New("open: no paths")
-	}
-	if spec.BatchSize <= 0 {
-		return nil, fmt.Errorf("open: batch size %d", spec.BatchSize)
-	}
-	paths, err := dataset.ExpandPaths(spec.Paths)
+	cfg, err := configure(spec)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range paths {
-		if err := s.checkPath(p); err != nil {
-			return nil, err
-		}
-	}
-	opts := dataset.Options{
-		Format: spec.Format, RecordSize: spec.RecordSize, HeaderBytes: spec.HeaderBytes,
-		CSVHeader: spec.CSVHeader, SkipCRC: spec.SkipCRC, DropPartialTail: spec.DropPartial, Direct: spec.Direct,
-	}
-	e, err := s.sets.get(ctx, paths, opts)
+	paths, err := dataset.ExpandPaths(ctx, s.store, cfg.paths)
 	if err != nil {
 		return nil, err
 	}
-	j := &job{spec: *spec, ds: e, sets: s.sets, inline: !shm, held: map[uint64]heldBatch{}}
-	kind := spec.Sampler
-	if kind == "" {
-		kind = "sequential"
-		if spec.Shuffle {
-			kind = "global"
-		}
-	}
-	inf := e.ds.Info()
-	cfg := sampler.Config{Kind: kind, Seed: spec.Seed, RecordSize: inf.RecordSize, BlockSize: spec.BlockSize,
-		Window: spec.Window, Buffer: spec.Buffer, Reservoir: spec.Reservoir}
-	smp, _, err := cfg.Build(e.ds.Len(), dataset.Locator(e.ds))
+	e, err := s.sets.get(ctx, paths, cfg.ds)
 	if err != nil {
+		return nil, err
+	}
+	j := &job{cfg: cfg, ds: e, sets: s.sets, inline: !shm, held: map[uint64]heldBatch{},
+		reqs: make(chan uint64, maxQueued), done: make(chan struct{}), started: time.Now()}
+	fail := func(err error) (*job, error) {
 		s.sets.put(e)
 		return nil, err
 	}
-	world := max(1, spec.World)
-	if world > 1 || spec.Rank != 0 {
-		sh, err := sampler.NewShard(smp, spec.Rank, world, spec.DropLast)
-		if err != nil {
-			s.sets.put(e)
-			return nil, err
-		}
-		if kind == "block" {
-			sh.Chunk = spec.BatchSize // ranks take whole batches, so blocks stay whole
-		}
-		smp = sh
+	ds := e.ds
+	inf := ds.Info()
+	smpCfg := cfg.smp
+	smpCfg.RecordSize = inf.RecordSize
+	smpCfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
+	if j.smp, _, err = smpCfg.Build(ds.Len(), dataset.Locator(ds)); err != nil {
+		return fail(fmt.Errorf("%w: %w", errSpec, err))
 	}
-	j.smp = smp
-	mean := max(1, inf.Bytes/int64(max(1, e.ds.Len())))
-	mem := spec.MemoryBytes
-	if mem <= 0 {
-		mem = jobMemory(mean, spec.BatchSize)
+	mean := max(1, inf.Bytes/int64(max(1, ds.Len())))
+	biggest := maxBatchBytes(ds, cfg.ld.BatchSize)
+	mem := cfg.memory
+	if mem == 0 {
+		mem = jobMemory(mean, cfg.ld.BatchSize, biggest)
+	}
+	if mem < biggest {
+		return fail(specErr("memory_bytes %d is smaller than one batch (up to %d bytes for batch_size %d of this dataset): raise memory_bytes or lower batch_size",
+			mem, biggest, cfg.ld.BatchSize))
 	}
 	j.memory = mem
-	lopts := loader.Options{
-		BatchSize: spec.BatchSize, DropLast: spec.DropLast, Depth: spec.Depth, Prefetch: spec.Prefetch,
-		MemoryBytes: mem, Ordered: spec.Ordered, Epoch: spec.Epoch, Batch: spec.Batch, Epochs: spec.Epochs,
-		Opportunistic: spec.Opportunistic,
-	}
 	// The arena holds twice the memory bound, so fragmentation never
 	// blocks the loader for long, plus the metadata of as many batches as
 	// the bound lets the client hold.
-	batches := mem/(int64(spec.BatchSize)*mean) + 16
-	size := 2*mem + batches*int64(metaBytes(spec.BatchSize)+64)
+	batches := mem/max(1, mulSat(int64(cfg.ld.BatchSize), mean)) + 16
+	size := mulSat(2, mem) + mulSat(batches, metaBytes(cfg.ld.BatchSize)+64)
 	if j.arena, err = NewArena("riffle-job", size); err != nil {
-		s.sets.put(e)
-		return nil, err
+		return fail(err)
 	}
+	lopts := cfg.ld
+	lopts.MemoryBytes = mem
 	lopts.Alloc = j.arena
-	lctx, cancel := context.WithCancel(context.Background())
-	j.cancel = cancel
-	if j.l, err = loader.New(lctx, e.ds, smp, lopts); err != nil {
-		cancel()
+	lopts.Engine = s.engineFor(ds.Object(0))
+	j.ctx, j.cancel = context.WithCancel(context.Background())
+	if j.l, err = loader.New(j.ctx, ds, j.smp, lopts); err != nil {
+		j.cancel()
 		j.arena.Close()
-		s.sets.put(e)
-		return nil, err
+		return fail(fmt.Errorf("%w: %w", errSpec, err))
 	}
 	return j, nil
 }
@@ -135,8 +169,8 @@ func pad8(n int) int { return (n + 7) &^ 7 }
 func (j *job) opened() *wire.Msg {
 	inf := j.ds.ds.Info()
 	m := &wire.Msg{
-		Op: wire.OpOpened, Records: j.ds.ds.Len(), Positions: j.smp.Len(),
-		Batches: j.l.Batches().Count(), MemoryBytes: j.memory,
+		Op: wire.OpOpened, Job: j.id, Records: j.ds.ds.Len(), Positions: j.smp.Len(),
+		Batches: j.l.Count(), MemoryBytes: j.memory,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths},
 	}
@@ -153,7 +187,7 @@ func (j *job) opened() *wire.Msg {
 func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	b, err := j.l.Next(ctx)
 	if errors.Is(err, io.EOF) {
-		return &wire.Msg{Op: wire.OpEnd}, nil, nil
+		return &wire.Msg{Op: wire.OpEnd, Job: j.id}, nil, nil
 	}
 	if err != nil {
 		return nil, nil, err
@@ -166,7 +200,7 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	var meta []byte
 	if j.inline {
 		meta = make([]byte, metaLen)
-	} else if meta, err = j.arena.Alloc(metaLen, 64); err != nil {
+	} else if meta, err = j.arena.Alloc(ctx, metaLen, 64); err != nil {
 		b.Release()
 		return nil, nil, err
 	}
@@ -181,13 +215,16 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	if b.Labels != nil {
 		put(3, b.Labels)
 	}
+	st := j.l.State()
 	j.mu.Lock()
 	j.seq++
 	seq := j.seq
 	j.held[seq] = heldBatch{b, meta}
 	j.mu.Unlock()
-	m := &wire.Msg{Op: wire.OpBatch, Seq: seq, Epoch: b.Epoch, Index: b.Index, Last: b.Last, N: n,
-		DataLen: int64(len(b.Data)), Labels: b.Labels != nil}
+	j.records.Add(int64(n))
+	j.bytes.Add(int64(len(b.Data)))
+	m := &wire.Msg{Op: wire.OpBatch, Job: j.id, Seq: seq, Epoch: b.Epoch, Index: b.Index, Last: b.Last, N: n,
+		DataLen: int64(len(b.Data)), Labels: b.Labels != nil, State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}
 	if j.inline {
 		// Bytes and metadata follow the header; the caller releases the
 		// batch once they are written, since the client keeps a copy.
@@ -199,6 +236,22 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	m.DataOff = j.arena.Offset(b.Data)
 	m.MetaOff = j.arena.Offset(meta)
 	return m, nil, nil
+}
+
+// locate says where records are: their object (file) and offset, for
+// errors a client reports about a record.
+func (j *job) locate(ids []int) (*wire.Msg, error) {
+	ds := j.ds.ds
+	m := &wire.Msg{Op: wire.OpLocate, Job: j.id, IDs: ids}
+	for _, id := range ids {
+		if id < 0 || id >= ds.Len() {
+			return nil, fmt.Errorf("record %d is not in [0, %d)", id, ds.Len())
+		}
+		loc := ds.Locate(id)
+		m.Paths = append(m.Paths, ds.Object(loc.Object).Name())
+		m.Offsets = append(m.Offsets, loc.Off)
+	}
+	return m, nil
 }
 
 // heldBatch is a batch handed to the client and the region of its metadata.
@@ -226,12 +279,13 @@ func (j *job) release(seqs []uint64) {
 	}
 }
 
-// close stops the loader, then frees the arena: the loader's reads must
-// end before the memory they write into goes.
+// close stops the job's worker and loader, then frees the arena: the
+// loader's reads must end before the memory they write into goes.
 func (j *job) close() {
 	j.once.Do(func() {
 		j.cancel()
 		j.arena.stop() // wakes a loader waiting for space
+		<-j.done
 		j.l.Close()
 		j.mu.Lock()
 		for s, h := range j.held {

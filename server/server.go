@@ -1,16 +1,13 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,34 +15,61 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
-	"github.com/riffle-ml/riffle/wire"
+	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/storage"
 )
 
 // Server is the daemon. The zero value serves a Unix socket at
-// DefaultSocket() with no path restriction.
+// DefaultSocket() with no path restriction. Serve reads the fields and
+// never writes them: what it resolved is reported by Addr and TokenFile.
 type Server struct {
-	// Socket is the Unix socket path; default DefaultSocket().
+	// Socket is the Unix socket path; default DefaultSocket(). Its
+	// directory must be private to the daemon's user (made with mode 0700
+	// when missing).
 	Socket string
 	// TCP, if set, also listens on this address for remote clients; a bare
-	// ":port" is loopback. Any address but loopback requires Token.
+	// ":port" is loopback. Every TCP client must present Token.
 	TCP string
-	// Token, if set, must be presented by every TCP client.
+	// Token is what TCP clients present; when empty, Serve makes one and
+	// writes it, mode 0600, next to the socket (TokenFile).
 	Token string
 	// Roots, if set, are the only directories whose files jobs may read;
-	// paths are resolved (symlinks too) before the check.
+	// every file is opened through them (storage.Local), so no symlink
+	// leads out. Without roots the daemon reads whatever its user can, and
+	// keeps indexes only in its cache directory.
 	Roots []string
 	// IdleExit stops the daemon after this long without clients; 0 never.
 	IdleExit time.Duration
+	// MaxConns bounds the connections served at once; default 256.
+	MaxConns int
+	// CacheBytes is the record cache's budget; default a quarter of the
+	// memory available to the daemon (its cgroup's limit, if lower than
+	// the machine's).
+	CacheBytes int64
+	// IndexDir is where indexes are kept; default $XDG_CACHE_HOME/riffle.
+	IndexDir string
 	// Version is reported to clients.
 	Version string
 
-	sets    *datasets
-	clients atomic.Int64
-	jobs    atomic.Int64
-	idle    chan struct{}
+	socket, tcpAddr, token, tokenFile string
+	ready                             chan struct{}
+	helloWait                         time.Duration // helloTimeout, shorter in tests
+
+	store    *storage.Local
+	cache    *cache.Cache
+	sets     *datasets
+	fails    failures
+	engMu    sync.Mutex
+	engines  map[uint64]*storage.Engine
+	clients  atomic.Int64
+	jobs     atomic.Int64
+	idle     chan struct{}
+	openOnce sync.Once
 }
 
-// DefaultSocket is $XDG_RUNTIME_DIR/riffle.sock, or /tmp/riffle-UID/riffle.sock.
+// DefaultSocket is $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock, or
+// /tmp/riffle-UID/riffle.sock.
 func DefaultSocket() string {
 	if d := os.Getenv("RIFFLE_SOCKET"); d != "" {
 		return d
@@ -59,64 +83,78 @@ func DefaultSocket() string {
 // ErrRunning says another daemon already serves the socket.
 var ErrRunning = errors.New("a riffle daemon already serves this socket")
 
+// Handshake and frame deadlines: a peer that says nothing, or sends half a
+// frame, does not hold its connection.
+const (
+	helloTimeout = 10 * time.Second
+	frameTimeout = 30 * time.Second
+	writeTimeout = 60 * time.Second
+)
+
+func (s *Server) init() {
+	s.openOnce.Do(func() { s.ready = make(chan struct{}) })
+}
+
+// Ready is closed once Serve listens.
+func (s *Server) Ready() <-chan struct{} {
+	s.init()
+	return s.ready
+}
+
+// Addr is the Unix socket Serve listens on, TCPAddr its TCP address and
+// TokenFile where it wrote a token it made; valid once Ready is closed.
+func (s *Server) Addr() string      { return s.socket }
+func (s *Server) TCPAddr() string   { return s.tcpAddr }
+func (s *Server) TokenFile() string { return s.tokenFile }
+
 // Serve listens and serves until ctx is cancelled or, with IdleExit, the
 // daemon has had no client for that long.
 func (s *Server) Serve(ctx context.Context) error {
-	if s.Socket == "" {
-		s.Socket = DefaultSocket()
+	s.init()
+	s.socket = s.Socket
+	if s.socket == "" {
+		s.socket = DefaultSocket()
 	}
-	if s.TCP != "" {
-		host, port, err := net.SplitHostPort(s.TCP)
-		if err != nil {
-			return fmt.Errorf("tcp address %q: %w", s.TCP, err)
-		}
-		if host == "" {
-			host = "127.0.0.1" // loopback unless an address is named
-			s.TCP = net.JoinHostPort(host, port)
-		}
-		if ip := net.ParseIP(host); s.Token == "" && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("listening on %s beyond loopback needs a token", s.TCP)
-		}
+	var err error
+	if s.store, err = storage.NewLocal(false, s.Roots); err != nil {
+		return err
 	}
-	for i, r := range s.Roots {
-		abs, err := filepath.Abs(r)
-		if err == nil {
-			abs, err = filepath.EvalSymlinks(abs)
-		}
-		if err != nil {
-			return fmt.Errorf("root %s: %w", r, err)
-		}
-		s.Roots[i] = abs
+	defer s.store.Close()
+	budget := s.CacheBytes
+	if budget <= 0 {
+		budget = availableMemory() / 4
 	}
-	s.sets = newDatasets()
+	s.cache = cache.New(cache.Options{Budget: budget, DropUnreferenced: true})
+	s.sets = newDatasets(s.store, dataset.Options{IndexDir: s.IndexDir, IndexInDirOnly: len(s.Roots) == 0})
 	defer s.sets.closeAll()
+	s.engines = map[uint64]*storage.Engine{}
+	defer s.closeEngines()
 	s.idle = make(chan struct{}, 1)
-
-	if err := os.MkdirAll(filepath.Dir(s.Socket), 0o700); err != nil {
+	if err := privateDir(filepath.Dir(s.socket)); err != nil {
 		return err
 	}
 	// One daemon per socket: the lock decides, so that clients racing to
 	// start a daemon end up sharing one.
-	lock, err := os.OpenFile(s.Socket+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	lock, err := os.OpenFile(s.socket+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fmt.Errorf("%s: %w", s.Socket, ErrRunning)
+		return fmt.Errorf("%s: %w", s.socket, ErrRunning)
 	}
-	os.Remove(s.Socket) // a dead daemon's socket
+	os.Remove(s.socket) // a dead daemon's socket
 	old := unix.Umask(0o177)
-	ul, err := net.Listen("unix", s.Socket)
+	ul, err := net.Listen("unix", s.socket)
 	unix.Umask(old)
 	if err != nil {
 		return err
 	}
-	os.Chmod(s.Socket, 0o600)
-	defer os.Remove(s.Socket)
+	os.Chmod(s.socket, 0o600)
+	defer os.Remove(s.socket)
 	listeners := []net.Listener{ul}
 	if s.TCP != "" {
-		tl, err := net.Listen("tcp", s.TCP)
+		tl, err := s.listenTCP()
 		if err != nil {
 			ul.Close()
 			return err
@@ -127,6 +165,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	var conns sync.WaitGroup
+	maxConns := s.MaxConns
+	if maxConns <= 0 {
+		maxConns = 256
+	}
+	slots := make(chan struct{}, maxConns)
 	for _, l := range listeners {
 		g.Go(func() error {
 			<-gctx.Done()
@@ -141,9 +184,17 @@ func (s *Server) Serve(ctx context.Context) error {
 					}
 					return err
 				}
+				select {
+				case slots <- struct{}{}:
+				default:
+					slog.Warn("too many connections; refusing one", "max", cap(slots))
+					c.Close()
+					continue
+				}
 				conns.Add(1)
 				go func() {
 					defer conns.Done()
+					defer func() { <-slots }()
 					s.serveConn(gctx, c)
 				}()
 			}
@@ -152,15 +203,42 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.IdleExit > 0 {
 		g.Go(func() error { return s.watchIdle(gctx, cancel) })
 	}
-	slog.Info("riffle daemon serving", "socket", s.Socket, "tcp", s.TCP)
+	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "cache", budget)
+	close(s.ready)
 	err = g.Wait()
 	cancel()
 	conns.Wait()
 	return err
 }
 
-// Addr returns where the daemon listens once Serve has started.
-func (s *Server) Addr() string { return s.Socket }
+// listenTCP listens on the TCP address (loopback for a bare port) and
+// makes a token if none was given.
+func (s *Server) listenTCP() (net.Listener, error) {
+	host, port, err := net.SplitHostPort(s.TCP)
+	if err != nil {
+		return nil, fmt.Errorf("tcp address %q: %w", s.TCP, err)
+	}
+	if host == "" {
+		host = "127.0.0.1" // loopback unless an address is named
+	}
+	s.token = s.Token
+	if s.token == "" {
+		if s.token, err = newToken(); err != nil {
+			return nil, err
+		}
+		s.tokenFile = tokenPath(s.socket)
+		if err := writeToken(s.tokenFile, s.token); err != nil {
+			return nil, fmt.Errorf("writing the TCP token: %w", err)
+		}
+		slog.Info("TCP clients need the token in", "file", s.tokenFile)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return nil, err
+	}
+	s.tcpAddr = l.Addr().String()
+	return l, nil
+}
 
 func (s *Server) watchIdle(ctx context.Context, stop context.CancelFunc) error {
 	t := time.NewTimer(s.IdleExit)
@@ -189,182 +267,39 @@ func (s *Server) poke() {
 	}
 }
 
-// conn is one client connection.
-type conn struct {
-	s      *Server
-	c      net.Conn
-	unix   *net.UnixConn // nil over TCP: batches travel inline
-	w      *bufio.Writer
-	jobs   map[int]*job
-	nextID int
-	authed bool
+// engineFor returns the read engine of the device r's object lives on:
+// jobs reading one disk share one queue.
+func (s *Server) engineFor(r storage.Reader) *storage.Engine {
+	dev := storage.DeviceOf(r)
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	e, ok := s.engines[dev]
+	if !ok {
+		e = storage.NewEngine(storage.EngineOptions{Depth: storage.HintsOf(r).Depth})
+		s.engines[dev] = e
+	}
+	return e
 }
 
-func (s *Server) serveConn(ctx context.Context, c net.Conn) {
-	s.clients.Add(1)
-	s.poke()
-	defer func() {
-		s.clients.Add(-1)
-		s.poke()
-	}()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cn := &conn{s: s, c: c, w: bufio.NewWriter(c), jobs: map[int]*job{}}
-	if uc, ok := c.(*net.UnixConn); ok {
-		cn.unix = uc
-		cn.authed = true // the socket's mode already admits only its owner
-	}
-	defer cn.closeAll()
-	// The reader goroutine notices a vanished client at once, even while
-	// the handler is blocked loading a batch, and cancels everything; the
-	// connection is closed when the context ends, which ends the reader.
-	reqs := make(chan *wire.Msg)
-	var g errgroup.Group
-	defer g.Wait()
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
-	defer cancel()
-	g.Go(func() error {
-		defer cancel()
-		defer close(reqs)
-		r := bufio.NewReader(c)
-		for {
-			m, err := wire.Read(r)
-			if err != nil {
-				if !errors.Is(err, io.EOF) && ctx.Err() == nil {
-					slog.Debug("client read", "err", err)
-				}
-				return nil
-			}
-			select {
-			case reqs <- m:
-			case <-ctx.Done():
-				return nil
-			}
-		}
-	})
-	for m := range reqs {
-		if err := cn.handle(ctx, m); err != nil {
-			if ctx.Err() == nil {
-				slog.Debug("client write", "err", err)
-			}
-			return
-		}
+func (s *Server) closeEngines() {
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	for k, e := range s.engines {
+		e.Close()
+		delete(s.engines, k)
 	}
 }
 
-func (cn *conn) closeAll() {
-	for id, j := range cn.jobs {
-		j.close()
-		delete(cn.jobs, id)
-		cn.s.jobs.Add(-1)
+// availableMemory is the memory the daemon may use: the machine's, or its
+// memory cgroup's limit if lower (v1 or v2).
+func availableMemory() int64 {
+	var si unix.Sysinfo_t
+	total := int64(8 << 30)
+	if unix.Sysinfo(&si) == nil {
+		total = int64(si.Totalram) * int64(si.Unit)
 	}
-}
-
-// reply writes one frame and flushes it.
-func (cn *conn) reply(m *wire.Msg, payload ...[]byte) error {
-	if err := wire.Write(cn.w, m, payload...); err != nil {
-		return err
+	if lim, ok := cgroupLimit(); ok && lim < total {
+		return lim
 	}
-	return cn.w.Flush()
-}
-
-func (cn *conn) fail(err error) error {
-	m := &wire.Msg{Op: wire.OpError, Message: err.Error()}
-	where(err, m)
-	return cn.reply(m)
-}
-
-func (cn *conn) handle(ctx context.Context, m *wire.Msg) error {
-	if !cn.authed && m.Op != wire.OpHello {
-		return cn.fail(errors.New("say hello with the daemon's token first"))
-	}
-	switch m.Op {
-	case wire.OpHello:
-		if m.Version != wire.Version {
-			return cn.fail(fmt.Errorf("protocol version %d, the daemon speaks %d", m.Version, wire.Version))
-		}
-		if cn.s.Token != "" && m.Token != cn.s.Token {
-			return cn.fail(errors.New("wrong token"))
-		}
-		cn.authed = true
-		return cn.reply(&wire.Msg{Op: wire.OpHello, Version: wire.Version, Server: cn.s.Version})
-	case wire.OpOpen:
-		if m.Spec == nil {
-			return cn.fail(errors.New("open without a spec"))
-		}
-		j, err := cn.s.openJob(ctx, m.Spec, cn.unix != nil)
-		if err != nil {
-			return cn.fail(err)
-		}
-		cn.nextID++
-		cn.jobs[cn.nextID] = j
-		cn.s.jobs.Add(1)
-		r := j.opened()
-		r.Job = cn.nextID
-		if cn.unix == nil {
-			return cn.reply(r)
-		}
-		b, err := wire.Encode(r)
-		if err != nil {
-			return err
-		}
-		if err := cn.w.Flush(); err != nil {
-			return err
-		}
-		_, _, err = cn.unix.WriteMsgUnix(b, unix.UnixRights(j.arena.Fd()), nil)
-		return err
-	case wire.OpNext:
-		j, ok := cn.jobs[m.Job]
-		if !ok {
-			return cn.fail(fmt.Errorf("no job %d", m.Job))
-		}
-		r, payload, err := j.next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return cn.fail(err)
-		}
-		err = cn.reply(r, payload...)
-		if j.inline && r.Op == wire.OpBatch {
-			j.release([]uint64{r.Seq})
-		}
-		return err
-	case wire.OpRelease:
-		if j, ok := cn.jobs[m.Job]; ok {
-			j.release(m.Seqs)
-		}
-		return nil // no reply: releases ride ahead of the next request
-	case wire.OpClose:
-		if j, ok := cn.jobs[m.Job]; ok {
-			j.close()
-			delete(cn.jobs, m.Job)
-			cn.s.jobs.Add(-1)
-		}
-		return cn.reply(&wire.Msg{Op: wire.OpClosed, Job: m.Job})
-	case wire.OpStats:
-		return cn.reply(&wire.Msg{Op: wire.OpStats, Jobs: int(cn.s.jobs.Load()), Clients: int(cn.s.clients.Load())})
-	}
-	return cn.fail(fmt.Errorf("unknown op %q", m.Op))
-}
-
-// checkPath refuses paths outside the configured roots.
-func (s *Server) checkPath(p string) error {
-	if len(s.Roots) == 0 {
-		return nil
-	}
-	abs, err := filepath.Abs(p)
-	if err == nil {
-		abs, err = filepath.EvalSymlinks(abs)
-	}
-	if err != nil {
-		return err
-	}
-	for _, r := range s.Roots {
-		if abs == r || strings.HasPrefix(abs, r+string(filepath.Separator)) {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s is outside the daemon's roots (%s): %w", p, strings.Join(s.Roots, ", "), os.ErrPermission)
+	return total
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -43,7 +45,7 @@ func TestArena(t *testing.T) {
 			if a.InUse()+int64(n)+4096 > a.Size()/2 {
 				continue // would wait: this test does not block
 			}
-			b, err := a.Alloc(n, []int{1, 64, 4096}[rapid.IntRange(0, 2).Draw(t, "align")])
+			b, err := a.Alloc(context.Background(), n, []int{1, 64, 4096}[rapid.IntRange(0, 2).Draw(t, "align")])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,10 +72,10 @@ func TestArena(t *testing.T) {
 
 func TestArenaStopWakesWaiters(t *testing.T) {
 	a, _ := NewArena("test", 4096)
-	b, _ := a.Alloc(4096, 64)
+	b, _ := a.Alloc(context.Background(), 4096, 64)
 	done := make(chan error)
 	go func() {
-		_, err := a.Alloc(100, 64)
+		_, err := a.Alloc(context.Background(), 100, 64)
 		done <- err
 	}()
 	time.Sleep(10 * time.Millisecond)
@@ -85,19 +87,29 @@ func TestArenaStopWakesWaiters(t *testing.T) {
 	a.Close()
 }
 
-// client is a Go client of the daemon over a real Unix socket.
+// client is a Go client of the daemon over a real socket.
 type client struct {
-	c  *net.UnixConn
-	r  *bufio.Reader
-	fd int
+	c   net.Conn
+	r   *bufio.Reader
+	fd  int
+	tag uint64
 }
 
 func dial(t *testing.T, sock string) *client {
 	t.Helper()
+	cl := dialRaw(t, "unix", sock)
+	if m := cl.req(t, &wire.Msg{Op: wire.OpHello, Version: wire.Version}); m.Op != wire.OpHello {
+		t.Fatalf("hello: %+v", m)
+	}
+	return cl
+}
+
+func dialRaw(t *testing.T, network, addr string) *client {
+	t.Helper()
 	var c net.Conn
 	var err error
 	for range 200 {
-		if c, err = net.Dial("unix", sock); err == nil {
+		if c, err = net.Dial(network, addr); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -105,47 +117,91 @@ func dial(t *testing.T, sock string) *client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &client{c: c.(*net.UnixConn), r: bufio.NewReader(c), fd: -1}
-	if m := cl.req(t, &wire.Msg{Op: wire.OpHello, Version: wire.Version}); m.Op != wire.OpHello {
-		t.Fatalf("hello: %+v", m)
+	return &client{c: c, r: bufio.NewReader(c), fd: -1}
+}
+
+// send writes a request with a fresh tag and returns the tag.
+func (cl *client) send(t *testing.T, m *wire.Msg) uint64 {
+	t.Helper()
+	cl.tag++
+	m.Tag = cl.tag
+	if err := wire.Write(cl.c, m); err != nil {
+		t.Fatal(err)
 	}
-	return cl
+	return cl.tag
+}
+
+// recv reads the next reply, collecting a passed descriptor.
+func (cl *client) recv(t *testing.T) *wire.Msg {
+	t.Helper()
+	uc, ok := cl.c.(*net.UnixConn)
+	if !ok {
+		r, err := wire.Read(cl.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Payload > 0 {
+			io.CopyN(io.Discard, cl.r, r.Payload)
+		}
+		return r
+	}
+	// Frames are read one at a time with their ancillary data, so a
+	// descriptor is never left behind in a buffer.
+	head := make([]byte, 4)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := uc.ReadMsgUnix(head, oob)
+	if err != nil || n < 4 {
+		if n < 4 && err == nil {
+			_, err = io.ReadFull(cl.c, head[n:])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+		fds, _ := unix.ParseUnixRights(&msgs[0])
+		cl.fd = fds[0]
+	}
+	body := make([]byte, binary.LittleEndian.Uint32(head))
+	if _, err := io.ReadFull(cl.c, body); err != nil {
+		t.Fatal(err)
+	}
+	m, err := wire.Decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func (cl *client) req(t *testing.T, m *wire.Msg) *wire.Msg {
 	t.Helper()
-	if err := wire.Write(cl.c, m); err != nil {
-		t.Fatal(err)
-	}
-	if m.Op == wire.OpOpen {
-		// The reply carries the arena's descriptor.
-		b := make([]byte, 1<<16)
-		oob := make([]byte, unix.CmsgSpace(4))
-		n, oobn, _, _, err := cl.c.ReadMsgUnix(b, oob)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
-			fds, _ := unix.ParseUnixRights(&msgs[0])
-			cl.fd = fds[0]
-		}
-		m, err := wire.Decode(b[4:n])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	r, err := wire.Read(cl.r)
-	if err != nil {
-		t.Fatal(err)
+	tag := cl.send(t, m)
+	r := cl.recv(t)
+	if r.Tag != tag {
+		t.Fatalf("reply to tag %d, want %d: %+v", r.Tag, tag, r)
 	}
 	return r
 }
 
+// sockPath is a socket in a directory only this user can enter, as the
+// daemon demands.
+func sockPath(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "s.sock")
+}
+
 func serve(t *testing.T, s *Server) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
+	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx) }()
+	select {
+	case <-s.Ready():
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
 	return func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -158,7 +214,7 @@ func TestJobOverUnixSocket(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "d.bin")
 	synth.WriteFixed(data, 500, 128, 0)
-	s := &Server{Socket: filepath.Join(dir, "s.sock")}
+	s := &Server{Socket: sockPath(t)}
 	stop := serve(t, s)
 	defer stop()
 	cl := dial(t, s.Socket)
@@ -188,7 +244,7 @@ func TestJobOverUnixSocket(t *testing.T) {
 			}
 			seen[id] = true
 		}
-		wire.Write(cl.c, &wire.Msg{Op: wire.OpRelease, Job: op.Job, Seqs: []uint64{b.Seq}})
+		cl.send(t, &wire.Msg{Op: wire.OpRelease, Job: op.Job, Seqs: []uint64{b.Seq}})
 	}
 	if len(seen) != 500 {
 		t.Fatalf("%d records seen, want 500", len(seen))
@@ -221,7 +277,7 @@ func TestErrorsAndRoots(t *testing.T) {
 	synth.WriteFixed(odd, 10, 100, 0)
 	outside := filepath.Join(dir, "out.bin")
 	synth.WriteFixed(outside, 10, 64, 0)
-	s := &Server{Socket: filepath.Join(dir, "s.sock"), Roots: []string{root}}
+	s := &Server{Socket: sockPath(t), Roots: []string{root}}
 	stop := serve(t, s)
 	defer stop()
 	cl := dial(t, s.Socket)
@@ -231,7 +287,7 @@ func TestErrorsAndRoots(t *testing.T) {
 		t.Fatalf("open of a file with a partial record: %+v", m)
 	}
 	m = cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{outside}, RecordSize: 64, BatchSize: 4}})
-	if m.Op != wire.OpError || !strings.Contains(m.Message, "outside") {
+	if m.Op != wire.OpError || !strings.Contains(m.Message, "outside the allowed roots") {
 		t.Fatalf("open outside the roots: %+v", m)
 	}
 	if m := cl.req(t, &wire.Msg{Op: wire.OpNext, Job: 99}); m.Op != wire.OpError {
@@ -240,7 +296,7 @@ func TestErrorsAndRoots(t *testing.T) {
 }
 
 func TestSecondDaemonOnOneSocket(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "s.sock")
+	sock := sockPath(t)
 	stop := serve(t, &Server{Socket: sock})
 	defer stop()
 	dial(t, sock).c.Close()
@@ -251,7 +307,7 @@ func TestSecondDaemonOnOneSocket(t *testing.T) {
 }
 
 func TestIdleExit(t *testing.T) {
-	s := &Server{Socket: filepath.Join(t.TempDir(), "s.sock"), IdleExit: 50 * time.Millisecond}
+	s := &Server{Socket: sockPath(t), IdleExit: 50 * time.Millisecond}
 	done := make(chan error)
 	go func() { done <- s.Serve(context.Background()) }()
 	select {
@@ -264,16 +320,50 @@ func TestIdleExit(t *testing.T) {
 	}
 }
 
-func TestTCPIsLoopbackUnlessNamed(t *testing.T) {
-	s := &Server{Socket: filepath.Join(t.TempDir(), "s.sock"), TCP: ":0"}
+// Every TCP listener needs a token: one is made and written, mode 0600,
+// next to the socket when none is given; a bare port is loopback; a
+// wrong token closes the connection.
+func TestTCPNeedsAToken(t *testing.T) {
+	s := &Server{Socket: sockPath(t), TCP: ":0"}
 	stop := serve(t, s)
 	defer stop()
-	dial(t, s.Socket).c.Close() // serving
-	if s.TCP != "127.0.0.1:0" {
-		t.Fatalf("a bare port listens on %s", s.TCP)
+	if !strings.HasPrefix(s.TCPAddr(), "127.0.0.1:") || s.TCP != ":0" {
+		t.Fatalf("a bare port listens on %s (config now %q)", s.TCPAddr(), s.TCP)
 	}
-	err := (&Server{Socket: filepath.Join(t.TempDir(), "x.sock"), TCP: "0.0.0.0:0"}).Serve(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "token") {
-		t.Fatalf("all interfaces without a token: %v", err)
+	st, err := os.Stat(s.TokenFile())
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", st, err)
+	}
+	token, _ := os.ReadFile(s.TokenFile())
+	bad := dialRaw(t, "tcp", s.TCPAddr())
+	if m := bad.req(t, &wire.Msg{Op: wire.OpHello, Version: wire.Version, Token: "guess"}); m.Op != wire.OpError {
+		t.Fatalf("wrong token: %+v", m)
+	}
+	if _, err := wire.Read(bad.r); err == nil {
+		t.Fatal("the connection stayed open after a wrong token")
+	}
+	good := dialRaw(t, "tcp", s.TCPAddr())
+	defer good.c.Close()
+	if m := good.req(t, &wire.Msg{Op: wire.OpHello, Version: wire.Version, Token: strings.TrimSpace(string(token))}); m.Op != wire.OpHello {
+		t.Fatalf("right token: %+v", m)
+	}
+	if m := good.req(t, &wire.Msg{Op: wire.OpStats}); m.Op != wire.OpStats {
+		t.Fatalf("after hello: %+v", m)
+	}
+}
+
+// Failed handshakes are spaced failRate a second for the whole daemon,
+// however many connections fail at once.
+func TestFailuresAreSpaced(t *testing.T) {
+	var f failures
+	f.next = time.Now().Add(time.Hour) // no sleeping: only the schedule is checked
+	start := f.next
+	for i := range 10 {
+		f.mu.Lock()
+		f.next = f.next.Add(time.Second / failRate)
+		f.mu.Unlock()
+		if got := f.next.Sub(start); got != time.Duration(i+1)*time.Second/failRate {
+			t.Fatalf("failure %d scheduled %v after the first", i, got)
+		}
 	}
 }

@@ -61,7 +61,7 @@ func (a *Async) AddFirst(f *File, p []byte, off int64, tag uint64, first int) bo
 	i := a.free[len(a.free)-1]
 	a.free = a.free[:len(a.free)-1]
 	want := len(p)
-	if f.direct && off+int64(len(p)) > f.size && off < f.size {
+	if f.pad && off+int64(len(p)) > f.size && off < f.size {
 		want = int(f.size - off) // O_DIRECT reads end at EOF, not at the aligned end
 	}
 	a.reqs[i] = asyncReq{f: f, p: p, off: off, want: want, tag: tag}

@@ -387,14 +387,6 @@ func (r *Request) readAt() error {
 	return rd.ReadAt(r.Ctx, r.P, r.Off)
 }
 
-func (f setFile) ringFile() (*File, func(), error) {
-	file, err := f.s.acquire(f.i)
-	if err != nil {
-		return nil, nil, err
-	}
-	return file, func() { f.s.release(f.i) }, nil
-}
-
 // Read reads len(p) bytes of r at off through the engine and waits for it:
 // a convenience for one read where a caller has no batch to overlap.
 func (e *Engine) Read(ctx context.Context, r Reader, p []byte, off int64) error {

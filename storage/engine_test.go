@@ -75,7 +75,7 @@ func TestEngineReadsEveryKindOfReader(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				set := NewFileSet([]string{p}, []int64{int64(len(want))}, FileOptions{Direct: direct}, 1)
+				set := NewFileSet(&Local{direct: direct}, []string{p}, []int64{int64(len(want))}, 1)
 				readers := []Reader{f, set.Object(0), &Faulty{Reader: f}, &Faulty{Reader: set.Object(0)}}
 				readAll(t, e, readers, want, f.Alignment())
 				set.Close()

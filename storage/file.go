@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -25,42 +26,31 @@ const DirectAlign = 4096
 
 // File is a local file read with pread(2). It is safe for concurrent use.
 type File struct {
-	f      *os.File
-	fd     int
-	size   int64
-	direct bool
+	f       *os.File
+	fd      int
+	size    int64
+	direct  bool // O_DIRECT is on
+	pad     bool // reads are aligned and may run past the end
+	version string
 }
 
-// OpenFile opens path for reading.
+// OpenFile opens path for reading: a regular file of the unconfined
+// local file system.
 func OpenFile(path string, opts FileOptions) (*File, error) {
-	flags := os.O_RDONLY
-	if opts.Direct {
-		flags |= unix.O_DIRECT
-	}
-	f, err := os.OpenFile(path, flags, 0)
-	if err != nil && opts.Direct {
-		// Some file systems (tmpfs) refuse O_DIRECT; read through the cache there.
-		f, err = os.Open(path)
-		opts.Direct = false
-	}
-	if err != nil {
-		return nil, &Error{Op: "open", Object: path, Err: err}
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, &Error{Op: "stat", Object: path, Err: err}
-	}
-	if st.IsDir() {
-		f.Close()
-		return nil, &Error{Op: "open", Object: path, Err: fmt.Errorf("is a directory")}
-	}
-	if !opts.Direct {
+	return (&Local{direct: opts.Direct}).OpenFile(path)
+}
+
+// newFile wraps an open file. direct says O_DIRECT is on; pad that the
+// caller asked for it, so reads are aligned and may run past the end even
+// where the file system refused O_DIRECT (tmpfs): the loader's layout does
+// not depend on what the file system under it allows.
+func newFile(f *os.File, size int64, direct, pad bool) *File {
+	if !direct {
 		// The loader's reads are random; the kernel's readahead would only
 		// read bytes nobody asked for.
 		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
 	}
-	return &File{f: f, fd: int(f.Fd()), size: st.Size(), direct: opts.Direct}, nil
+	return &File{f: f, fd: int(f.Fd()), size: size, direct: direct, pad: direct || pad}
 }
 
 // Name returns the file's path.
@@ -72,7 +62,7 @@ func (f *File) Size() int64 { return f.size }
 // Alignment is the required alignment of buffers, offsets and lengths: 1
 // unless the file was opened with O_DIRECT.
 func (f *File) Alignment() int {
-	if f.direct {
+	if f.pad {
 		return DirectAlign
 	}
 	return 1
@@ -86,7 +76,7 @@ func (f *File) Close() error { return f.f.Close() }
 // the bytes past Size are left as they were.
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) error {
 	want := len(p)
-	if f.direct && off+int64(len(p)) > f.size && off < f.size {
+	if f.pad && off+int64(len(p)) > f.size && off < f.size {
 		want = int(f.size - off)
 	}
 	done := 0
@@ -127,6 +117,13 @@ func (f *File) endError(off int64, want, done int) error {
 	return io.ErrUnexpectedEOF
 }
 
+// Version identifies the file's content as it was opened: device, inode,
+// mtime and size (see ObjectInfo.Version).
+func (f *File) Version() string { return f.version }
+
+// Direct reports whether the file is read with O_DIRECT.
+func (f *File) Direct() bool { return f.direct }
+
 // Fd is the file's descriptor, for Async reads.
 func (f *File) Fd() int { return f.fd }
 
@@ -141,4 +138,24 @@ func (f *File) TryReadAt(p []byte, off int64) bool {
 	iov.SetLen(len(p))
 	n, _, errno := unix.Syscall6(unix.SYS_PREADV2, uintptr(f.fd), uintptr(unsafe.Pointer(&iov)), 1, uintptr(off), 0, unix.RWF_NOWAIT)
 	return errno == 0 && int(n) == len(p)
+}
+
+func unixTime(t unix.Timespec) time.Time { return time.Unix(t.Sec, t.Nsec) }
+
+// DeviceOf returns the device r's object lives on, 0 when it is not a
+// local file (or not open yet): readers of one device share a read engine.
+func DeviceOf(r Reader) uint64 {
+	for {
+		switch x := r.(type) {
+		case *Faulty:
+			r = x.Reader
+			continue
+		case *File:
+			var st unix.Stat_t
+			if unix.Fstat(x.fd, &st) == nil {
+				return uint64(st.Dev)
+			}
+		}
+		return 0
+	}
 }

@@ -2,16 +2,19 @@ package storage
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 )
 
-// FileSet serves many local files (one record each, as in an ImageFolder
-// tree) without holding a descriptor for every one: files are opened on
-// first read and at most MaxOpen stay open.
+// FileSet serves many objects (one record each, as in an ImageFolder tree)
+// without holding a descriptor for every one: objects are opened on first
+// read and at most MaxOpen stay open.
 type FileSet struct {
 	paths   []string
 	sizes   []int64
-	opts    FileOptions
+	store   Store
+	hints   Hints
 	maxOpen int
 
 	mu   sync.Mutex
@@ -20,19 +23,25 @@ type FileSet struct {
 }
 
 type fileRef struct {
-	f    *File
+	r    Reader
 	refs int
 	used uint64
 }
 
 // NewFileSet returns a set over paths whose sizes are already known (from
-// the dataset's index), so that nothing is opened until it is read.
-func NewFileSet(paths []string, sizes []int64, opts FileOptions, maxOpen int) *FileSet {
+// the dataset's walk), so that nothing is opened until it is read. Objects
+// are opened through store (and its confinement); one whose size is not the
+// one known fails its reads with ErrChanged.
+func NewFileSet(store Store, paths []string, sizes []int64, maxOpen int) *FileSet {
 	if maxOpen <= 0 {
 		maxOpen = 256
 	}
-	return &FileSet{paths: paths, sizes: sizes, opts: opts, maxOpen: maxOpen, open: map[int]*fileRef{}}
+	return &FileSet{paths: paths, sizes: sizes, store: store, hints: store.Hints(), maxOpen: maxOpen, open: map[int]*fileRef{}}
 }
+
+// ErrChanged says a file is not the size it had when its dataset was
+// opened: it was rewritten since.
+var ErrChanged = errors.New("file changed since the dataset was opened")
 
 // Len is the number of files.
 func (s *FileSet) Len() int { return len(s.paths) }
@@ -40,28 +49,32 @@ func (s *FileSet) Len() int { return len(s.paths) }
 // Object returns a Reader for file i. It costs nothing until it is read.
 func (s *FileSet) Object(i int) Reader { return setFile{s, i} }
 
-func (s *FileSet) acquire(i int) (*File, error) {
+func (s *FileSet) acquire(ctx context.Context, i int) (Reader, error) {
 	s.mu.Lock()
 	s.tick++
 	if r, ok := s.open[i]; ok {
 		r.refs++
 		r.used = s.tick
 		s.mu.Unlock()
-		return r.f, nil
+		return r.r, nil
 	}
 	s.mu.Unlock()
-	f, err := OpenFile(s.paths[i], s.opts)
+	f, err := s.store.Open(ctx, s.paths[i])
 	if err != nil {
 		return nil, err
+	}
+	if f.Size() != s.sizes[i] {
+		f.Close()
+		return nil, &Error{Op: "open", Object: s.paths[i], Err: fmt.Errorf("%w (%d bytes then, %d now)", ErrChanged, s.sizes[i], f.Size())}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.open[i]; ok { // another reader opened it meanwhile
 		f.Close()
 		r.refs++
-		return r.f, nil
+		return r.r, nil
 	}
-	s.open[i] = &fileRef{f: f, refs: 1, used: s.tick}
+	s.open[i] = &fileRef{r: f, refs: 1, used: s.tick}
 	s.evictLocked()
 	return f, nil
 }
@@ -78,7 +91,7 @@ func (s *FileSet) evictLocked() {
 		if victim < 0 {
 			return // every open file is being read; allow the overshoot
 		}
-		s.open[victim].f.Close()
+		s.open[victim].r.Close()
 		delete(s.open, victim)
 	}
 }
@@ -97,7 +110,7 @@ func (s *FileSet) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, r := range s.open {
-		r.f.Close()
+		r.r.Close()
 		delete(s.open, i)
 	}
 	return nil
@@ -111,18 +124,26 @@ type setFile struct {
 func (f setFile) Name() string { return f.s.paths[f.i] }
 func (f setFile) Size() int64  { return f.s.sizes[f.i] }
 func (f setFile) Close() error { return nil }
-func (f setFile) Alignment() int {
-	if f.s.opts.Direct {
-		return DirectAlign
-	}
-	return 1
-}
+func (f setFile) Hints() Hints { return f.s.hints }
 
 func (f setFile) ReadAt(ctx context.Context, p []byte, off int64) error {
-	file, err := f.s.acquire(f.i)
+	r, err := f.s.acquire(ctx, f.i)
 	if err != nil {
 		return err
 	}
 	defer f.s.release(f.i)
-	return file.ReadAt(ctx, p, off)
+	return r.ReadAt(ctx, p, off)
+}
+
+func (f setFile) ringFile() (*File, func(), error) {
+	r, err := f.s.acquire(context.Background(), f.i)
+	if err != nil {
+		return nil, nil, err
+	}
+	file, ok := r.(*File)
+	if !ok {
+		f.s.release(f.i)
+		return nil, nil, errNotFile
+	}
+	return file, func() { f.s.release(f.i) }, nil
 }

@@ -155,7 +155,7 @@ func TestFileSetBoundsOpenFiles(t *testing.T) {
 		paths = append(paths, p)
 		sizes = append(sizes, int64(100+i))
 	}
-	s := NewFileSet(paths, sizes, FileOptions{}, 3)
+	s := NewFileSet(&Local{}, paths, sizes, 3)
 	defer s.Close()
 	for round := range 3 {
 		for i := range 10 {

@@ -1,4 +1,4 @@
-// Package wire is riffle's client-daemon protocol, version 1: the messages
+// Package wire is riffle's client-daemon protocol, version 2: the messages
 // and their framing, and nothing else, so that the Python client
 // (python/riffle/wire.py) mirrors it line by line. docs/protocol.md is its
 // specification.
@@ -20,10 +20,15 @@ import (
 )
 
 // Version is the protocol version a hello carries.
-const Version = 1
+const Version = 2
 
 // MaxHeader bounds a header's size; a larger length means a broken peer.
 const MaxHeader = 16 << 20
+
+// MaxHelloHeader bounds a header before the peer has authenticated: a
+// hello is small, and an unauthenticated peer must not make the daemon
+// hold memory.
+const MaxHelloHeader = 4 << 10
 
 // Ops.
 const (
@@ -37,12 +42,17 @@ const (
 	OpClose   = "close"
 	OpClosed  = "closed"
 	OpStats   = "stats"
+	OpStatus  = "status"
+	OpLocate  = "locate"
 	OpError   = "error"
 )
 
 // Msg is every message: Op says which fields matter.
 type Msg struct {
 	Op string `json:"op"`
+	// Tag is chosen by the client for each request and echoed in its
+	// reply: replies to requests of different jobs may come out of order.
+	Tag uint64 `json:"tag,omitempty"`
 
 	// hello
 	Version int    `json:"version,omitempty"`
@@ -75,10 +85,21 @@ type Msg struct {
 	MetaOff int64  `json:"meta_off,omitempty"` // arena offset of int64 ids[N], off[N], len[N] and, if Labels, labels[N]
 	Labels  bool   `json:"labels,omitempty"`
 	Payload int64  `json:"payload,omitempty"` // bytes that follow the header in this frame
+	// State is the job's place after this batch: what a checkpoint saves
+	// and a resumed job's spec gives back (epoch, batch, sampler_state, skip).
+	State *State `json:"state,omitempty"`
 
 	// stats
 	Jobs    int `json:"jobs,omitempty"`
 	Clients int `json:"clients,omitempty"`
+
+	// status: the daemon's groups, jobs and cache
+	Status *Status `json:"status,omitempty"`
+
+	// locate: records of a job (IDs) and where they are (Paths, Offsets)
+	IDs     []int    `json:"ids,omitempty"`
+	Paths   []string `json:"paths,omitempty"`
+	Offsets []int64  `json:"offsets,omitempty"`
 
 	// error
 	Message string `json:"message,omitempty"`
@@ -86,35 +107,121 @@ type Msg struct {
 	Offset  int64  `json:"offset,omitempty"`
 }
 
-// JobSpec is what a client asks the daemon to load.
+// JobSpec is what a client asks the daemon to load. Fields left out take
+// the daemon's defaults (docs/protocol.md lists them); the daemon checks
+// every field against its bounds before using it.
 type JobSpec struct {
-	Paths         []string `json:"paths"`
-	Format        string   `json:"format,omitempty"`
-	RecordSize    int      `json:"record_size,omitempty"`
-	HeaderBytes   int64    `json:"header_bytes,omitempty"`
-	CSVHeader     bool     `json:"csv_header,omitempty"`
-	SkipCRC       bool     `json:"skip_crc,omitempty"`
-	DropPartial   bool     `json:"drop_partial,omitempty"`
-	Direct        bool     `json:"direct,omitempty"`
-	Shuffle       bool     `json:"shuffle"`
-	Sampler       string   `json:"sampler,omitempty"` // "global", "sequential", "block", "buffered", "reservoir"; default by Shuffle
-	BlockSize     int      `json:"block_size,omitempty"`
-	Window        int      `json:"window,omitempty"`
-	Buffer        int      `json:"buffer,omitempty"`
-	Reservoir     int      `json:"reservoir,omitempty"`
-	Opportunistic int      `json:"opportunistic,omitempty"`
-	Seed          uint64   `json:"seed"`
-	Rank          int      `json:"rank"`
-	World         int      `json:"world"`
-	DropLast      bool     `json:"drop_last,omitempty"`
-	BatchSize     int      `json:"batch_size"`
-	Prefetch      int      `json:"prefetch,omitempty"`
-	Depth         int      `json:"depth,omitempty"`
-	MemoryBytes   int64    `json:"memory_bytes,omitempty"`
-	Ordered       bool     `json:"ordered,omitempty"`
-	Epoch         int      `json:"epoch"`
-	Batch         int      `json:"batch"`
-	Epochs        int      `json:"epochs,omitempty"`
+	// The dataset.
+	Paths       []string `json:"paths"`
+	Format      string   `json:"format,omitempty"`
+	RecordSize  int      `json:"record_size,omitempty"`
+	HeaderBytes int64    `json:"header_bytes,omitempty"`
+	CSVHeader   bool     `json:"csv_header,omitempty"`
+	SkipCRC     bool     `json:"skip_crc,omitempty"`
+	DropPartial bool     `json:"drop_partial,omitempty"`
+	Direct      bool     `json:"direct,omitempty"`
+	Columns     []string `json:"columns,omitempty"`
+	Split       string   `json:"split,omitempty"`
+	// Subset, if set, is the part of the dataset the job reads.
+	Subset *Subset `json:"subset,omitempty"`
+	// Transform names a transform the daemon runs on each record
+	// ("name" or "name:key=value,..."), shared by jobs asking the same.
+	Transform string `json:"transform,omitempty"`
+
+	// The order.
+	Shuffle       bool   `json:"shuffle"`
+	Sampler       string `json:"sampler,omitempty"` // "global", "sequential", "block", "buffered", "reservoir"; default by Shuffle
+	BlockSize     int    `json:"block_size,omitempty"`
+	Window        int    `json:"window,omitempty"`
+	Buffer        int    `json:"buffer,omitempty"`
+	Reservoir     int    `json:"reservoir,omitempty"`
+	Opportunistic int    `json:"opportunistic,omitempty"`
+	Seed          uint64 `json:"seed"`
+	Rank          int    `json:"rank"`
+	World         int    `json:"world"`
+	// ShardDropLast is DistributedSampler's drop_last: ranks drop the
+	// epoch's tail instead of padding it, so their shares are equal.
+	ShardDropLast bool `json:"shard_drop_last,omitempty"`
+	// Share lets the job join other jobs on the same source in dependent
+	// sampling (default true).
+	Share *bool `json:"share,omitempty"`
+
+	// The batches.
+	BatchSize int `json:"batch_size"`
+	// DropLast is DataLoader's drop_last: the last short batch is dropped.
+	DropLast    bool  `json:"drop_last,omitempty"`
+	Prefetch    int   `json:"prefetch,omitempty"`
+	Depth       int   `json:"depth,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// Ordered keeps the sampler's order inside batches (default: a random
+	// order of each batch's own when shuffling).
+	Ordered *bool `json:"ordered,omitempty"`
+	// BatchStride and BatchOffset deliver only batches offset,
+	// offset+stride, ... of each epoch: DataLoader workers' split of one
+	// rank's share.
+	BatchStride int `json:"batch_stride,omitempty"`
+	BatchOffset int `json:"batch_offset,omitempty"`
+
+	// Where to start and for how long.
+	Epoch        int    `json:"epoch"`
+	Batch        int    `json:"batch"`
+	Epochs       int    `json:"epochs,omitempty"`
+	SamplerState []byte `json:"sampler_state,omitempty"`
+	Skip         []int  `json:"skip,omitempty"`
+}
+
+// State is a job's place: the next batch it delivers.
+type State struct {
+	Epoch   int    `json:"epoch"`
+	Batch   int    `json:"batch"`
+	Sampler []byte `json:"sampler_state,omitempty"`
+	Skip    []int  `json:"skip,omitempty"`
+}
+
+// Subset is a part of a dataset: the union of ranges of ids [lo, hi), a
+// list of ids, and the records whose label is one of Labels.
+type Subset struct {
+	Ranges [][2]int `json:"ranges,omitempty"`
+	IDs    []int    `json:"ids,omitempty"`
+	Labels []int    `json:"labels,omitempty"`
+}
+
+// Status is what `riffle status` shows.
+type Status struct {
+	Groups  []GroupStatus `json:"groups"`
+	Cache   CacheStatus   `json:"cache"`
+	Clients int           `json:"clients"`
+	// ReadBytes were read from storage, ServedBytes handed to jobs.
+	ReadBytes   int64 `json:"read_bytes"`
+	ServedBytes int64 `json:"served_bytes"`
+}
+
+// GroupStatus is one group of jobs over one source.
+type GroupStatus struct {
+	Source  string      `json:"source"`
+	Records int         `json:"records"`
+	Jobs    []JobStatus `json:"jobs"`
+	Shared  int64       `json:"shared"` // records one read served several jobs
+}
+
+// JobStatus is one job.
+type JobStatus struct {
+	ID         string  `json:"id"`
+	Subset     int     `json:"subset"`
+	Epoch      int     `json:"epoch"`
+	Position   int     `json:"position"`
+	SamplesSec float64 `json:"samples_per_sec"`
+	Transform  string  `json:"transform,omitempty"`
+}
+
+// CacheStatus is the daemon's record cache.
+type CacheStatus struct {
+	Bytes     int64 `json:"bytes"`
+	Budget    int64 `json:"budget"`
+	Items     int   `json:"items"`
+	Hits      int64 `json:"hits"`
+	Misses    int64 `json:"misses"`
+	Evictions int64 `json:"evictions"`
 }
 
 // Info describes the dataset a job reads.
@@ -161,15 +268,29 @@ func Encode(m *Msg) ([]byte, error) {
 
 // Read reads one frame's header. The caller reads m.Payload bytes after it.
 func Read(r io.Reader) (*Msg, error) {
-	var n [4]byte
-	if _, err := io.ReadFull(r, n[:]); err != nil {
+	n, err := ReadLength(r, MaxHeader)
+	if err != nil {
 		return nil, err
 	}
-	size := binary.LittleEndian.Uint32(n[:])
-	if size > MaxHeader {
-		return nil, fmt.Errorf("%w: header of %d bytes", ErrFrame, size)
+	return ReadBody(r, n)
+}
+
+// ReadLength reads a frame's length prefix and checks it against max.
+func ReadLength(r io.Reader, max int) (int, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return 0, err
 	}
-	b := make([]byte, size)
+	size := binary.LittleEndian.Uint32(n[:])
+	if size > uint32(max) {
+		return 0, fmt.Errorf("%w: header of %d bytes, at most %d", ErrFrame, size, max)
+	}
+	return int(size), nil
+}
+
+// ReadBody reads and parses a header of n bytes.
+func ReadBody(r io.Reader, n int) (*Msg, error) {
+	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrFrame, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -70,7 +71,7 @@ records (--record-size, default 4096) is written first.`,
 				recSize = int(inf.Bytes / int64(ds.Len()))
 			}
 			if !jsonOut {
-				fmt.Printf("%s: %s, %d records of %d bytes (mean), %s; %s per measurement\n",
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s, %d records of %d bytes (mean), %s; %s per measurement\n",
 					path, inf.Format, ds.Len(), recSize, human(float64(inf.Bytes)), dur)
 			}
 			lim := bench.Limit{Duration: dur}
@@ -136,7 +137,7 @@ records (--record-size, default 4096) is written first.`,
 				}
 				report = append(report, modeReport{Mode: mode, Results: rs})
 				if !jsonOut {
-					printMode(mode, rs, inf.Bytes)
+					printMode(cmd.OutOrStdout(), mode, rs, inf.Bytes)
 				}
 			}
 			if jsonOut {
@@ -167,8 +168,8 @@ type modeReport struct {
 	Results []bench.Result `json:"results"`
 }
 
-func printMode(mode string, rs []bench.Result, datasetBytes int64) {
-	fmt.Printf("\n%s\n%-20s %12s %10s %12s %12s %10s\n", strings.ToUpper(mode), "", "samples/s", "MB/s", "reads/s", "device MB", "dev/data")
+func printMode(w io.Writer, mode string, rs []bench.Result, datasetBytes int64) {
+	fmt.Fprintf(w, "\n%s\n%-20s %12s %10s %12s %12s %10s\n", strings.ToUpper(mode), "", "samples/s", "MB/s", "reads/s", "device MB", "dev/data")
 	by := map[string]bench.Result{}
 	for _, r := range rs {
 		if strings.HasPrefix(r.Name, "fio") {
@@ -184,27 +185,27 @@ func printMode(mode string, rs []bench.Result, datasetBytes int64) {
 		if r.DevBytes >= 0 {
 			dev = fmt.Sprintf("%.1f", float64(r.DevBytes)/1e6)
 		}
-		fmt.Printf("%-20s %12.0f %10.1f %12.0f %12s %10s\n", r.Name, r.SamplesPerSec(), r.MBPerSec(), r.IOPS(), dev, amp)
+		fmt.Fprintf(w, "%-20s %12.0f %10.1f %12.0f %12s %10s\n", r.Name, r.SamplesPerSec(), r.MBPerSec(), r.IOPS(), dev, amp)
 	}
 	rf := by["riffle"]
 	if p, ok := by["pread"]; ok {
-		fmt.Printf("riffle / pread samples/s:      %.2fx\n", rf.SamplesPerSec()/p.SamplesPerSec())
+		fmt.Fprintf(w, "riffle / pread samples/s:      %.2fx\n", rf.SamplesPerSec()/p.SamplesPerSec())
 	}
 	if s, ok := by["sequential"]; ok {
-		fmt.Printf("riffle / sequential MB/s:      %.2fx\n", rf.MBPerSec()/s.MBPerSec())
+		fmt.Fprintf(w, "riffle / sequential MB/s:      %.2fx\n", rf.MBPerSec()/s.MBPerSec())
 	}
 	if f, ok := by["fio"]; ok {
-		fmt.Printf("riffle / fio reads/s:          %.2fx\n", rf.IOPS()/f.IOPS())
+		fmt.Fprintf(w, "riffle / fio reads/s:          %.2fx\n", rf.IOPS()/f.IOPS())
 	}
 	if ix, ok := by["index build"]; ok {
 		if s, ok := by["sequential"]; ok {
-			fmt.Printf("index build / sequential MB/s: %.2fx\n", ix.MBPerSec()/s.MBPerSec())
+			fmt.Fprintf(w, "index build / sequential MB/s: %.2fx\n", ix.MBPerSec()/s.MBPerSec())
 		}
 	}
 	for _, r := range rs {
 		if strings.HasPrefix(r.Name, "riffle ") {
 			if s, ok := by["sequential"]; ok {
-				fmt.Printf("%s / sequential MB/s: %.2fx, device bytes / record bytes %.2fx\n", r.Name, r.MBPerSec()/s.MBPerSec(), float64(r.DevBytes)/float64(r.Bytes))
+				fmt.Fprintf(w, "%s / sequential MB/s: %.2fx, device bytes / record bytes %.2fx\n", r.Name, r.MBPerSec()/s.MBPerSec(), float64(r.DevBytes)/float64(r.Bytes))
 			}
 		}
 	}

@@ -46,7 +46,7 @@ prints samples/s and MB/s.`,
 					defer os.RemoveAll(dir)
 				}
 				path := filepath.Join(dir, "records.bin")
-				fmt.Printf("writing %d records of %d bytes (%s) to %s\n", records, size, human(float64(records*size)), path)
+				fmt.Fprintf(cmd.OutOrStdout(), "writing %d records of %d bytes (%s) to %s\n", records, size, human(float64(records*size)), path)
 				if err := synth.WriteFixed(path, records, size, 0); err != nil {
 					return err
 				}
@@ -59,7 +59,7 @@ prints samples/s and MB/s.`,
 			}
 			defer ds.Close()
 			inf := ds.Info()
-			fmt.Printf("dataset: %s, %d records, %s\n", inf.Format, ds.Len(), human(float64(inf.Bytes)))
+			fmt.Fprintf(cmd.OutOrStdout(), "dataset: %s, %d records, %s\n", inf.Format, ds.Len(), human(float64(inf.Bytes)))
 			smp := sampler.Global{N: ds.Len(), Seed: seed}
 			for e := range epochs {
 				seen := make([]bool, ds.Len())
@@ -111,7 +111,7 @@ prints samples/s and MB/s.`,
 						return fmt.Errorf("epoch %d: record %d never came", e, id)
 					}
 				}
-				fmt.Printf("epoch %d: %d records, each exactly once: %.0f samples/s, %.1f MB/s\n", e, n, float64(n)/el, float64(bytes)/el/1e6)
+				fmt.Fprintf(cmd.OutOrStdout(), "epoch %d: %d records, each exactly once: %.0f samples/s, %.1f MB/s\n", e, n, float64(n)/el, float64(bytes)/el/1e6)
 			}
 			return nil
 		},

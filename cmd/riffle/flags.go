@@ -22,7 +22,7 @@ type datasetFlags struct {
 
 func (f *datasetFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.opts.Format, "format", "", "format: "+strings.Join(dataset.Formats, ", ")+" (default: from the file name)")
+	fl.StringVar(&f.opts.Format, "format", "", "format: "+strings.Join(dataset.Formats(), ", ")+" (default: from the file name)")
 	fl.IntVar(&f.opts.RecordSize, "record-size", 0, "bytes per record of a fixed-size file")
 	fl.Int64Var(&f.opts.HeaderBytes, "header-bytes", 0, "bytes to skip at the start of each fixed-size file")
 	fl.BoolVar(&f.opts.CSVHeader, "csv-header", false, "the first line of each CSV file names the columns")
@@ -92,3 +92,21 @@ func parseSize(s string) (int64, error) {
 	}
 	return int64(v * mult), nil
 }
+
+// sizeFlag is a byte size flag that takes units (4096, 64KiB, 4GiB).
+type sizeFlag struct{ v *int64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return ""
+	}
+	return strconv.FormatInt(*f.v, 10)
+}
+func (f sizeFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err == nil {
+		*f.v = n
+	}
+	return err
+}
+func (f sizeFlag) Type() string { return "size" }

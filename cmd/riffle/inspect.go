@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+
+	"github.com/riffle-ml/riffle/dataset"
 )
 
 func inspectCmd() *cobra.Command {
@@ -27,13 +29,13 @@ func inspectCmd() *cobra.Command {
 			}
 			defer ds.Close()
 			inf := ds.Info()
-			fmt.Printf("format:   %s\nfiles:    %d (%s)\nrecords:  %d\nbytes:    %s\n", inf.Format, len(inf.Paths), strings.Join(inf.Paths[:min(3, len(inf.Paths))], ", "), ds.Len(), human(float64(inf.Bytes)))
+			fmt.Fprintf(cmd.OutOrStdout(), "format:   %s\nfiles:    %d (%s)\nrecords:  %d\nbytes:    %s\n", inf.Format, len(inf.Paths), strings.Join(inf.Paths[:min(3, len(inf.Paths))], ", "), ds.Len(), human(float64(inf.Bytes)))
 			if inf.RecordSize > 0 {
-				fmt.Printf("record:   %d bytes", inf.RecordSize)
+				fmt.Fprintf(cmd.OutOrStdout(), "record:   %d bytes", inf.RecordSize)
 				if inf.Dtype != "" {
-					fmt.Printf(", dtype %s, shape %v", inf.Dtype, inf.Shape)
+					fmt.Fprintf(cmd.OutOrStdout(), ", dtype %s, shape %v", inf.Dtype, inf.Shape)
 				}
-				fmt.Println()
+				fmt.Fprintln(cmd.OutOrStdout())
 			} else {
 				// Sizes in power-of-two buckets.
 				var hist [64]int
@@ -43,7 +45,7 @@ func inspectCmd() *cobra.Command {
 					hist[bits.Len(uint(n))]++
 					lo, hi = min(lo, n), max(hi, n)
 				}
-				fmt.Printf("sizes:    %d to %d bytes, mean %.1f\n", lo, hi, float64(inf.Bytes)/float64(ds.Len()))
+				fmt.Fprintf(cmd.OutOrStdout(), "sizes:    %d to %d bytes, mean %.1f\n", lo, hi, float64(inf.Bytes)/float64(ds.Len()))
 				top := 0
 				for _, c := range hist {
 					top = max(top, c)
@@ -56,26 +58,28 @@ func inspectCmd() *cobra.Command {
 					if b > 0 {
 						from = 1 << (b - 1)
 					}
-					fmt.Printf("  %8d-%-8d %9d %s\n", from, 1<<b-1, c, strings.Repeat("#", max(1, 40*c/top)))
+					fmt.Fprintf(cmd.OutOrStdout(), "  %8d-%-8d %9d %s\n", from, 1<<b-1, c, strings.Repeat("#", max(1, 40*c/top)))
 				}
 			}
 			if len(inf.Classes) > 0 {
-				fmt.Printf("classes:  %d (%s)\n", len(inf.Classes), strings.Join(inf.Classes[:min(10, len(inf.Classes))], ", "))
+				fmt.Fprintf(cmd.OutOrStdout(), "classes:  %d (%s)\n", len(inf.Classes), strings.Join(inf.Classes[:min(10, len(inf.Classes))], ", "))
 			}
 			if inf.Header != "" {
-				fmt.Printf("header:   %s\n", inf.Header)
+				fmt.Fprintf(cmd.OutOrStdout(), "header:   %s\n", inf.Header)
 			}
+			framed, _ := ds.(dataset.Framed)
 			for id := range min(first, ds.Len()) {
 				loc := ds.Locate(id)
-				b := make([]byte, min(loc.Len, 256))
-				if err := ds.Object(loc.Object).ReadAt(context.Background(), b, loc.Off); err != nil {
+				b, err := readRecord(cmd.Context(), ds, framed, id)
+				if err != nil {
 					return err
 				}
+				b = b[:min(len(b), 256)]
 				label := ""
 				if l := ds.Label(id); l >= 0 {
 					label = fmt.Sprintf(" label %d (%s)", l, inf.Classes[l])
 				}
-				fmt.Printf("record %d: %s offset %d, %d bytes%s\n  %s\n", id, ds.Object(loc.Object).Name(), loc.Off, loc.Len, label, preview(b, loc.Len))
+				fmt.Fprintf(cmd.OutOrStdout(), "record %d: %s offset %d, %d bytes%s\n  %s\n", id, ds.Object(loc.Object).Name(), loc.Off, loc.Len, label, preview(b, loc.Len))
 			}
 			return nil
 		},
@@ -83,6 +87,26 @@ func inspectCmd() *cobra.Command {
 	df.register(cmd)
 	cmd.Flags().IntVar(&first, "first", 5, "how many records to show")
 	return cmd
+}
+
+// readRecord reads record id whole, in its frame if the format has one,
+// checking the frame (TFRecord CRCs, unless --skip-crc).
+func readRecord(ctx context.Context, ds dataset.Dataset, framed dataset.Framed, id int) ([]byte, error) {
+	loc := ds.Locate(id)
+	head, tail := 0, 0
+	if framed != nil {
+		head, tail = framed.Frame()
+	}
+	b := make([]byte, head+loc.Len+tail)
+	if err := ds.Object(loc.Object).ReadAt(ctx, b, loc.Off-int64(head)); err != nil {
+		return nil, err
+	}
+	if head+tail > 0 {
+		if err := framed.Verify(id, b); err != nil {
+			return nil, err
+		}
+	}
+	return b[head : head+loc.Len], nil
 }
 
 // preview shows text as text and anything else as hex.

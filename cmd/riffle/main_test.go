@@ -13,18 +13,13 @@ import (
 	"github.com/riffle-ml/riffle/internal/synth"
 )
 
-// run executes one subcommand and returns what it printed on stdout.
+// run executes one subcommand and returns what it printed on its output.
 func run(t *testing.T, cmd *cobra.Command, args ...string) (string, error) {
 	t.Helper()
-	r, w, _ := os.Pipe()
-	old := os.Stdout
-	os.Stdout = w
+	var out bytes.Buffer
+	cmd.SetOut(&out)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(context.Background())
-	w.Close()
-	os.Stdout = old
-	var out bytes.Buffer
-	out.ReadFrom(r)
 	return out.String(), err
 }
 
@@ -101,8 +96,14 @@ func TestQuality(t *testing.T) {
 	if !strings.Contains(out, "global                         100.0%") || !strings.Contains(out, "sequential                       0.0%") {
 		t.Fatalf("quality printed:\n%s", out)
 	}
-	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
+	b, err := os.ReadFile(svg)
+	if err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
 		t.Fatalf("no plot: %v", err)
+	}
+	for _, label := range []string{"position in the epoch (records)", "record id"} {
+		if !bytes.Contains(b, []byte(label)) {
+			t.Fatalf("the plot has no axis %q", label)
+		}
 	}
 }
 
@@ -123,5 +124,74 @@ func TestTrain(t *testing.T) {
 	}
 	if !strings.Contains(seq, "not in 4") || strings.Contains(global, "not in") {
 		t.Fatalf("on sorted data global should reach the target and sequential not:\n%s", out)
+	}
+}
+
+// A blank line in a LIBSVM file is no record and breaks no read.
+func TestDemoOnBlankLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "b.svm")
+	os.WriteFile(p, []byte("1 1:1\n\n2 2:2\n"), 0o644)
+	out, err := run(t, demoCmd(), p, "--epochs", "1")
+	if err != nil || !strings.Contains(out, "2 records, each exactly once") {
+		t.Fatalf("demo on a file with a blank line: %v\n%s", err, out)
+	}
+}
+
+// inspect checks the CRCs of the TFRecords it shows, unless --skip-crc.
+func TestInspectChecksTFRecordCRC(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.tfrecord")
+	synth.WriteTFRecord(p, 3)
+	b, _ := os.ReadFile(p)
+	b[20] ^= 1 // inside the first record's data
+	os.WriteFile(p, b, 0o644)
+	if _, err := run(t, inspectCmd(), p); err == nil || !strings.Contains(err.Error(), "CRC") || !strings.Contains(err.Error(), p) {
+		t.Fatalf("inspect of a corrupt TFRecord: %v", err)
+	}
+	if out, err := run(t, inspectCmd(), p, "--skip-crc"); err != nil || !strings.Contains(out, "records:  3") {
+		t.Fatalf("inspect --skip-crc: %v\n%s", err, out)
+	}
+}
+
+// index --verify says it verified the index, not the data; --data reads
+// and checks the records too.
+func TestIndexVerifySaysWhat(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.tfrecord")
+	synth.WriteTFRecord(p, 30)
+	if _, err := run(t, indexCmd(), p); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, indexCmd(), p, "--verify")
+	if err != nil || !strings.Contains(out, "index verified") || !strings.Contains(out, "records not read") {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	out, err = run(t, indexCmd(), p, "--verify", "--data")
+	if err != nil || !strings.Contains(out, "data verified: 30 records read, each CRC checked") {
+		t.Fatalf("verify --data: %v\n%s", err, out)
+	}
+	b, _ := os.ReadFile(p)
+	b[len(b)-6] ^= 1
+	os.WriteFile(p, b, 0o644)
+	if _, err := run(t, indexCmd(), p, "--data"); err == nil || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("--data over a corrupt record: %v", err)
+	}
+}
+
+// A record size means fixed: no --format needed.
+func TestRecordSizeImpliesFixed(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.f32")
+	os.WriteFile(p, make([]byte, 260*4), 0o644)
+	out, err := run(t, inspectCmd(), p, "--record-size", "260")
+	if err != nil || !strings.Contains(out, "format:   fixed") || !strings.Contains(out, "records:  4") {
+		t.Fatalf("inspect with --record-size: %v\n%s", err, out)
+	}
+}
+
+// Errors name the flag a user types.
+func TestErrorsNameFlags(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "odd.bin")
+	os.WriteFile(p, make([]byte, 1000), 0o644)
+	_, err := run(t, inspectCmd(), p, "--record-size", "64")
+	if err == nil || !strings.Contains(err.Error(), "--drop-partial") || strings.Contains(err.Error(), "DropPartialTail") {
+		t.Fatalf("partial record: %v", err)
 	}
 }

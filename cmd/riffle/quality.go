@@ -31,7 +31,7 @@ over its first 1%.`,
 			locate := func(id int) (int, int64, int) { return 0, int64(id) * int64(size), size }
 			sf.RecordSize = size
 			var panels []quality.Panel
-			fmt.Printf("%d records of %d bytes, batches of %d, %d epochs\n\n%-28s %8s %16s %14s\n", records, size, batch, eps, "sampler", "RL", "neighbours/full", "displacement")
+			fmt.Fprintf(cmd.OutOrStdout(), "%d records of %d bytes, batches of %d, %d epochs\n\n%-28s %8s %16s %14s\n", records, size, batch, eps, "sampler", "RL", "neighbours/full", "displacement")
 			for _, k := range sf.list() {
 				s, name, err := sf.build(k, records, locate)
 				if err != nil {
@@ -39,7 +39,7 @@ over its first 1%.`,
 				}
 				rl, _ := quality.RL(s)
 				m := quality.Measure(s, batch, eps)
-				fmt.Printf("%-28s %7.1f%% %15.1fx %14.2f\n", name, 100*rl, m.NeighbourRatio, m.Displacement)
+				fmt.Fprintf(cmd.OutOrStdout(), "%-28s %7.1f%% %15.1fx %14.2f\n", name, 100*rl, m.NeighbourRatio, m.Displacement)
 				panels = append(panels, quality.Panel{Name: name, Sampler: s},
 					quality.Panel{Name: name + ": positions 0-" + fmt.Sprint(records/100), Sampler: s, To: records / 100})
 			}
@@ -52,7 +52,7 @@ over its first 1%.`,
 				if err := quality.SVG(f, panels, 0, 1500); err != nil {
 					return err
 				}
-				fmt.Println("\nwrote", svg)
+				fmt.Fprintln(cmd.OutOrStdout(), "\nwrote", svg)
 			}
 			return nil
 		},

@@ -29,9 +29,14 @@ and loads batches for any number of clients, passing them through shared
 memory. The Python client starts one by itself when none answers; run it by
 hand to choose its options. The protocol is in docs/protocol.md.
 
---root limits the files jobs may read to those directories. --tcp adds a
-listener for remote clients (batches then travel over the socket); an
-address beyond loopback requires --token.`,
+--root limits the files jobs may read to those directories: every file is
+opened through them, so no symlink leads out, and indexes are written beside
+the data there. Without --root the daemon reads any file its user can, and
+keeps indexes only in its cache directory. --tcp adds a listener for remote
+clients (batches then travel over the socket); every TCP client needs the
+token (--token, $RIFFLE_TOKEN, or one the daemon makes and writes next to
+the socket, mode 0600). The socket's directory must belong to you with mode
+0700.`,
 		Example: "  riffle serve\n  riffle serve --root /data --tcp 127.0.0.1:7470",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -69,6 +74,9 @@ address beyond loopback requires --token.`,
 	fl.StringVar(&s.Token, "token", "", "token TCP clients must present (default $RIFFLE_TOKEN)")
 	fl.StringSliceVar(&s.Roots, "root", nil, "only serve files under this directory (repeatable)")
 	fl.DurationVar(&s.IdleExit, "idle-exit", 0, "exit after this long without clients (0: never)")
+	fl.IntVar(&s.MaxConns, "max-conns", 256, "connections served at once")
+	fl.StringVar(&s.IndexDir, "index-dir", "", "where to keep indexes (default $XDG_CACHE_HOME/riffle)")
+	fl.Var(sizeFlag{&s.CacheBytes}, "cache-bytes", "the record cache's budget, like 8GiB (default a quarter of the memory the daemon may use)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log every request")
 	fl.BoolVar(&quiet, "quiet", false, "log only warnings; exit quietly if another daemon serves the socket")
 	return cmd

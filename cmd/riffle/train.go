@@ -55,7 +55,7 @@ a temporary directory and used.`,
 			if err != nil {
 				return err
 			}
-			fmt.Printf("%s: %d examples, %d features, batches of %d, lr %g\n", args[0], len(data.Rows), data.Dim, cfg.BatchSize, cfg.LR)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d examples, %d features, batches of %d, lr %g\n", args[0], len(data.Rows), data.Dim, cfg.BatchSize, cfg.LR)
 			locate := dataset.Locator(ds)
 			sf.RecordSize = ds.Info().RecordSize
 			if cfg.Target == 0 {
@@ -69,9 +69,9 @@ a temporary directory and used.`,
 					best = min(best, l)
 				}
 				cfg.Target = best + margin
-				fmt.Printf("target loss %.4f (global shuffle's best in %d epochs + %.3f)\n", cfg.Target, len(r.Losses), margin)
+				fmt.Fprintf(cmd.OutOrStdout(), "target loss %.4f (global shuffle's best in %d epochs + %.3f)\n", cfg.Target, len(r.Losses), margin)
 			}
-			fmt.Printf("\n%-28s %18s %12s %12s\n", "sampler", "epochs to target", "seconds", "final loss")
+			fmt.Fprintf(cmd.OutOrStdout(), "\n%-28s %18s %12s %12s\n", "sampler", "epochs to target", "seconds", "final loss")
 			for _, k := range sf.list() {
 				s, name, err := sf.build(k, ds.Len(), locate)
 				if err != nil {
@@ -85,7 +85,7 @@ a temporary directory and used.`,
 				if r.Epochs == 0 {
 					eps = fmt.Sprintf("not in %d", len(r.Losses))
 				}
-				fmt.Printf("%-28s %18s %12.3f %12.4f\n", name, eps, r.Seconds, r.Losses[len(r.Losses)-1])
+				fmt.Fprintf(cmd.OutOrStdout(), "%-28s %18s %12.3f %12.4f\n", name, eps, r.Seconds, r.Losses[len(r.Losses)-1])
 			}
 			return nil
 		},

@@ -1,0 +1,313 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/wire"
+)
+
+// conn is one client connection. Its reader reads frames for as long as
+// the connection lives and never waits on a job: releases take effect at
+// once, opens and closes run in goroutines of their own, and each job's
+// next requests queue for its own worker. Replies carry their request's
+// tag; a writer lock keeps frames whole.
+type conn struct {
+	s      *Server
+	c      net.Conn
+	unix   *net.UnixConn // nil over TCP: batches travel inline
+	authed bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // opens, closes and job workers
+
+	wmu sync.Mutex
+	w   *bufio.Writer
+
+	mu     sync.Mutex
+	jobs   map[int]*job
+	nextID int
+	opens  chan struct{} // opens in flight
+}
+
+// maxOpens bounds the opens in flight on one connection, loaderMaxLocate
+// the records one locate asks about.
+const (
+	maxOpens        = 8
+	loaderMaxLocate = 1 << 16
+)
+
+func (s *Server) serveConn(parent context.Context, c net.Conn) {
+	s.clients.Add(1)
+	s.poke()
+	defer func() {
+		s.clients.Add(-1)
+		s.poke()
+	}()
+	cn := &conn{s: s, c: c, w: bufio.NewWriter(c), jobs: map[int]*job{}, opens: make(chan struct{}, maxOpens)}
+	cn.ctx, cn.cancel = context.WithCancel(parent)
+	if uc, ok := c.(*net.UnixConn); ok {
+		cn.unix = uc
+		cn.authed = true // the socket's mode (0600, in a private directory) admits only its owner
+	} else {
+		wait := s.helloWait
+		if wait == 0 {
+			wait = helloTimeout
+		}
+		c.SetReadDeadline(time.Now().Add(wait))
+	}
+	stop := context.AfterFunc(cn.ctx, func() { c.Close() })
+	defer stop()
+	defer cn.closeAll()
+	defer cn.cancel()
+	r := bufio.NewReader(c)
+	for {
+		limit := wire.MaxHeader
+		if !cn.authed {
+			limit = wire.MaxHelloHeader
+		}
+		n, err := wire.ReadLength(r, limit)
+		if err != nil {
+			cn.logEnd(err)
+			return
+		}
+		// The rest of a frame must follow promptly; before the hello,
+		// within the hello's deadline.
+		if cn.authed {
+			c.SetReadDeadline(time.Now().Add(frameTimeout))
+		}
+		m, err := wire.ReadBody(r, n)
+		if err != nil {
+			cn.logEnd(err)
+			return
+		}
+		if cn.authed {
+			c.SetReadDeadline(time.Time{})
+		}
+		if !cn.dispatch(m) {
+			return
+		}
+	}
+}
+
+func (cn *conn) logEnd(err error) {
+	if !errors.Is(err, io.EOF) && cn.ctx.Err() == nil {
+		slog.Debug("client read", "err", err)
+	}
+}
+
+// closeAll closes the connection's jobs and waits for every goroutine.
+func (cn *conn) closeAll() {
+	cn.cancel()
+	cn.mu.Lock()
+	jobs := cn.jobs
+	cn.jobs = map[int]*job{}
+	cn.mu.Unlock()
+	for _, j := range jobs {
+		j.close()
+		cn.s.jobs.Add(-1)
+	}
+	cn.wg.Wait()
+}
+
+// reply writes one frame and flushes it.
+func (cn *conn) reply(m *wire.Msg, payload ...[]byte) error {
+	cn.wmu.Lock()
+	defer cn.wmu.Unlock()
+	// A client that stops reading loses its connection instead of
+	// holding a job's worker in a write for ever.
+	cn.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := wire.Write(cn.w, m, payload...); err != nil {
+		return err
+	}
+	return cn.w.Flush()
+}
+
+func (cn *conn) fail(tag uint64, err error) error {
+	m := &wire.Msg{Op: wire.OpError, Tag: tag, Message: err.Error()}
+	where(err, m)
+	return cn.reply(m)
+}
+
+// dispatch handles one request; false ends the connection.
+func (cn *conn) dispatch(m *wire.Msg) bool {
+	if !cn.authed && m.Op != wire.OpHello {
+		cn.fail(m.Tag, errors.New("say hello with the daemon's token first"))
+		return false
+	}
+	switch m.Op {
+	case wire.OpHello:
+		if m.Version != wire.Version {
+			cn.fail(m.Tag, fmt.Errorf("protocol version %d, the daemon speaks %d", m.Version, wire.Version))
+			return cn.authed
+		}
+		if !cn.authed && !tokenOK(m.Token, cn.s.token) {
+			cn.s.fails.wait()
+			cn.fail(m.Tag, errors.New("wrong token"))
+			return false
+		}
+		cn.authed = true
+		cn.c.SetReadDeadline(time.Time{})
+		return cn.reply(&wire.Msg{Op: wire.OpHello, Tag: m.Tag, Version: wire.Version, Server: cn.s.Version}) == nil
+	case wire.OpOpen:
+		select {
+		case cn.opens <- struct{}{}:
+		default:
+			return cn.fail(m.Tag, fmt.Errorf("%d opens already in flight on this connection", maxOpens)) == nil
+		}
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			defer func() { <-cn.opens }()
+			cn.open(m)
+		}()
+	case wire.OpNext:
+		cn.mu.Lock()
+		j, ok := cn.jobs[m.Job]
+		cn.mu.Unlock()
+		if !ok {
+			return cn.fail(m.Tag, fmt.Errorf("no job %d", m.Job)) == nil
+		}
+		select {
+		case j.reqs <- m.Tag:
+		default:
+			return cn.fail(m.Tag, fmt.Errorf("job %d has %d requests waiting already", m.Job, maxQueued)) == nil
+		}
+	case wire.OpRelease:
+		cn.mu.Lock()
+		j, ok := cn.jobs[m.Job]
+		cn.mu.Unlock()
+		if ok {
+			j.release(m.Seqs)
+		}
+		// No reply: releases ride ahead of the next request.
+	case wire.OpClose:
+		cn.mu.Lock()
+		j, ok := cn.jobs[m.Job]
+		delete(cn.jobs, m.Job)
+		cn.mu.Unlock()
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			if ok {
+				j.close()
+				cn.s.jobs.Add(-1)
+			}
+			cn.reply(&wire.Msg{Op: wire.OpClosed, Tag: m.Tag, Job: m.Job})
+		}()
+	case wire.OpLocate:
+		cn.mu.Lock()
+		j, ok := cn.jobs[m.Job]
+		cn.mu.Unlock()
+		if !ok {
+			return cn.fail(m.Tag, fmt.Errorf("no job %d", m.Job)) == nil
+		}
+		if len(m.IDs) > loaderMaxLocate {
+			return cn.fail(m.Tag, fmt.Errorf("locate: %d records, at most %d", len(m.IDs), loaderMaxLocate)) == nil
+		}
+		r, err := j.locate(m.IDs)
+		if err != nil {
+			return cn.fail(m.Tag, err) == nil
+		}
+		r.Tag = m.Tag
+		return cn.reply(r) == nil
+	case wire.OpStats:
+		return cn.reply(&wire.Msg{Op: wire.OpStats, Tag: m.Tag, Jobs: int(cn.s.jobs.Load()), Clients: int(cn.s.clients.Load())}) == nil
+	case wire.OpStatus:
+		return cn.reply(&wire.Msg{Op: wire.OpStatus, Tag: m.Tag, Status: cn.s.status()}) == nil
+	default:
+		return cn.fail(m.Tag, fmt.Errorf("unknown op %q", m.Op)) == nil
+	}
+	return true
+}
+
+// open opens a job and starts its worker.
+func (cn *conn) open(m *wire.Msg) {
+	j, err := cn.s.openJob(cn.ctx, m.Spec, cn.unix != nil)
+	if err != nil {
+		if cn.ctx.Err() == nil {
+			cn.fail(m.Tag, err)
+		}
+		return
+	}
+	cn.mu.Lock()
+	if cn.ctx.Err() != nil {
+		cn.mu.Unlock()
+		j.close()
+		return
+	}
+	cn.nextID++
+	j.id = cn.nextID
+	cn.jobs[j.id] = j
+	cn.s.jobs.Add(1)
+	cn.mu.Unlock()
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		cn.work(j)
+	}()
+	r := j.opened()
+	r.Tag = m.Tag
+	if cn.unix == nil {
+		cn.reply(r)
+		return
+	}
+	b, err := wire.Encode(r)
+	if err != nil {
+		return
+	}
+	cn.wmu.Lock()
+	defer cn.wmu.Unlock()
+	cn.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := cn.w.Flush(); err != nil {
+		return
+	}
+	cn.unix.WriteMsgUnix(b, unix.UnixRights(j.arena.Fd()), nil)
+}
+
+// work serves a job's next requests in order until the job closes; the
+// requests still queued then are answered with an error.
+func (cn *conn) work(j *job) {
+	defer close(j.done)
+	for {
+		select {
+		case tag := <-j.reqs:
+			r, payload, err := j.next(j.ctx)
+			if err != nil {
+				if j.ctx.Err() != nil {
+					cn.fail(tag, fmt.Errorf("job %d closed", j.id))
+					continue
+				}
+				cn.fail(tag, err)
+				continue
+			}
+			r.Tag = tag
+			err = cn.reply(r, payload...)
+			if j.inline && r.Op == wire.OpBatch {
+				j.release([]uint64{r.Seq})
+			}
+			if err != nil {
+				cn.cancel()
+			}
+		case <-j.ctx.Done():
+			for {
+				select {
+				case tag := <-j.reqs:
+					cn.fail(tag, fmt.Errorf("job %d closed", j.id))
+				default:
+					return
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// confined makes a root with one file inside, a secret outside and links
+// to both, and a store confined to the root.
+func confined(t *testing.T) (l *Local, root, inside, secret string) {
+	t.Helper()
+	dir := t.TempDir()
+	root = filepath.Join(dir, "root")
+	os.MkdirAll(filepath.Join(root, "sub"), 0o755)
+	inside = filepath.Join(root, "sub", "in.bin")
+	os.WriteFile(inside, []byte("inside bytes"), 0o644)
+	secret = filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte("the secret!!"), 0o644)
+	os.Symlink(secret, filepath.Join(root, "out-link"))
+	os.Symlink(inside, filepath.Join(root, "in-link"))
+	l, err := NewLocal(false, []string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, root, inside, secret
+}
+
+func TestConfinedOpen(t *testing.T) {
+	l, root, inside, secret := confined(t)
+	ctx := context.Background()
+	for _, ok := range []string{inside, filepath.Join(root, "in-link"), filepath.Join(root, "sub", "..", "sub", "in.bin")} {
+		r, err := l.Open(ctx, ok)
+		if err != nil {
+			t.Fatalf("%s: %v", ok, err)
+		}
+		r.Close()
+	}
+	for _, bad := range []string{secret, filepath.Join(root, "out-link"), filepath.Join(root, "..", "secret")} {
+		_, err := l.Open(ctx, bad)
+		var se *Error
+		if !errors.Is(err, ErrOutsideRoots) || !errors.As(err, &se) || se.Object != bad {
+			t.Fatalf("%s: %v, want an error naming it as outside the roots", bad, err)
+		}
+		if _, err := l.Stat(ctx, bad); !errors.Is(err, ErrOutsideRoots) {
+			t.Fatalf("stat %s: %v", bad, err)
+		}
+	}
+}
+
+// A link swapped between an inside and an outside target while opens
+// happen never yields the outside file: what is opened is what was checked.
+func TestConfinedSwapRace(t *testing.T) {
+	l, root, inside, secret := confined(t)
+	link := filepath.Join(root, "swap")
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tmp := link + ".tmp"
+		for i := 0; !stop.Load(); i++ {
+			target := inside
+			if i%2 == 1 {
+				target = secret
+			}
+			os.Remove(tmp)
+			os.Symlink(target, tmp)
+			os.Rename(tmp, link)
+		}
+	}()
+	deadline := time.Now().Add(500 * time.Millisecond)
+	opens := 0
+	for time.Now().Before(deadline) {
+		r, err := l.Open(context.Background(), link)
+		if err != nil {
+			continue
+		}
+		b := make([]byte, 12)
+		r.ReadAt(context.Background(), b, 0)
+		r.Close()
+		opens++
+		if bytes.Equal(b, []byte("the secret!!")) {
+			stop.Store(true)
+			wg.Wait()
+			t.Fatal("a confined open read the file outside the root")
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if opens == 0 {
+		t.Fatal("no open succeeded: the race was not exercised")
+	}
+}
+
+// A FIFO, a device or a socket is refused at once, never opened for a
+// read that would block.
+func TestNotRegularRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := NewLocal(false, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Open(context.Background(), fifo)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("open of a FIFO: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("open of a FIFO blocked")
+	}
+	if _, err := l.Open(context.Background(), "/dev/zero"); !errors.Is(err, ErrNotRegular) {
+		t.Fatalf("open of /dev/zero: %v", err)
+	}
+}
+
+// Small files (sidecar indexes) are read only if regular, not links, and
+// within their bound.
+func TestReadFileBounds(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := NewLocal(false, nil)
+	ctx := context.Background()
+	p := filepath.Join(dir, "small")
+	os.WriteFile(p, []byte("0123456789"), 0o644)
+	if b, err := l.ReadFile(ctx, p, 10); err != nil || string(b) != "0123456789" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	if _, err := l.ReadFile(ctx, p, 9); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("read over its bound: %v", err)
+	}
+	z := filepath.Join(dir, "zero")
+	os.Symlink("/dev/zero", z)
+	if _, err := l.ReadFile(ctx, z, 1<<20); err == nil {
+		t.Fatal("read a link to /dev/zero")
+	}
+}
+
+// Walking a confined tree follows links to files inside the roots and
+// fails, naming it, on a link that leads out.
+func TestConfinedWalk(t *testing.T) {
+	l, root, _, _ := confined(t)
+	err := l.Walk(context.Background(), root, func(string, ObjectInfo) error { return nil })
+	if !errors.Is(err, ErrOutsideRoots) {
+		t.Fatalf("walk with a link out: %v", err)
+	}
+	os.Remove(filepath.Join(root, "out-link"))
+	var names []string
+	if err := l.Walk(context.Background(), root, func(p string, info ObjectInfo) error {
+		if !info.Dir {
+			names = append(names, filepath.Base(p))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 2 || names[0] != "in-link" || names[1] != "in.bin" {
+		t.Fatalf("walked %v", names)
+	}
+}
