@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Installs what riffle's tests and benchmarks need from Debian's packages,
-# only when something is missing: real PyTorch and numpy for the Python
-# client's tests, pytest to run them, fio for the benchmarks' device ceiling.
+# only when something is missing: real PyTorch, torchvision, numpy and
+# Pillow for the Python client's tests and examples, scikit-learn as an
+# independent LIBSVM reader, pytest to run them, fio for the benchmarks'
+# device ceiling.
 set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3-numpy)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
+/usr/bin/python3 -c 'import PIL' 2>/dev/null || need+=(python3-pil)
+/usr/bin/python3 -c 'import torchvision' 2>/dev/null || need+=(python3-torchvision)
+/usr/bin/python3 -c 'import sklearn' 2>/dev/null || need+=(python3-sklearn)
 command -v fio >/dev/null || need+=(fio)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

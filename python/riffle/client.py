@@ -10,18 +10,23 @@ only when the last reference goes is the region given back to the daemon
 for a later batch.
 
 If no daemon answers at the socket, the client starts one and later clients
-on the machine share it.
+on the machine share it. The socket's directory must belong to this user
+with mode 0700, and the daemon answering must run as this user: otherwise
+someone else could stand in for the daemon.
 """
 
 from __future__ import annotations
 
 import array
+import base64
 import collections
 import gc
 import mmap
 import os
 import shutil
 import socket
+import stat
+import struct
 import subprocess
 import threading
 import time
@@ -47,6 +52,10 @@ class DaemonGone(RiffleError):
     """The daemon closed the connection or stopped answering."""
 
 
+class UnsafeSocket(RiffleError):
+    """The socket's directory, or the daemon behind it, is not this user's."""
+
+
 def default_socket() -> str:
     """Where the daemon listens: $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock or /tmp/riffle-UID/riffle.sock."""
     if os.environ.get("RIFFLE_SOCKET"):
@@ -56,13 +65,34 @@ def default_socket() -> str:
     return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"riffle-{os.getuid()}", "riffle.sock")
 
 
+def private_dir(path: str, create: bool) -> None:
+    """Check that ``path`` is a directory of this user's that no one else may enter (mode 0700), making it if asked."""
+    if create:
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise UnsafeSocket(f"cannot make the socket directory {path}: {e}") from None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeSocket(f"the socket directory {path} is not a directory")
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise UnsafeSocket(f"the socket directory {path} belongs to uid {st.st_uid} with mode {st.st_mode & 0o777:04o}; "
+                           f"riffle needs one of uid {os.geteuid()} with mode 0700 (remove it, or set RIFFLE_SOCKET)")
+
+
 def find_binary() -> str:
-    """The riffle binary: $RIFFLE_BIN, ``riffle`` on PATH, or this repository's bin/riffle (built if need be)."""
+    """The riffle binary: $RIFFLE_BIN, the one installed with this package, ``riffle`` on PATH, or this repository's bin/riffle (built if need be)."""
     env = os.environ.get("RIFFLE_BIN")
     if env:
         return env
+    bundled = Path(__file__).resolve().parent / "bin" / "riffle"
+    if bundled.exists():
+        return str(bundled)
     found = shutil.which("riffle")
-    if found:
+    if found and not found.endswith(".py"):
         return found
     repo = Path(__file__).resolve().parents[2]
     built = repo / "bin" / "riffle"
@@ -76,8 +106,9 @@ def find_binary() -> str:
 
 def start_daemon(sock_path: str, timeout: float = 30.0, idle_exit: str = "300s") -> None:
     """Start a daemon on ``sock_path`` and wait until it answers."""
-    os.makedirs(os.path.dirname(sock_path), mode=0o700, exist_ok=True)
-    log = open(sock_path + ".log", "ab")
+    d = os.path.dirname(sock_path)
+    private_dir(d, create=True)
+    log = open(sock_path + ".log", "ab")  # inside the private directory checked above
     subprocess.Popen(
         [find_binary(), "serve", "--socket", sock_path, "--idle-exit", idle_exit, "--quiet"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
@@ -102,9 +133,29 @@ def wait_for_socket(path: str, timeout: float) -> bool:
     return False
 
 
+def _peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def _token_for(address: str) -> str:
+    """The token for a TCP daemon: $RIFFLE_TOKEN, or the one the local daemon wrote next to its socket."""
+    if os.environ.get("RIFFLE_TOKEN"):
+        return os.environ["RIFFLE_TOKEN"]
+    path = default_socket() + ".token"
+    try:
+        private_dir(os.path.dirname(path), create=False)
+        with open(path) as f:
+            return f.read().strip()
+    except (OSError, UnsafeSocket):
+        return ""
+
+
 class Connection:
     """One connection to the daemon, used by one thread at a time.
 
+    Every request carries a tag that its reply echoes: replies to requests
+    of different jobs may come back in another order than they were sent.
     Releases of batches the user dropped are queued by finalizers (from any
     thread) and sent ahead of the next request.
     """
@@ -119,15 +170,17 @@ class Connection:
         self._fds: collections.deque[list[int]] = collections.deque()
         self._buf = bytearray()
         self._tag = 0
-        self._pending: collections.deque[int] = collections.deque()
         self._stash: dict[int, tuple] = {}
+        self._waiting: set[int] = set()
         self._dropped: set[int] = set()
         if address:
             host, port = address.rsplit(":", 1)
             self.sock = socket.create_connection((host, int(port)), timeout=timeout)
             self.shm = False
+            token = token or _token_for(address)
         else:
             path = sock_path or default_socket()
+            private_dir(os.path.dirname(path), create=False)
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 self.sock.connect(path)
@@ -137,9 +190,13 @@ class Connection:
                 start_daemon(path)
                 self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 self.sock.connect(path)
+            uid = _peer_uid(self.sock)
+            if uid != os.geteuid():
+                self.sock.close()
+                raise UnsafeSocket(f"the process answering at {path} runs as uid {uid}, not as you (uid {os.geteuid()})")
             self.shm = True
         self.sock.settimeout(timeout)
-        hello = self.request({"op": wire.OP_HELLO, "version": wire.VERSION, "token": token or os.environ.get("RIFFLE_TOKEN", "")})
+        hello = self.request({"op": wire.OP_HELLO, "version": wire.VERSION, "token": token or ""})
         self.server = hello[0].get("server", "")
 
     def close(self) -> None:
@@ -189,19 +246,14 @@ class Connection:
             self._buf += data
 
     def send(self, msg: dict[str, Any]) -> int:
-        """Send one request (after any queued releases); return the tag :meth:`receive` takes.
-
-        Replies come in request order. Several loaders may share a connection
-        and leave a request unanswered (an abandoned iterator), so a reply
-        read for another tag is kept for its owner, or dropped if the owner
-        gave up on it.
-        """
+        """Send one request (after any queued releases); return the tag :meth:`receive` takes."""
         if os.getpid() != self.pid:
             raise RiffleError("a riffle connection cannot cross fork(); each process connects itself")
         self._flush_releases()
-        self._send(msg)
         self._tag += 1
-        self._pending.append(self._tag)
+        msg = dict(msg, tag=self._tag)
+        self._send(msg)
+        self._waiting.add(self._tag)
         return self._tag
 
     def _read_reply(self) -> tuple[dict[str, Any], bytes | None, list[int]]:
@@ -213,9 +265,8 @@ class Connection:
         self._fill(total)
         payload = bytes(self._buf[4 + n : total]) if reply.get("payload") else None
         del self._buf[:total]
-        # Only "opened" frames carry descriptors (one arena each), and they
-        # arrive with the frame's bytes, though a read may also take earlier
-        # frames along: hand them out in order to the opened frames.
+        # Only "opened" frames carry descriptors (one arena each), with the
+        # first byte of the frame: hand them to the opened frames in order.
         fds = self._fds.popleft() if reply["op"] == wire.OP_OPENED and reply.get("arena_size") and self._fds else []
         return reply, payload, fds
 
@@ -228,16 +279,17 @@ class Connection:
                 self.sock.settimeout(timeout)
             try:
                 while True:
-                    head = self._pending.popleft()
                     got = self._read_reply()
-                    if head == tag:
+                    t = got[0].get("tag", 0)
+                    self._waiting.discard(t)
+                    if t == tag:
                         break
-                    if head in self._dropped:
-                        self._dropped.discard(head)
+                    if t in self._dropped:
+                        self._dropped.discard(t)
                         for fd in got[2]:
                             os.close(fd)
                     else:
-                        self._stash[head] = got
+                        self._stash[t] = got
             finally:
                 if timeout is not None:
                     self.sock.settimeout(self.timeout)
@@ -253,7 +305,7 @@ class Connection:
         if tag in self._stash:
             for fd in self._stash.pop(tag)[2]:
                 os.close(fd)
-        elif tag in self._pending:
+        elif tag in self._waiting:
             self._dropped.add(tag)
 
     def request(self, msg: dict[str, Any], timeout: float | None = None) -> tuple[dict[str, Any], bytes | None, list[int]]:
@@ -291,21 +343,24 @@ class Batch:
 
     ``raw`` is the batch's bytes as a uint8 array in shared memory; the
     region returns to the daemon only when no array or memoryview made from
-    the batch is alive any more.
+    the batch is alive any more. ``state`` is the loader's place after this
+    batch (what ``state_dict()`` returns then).
     """
 
-    __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "_dtype", "_shape",
-                 "__weakref__")
+    __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "state",
+                 "_dtype", "_shape", "__weakref__")
 
     def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict,
-                 dtype=None, shape=None):
+                 dtype=None, shape=None, state: dict | None = None):
         self._dtype, self._shape = dtype, shape
         self.epoch, self.index, self.last = epoch, index, last
         self.n = len(ids)
         self.ids, self.offs, self.lens, self.labels = ids, offs, lens, labels
         self.raw = raw
         self.info = info
-        # Packed: records back to back from offset 0, as fixed-size records read without O_DIRECT are.
+        self.state = state
+        # Packed: records back to back from offset 0 in their order, as
+        # fixed-size records of a global shuffle read without O_DIRECT are.
         self.packed = bool(self.n == 0 or (offs[-1] + lens[-1] == len(raw) and lens.sum() == len(raw) and offs[0] == 0
                                            and (self.n < 2 or np.array_equal(offs[1:], np.cumsum(lens[:-1])))))
 
@@ -348,72 +403,136 @@ def _release(conn_ref, job: int, seq: int) -> None:
         conn.queue_release(job, seq)
 
 
+class _Job:
+    """An open job: its connection, shared memory and place."""
+
+    def __init__(self, conn: Connection, reply: dict, mm: mmap.mmap | None, epoch: int, batch: int):
+        self.conn, self.reply, self.mm = conn, reply, mm
+        self.id = reply["job"]
+        self.epoch, self.batch = epoch, batch  # the next batch it delivers
+
+    def close(self) -> None:
+        try:
+            self.conn.drop(self.conn.send({"op": wire.OP_CLOSE, "job": self.id}))
+        except RiffleError:
+            pass
+        # The mmap stays mapped while any batch's arrays refer to it.
+
+
+def _close_job(job: _Job | None) -> None:
+    if job is not None:
+        job.close()
+
+
+def _abspath(p) -> str:
+    p = os.fspath(p)
+    return p if "://" in p else os.path.abspath(p)
+
+
 class Loader:
     """An iterable of batches of a dataset in a global shuffle, one epoch per iteration.
 
     ``paths`` is a file, a glob, a directory (ImageFolder) or a list of
     those. ``batch.data`` gives fixed-size records as an ``(n, ...)`` array of
     ``dtype`` and per-record ``shape`` (``.npy``: the file's), other records
-    as memoryviews. ``sampler`` picks a cheaper order than the global shuffle:
-    ``"block"`` (``block_size`` bytes per block, ``window`` blocks spread over
-    as many batches), ``"buffered"`` (a ``buffer`` of records, as tf.data),
-    ``"reservoir"``, or ``"sequential"``; ``opportunistic=W`` makes each batch
-    of whichever records of the next W batches arrive first. ``rank``/``world_size`` shard each epoch as DistributedSampler
-    does. ``state_dict()`` is the place of the next batch; pass it to
+    as memoryviews. Records come in a random order inside each batch
+    (``ordered=True`` keeps the sampler's). ``sampler`` picks a cheaper
+    order than the global shuffle: ``"block"``, ``"buffered"``,
+    ``"reservoir"``, or ``"sequential"``; ``opportunistic=W`` makes each
+    batch of whichever records of the next W batches arrive first.
+
+    ``rank``/``world_size`` shard each epoch as DistributedSampler does;
+    ``shard_drop_last`` is its ``drop_last`` (drop the tail so ranks get
+    equal shares) and ``drop_last`` DataLoader's (drop the last short
+    batch). ``state_dict()`` is the place of the next batch; pass it to
     ``load_state_dict()`` to resume exactly there.
+
+    The daemon keeps one job for this loader across epochs, reading the
+    next epoch ahead while this one ends; ``close()`` (or dropping the
+    loader) ends it.
     """
 
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int = 256, *,
                  shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
-                 header_bytes: int = 0, csv_header: bool = False, skip_crc: bool = False, drop_partial: bool = False,
-                 direct: bool = False, rank: int = 0, world_size: int = 1, drop_last: bool = False,
-                 prefetch: int = 0, depth: int | None = None, memory: int | None = None, ordered: bool = False,
-                 epoch: int = 0, socket: str | None = None, address: str | None = None, token: str | None = None,
-                 timeout: float = 60.0, autostart: bool = True, dtype=None, shape: Sequence[int] | None = None,
-                 sampler: str | None = None, block_size: int = 0, window: int = 0, buffer: int = 0,
-                 reservoir: int = 0, opportunistic: int = 0, pipeline: int = 4):
+                 header_bytes: int | None = None, csv_header: bool = False, skip_crc: bool = False,
+                 drop_partial: bool = False, direct: bool = False, columns: Sequence[str] | None = None,
+                 split: str | None = None, subset: dict | None = None, transform: str | None = None,
+                 rank: int = 0, world_size: int = 1, drop_last: bool = False, shard_drop_last: bool = False,
+                 prefetch: int | None = None, depth: int | None = None, memory: int | None = None,
+                 ordered: bool | None = None, epoch: int = 0, socket: str | None = None, address: str | None = None,
+                 token: str | None = None, timeout: float = 60.0, autostart: bool = True, dtype=None,
+                 shape: Sequence[int] | None = None, sampler: str | None = None, block_size: int | None = None,
+                 window: int | None = None, buffer: int | None = None, reservoir: int | None = None,
+                 opportunistic: int | None = None, pipeline: int = 4, share: bool | None = None,
+                 batch_stride: int | None = None, batch_offset: int | None = None):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        self.spec = {
-            "paths": [os.path.abspath(os.fspath(p)) for p in paths], "format": format or "",
-            "record_size": record_size or 0, "header_bytes": header_bytes, "csv_header": csv_header,
-            "skip_crc": skip_crc, "drop_partial": drop_partial, "direct": direct, "shuffle": shuffle,
-            "seed": seed, "rank": rank, "world": world_size, "drop_last": drop_last, "batch_size": batch_size,
-            "prefetch": prefetch, "depth": depth or 0, "memory_bytes": memory or 0, "ordered": ordered,
-            "sampler": sampler or "", "block_size": block_size, "window": window, "buffer": buffer,
-            "reservoir": reservoir, "opportunistic": opportunistic,
+        given = {
+            "format": format, "record_size": record_size, "header_bytes": header_bytes, "csv_header": csv_header,
+            "skip_crc": skip_crc, "drop_partial": drop_partial, "direct": direct,
+            "columns": list(columns) if columns is not None else None, "split": split, "subset": subset,
+            "transform": transform, "rank": rank, "world": world_size, "drop_last": drop_last,
+            "shard_drop_last": shard_drop_last, "prefetch": prefetch, "depth": depth, "memory_bytes": memory,
+            "ordered": ordered, "sampler": sampler, "block_size": block_size, "window": window, "buffer": buffer,
+            "reservoir": reservoir, "opportunistic": opportunistic, "share": share, "batch_stride": batch_stride,
+            "batch_offset": batch_offset,
         }
+        # Only what the user gave: every default lives in the daemon, in one place.
+        self.spec = {"paths": [_abspath(p) for p in paths], "batch_size": batch_size, "shuffle": shuffle, "seed": seed}
+        self.spec.update({k: v for k, v in given.items() if v is not None and v is not False})
         self.memory = memory
         self.dtype, self.shape = dtype, shape
         self.pipeline = max(1, pipeline)
         self.epoch = epoch
         self._batch = 0
+        self._sampler_state: bytes | None = None
+        self._skip: list[int] | None = None
         self._conn_args = (socket, address, token, timeout, autostart)
         self._meta: dict | None = None
         self._held = 0
+        self._job: _Job | None = None
+        self._finalizer = None
 
     # --- epochs and checkpoints ---
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch)."""
-        self.epoch, self._batch = epoch, 0
+        if epoch != self.epoch or self._batch:
+            self.epoch, self._batch, self._sampler_state, self._skip = epoch, 0, None, None
 
     def state_dict(self) -> dict[str, Any]:
         """The place of the next batch: save it with the model's checkpoint."""
-        return {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"]}
+        st = {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"]}
+        if self._sampler_state:
+            st["sampler_state"] = base64.b64encode(self._sampler_state).decode()
+        if self._skip:
+            st["skip"] = list(self._skip)
+        return st
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a place ``state_dict()`` returned."""
         if state.get("seed", self.spec["seed"]) != self.spec["seed"]:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
         self.epoch, self._batch = int(state["epoch"]), int(state["batch"])
+        ss = state.get("sampler_state")
+        self._sampler_state = base64.b64decode(ss) if ss else None
+        self._skip = list(state["skip"]) if state.get("skip") else None
 
-    # --- iteration ---
+    # --- the job ---
     def _conn(self) -> Connection:
         return connect(*self._conn_args)
 
-    def _open(self, epoch: int, batch: int) -> tuple[Connection, dict, mmap.mmap | None]:
+    def _open(self) -> _Job:
+        """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
+        j = self._job
+        if j is not None and (j.epoch, j.batch) == (self.epoch, self._batch) and os.getpid() == j.conn.pid:
+            return j
+        self.close()
         conn = self._conn()
-        spec = dict(self.spec, epoch=epoch, batch=batch, epochs=1)
+        spec = dict(self.spec, epoch=self.epoch, batch=self._batch, epochs=-1)
+        if self._sampler_state:
+            spec["sampler_state"] = base64.b64encode(self._sampler_state).decode()
+        if self._skip:
+            spec["skip"] = self._skip
         reply, _, fds = conn.request({"op": wire.OP_OPEN, "spec": spec}, timeout=max(conn.timeout, 600.0))
         mm = None
         if reply.get("arena_size"):
@@ -426,33 +545,59 @@ class Loader:
                     os.close(fd)
         self._meta = reply
         self.memory = reply.get("memory_bytes") or self.memory
-        return conn, reply, mm
+        self._job = _Job(conn, reply, mm, self.epoch, self._batch)
+        self._finalizer = weakref.finalize(self, _close_job, self._job)
+        return self._job
+
+    def close(self) -> None:
+        """End the daemon's job for this loader (a later iteration opens another)."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._job = None
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def info(self) -> dict:
         """The dataset's description: format, record size, dtype and shape, classes, paths; plus counts."""
         if self._meta is None:
-            conn, reply, mm = self._open(self.epoch, 0)
-            conn.request({"op": wire.OP_CLOSE, "job": reply["job"]})
-            if mm is not None:
-                mm.close()
+            self._open()
         m = self._meta
         return dict(m.get("info") or {}, records=m.get("records", 0), positions=m.get("positions", 0), batches=m.get("batches", 0))
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
+        """Batches per epoch for this loader (this rank, and this worker's share)."""
         return int(self.info()["batches"])
 
+    def locate(self, ids: Sequence[int]) -> list[tuple[str, int]]:
+        """Where records are: (file, byte offset) of each id, for naming a record in an error."""
+        j = self._open()
+        reply, _, _ = j.conn.request({"op": wire.OP_LOCATE, "job": j.id, "ids": [int(i) for i in ids]})
+        return list(zip(reply.get("paths") or [], reply.get("offsets") or [0] * len(ids)))
+
+    def _mine(self, m: dict, start: int) -> int:
+        """How many of this epoch's batches from ``start`` on are this loader's."""
+        bs, n = self.spec["batch_size"], int(m.get("positions", 0))
+        total = n // bs if self.spec.get("drop_last") else (n + bs - 1) // bs
+        step = max(1, int(self.spec.get("opportunistic") or 1))
+        stride, offset = max(1, int(self.spec.get("batch_stride") or 1)), int(self.spec.get("batch_offset") or 0)
+        return sum(1 for i in range(start, total) if ((i // step) - offset) % stride == 0)
+
     def __iter__(self) -> Iterator[Batch]:
-        conn, reply, mm = self._open(self.epoch, self._batch)
-        job = reply["job"]
-        info = reply.get("info") or {}
+        j = self._open()
+        conn, job, info = j.conn, j.id, j.reply.get("info") or {}
         conn_ref = weakref.ref(conn)
         # Up to `pipeline` requests stay ahead of the user, so the next
-        # batches' round trips overlap the training step on this one. The
-        # job knows how many batches remain, so no request goes past the end.
-        left = reply.get("batches", 0) - self._batch
+        # batches' round trips overlap the training step on this one; none
+        # goes past this epoch, so the job stays at the next epoch's start.
+        left = self._mine(j.reply, self._batch)
         tags: collections.deque[int] = collections.deque()
         size = 0  # bytes of the last batch: the estimate for those in flight
+        done = False
         try:
             while left > 0 or tags:
                 # Until a batch's size is known, one request at a time.
@@ -467,25 +612,29 @@ class Loader:
                 except DaemonGone:
                     tags.clear()
                     _forget(conn)
+                    self._job = None
                     raise
                 if m["op"] == wire.OP_END:
                     break
-                batch = self._batch_from(m, payload, mm, info, conn_ref, job)
+                batch = self._batch_from(m, payload, j.mm, info, conn_ref, job)
                 size = max(size, m.get("data_len", 0))
-                self._batch = m["index"] + 1
-                if m.get("last"):
-                    self.epoch, self._batch = m["epoch"] + 1, 0
+                self._advance(m.get("state") or {}, m)
+                j.epoch, j.batch = self.epoch, self._batch
                 yield batch
                 del batch
+            done = True
         finally:
-            try:
+            if not done or tags:
+                # Stopped mid-epoch: the daemon's place is ahead of ours.
                 for tag in tags:
-                    conn.drop(tag)  # replies to requests the user did not wait for
-                conn.send({"op": wire.OP_CLOSE, "job": job})  # its reply is dropped too
-                conn.drop(conn._tag)
-            except RiffleError:
-                pass
-        # The mmap stays mapped while any batch's arrays refer to it.
+                    conn.drop(tag)
+                self.close()
+
+    def _advance(self, st: dict, m: dict) -> None:
+        self.epoch, self._batch = int(st.get("epoch", m["epoch"])), int(st.get("batch", m["index"] + 1))
+        ss = st.get("sampler_state")
+        self._sampler_state = base64.b64decode(ss) if ss else None
+        self._skip = st.get("skip") or None
 
     def _batch_from(self, m, payload, mm, info, conn_ref, job) -> Batch:
         n = m.get("n", 0)
@@ -499,21 +648,22 @@ class Loader:
             self._held += size
             weakref.finalize(raw, _release, conn_ref, job, m["seq"])
             weakref.finalize(raw, self._unhold, size)
-        return Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info, self.dtype, self.shape)
+        return Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info, self.dtype,
+                     self.shape, self.state_dict())
 
     def _unhold(self, size: int) -> None:
         self._held -= size
 
     def _room(self, next_bytes: int) -> bool:
-        return self._held + next_bytes <= self.memory
+        return self.memory is None or self._held + next_bytes <= self.memory
 
     def _wait_for_memory(self, next_bytes: int) -> None:
         # The daemon cannot load a batch while held batches fill the job's
         # memory; say so instead of waiting forever.
-        if self._held + next_bytes <= self.memory:
+        if self._room(next_bytes):
             return
         gc.collect()
-        if self._held + next_bytes > self.memory:
+        if not self._room(next_bytes):
             raise RiffleError(
                 f"{self._held} bytes of batches are still referenced, the job's whole memory ({self.memory} bytes): "
                 "drop references to old batches, or raise memory=")

@@ -7,18 +7,27 @@ Replace::
 with::
 
     import riffle.torch
-    loader = riffle.torch.loader("train.bin", batch_size=256, record_size=3072, dtype="uint8", shape=(3, 32, 32))
+    loader = riffle.torch.loader("train.bin", batch_size=256, record_size=3072, dtype="uint8", shape=(3, 32, 32),
+                                 num_workers=4)
 
-and call ``loader.dataset.set_epoch(epoch)`` each epoch as with
-DistributedSampler. Each item is a batch: a tensor (fixed-size and ``.npy``
-records, made with ``torch.from_numpy``, no copy), or ``(data, labels)`` when
-the dataset has labels. Rank and world size come from ``torch.distributed``
-when it is initialized, else from the RANK and WORLD_SIZE environment
-variables; DataLoader workers split each rank's share further.
+Each item is a batch, its records in a random order: a tensor (fixed-size
+and ``.npy`` records, made with ``torch.from_numpy``, no copy), images
+(``decode="image"``), or ``(data, labels)`` when the dataset has labels.
+Each new iteration is the next epoch, as with ``DataLoader(shuffle=True)``;
+``set_epoch`` is needed only where ranks must agree on the epoch (DDP after
+a restart), as with DistributedSampler. Rank and world size come from
+``torch.distributed`` when it is initialized, else from RANK and
+WORLD_SIZE. DataLoader workers split each rank's batches between them
+without padding: an epoch holds the same samples for any ``num_workers``.
+``loader.state_dict()`` and ``load_state_dict()`` resume exactly, workers
+included.
 """
 
 from __future__ import annotations
 
+import collections
+import io
+import multiprocessing
 import os
 from typing import Any, Callable, Iterator, Sequence
 
@@ -27,7 +36,17 @@ import torch
 import torch.utils.data
 
 from . import decode as _decode
-from .client import Batch, Loader
+from .client import Batch, Loader, RiffleError
+
+DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text")
+
+
+class RecordError(RiffleError):
+    """Decoding or transforming a record failed; names the record, its file and offset."""
+
+    def __init__(self, message: str, record: int, path: str | None = None, offset: int | None = None):
+        super().__init__(message, path, offset)
+        self.record = record
 
 
 def _dist() -> tuple[int, int]:
@@ -36,88 +55,206 @@ def _dist() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+# A batch and the place after it, from a worker, for the loader's state.
+_Stamped = collections.namedtuple("_Stamped", "data worker state")
+
+
 class RiffleDataset(torch.utils.data.IterableDataset):
-    """An iterable of batches, for ``DataLoader(ds, batch_size=None)``.
+    """An iterable of batches, for ``DataLoader(ds, batch_size=None)`` (``loader()`` makes one).
 
     ``decode`` turns a :class:`riffle.Batch` into data: ``"auto"`` picks by
     format (fixed/npy: a tensor of ``dtype`` and per-record ``shape``;
     libsvm: a dense float tensor if ``n_features`` is given, else a sparse
     CSR tensor, with labels; jsonl: dicts; text: strings; tfrecord and dir:
-    bytes), or pass a callable. ``transform`` applies to each sample and
-    ``batch_transform`` to the decoded batch.
+    bytes), ``"image"`` opens each record with PIL as an RGB image (as
+    ImageFolder does), or pass a callable. ``transform`` applies to each
+    sample (torchvision transforms after ``"image"``) and
+    ``batch_transform`` to the decoded batch. An error in either names the
+    record, its file and offset.
     """
 
     def __init__(self, paths: str | Sequence[str], batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
                  decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None, shape: Sequence[int] | None = None,
                  n_features: int | None = None, transform: Callable | None = None,
                  batch_transform: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 drop_last: bool = False, **loader_kwargs: Any):
+                 drop_last: bool = False, shard_drop_last: bool = False, **loader_kwargs: Any):
         super().__init__()
+        if not callable(decode) and decode not in DECODERS:
+            raise ValueError(f"decode={decode!r}: want a callable or one of {', '.join(DECODERS)}")
+        if decode == "image":
+            try:
+                import PIL.Image  # noqa: F401
+            except ImportError:
+                raise ValueError('decode="image" needs Pillow (pip install pillow)') from None
         self.paths, self.batch_size, self.shuffle, self.seed = paths, batch_size, shuffle, seed
         self.decode, self.dtype, self.shape, self.n_features = decode, dtype, shape, n_features
         self.transform, self.batch_transform = transform, batch_transform
-        self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
+        self.rank, self.world_size, self.drop_last, self.shard_drop_last = rank, world_size, drop_last, shard_drop_last
         self.loader_kwargs = loader_kwargs
-        self.epoch = 0
+        # Loader's own checks, now: a misspelt option fails here, not at the first batch.
+        Loader(paths, batch_size, shuffle=shuffle, seed=seed, dtype=dtype, shape=shape, drop_last=drop_last,
+               shard_drop_last=shard_drop_last, **loader_kwargs)
+        # The epoch lives in shared memory, so persistent workers see set_epoch too.
+        self._epoch = multiprocessing.get_context().Value("q", 0, lock=False)
+        self._explicit = True  # the first iteration is epoch 0, or the one set
+        self._iterated = False
+        self._driven = False  # a RiffleDataLoader advances epochs and collects states
         self._resume: dict | None = None
-        self._last_state: dict | None = None
+        self._states: dict[int, dict] = {}
+        self._workers = 0
+        self._ld: Loader | None = None
+        self._info: dict | None = None
+
+    def __getstate__(self):
+        s = dict(self.__dict__)
+        s["_ld"] = None  # a worker connects itself
+        return s
+
+    # --- epochs ---
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.value)
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        """Make the next iteration epoch ``epoch`` (each iteration is the next epoch without it)."""
+        self._epoch.value = epoch
+        self._explicit = True
         self._resume = None
 
+    def _begin(self) -> None:
+        """Start an iteration in the main process: the next epoch, unless one was set."""
+        if self._iterated and not self._explicit:
+            self._epoch.value += 1
+        self._explicit, self._iterated = False, True
+
+    # --- state ---
+    def state_dict(self) -> dict[str, Any]:
+        """The place after the last batch delivered: per worker with DataLoader workers."""
+        if self._workers:
+            return {"epoch": self.epoch, "seed": self.seed, "num_workers": self._workers,
+                    "workers": {str(w): dict(s) for w, s in self._states.items()}}
+        if self._ld is not None:
+            return self._ld.state_dict()
+        return {"epoch": self.epoch, "batch": 0, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at a place state_dict() returned: the next iteration continues there."""
+        if state.get("seed", self.seed) != self.seed:
+            raise RiffleError(f"state was saved with seed {state['seed']}, this dataset has seed {self.seed}")
+        self._epoch.value = int(state["epoch"])
+        self._explicit = True
+        self._resume = dict(state)
+
+    def _record(self, worker: int, state: dict) -> None:
+        self._states[worker] = state
+
+    # --- loading ---
     def _loader(self) -> Loader:
         r, w = _dist()
         rank = r if self.rank is None else self.rank
         world = w if self.world_size is None else self.world_size
         info = torch.utils.data.get_worker_info()
+        kw = dict(self.loader_kwargs)
+        worker = 0
         if info is not None and info.num_workers > 1:
-            # Each worker process takes a disjoint share of this rank's share.
-            rank, world = rank * info.num_workers + info.id, world * info.num_workers
-        ld = Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=self.seed, rank=rank, world_size=world,
-                    drop_last=self.drop_last, epoch=self.epoch, **self.loader_kwargs)
-        if self._resume is not None:
-            ld.load_state_dict(self._resume)
+            # Workers take turns at this rank's batches: no padding, and
+            # DataLoader's round robin puts them back in order.
+            kw.update(batch_stride=info.num_workers, batch_offset=info.id)
+            worker = info.id
+        ld = self._ld
+        if ld is None:
+            ld = Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=self.seed, rank=rank, world_size=world,
+                        drop_last=self.drop_last, shard_drop_last=self.shard_drop_last, dtype=self.dtype,
+                        shape=self.shape, **kw)
+            self._ld = ld
+        epoch = self.epoch
+        res = self._resume
+        if res is not None and "workers" in res and info is not None:
+            if int(res.get("num_workers", 0)) != info.num_workers:
+                raise RiffleError(f"state was saved with {res.get('num_workers')} workers, this DataLoader has {info.num_workers}")
+            res = res["workers"].get(str(worker))
+        if res is not None and "batch" in res:
+            ld.load_state_dict(res)
+        else:
+            ld.set_epoch(epoch)
         return ld
+
+    def info(self) -> dict:
+        """The dataset's description (format, classes, counts), from the daemon."""
+        if self._info is None:
+            self._info = self._loader().info()
+        return self._info
+
+    @property
+    def classes(self) -> list[str]:
+        """Class names of a directory dataset, sorted, as ImageFolder's."""
+        return list(self.info().get("classes") or [])
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """Class name to label, as ImageFolder's."""
+        return {c: i for i, c in enumerate(self.classes)}
 
     def __len__(self) -> int:
         return len(self._loader())
 
     def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        if info is None and not self._driven:
+            self._begin()
         ld = self._loader()
-        for batch in ld:
-            self._last_state = ld.state_dict()
-            yield self._convert(batch)
         self._resume = None
-        self.epoch = ld.epoch
+        stamp = info is not None and self._driven
+        worker = info.id if info is not None else 0
+        for batch in ld:
+            out = self._convert(batch, ld, shared=info is not None)
+            yield _Stamped(out, worker, batch.state) if stamp else out
+            del batch, out
 
-    def state_dict(self) -> dict[str, Any]:
-        """The place after the last batch yielded (with num_workers=0)."""
-        return dict(self._last_state or {"epoch": self.epoch, "batch": 0, "seed": self.seed})
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self._resume = dict(state)
-
-    def _convert(self, batch: Batch) -> Any:
-        data = self._decode(batch)
+    def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
+        data = self._decode(batch, ld)
         if self.transform is not None:
-            samples = [self.transform(x) for x in data]
-            data = torch.stack(samples) if samples and isinstance(samples[0], torch.Tensor) else samples
+            samples = []
+            for i, x in enumerate(data):
+                try:
+                    samples.append(self.transform(x))
+                except Exception as e:
+                    raise self._record_error(ld, batch, i, "transform", e) from e
+            data = _stack(samples, shared) if samples and isinstance(samples[0], torch.Tensor) else samples
+        elif shared and isinstance(data, torch.Tensor):
+            # In a worker the batch must reach shared memory to cross to the
+            # main process: put it there once, instead of DataLoader copying
+            # it again (default_collate does the same in a worker).
+            data = _to_shared(data)
         if self.batch_transform is not None:
             data = self.batch_transform(data)
         labels = None if batch.labels is None else torch.from_numpy(batch.labels)
         return data if labels is None else (data, labels)
 
-    def _decode(self, batch: Batch) -> Any:
+    def _record_error(self, ld: Loader, batch: Batch, i: int, what: str, e: Exception) -> RecordError:
+        rid = int(batch.ids[i])
+        try:
+            path, off = ld.locate([rid])[0]
+        except Exception:
+            path, off = None, None
+        where = f" ({path} at offset {off})" if path else ""
+        return RecordError(f"record {rid}{where}: {what} failed: {e}", rid, path, off)
+
+    def _decode(self, batch: Batch, ld: Loader) -> Any:
         if callable(self.decode):
             return self.decode(batch)
         fmt = batch.info.get("format")
-        if fmt == "npy" and self.dtype is None:
-            return torch.from_numpy(_decode.npy(batch))
-        if fmt in ("fixed", "npy"):
-            return torch.from_numpy(_decode.fixed(batch, self.dtype or np.uint8, self.shape))
-        if fmt == "libsvm":
+        kind = self.decode
+        if kind == "auto":
+            kind = {"npy": "npy", "fixed": "fixed", "libsvm": "libsvm", "jsonl": "jsonl", "text": "text",
+                    "csv": "text"}.get(fmt, "bytes")
+            if fmt == "npy" and self.dtype is not None:
+                kind = "fixed"
+        if kind == "npy":
+            return torch.from_numpy(_native(_decode.npy(batch)))
+        if kind == "fixed":
+            return torch.from_numpy(_native(_decode.fixed(batch, self.dtype or np.uint8, self.shape)))
+        if kind == "libsvm":
             y, x = _decode.libsvm(batch, self.n_features, dense=self.n_features is not None)
             if self.n_features is None:
                 indptr, ind, val = x
@@ -127,16 +264,93 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             else:
                 x = torch.from_numpy(x)
             return x, torch.from_numpy(y)
-        if fmt == "jsonl":
+        if kind == "jsonl":
             return _decode.jsonl(batch)
-        if fmt in ("text", "csv"):
+        if kind == "text":
             return _decode.lines(batch)
+        if kind == "image":
+            from PIL import Image
+            out = []
+            for i in range(batch.n):
+                try:
+                    img = Image.open(io.BytesIO(batch.record(i)))
+                    out.append(img.convert("RGB"))
+                except Exception as e:
+                    raise self._record_error(ld, batch, i, "image decoding", e) from e
+            return out
         return [bytes(r) for r in batch.records()]
 
 
-def loader(paths: str | Sequence[str], batch_size: int = 256, *, num_workers: int = 0, pin_memory: bool = False,
-           **kwargs: Any) -> torch.utils.data.DataLoader:
-    """A ``DataLoader`` over a :class:`RiffleDataset`; ``loader.dataset.set_epoch(e)`` each epoch."""
+def _native(a: np.ndarray) -> np.ndarray:
+    """A big-endian array (a .npy from another machine) in native byte order: torch takes no other. One copy."""
+    if a.dtype.byteorder not in ("=", "|") and a.dtype.byteorder != ("<" if np.little_endian else ">"):
+        return a.astype(a.dtype.newbyteorder("="))
+    return a
+
+
+def _to_shared(t: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(t.shape, dtype=t.dtype).share_memory_()
+    out.copy_(t)
+    return out
+
+
+def _stack(samples: list[torch.Tensor], shared: bool) -> torch.Tensor:
+    if not shared:
+        return torch.stack(samples)
+    out = torch.empty((len(samples),) + tuple(samples[0].shape), dtype=samples[0].dtype).share_memory_()
+    return torch.stack(samples, out=out)
+
+
+# DataLoader's options riffle.torch.loader passes on, and those it refuses
+# because riffle does their job.
+_PASSED = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context", "prefetch_factor",
+           "persistent_workers", "pin_memory_device", "generator"}
+_REFUSED = {
+    "shuffle": "riffle shuffles: pass shuffle= and seed= to riffle.torch.loader (they are riffle's, not DataLoader's)",
+    "sampler": "riffle samples: pass sampler='global'|'block'|... to riffle.torch.loader",
+    "batch_sampler": "riffle makes the batches: pass batch_size= and drop_last=",
+    "collate_fn": "riffle makes the batches: pass decode=, transform= or batch_transform=",
+}
+
+
+class RiffleDataLoader(torch.utils.data.DataLoader):
+    """A DataLoader over a :class:`RiffleDataset` that advances the epoch each iteration and keeps a state per worker."""
+
+    def __init__(self, dataset: RiffleDataset, **kwargs: Any):
+        dataset._driven = True
+        dataset._workers = int(kwargs.get("num_workers") or 0)
+        super().__init__(dataset, batch_size=None, **kwargs)
+
+    def __iter__(self):
+        ds = self.dataset
+        ds._begin()
+        for item in super().__iter__():
+            if isinstance(item, _Stamped):
+                ds._record(item.worker, item.state)
+                yield item.data
+            else:
+                yield item
+
+    def state_dict(self) -> dict[str, Any]:
+        """The place after the last batch delivered (the dataset's)."""
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at a place state_dict() returned."""
+        self.dataset.load_state_dict(state)
+
+
+def loader(paths: str | Sequence[str], batch_size: int = 256, **kwargs: Any) -> RiffleDataLoader:
+    """A DataLoader over a :class:`RiffleDataset`; DataLoader's own options (num_workers, pin_memory,
+    prefetch_factor, persistent_workers, ...) are passed on, the rest go to the dataset."""
+    for k, why in _REFUSED.items():
+        if k in kwargs:
+            raise TypeError(f"riffle.torch.loader: {k}= is not taken: {why}")
+    dl = {k: kwargs.pop(k) for k in list(kwargs) if k in _PASSED}
+    workers = int(dl.get("num_workers") or 0)
+    for k in ("prefetch_factor", "persistent_workers"):
+        if dl.get(k) and workers == 0:
+            raise ValueError(f"riffle.torch.loader: {k}= needs num_workers > 0 (riffle reads ahead by itself; "
+                             "drop it, or add workers)")
     ds = RiffleDataset(paths, batch_size, **kwargs)
-    return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers, pin_memory=pin_memory,
-                                       persistent_workers=False)
+    return RiffleDataLoader(ds, **dl)

@@ -1,4 +1,4 @@
-"""riffle's client-daemon protocol, version 1: a line-by-line mirror of the
+"""riffle's client-daemon protocol, version 2: a line-by-line mirror of the
 Go package ``wire`` (see docs/protocol.md).
 
 A frame is a 4-byte little-endian length, that many bytes of a JSON header,
@@ -13,7 +13,7 @@ import json
 import struct
 from typing import Any
 
-VERSION = 1
+VERSION = 2
 MAX_HEADER = 16 << 20
 
 OP_HELLO = "hello"
@@ -26,6 +26,8 @@ OP_RELEASE = "release"
 OP_CLOSE = "close"
 OP_CLOSED = "closed"
 OP_STATS = "stats"
+OP_STATUS = "status"
+OP_LOCATE = "locate"
 OP_ERROR = "error"
 
 _LEN = struct.Struct("<I")
