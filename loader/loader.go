@@ -81,7 +81,10 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 			if err != nil {
 				return nil, fmt.Errorf("loader: resuming: %w", err)
 			}
-			if want, _ := l.Batches().Span(opts.Batch); e != opts.Epoch || pos != want {
+			// A stream is only ever moved forward: a state at or before the
+			// next batch's position (a strided loader's state lies after its
+			// own last batch) continues there.
+			if want, _ := l.Batches().Span(opts.Batch); e != opts.Epoch || pos > want {
 				return nil, fmt.Errorf("loader: resuming: sampler state is at epoch %d position %d, the loader at epoch %d batch %d (position %d): %w",
 					e, pos, opts.Epoch, opts.Batch, want, sampler.ErrState)
 			}

@@ -616,10 +616,10 @@ class Loader:
                     raise
                 if m["op"] == wire.OP_END:
                     break
-                batch = self._batch_from(m, payload, j.mm, info, conn_ref, job)
-                size = max(size, m.get("data_len", 0))
                 self._advance(m.get("state") or {}, m)
                 j.epoch, j.batch = self.epoch, self._batch
+                batch = self._batch_from(m, payload, j.mm, info, conn_ref, job)
+                size = max(size, m.get("data_len", 0))
                 yield batch
                 del batch
             done = True

@@ -94,15 +94,19 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         # Loader's own checks, now: a misspelt option fails here, not at the first batch.
         Loader(paths, batch_size, shuffle=shuffle, seed=seed, dtype=dtype, shape=shape, drop_last=drop_last,
                shard_drop_last=shard_drop_last, **loader_kwargs)
-        # The epoch lives in shared memory, so persistent workers see set_epoch too.
+        # The epoch lives in shared memory, so persistent workers see set_epoch
+        # too; so does the shift of workers' roles a resumed state asks for.
         self._epoch = multiprocessing.get_context().Value("q", 0, lock=False)
+        self._shift = multiprocessing.get_context().Value("q", 0, lock=False)
         self._explicit = True  # the first iteration is epoch 0, or the one set
         self._iterated = False
         self._driven = False  # a RiffleDataLoader advances epochs and collects states
         self._resume: dict | None = None
         self._states: dict[int, dict] = {}
         self._workers = 0
+        self._next = 0  # the role of the worker whose batch comes next
         self._ld: Loader | None = None
+        self._ld_owner: tuple[int, int] | None = None
         self._info: dict | None = None
 
     def __getstate__(self):
@@ -131,7 +135,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     def state_dict(self) -> dict[str, Any]:
         """The place after the last batch delivered: per worker with DataLoader workers."""
         if self._workers:
-            return {"epoch": self.epoch, "seed": self.seed, "num_workers": self._workers,
+            return {"epoch": self.epoch, "seed": self.seed, "num_workers": self._workers, "next_worker": self._next,
                     "workers": {str(w): dict(s) for w, s in self._states.items()}}
         if self._ld is not None:
             return self._ld.state_dict()
@@ -144,9 +148,15 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._epoch.value = int(state["epoch"])
         self._explicit = True
         self._resume = dict(state)
+        # DataLoader asks worker 0 first: give worker 0 the role whose batch is next.
+        self._shift.value = int(state.get("next_worker", 0))
+        self._next = self._shift.value
 
     def _record(self, worker: int, state: dict) -> None:
-        self._states[worker] = state
+        """A batch from ``worker`` reached the user: its role's place is after it."""
+        role = (worker + self._shift.value) % max(1, self._workers)
+        self._states[role] = state
+        self._next = (role + 1) % max(1, self._workers)
 
     # --- loading ---
     def _loader(self) -> Loader:
@@ -158,15 +168,18 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         worker = 0
         if info is not None and info.num_workers > 1:
             # Workers take turns at this rank's batches: no padding, and
-            # DataLoader's round robin puts them back in order.
-            kw.update(batch_stride=info.num_workers, batch_offset=info.id)
-            worker = info.id
+            # DataLoader's round robin puts them back in order. After a
+            # resume, worker 0 plays the role whose batch is next.
+            worker = (info.id + self._shift.value) % info.num_workers
+            kw.update(batch_stride=info.num_workers, batch_offset=worker)
         ld = self._ld
-        if ld is None:
+        owner = (os.getpid(), worker)
+        if ld is None or self._ld_owner != owner:
+            # A forked worker inherits the main process's loader: it needs its own.
             ld = Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=self.seed, rank=rank, world_size=world,
                         drop_last=self.drop_last, shard_drop_last=self.shard_drop_last, dtype=self.dtype,
                         shape=self.shape, **kw)
-            self._ld = ld
+            self._ld, self._ld_owner = ld, owner
         epoch = self.epoch
         res = self._resume
         if res is not None and "workers" in res and info is not None:
@@ -302,12 +315,10 @@ def _stack(samples: list[torch.Tensor], shared: bool) -> torch.Tensor:
 
 
 # DataLoader's options riffle.torch.loader passes on, and those it refuses
-# because riffle does their job.
+# because riffle does their job (shuffle= and sampler= are riffle's own).
 _PASSED = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context", "prefetch_factor",
            "persistent_workers", "pin_memory_device", "generator"}
 _REFUSED = {
-    "shuffle": "riffle shuffles: pass shuffle= and seed= to riffle.torch.loader (they are riffle's, not DataLoader's)",
-    "sampler": "riffle samples: pass sampler='global'|'block'|... to riffle.torch.loader",
     "batch_sampler": "riffle makes the batches: pass batch_size= and drop_last=",
     "collate_fn": "riffle makes the batches: pass decode=, transform= or batch_transform=",
 }
