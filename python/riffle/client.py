@@ -165,6 +165,7 @@ class Connection:
         self.timeout = timeout
         self.address = address
         self.pid = os.getpid()
+        self.dead = False
         self._lock = threading.Lock()
         self._releases: list[tuple[int, int]] = []
         self._fds: collections.deque[list[int]] = collections.deque()
@@ -218,11 +219,16 @@ class Connection:
         for job, seqs in by_job.items():
             self._send({"op": wire.OP_RELEASE, "job": job, "seqs": seqs})
 
+    def _gone(self, message: str) -> DaemonGone:
+        """Mark the connection dead (the next connect() makes another) and say why."""
+        self.dead = True
+        return DaemonGone(message)
+
     def _send(self, msg: dict[str, Any]) -> None:
         try:
             self.sock.sendall(wire.encode(msg))
         except OSError as e:
-            raise DaemonGone(f"the riffle daemon went away: {e}") from None
+            raise self._gone(f"the riffle daemon went away: {e}") from None
 
     def _fill(self, n: int) -> None:
         """Read until ``n`` bytes are buffered, collecting passed descriptors."""
@@ -238,11 +244,11 @@ class Connection:
                 else:
                     data = self.sock.recv(max(n - len(self._buf), 1 << 16))
             except socket.timeout:
-                raise DaemonGone(f"the riffle daemon did not answer within {self.sock.gettimeout()}s") from None
+                raise self._gone(f"the riffle daemon did not answer within {self.sock.gettimeout()}s") from None
             except OSError as e:
-                raise DaemonGone(f"the riffle daemon went away: {e}") from None
+                raise self._gone(f"the riffle daemon went away: {e}") from None
             if not data:
-                raise DaemonGone("the riffle daemon closed the connection (did it die?)")
+                raise self._gone("the riffle daemon closed the connection (did it die?)")
             self._buf += data
 
     def send(self, msg: dict[str, Any]) -> int:
@@ -324,7 +330,9 @@ def connect(sock_path: str | None = None, address: str | None = None, token: str
     key = (os.getpid(), threading.get_ident(), sock_path or default_socket(), address, token)
     with _conn_lock:
         c = _connections.get(key)
-        if c is None:
+        if c is None or c.dead:
+            if c is not None:
+                c.close()
             c = Connection(sock_path, address, token, timeout, autostart)
             _connections[key] = c
         return c
