@@ -165,6 +165,7 @@ func (c *Cache) Reserve(key Key, size int, refs int, nextUse int64, claim bool) 
 	c.used += int64(size)
 	c.st.Inserts++
 	if !claim {
+		c.settle(it)
 		return nil, true
 	}
 	return it, true
@@ -277,7 +278,10 @@ func (c *Cache) settle(it *Item) {
 		c.remove(it) // reserved for readers who all left before reading it
 		return
 	}
-	if it.pins > 0 || !it.ready {
+	// Loaded items wait for readers; so do items reserved for readers to
+	// come and not claimed yet, which hold no bytes anyone waits for: both
+	// may go when room is short. Items being loaded stay.
+	if it.pins > 0 || (!it.ready && it.claimed) {
 		return
 	}
 	if c.opts.DropUnreferenced && it.meta.Refs <= 0 {

@@ -3,8 +3,10 @@ package loader
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/internal/alignbuf"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -15,6 +17,12 @@ var errAbandoned = context.Canceled
 // dispatch starts a planned job's work: its reads go to the engine, its
 // cached records are copied as soon as they are ready.
 func (l *Loader) dispatch(j *job) {
+	if l.tf != nil {
+		if cap(j.raw) < j.rawEnd {
+			j.raw = alignbuf.Make(j.rawEnd+j.rawEnd/8, l.align)
+		}
+		j.raw = j.raw[:j.rawEnd]
+	}
 	reqs := j.reqs[:0]
 	for i := range j.units {
 		u := &j.units[i]
@@ -41,8 +49,36 @@ func (l *Loader) request(j *job, i int) *storage.Request {
 		j.dones = append(j.dones, func(err error) { l.readDone(j, k, err) })
 	}
 	u := &j.units[i]
-	u.req = storage.Request{Ctx: l.ctx, R: l.ds.Object(u.obj), P: j.Data[u.dst : u.dst+u.n], Off: u.off, Done: j.dones[i]}
+	u.req = storage.Request{Ctx: l.ctx, R: l.ds.Object(u.obj), P: j.landing()[u.dst : u.dst+u.n], Off: u.off, Done: j.dones[i]}
 	return &u.req
+}
+
+// landing is where reads land: the batch, or with a transform the staging
+// buffer it reads from.
+func (j *job) landing() []byte {
+	if j.l.tf != nil {
+		return j.raw
+	}
+	return j.Data
+}
+
+// landOff is where entry en's record lands in landing().
+func (j *job) landOff(en *entry) int {
+	if j.l.tf != nil {
+		return j.rawOff[en.slot]
+	}
+	return j.Off[en.slot]
+}
+
+// recordAt returns where entry en's record landed after its read.
+func (j *job) recordAt(en *entry) []byte {
+	off := j.landOff(en)
+	return j.landing()[off : off+en.n]
+}
+
+// out is entry en's place in the batch.
+func (j *job) out(en *entry) []byte {
+	return j.Data[j.Off[en.slot] : j.Off[en.slot]+j.Len[en.slot]]
 }
 
 // copyDone copies a cached record into the batch once its item is ready.
@@ -53,7 +89,7 @@ func (l *Loader) copyDone(j *job, i int, err error) {
 	en := &j.ents[u.lo]
 	it := en.item
 	if err == nil && !j.failed.Load() {
-		copy(j.Data[j.Off[en.slot]:j.Off[en.slot]+en.n], it.Bytes())
+		copy(j.out(en), it.Bytes())
 		l.hits.Add(1)
 	}
 	en.item = nil
@@ -70,8 +106,9 @@ func (l *Loader) copyDone(j *job, i int, err error) {
 	l.unitDone(j, i)
 }
 
-// readDone checks the records of a finished read, fills the cache items
-// this batch was to read for others, and counts the unit done.
+// readDone checks the records of a finished read, transforms them if the
+// loader has a transform, fills the cache items this batch was to read for
+// others, and counts the unit done.
 func (l *Loader) readDone(j *job, i int, err error) {
 	defer l.io.Done()
 	u := &j.units[i]
@@ -81,18 +118,54 @@ func (l *Loader) readDone(j *job, i int, err error) {
 		if l.framed != nil {
 			for k := u.lo; k < u.hi && err == nil; k++ {
 				en := &j.ents[k]
-				off := j.Off[en.slot]
-				err = l.framed.Verify(en.id, j.Data[off-l.head:off+en.n+l.tail])
+				off := j.landOff(en)
+				err = l.framed.Verify(en.id, j.landing()[off-l.head:off+en.n+l.tail])
 			}
 		}
 	}
+	if err != nil || j.failed.Load() || l.tf == nil {
+		l.settleUnit(j, u, err)
+		l.unitDone(j, i)
+		return
+	}
+	// The transform runs on the workers, a record each; the unit is done
+	// when its last record is. Each task counts as I/O in flight, so that
+	// Close waits for transforms writing into the batch too. The bounds
+	// are read once: the last task may finish, and the job be reused,
+	// before this loop ends.
+	lo, hi := u.lo, u.hi
+	u.left.Store(int32(hi - lo))
+	l.io.Add(hi - lo)
+	for k := lo; k < hi; k++ {
+		en := &j.ents[k]
+		l.workers.Go(func() {
+			defer l.io.Done()
+			if !j.failed.Load() {
+				if err := l.tf.Apply(j.recordAt(en), j.out(en)); err != nil {
+					j.fail(l.recordError(en, err))
+				}
+			}
+			if u.left.Add(-1) == 0 {
+				var err error
+				if j.failed.Load() {
+					err = j.err
+				}
+				l.settleUnit(j, u, err)
+				l.unitDone(j, i)
+			}
+		})
+	}
+}
+
+// settleUnit fills (or fails) the cache items the unit's records were read
+// for, from what landed in the batch.
+func (l *Loader) settleUnit(j *job, u *unit, err error) {
 	for k := u.lo; k < u.hi; k++ {
 		en := &j.ents[k]
 		if it := en.item; it != nil {
 			// Only items this batch claimed sit in a read unit.
 			if err == nil {
-				off := j.Off[en.slot]
-				copy(it.Bytes(), j.Data[off:off+en.n])
+				copy(it.Bytes(), j.out(en))
 			}
 			l.cache.Fill(it, err)
 			en.item, en.claim = nil, false
@@ -102,8 +175,27 @@ func (l *Loader) readDone(j *job, i int, err error) {
 	if err != nil {
 		j.fail(err)
 	}
-	l.unitDone(j, i)
 }
+
+// recordError names the record a transform failed on: its id, object and
+// offset.
+func (l *Loader) recordError(en *entry, err error) error {
+	return &RecordError{ID: en.id, Object: l.ds.Object(en.obj).Name(), Offset: en.off, Err: err}
+}
+
+// RecordError is an error about one record: a transform that failed on it.
+type RecordError struct {
+	ID     int
+	Object string
+	Offset int64
+	Err    error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("record %d (%s at offset %d): %v", e.ID, e.Object, e.Offset, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
 
 // unitDone counts one unit of j finished and completes j after its last.
 func (l *Loader) unitDone(j *job, i int) {

@@ -29,8 +29,11 @@ type Loader struct {
 	framed   dataset.Framed
 	labels   bool
 
-	engine    *storage.Engine
-	ownEngine bool
+	engine     *storage.Engine
+	ownEngine  bool
+	tf         Transform // nil: records go to batches as they are
+	workers    *Workers
+	ownWorkers bool
 	cache     *cache.Cache
 	space     uint64
 	stage     stager
@@ -100,6 +103,11 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 		l.staged = st
 		if l.cache == nil {
 			l.cache = cache.New(cache.Options{Budget: l.stageBudget(), DropUnreferenced: true})
+		}
+	}
+	if l.tf = opts.Transform; l.tf != nil {
+		if l.workers = opts.Workers; l.workers == nil {
+			l.workers, l.ownWorkers = NewWorkers(0), true
 		}
 	}
 	l.engine = opts.Engine
@@ -200,6 +208,9 @@ func (l *Loader) Close() error {
 	l.io.Wait()
 	if l.ownEngine {
 		l.engine.Close()
+	}
+	if l.ownWorkers {
+		l.workers.Close()
 	}
 	return err
 }

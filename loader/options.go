@@ -3,6 +3,7 @@ package loader
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/riffle-ml/riffle/cache"
@@ -84,6 +85,55 @@ type Options struct {
 	StageBytes int64
 	// Alloc provides batch buffers; default a reusing heap pool.
 	Alloc Allocator
+	// Transform, if set, runs on every record: a batch holds the outputs
+	// (each Transform.Size bytes, packed in delivery order) and the cache
+	// keeps outputs, so a transform shared by jobs runs once per record.
+	Transform Transform
+	// Workers run the transform; default GOMAXPROCS goroutines of the
+	// loader's own. The daemon shares one set among its jobs.
+	Workers *Workers
+}
+
+// Transform turns a record's bytes into its output (package transform).
+type Transform interface {
+	Size() int
+	Apply(raw, out []byte) error
+}
+
+// Workers is a set of goroutines that run CPU work (transforms) for
+// loaders; its zero value is unusable: use NewWorkers.
+type Workers struct {
+	tasks chan func()
+	done  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+}
+
+// NewWorkers starts n goroutines (GOMAXPROCS if n <= 0).
+func NewWorkers(n int) *Workers {
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	w := &Workers{tasks: make(chan func(), 4*n), done: make(chan struct{})}
+	for range n {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for f := range w.tasks {
+				f()
+			}
+		}()
+	}
+	return w
+}
+
+// Go runs f on one of the workers.
+func (w *Workers) Go(f func()) { w.tasks <- f }
+
+// Close stops the workers once the work given them is done.
+func (w *Workers) Close() {
+	w.once.Do(func() { close(w.tasks) })
+	w.wg.Wait()
 }
 
 // Limits on options, so that a request cannot make the loader allocate

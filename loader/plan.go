@@ -30,7 +30,10 @@ type job struct {
 	reqs    []*storage.Request // the reads of one dispatch
 	ids     []int              // the sampler's ids, before the delivery order
 	unitOf  []int              // the unit serving each delivery slot
-	end     int                // bytes of the buffer the units use
+	end     int                // bytes of the batch's buffer
+	raw     []byte             // with a transform: where reads land, before it runs
+	rawOff  []int              // with a transform: each slot's record in raw
+	rawEnd  int
 	perm    []int
 	left    atomic.Int64
 	done    chan struct{}
@@ -62,6 +65,7 @@ type unit struct {
 	lo, hi int   // the entries j.ents[lo:hi] it serves
 	read   bool  // false: a cached record, copied
 	req    storage.Request
+	left   atomic.Int32 // with a transform: its records not transformed yet
 }
 
 // prepare lays out batch b (and, with opportunistic ordering, the nb-1
@@ -109,6 +113,9 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*job, er
 		loc := l.ds.Locate(id)
 		j.ents = append(j.ents, entry{obj: loc.Object, off: loc.Off, n: loc.Len, id: id, slot: slot})
 		j.Len[slot] = loc.Len
+		if l.tf != nil {
+			j.Len[slot] = l.tf.Size()
+		}
 	}
 	if l.labels {
 		j.Labels = grow(j.Labels, n)
@@ -126,11 +133,12 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*job, er
 		}
 		return cmp.Compare(a.off, b.off)
 	})
+	j.rawEnd = 0
 	if l.cache != nil {
 		l.lookup(j)
 	}
 	l.layout(j)
-	j.weight = min(int64(j.size()), l.opts.MemoryBytes)
+	j.weight = min(int64(j.size()+j.rawEnd), l.opts.MemoryBytes)
 	if l.window() > 1 {
 		j.win = newWindow(j, first, b+nb-first, bs)
 	}
@@ -158,7 +166,7 @@ func (l *Loader) order(j *job, e, b int) {
 func (l *Loader) lookup(j *job) {
 	for k := range j.ents {
 		en := &j.ents[k]
-		if en.n == 0 {
+		if en.n == 0 && l.tf == nil {
 			continue
 		}
 		it, st := l.cache.Get(cache.Key{Space: l.space, ID: int64(en.id)})
@@ -185,7 +193,7 @@ func (l *Loader) layout(j *job) {
 	}
 	for k := range j.ents {
 		en := &j.ents[k]
-		if en.n == 0 && l.head+l.tail == 0 {
+		if en.n == 0 && l.head+l.tail == 0 && l.tf == nil {
 			continue // a zero-length record needs no read
 		}
 		start := en.off - int64(l.head)
@@ -218,6 +226,11 @@ func (l *Loader) layout(j *job) {
 		u.dst = -1
 	}
 	dst := int64(0)
+	off := j.Off // where records land: the batch, or with a transform the staging buffer
+	if l.tf != nil {
+		j.rawOff = grow(j.rawOff, len(j.IDs))
+		off = j.rawOff
+	}
 	for _, i := range j.unitOf {
 		if i < 0 || j.units[i].dst >= 0 {
 			continue
@@ -228,14 +241,23 @@ func (l *Loader) layout(j *job) {
 		dst += int64(u.n)
 		for k := u.lo; k < u.hi; k++ {
 			en := &j.ents[k]
-			j.Off[en.slot] = u.dst + int(en.off-u.off)
+			off[en.slot] = u.dst + int(en.off-u.off)
 		}
 	}
 	j.end = int(dst)
 	for k := range j.ents {
 		if en := &j.ents[k]; en.n == 0 && l.head+l.tail == 0 {
-			j.Off[en.slot] = 0
+			off[en.slot] = 0
 		}
+	}
+	if l.tf != nil {
+		// Outputs are packed in delivery order: the batch is one array.
+		j.rawEnd = j.end
+		size := l.tf.Size()
+		for slot := range j.IDs {
+			j.Off[slot], j.Len[slot] = slot*size, size
+		}
+		j.end = len(j.IDs) * size
 	}
 	j.left.Store(int64(len(j.units)))
 }

@@ -110,7 +110,8 @@ func TestLayout(t *testing.T) {
 			}
 			l.layout(j)
 			var got []rd
-			for _, u := range j.units {
+			for i := range j.units {
+				u := &j.units[i]
 				r := rd{u.obj, u.off, u.n, u.dst, u.read, nil}
 				for _, en := range j.ents[u.lo:u.hi] {
 					r.slots = append(r.slots, en.slot)

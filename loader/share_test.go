@@ -1,0 +1,145 @@
+package loader_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/share"
+	"github.com/riffle-ml/riffle/transform"
+)
+
+// counting counts a transform's runs.
+type counting struct {
+	loader.Transform
+	runs atomic.Int64
+}
+
+func (c *counting) Apply(raw, out []byte) error {
+	c.runs.Add(1)
+	return c.Transform.Apply(raw, out)
+}
+
+// Two jobs of one group over one dataset, run at once: each sees every
+// record once per epoch, records are read from storage about once for
+// both, and a shared transform runs about once per record.
+func TestSharedJobsReadOnce(t *testing.T) {
+	const n = 3000
+	p := filepath.Join(t.TempDir(), "d.svm")
+	synth.WriteLines(p, "libsvm", n, false)
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	tf, _, err := transform.New("libsvm_dense:n_features=20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := &counting{Transform: tf}
+	c := cache.New(cache.Options{Budget: 64 << 20, DropUnreferenced: true})
+	key := func(id int) cache.Key { return cache.Key{Space: 7, ID: int64(id)} }
+	g := share.NewGroup(share.Options{Records: n, Cache: c, Key: key, Size: func(int) int { return ct.Size() }, Seed: 3})
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	got := make([][]int, 2)
+	errs := make([]error, 2)
+	for k := range 2 {
+		m, err := g.Join(nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer m.Leave()
+			l, err := loader.New(context.Background(), ds, m, loader.Options{BatchSize: 64, Cache: c, CacheSpace: 7, Transform: ct, Epochs: 2})
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			defer l.Close()
+			for {
+				b, err := l.Next(context.Background())
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					errs[k] = err
+					return
+				}
+				for i, id := range b.IDs {
+					want := make([]byte, ct.Size())
+					loc := ds.Locate(id)
+					raw := make([]byte, loc.Len)
+					ds.Object(loc.Object).ReadAt(context.Background(), raw, loc.Off)
+					tf.Apply(raw, want)
+					if !slices.Equal(b.Record(i), want) {
+						errs[k] = fmt.Errorf("record %d: the batch holds another output", id)
+					}
+				}
+				got[k] = append(got[k], b.IDs...)
+				b.Release()
+			}
+			reads.Add(l.Stats().Reads)
+		}()
+	}
+	wg.Wait()
+	for k := range 2 {
+		if errs[k] != nil {
+			t.Fatal(errs[k])
+		}
+		for e := range 2 {
+			ep := slices.Sorted(slices.Values(got[k][e*n : (e+1)*n]))
+			for i := range n {
+				if ep[i] != i {
+					t.Fatalf("job %d epoch %d: record %d missing or repeated", k, e, i)
+				}
+			}
+		}
+	}
+	st := g.Stats()
+	// Reads and transforms: once per record per epoch for both jobs, plus
+	// the rounds one job ran alone while the other's queue was full.
+	alone := st.Given - 2*st.Shared
+	t.Logf("reads %d, transforms %d, shared rounds %d, given %d", reads.Load(), ct.runs.Load(), st.Shared, st.Given)
+	if r := reads.Load(); r > st.Shared+alone+10 || r > int64(2*n)*2*3/4 {
+		t.Fatalf("%d reads for 2 jobs x 2 epochs x %d records (%d shared rounds)", r, n, st.Shared)
+	}
+	if runs := ct.runs.Load(); runs > st.Shared+alone+10 {
+		t.Fatalf("the transform ran %d times, for %d shared and %d single records", runs, st.Shared, alone)
+	}
+	if cs := c.Stats(); cs.Items != 0 || cs.Bytes != 0 {
+		t.Fatalf("%d items (%d bytes) left in the cache after both jobs", cs.Items, cs.Bytes)
+	}
+}
+
+// A transform that fails names the record, its file and offset.
+func TestTransformErrorNamesTheRecord(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.svm")
+	synth.WriteLines(p, "libsvm", 50, false)
+	ds, _ := dataset.Open(context.Background(), dataset.Options{}, p)
+	defer ds.Close()
+	tf, _, _ := transform.New("libsvm_dense:n_features=2") // too few features for the file
+	l, err := loader.New(context.Background(), ds, sampler.Sequential{N: 50}, loader.Options{BatchSize: 50, Transform: tf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = l.Next(context.Background())
+	var re *loader.RecordError
+	if !errors.As(err, &re) || re.Object != p || re.Offset != ds.Locate(re.ID).Off {
+		t.Fatalf("error %v: want a RecordError naming %s and the record's offset", err, p)
+	}
+}

@@ -1,0 +1,33 @@
+// Package share makes the jobs of a group (jobs reading one source) share
+// their reads: dependent sampling (joader.txt §3.1) picks each job's next
+// record so that jobs choosing at the same time choose the same record as
+// often as their datasets allow, while each job's own order stays a
+// uniformly random permutation of its own subset: every one of its records
+// exactly once per epoch.
+//
+// At each round the participating jobs, sorted by how many records they
+// have left, walk Joader's dependent sampling tree (§4): the first selects
+// the intersection I of their remaining sets with probability |I|/|D1|,
+// each next one selects it with probability |D(i-1)|/|D(i)| if its
+// predecessor did, and those that selected it share one uniform sample of
+// I; the others recurse on their sets less I. For two jobs the probability
+// of one shared record per round reaches the bound |I|/max(|D1|,|D2|)
+// (Theorem 1), and every job's pick is uniform over its remaining set
+// (Theorem 2), so its epoch is a uniform permutation.
+//
+// The tree is not built as sets. Records are grouped by signature, the set
+// of jobs that still need them (classes.go); every vertex of the tree is a
+// union of signature classes, found by one pass over the classes. A round
+// costs O(n * classes) for n jobs; inserting a job (joining, or starting
+// its next epoch) moves each of its records to its new class, O(|D|), where
+// the paper's insertion is O(n * |D|); deleting one is O(records it still
+// needs).
+//
+// Jobs keep their own pace: a round is run when a job needs a record and
+// has none queued, among the jobs with room in their queues; a slow job's
+// queue fills and it sits out rounds until it catches up, so no job waits
+// for another, and the records a job was given but has not read yet are
+// what the cache holds for it (the RefCnt cache, §3.2: each shared record
+// is reserved with the number of jobs that will read it, and dropped when
+// the last has).
+package share

@@ -1,0 +1,344 @@
+package share
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/sampler"
+)
+
+// MaxMembers is how many jobs one group can hold: one bit each in a
+// record's signature. Jobs beyond it load on their own.
+const MaxMembers = 64
+
+// ErrFull says a group holds MaxMembers jobs already.
+var ErrFull = errors.New("share: the group is full")
+
+// Options configures a Group.
+type Options struct {
+	// Records is the number of records of the source.
+	Records int
+	// Cache holds the records shared jobs will read; nil shares no reads
+	// (the order is still dependent, for tests).
+	Cache *cache.Cache
+	// Key names record id in the cache, Size its bytes there.
+	Key  func(id int) cache.Key
+	Size func(id int) int
+	// QueueCap bounds the records a job was given but has not taken yet:
+	// a job whose queue is full sits out rounds. Default: what half the
+	// cache holds, shared among the jobs, at most 65536 and at least 64.
+	QueueCap int
+	// Seed seeds the group's random source; 0 draws one.
+	Seed uint64
+}
+
+// Group coordinates the jobs of one source.
+type Group struct {
+	opts Options
+	mu   sync.Mutex
+	cl   *classes
+	rng  *rand.Rand
+	mem  [MaxMembers]*Member
+
+	rounds, given, shared atomic.Int64
+}
+
+// NewGroup returns a group over a source of opts.Records records.
+func NewGroup(opts Options) *Group {
+	seed := opts.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	return &Group{opts: opts, cl: newClasses(opts.Records), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// Stats are a group's counts: rounds run, records given to jobs, and
+// records given to two jobs or more in one round (read once for all).
+type Stats struct {
+	Rounds, Given, Shared int64
+	Members               int
+}
+
+func (g *Group) Stats() Stats {
+	g.mu.Lock()
+	n := 0
+	for _, m := range g.mem {
+		if m != nil {
+			n++
+		}
+	}
+	g.mu.Unlock()
+	return Stats{Rounds: g.rounds.Load(), Given: g.given.Load(), Shared: g.shared.Load(), Members: n}
+}
+
+// Member is one job of a group, and its order: a Sampler whose epochs are
+// uniform permutations of its subset, chosen dependently with the other
+// members'. Fill must be called at increasing positions (the loader does);
+// Save and Restore keep the set of records already delivered in an epoch.
+type Member struct {
+	g         *Group
+	bit       uint64
+	subset    *roaring.Bitmap // nil: every record
+	size      int
+	epoch     int
+	remaining int     // records with this member's bit: not given yet this epoch
+	queue     []int32 // given, not yet taken
+	seq       []int32 // this epoch's records, in the order taken
+	active    bool    // this epoch's records are in the classes
+	gone      bool
+	picked    int // the record of the current round
+}
+
+// Join inserts a job reading subset (nil: all records) at the start of
+// epoch, from now on: it takes part in the next round.
+func (g *Group) Join(subset *roaring.Bitmap, epoch int) (*Member, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range g.mem {
+		if g.mem[i] == nil {
+			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1}
+			if subset != nil {
+				if subset.GetCardinality() > 0 && int(subset.Maximum()) >= g.opts.Records {
+					return nil, fmt.Errorf("share: subset names record %d of %d", subset.Maximum(), g.opts.Records)
+				}
+				m.size = int(subset.GetCardinality())
+			}
+			g.mem[i] = m
+			m.start(epoch)
+			return m, nil
+		}
+	}
+	return nil, ErrFull
+}
+
+// Leave deletes the job from the group: its records go from every
+// signature, and the cache forgets its uses of the records it was given
+// and did not take (a record only it still needed is dropped at once).
+func (m *Member) Leave() {
+	g := m.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m.gone {
+		return
+	}
+	m.gone = true
+	if m.active {
+		g.cl.clearBit(m.bit)
+	}
+	m.remaining = 0
+	if g.opts.Cache != nil {
+		for _, e := range m.queue {
+			g.opts.Cache.AddRefs(g.opts.Key(int(e)), -1)
+		}
+	}
+	m.queue = nil
+	for i := range g.mem {
+		if g.mem[i] == m {
+			g.mem[i] = nil
+		}
+	}
+}
+
+// start makes epoch e this member's: all its records are needed again.
+func (m *Member) start(e int) {
+	g := m.g
+	if m.active {
+		g.cl.clearBit(m.bit) // a new epoch before the last was taken whole
+	}
+	m.epoch, m.seq, m.queue, m.remaining, m.active = e, m.seq[:0], m.queue[:0], 0, true
+	add := func(id int) {
+		g.cl.move(id, g.cl.sig(id)|m.bit)
+		m.remaining++
+	}
+	if m.subset == nil {
+		for id := range g.opts.Records {
+			add(id)
+		}
+		return
+	}
+	it := m.subset.Iterator()
+	for it.HasNext() {
+		add(int(it.Next()))
+	}
+}
+
+func (m *Member) Len() int { return m.size }
+
+// Fill writes the records at positions pos... of epoch, running rounds as
+// the member's queue runs dry.
+func (m *Member) Fill(epoch, pos int, dst []int) int {
+	g := m.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m.gone {
+		return 0
+	}
+	if epoch != m.epoch {
+		m.start(epoch)
+	}
+	n := max(0, min(len(dst), m.size-pos))
+	for i := 0; i < n; i++ {
+		p := pos + i
+		if p < len(m.seq) {
+			dst[i] = int(m.seq[p]) // asked again: the same record
+			continue
+		}
+		for p > len(m.seq) { // positions skipped: taken and passed over
+			m.take()
+		}
+		dst[i] = m.take()
+	}
+	return n
+}
+
+// take returns the member's next record, running a round if it has none.
+func (m *Member) take() int {
+	if len(m.queue) == 0 {
+		m.g.run(m)
+	}
+	e := m.queue[0]
+	m.queue = m.queue[1:]
+	m.seq = append(m.seq, e)
+	return int(e)
+}
+
+// queueCap is how far a member may be given records ahead of taking them.
+func (g *Group) queueCap() int {
+	if g.opts.QueueCap > 0 {
+		return g.opts.QueueCap
+	}
+	members := 0
+	for _, m := range g.mem {
+		if m != nil {
+			members++
+		}
+	}
+	q := 64
+	if c := g.opts.Cache; c != nil && g.opts.Records > 0 {
+		per := int64(g.opts.Size(0)) + 64
+		q = int(c.Budget() / 2 / per / int64(max(1, members)))
+	}
+	return min(65536, max(64, q))
+}
+
+// run runs one round for m and every member with records left and room
+// in its queue, and hands out the picks.
+func (g *Group) run(m *Member) {
+	limit := g.queueCap()
+	parts := []*Member{m}
+	for _, o := range g.mem {
+		if o != nil && o != m && o.active && o.remaining > 0 && len(o.queue) < limit {
+			parts = append(parts, o)
+		}
+	}
+	picks := round(g.cl, g.rng, parts)
+	g.rounds.Add(1)
+	// Apply the round: each record leaves the sets of the jobs it went to.
+	clear := map[int]uint64{}
+	for i, e := range picks {
+		clear[e] |= parts[i].bit
+	}
+	for e, bits := range clear {
+		g.cl.move(e, g.cl.sig(e)&^bits)
+	}
+	for i, e := range picks {
+		parts[i].remaining--
+		parts[i].queue = append(parts[i].queue, int32(e))
+	}
+	g.given.Add(int64(len(picks)))
+	for e, bits := range clear {
+		k := popcount(bits)
+		if k < 2 {
+			continue
+		}
+		g.shared.Add(1)
+		if c := g.opts.Cache; c != nil {
+			// One read for the k jobs: the first to plan it reads it into
+			// the cache, the others copy it from there.
+			c.Reserve(g.opts.Key(e), g.opts.Size(e), k, cache.Never, false)
+		}
+	}
+}
+
+func popcount(x uint64) int {
+	n := 0
+	for ; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}
+
+// Stream says the member's order needs its saved state to resume.
+func (m *Member) Stream() bool { return true }
+
+type memberMark struct{ epoch, pos int }
+
+// Mark is the place after the last Fill.
+func (m *Member) Mark() any {
+	m.g.mu.Lock()
+	defer m.g.mu.Unlock()
+	return memberMark{m.epoch, len(m.seq)}
+}
+
+const memberMagic = "RFSHR1\x00"
+
+// Save encodes the records delivered this epoch up to the mark.
+func (m *Member) Save(mark any) ([]byte, error) {
+	mk, ok := mark.(memberMark)
+	if !ok {
+		return nil, nil
+	}
+	m.g.mu.Lock()
+	bm := roaring.New()
+	if mk.epoch == m.epoch {
+		for _, e := range m.seq[:min(mk.pos, len(m.seq))] {
+			bm.Add(uint32(e))
+		}
+	}
+	m.g.mu.Unlock()
+	var b bytes.Buffer
+	b.WriteString(memberMagic)
+	fmt.Fprintf(&b, "%d %d %d\n", mk.epoch, mk.pos, m.size)
+	if _, err := bm.WriteTo(&b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Restore continues an epoch without the records a saved state delivered.
+func (m *Member) Restore(state []byte) (int, int, error) {
+	if !bytes.HasPrefix(state, []byte(memberMagic)) {
+		return 0, 0, fmt.Errorf("shared sampler: %w", sampler.ErrState)
+	}
+	r := bytes.NewReader(state[len(memberMagic):])
+	var epoch, pos, size int
+	if _, err := fmt.Fscanf(r, "%d %d %d\n", &epoch, &pos, &size); err != nil || size != m.size || pos < 0 || pos > size || epoch < 0 {
+		return 0, 0, fmt.Errorf("shared sampler: %w (saved for %d records, this job has %d)", sampler.ErrState, size, m.size)
+	}
+	done := roaring.New()
+	if _, err := done.ReadFrom(r); err != nil || int(done.GetCardinality()) != pos {
+		return 0, 0, fmt.Errorf("shared sampler: %w (delivered set)", sampler.ErrState)
+	}
+	g := m.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m.start(epoch)
+	it := done.Iterator()
+	for it.HasNext() {
+		e := int(it.Next())
+		if e >= g.opts.Records || g.cl.sig(e)&m.bit == 0 {
+			return 0, 0, fmt.Errorf("shared sampler: %w (record %d is not this job's)", sampler.ErrState, e)
+		}
+		g.cl.move(e, g.cl.sig(e)&^m.bit)
+		m.remaining--
+		m.seq = append(m.seq, int32(e))
+	}
+	return epoch, pos, nil
+}

@@ -1,0 +1,336 @@
+package share
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"pgregory.net/rapid"
+
+	"github.com/riffle-ml/riffle/cache"
+)
+
+func rangeSet(lo, hi int) *roaring.Bitmap {
+	b := roaring.New()
+	b.AddRange(uint64(lo), uint64(hi))
+	return b
+}
+
+// epochOf takes a whole epoch of m, one record at a time.
+func epochOf(m *Member, e int) []int {
+	out := make([]int, m.Len())
+	for p := range out {
+		m.Fill(e, p, out[p:p+1])
+	}
+	return out
+}
+
+func isPermutationOf(t interface{ Fatalf(string, ...any) }, got []int, set *roaring.Bitmap, n int) {
+	want := []int{}
+	if set == nil {
+		for i := range n {
+			want = append(want, i)
+		}
+	} else {
+		for _, x := range set.ToArray() {
+			want = append(want, int(x))
+		}
+	}
+	s := slices.Sorted(slices.Values(got))
+	if !slices.Equal(s, want) {
+		t.Fatalf("epoch of %d records is not its subset of %d exactly once", len(got), len(want))
+	}
+}
+
+// Under random schedules (jobs joining, leaving and taking records at
+// their own paces, epochs starting at any time), every job's every epoch
+// is its subset exactly once.
+func TestExactlyOnceUnderRandomSchedules(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 300).Draw(t, "n")
+		g := NewGroup(Options{Records: n, Seed: rapid.Uint64Min(1).Draw(t, "seed"), QueueCap: rapid.IntRange(1, 20).Draw(t, "qcap")})
+		type job struct {
+			m      *Member
+			set    *roaring.Bitmap
+			epoch  int
+			got    []int
+			closed bool
+		}
+		var jobs []*job
+		for range rapid.IntRange(1, 400).Draw(t, "steps") {
+			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
+			case op == 0 || len(jobs) == 0:
+				var set *roaring.Bitmap
+				if rapid.Bool().Draw(t, "subset") {
+					lo := rapid.IntRange(0, n-1).Draw(t, "lo")
+					set = rangeSet(lo, rapid.IntRange(lo+1, n).Draw(t, "hi"))
+				}
+				e := rapid.IntRange(0, 3).Draw(t, "epoch")
+				m, err := g.Join(set, e)
+				if err != nil {
+					continue
+				}
+				jobs = append(jobs, &job{m: m, set: set, epoch: e})
+			case op == 1:
+				j := jobs[rapid.IntRange(0, len(jobs)-1).Draw(t, "leave")]
+				j.m.Leave()
+				j.closed = true
+			default:
+				j := jobs[rapid.IntRange(0, len(jobs)-1).Draw(t, "who")]
+				if j.closed {
+					continue
+				}
+				for range rapid.IntRange(1, 30).Draw(t, "take") {
+					buf := []int{0}
+					j.m.Fill(j.epoch, len(j.got), buf)
+					j.got = append(j.got, buf[0])
+					if len(j.got) == j.m.Len() {
+						isPermutationOf(t, j.got, j.set, n)
+						j.epoch++
+						j.got = nil
+					}
+				}
+			}
+		}
+	})
+}
+
+// chi is a chi-square statistic's z (Wilson-Hilferty) for counts against
+// a uniform expectation.
+func chi(counts []float64, df float64) float64 {
+	sum := 0.0
+	for _, c := range counts {
+		sum += c
+	}
+	exp := sum / float64(len(counts))
+	x := 0.0
+	for _, c := range counts {
+		x += (c - exp) * (c - exp) / exp
+	}
+	return (math.Cbrt(x/df) - (1 - 2/(9*df))) / math.Sqrt(2/(9*df))
+}
+
+// Each job's order is uniform over its subset though coupled to another
+// job's: positions and adjacent pairs of both jobs pass chi-square tests,
+// for datasets overlapping by half.
+func TestDependentOrdersAreUniform(t *testing.T) {
+	const n, trials = 8, 12000
+	d1, d2 := rangeSet(0, 6), rangeSet(2, 8) // overlap by 4 of 6
+	pos := [2][]float64{make([]float64, 64), make([]float64, 64)}
+	pairs := [2][]float64{make([]float64, 64), make([]float64, 64)}
+	for trial := range trials {
+		g := NewGroup(Options{Records: n, Seed: uint64(trial + 1)})
+		a, _ := g.Join(d1, 0)
+		b, _ := g.Join(d2, 0)
+		// Lockstep: both take at each round.
+		for p := range 6 {
+			for k, m := range []*Member{a, b} {
+				buf := []int{0}
+				m.Fill(0, p, buf)
+				pos[k][buf[0]*8+p]++
+				if p == 0 {
+					pairs[k][buf[0]*8] += 0 // first of a pair below
+				}
+			}
+		}
+		for k, m := range []*Member{a, b} {
+			o := m.seq
+			pairs[k][int(o[0])*8+int(o[1])]++
+		}
+	}
+	for k, set := range []*roaring.Bitmap{d1, d2} {
+		var cells, pcells []float64
+		for _, id := range set.ToArray() {
+			for p := range 6 {
+				cells = append(cells, pos[k][int(id)*8+p])
+			}
+			for _, id2 := range set.ToArray() {
+				if id2 != id {
+					pcells = append(pcells, pairs[k][int(id)*8+int(id2)])
+				}
+			}
+		}
+		if z := chi(cells, 25); z > 5 {
+			t.Errorf("job %d: positions not uniform (z=%.1f)", k, z)
+		}
+		if z := chi(pcells, float64(len(pcells)-1)); z > 5 {
+			t.Errorf("job %d: first two records not uniform pairs (z=%.1f)", k, z)
+		}
+	}
+}
+
+// The probability that two jobs pick the same record in a round reaches
+// Joader's bound |I| / max(|D1|, |D2|) (Theorem 1), for nested and for
+// partly overlapping datasets, within four standard errors.
+func TestShareRateReachesTheBound(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		d1, d2 *roaring.Bitmap
+		bound  float64
+	}{
+		{"nested", rangeSet(0, 500), rangeSet(0, 1000), 500.0 / 1000},
+		{"overlap", rangeSet(0, 600), rangeSet(300, 1000), 300.0 / 700},
+		{"same", rangeSet(0, 1000), rangeSet(0, 1000), 1},
+		{"disjoint", rangeSet(0, 500), rangeSet(500, 1000), 0},
+	} {
+		const trials = 20000
+		same := 0
+		for trial := range trials {
+			g := NewGroup(Options{Records: 1000, Seed: uint64(trial + 1)})
+			a, _ := g.Join(c.d1, 0)
+			b, _ := g.Join(c.d2, 0)
+			x, y := []int{0}, []int{0}
+			a.Fill(0, 0, x) // the round gives b its first record too
+			b.Fill(0, 0, y)
+			if x[0] == y[0] {
+				same++
+			}
+		}
+		p := float64(same) / trials
+		se := math.Sqrt(c.bound*(1-c.bound)/trials) + 1e-9
+		if math.Abs(p-c.bound) > 4*se {
+			t.Errorf("%s: shared %.4f of first rounds, the bound is %.4f", c.name, p, c.bound)
+		}
+	}
+}
+
+// Records a job does not share with the other are ordered independently
+// of the other job: the correlation of their positions is about zero.
+func TestNonSharedRecordsIndependent(t *testing.T) {
+	const trials = 3000
+	var sx, sy, sxx, syy, sxy float64
+	n := 0.0
+	for trial := range trials {
+		g := NewGroup(Options{Records: 40, Seed: uint64(trial + 1)})
+		a, _ := g.Join(rangeSet(0, 30), 0)
+		b, _ := g.Join(rangeSet(10, 40), 0)
+		ea, eb := epochOf(a, 0), epochOf(b, 0)
+		pa, pb := map[int]int{}, map[int]int{}
+		for p, id := range ea {
+			pa[id] = p
+		}
+		for p, id := range eb {
+			pb[id] = p
+		}
+		// Record 0 is a's alone, record 39 b's alone.
+		x, y := float64(pa[0]), float64(pb[39])
+		sx, sy, sxx, syy, sxy, n = sx+x, sy+y, sxx+x*x, syy+y*y, sxy+x*y, n+1
+	}
+	r := (n*sxy - sx*sy) / math.Sqrt((n*sxx-sx*sx)*(n*syy-sy*sy))
+	if math.Abs(r) > 4/math.Sqrt(n) {
+		t.Fatalf("positions of unshared records correlate: r=%.3f", r)
+	}
+}
+
+// A job that falls behind is given at most QueueCap records ahead: the
+// rest of its epoch waits in the classes.
+func TestQueueCapBoundsLag(t *testing.T) {
+	g := NewGroup(Options{Records: 1000, Seed: 1, QueueCap: 16})
+	fast, _ := g.Join(nil, 0)
+	slow, _ := g.Join(nil, 0)
+	slow.Fill(0, 0, []int{0})
+	epochOf(fast, 0)
+	if len(slow.queue) > 16 {
+		t.Fatalf("a slow job was given %d records ahead", len(slow.queue))
+	}
+	isPermutationOf(t, append(slices.Clone([]int{int(slow.seq[0])}), epochOf(slow, 0)[1:]...), nil, 1000)
+}
+
+// Shared records are reserved in the cache with one use per job that was
+// given them; a job that leaves gives its uses back, and a record no job
+// will read again leaves the cache at once.
+func TestLeaveReleasesReferences(t *testing.T) {
+	c := cache.New(cache.Options{Budget: 1 << 20, DropUnreferenced: true})
+	g := NewGroup(Options{Records: 100, Seed: 3, Cache: c, Key: func(id int) cache.Key { return cache.Key{ID: int64(id)} },
+		Size: func(int) int { return 8 }, QueueCap: 1000})
+	a, _ := g.Join(nil, 0)
+	b, _ := g.Join(nil, 0)
+	buf := []int{0}
+	for p := range 10 {
+		a.Fill(0, p, buf)
+		// a's loader reads each record into the cache, as the first reader.
+		it, st := c.Get(cache.Key{ID: int64(buf[0])})
+		if st != cache.Claimed {
+			t.Fatalf("record %d: %v, want it reserved for a to read", buf[0], st)
+		}
+		c.Fill(it, nil)
+		it.Done(true)
+	}
+	if st := c.Stats(); st.Items != 10 {
+		t.Fatalf("%d items held after 10 shared rounds, want 10 (b has not read them)", st.Items)
+	}
+	b.Leave()
+	if st := c.Stats(); st.Items != 0 || st.Bytes != 0 {
+		t.Fatalf("no job will read them, but %d items (%d bytes) are left", st.Items, st.Bytes)
+	}
+	// The records b had left carry its bit no more.
+	if c2 := g.cl.count(func(sig uint64) bool { return sig&b.bit != 0 }); c2 != 0 {
+		t.Fatalf("%d records still carry a departed job's bit", c2)
+	}
+}
+
+// A resumed job delivers the rest of its epoch exactly once.
+func TestMemberResume(t *testing.T) {
+	g := NewGroup(Options{Records: 200, Seed: 5})
+	a, _ := g.Join(rangeSet(50, 200), 0)
+	head := make([]int, 60)
+	a.Fill(0, 0, head)
+	st, err := a.Save(a.Mark())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Leave()
+	g2 := NewGroup(Options{Records: 200, Seed: 6})
+	b, _ := g2.Join(rangeSet(50, 200), 0)
+	e, pos, err := b.Restore(st)
+	if err != nil || e != 0 || pos != 60 {
+		t.Fatalf("restore: %d %d %v", e, pos, err)
+	}
+	rest := make([]int, 90)
+	b.Fill(0, 60, rest)
+	isPermutationOf(t, append(head, rest...), rangeSet(50, 200), 200)
+	if _, _, err := b.Restore([]byte("junk")); err == nil {
+		t.Fatal("junk state accepted")
+	}
+}
+
+// BenchmarkJoin is the cost of inserting a job of 1M records (a job
+// joining, or starting its next epoch) into a group of three.
+func BenchmarkJoin(b *testing.B) {
+	const n = 1 << 20
+	g := NewGroup(Options{Records: n, Seed: 1})
+	for range 3 {
+		m, _ := g.Join(nil, 0)
+		m.Fill(0, 0, []int{0})
+	}
+	for b.Loop() {
+		m, _ := g.Join(nil, 0)
+		m.Fill(0, 0, []int{0})
+		m.Leave()
+	}
+	b.ReportMetric(float64(n)/(b.Elapsed().Seconds()/float64(b.N)), "records/s")
+}
+
+// BenchmarkRound is one record for each of four jobs on one source.
+func BenchmarkRound(b *testing.B) {
+	const n = 1 << 20
+	g := NewGroup(Options{Records: n, Seed: 1, QueueCap: 1 << 30})
+	var ms []*Member
+	for range 4 {
+		m, _ := g.Join(nil, 0)
+		ms = append(ms, m)
+	}
+	pos := make([]int, 4)
+	buf := []int{0}
+	for b.Loop() {
+		for k, m := range ms {
+			if pos[k] == n {
+				continue
+			}
+			m.Fill(0, pos[k], buf)
+			pos[k]++
+		}
+	}
+	b.ReportMetric(float64(b.N*4)/b.Elapsed().Seconds(), "records/s")
+}

@@ -1,0 +1,176 @@
+package transform
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/riffle-ml/riffle/decode"
+)
+
+func TestParse(t *testing.T) {
+	sp, e, err := Parse("image:crop=128,size=160")
+	if err != nil || e.Name != "image" || sp.String() != "image:crop=128,size=160" {
+		t.Fatalf("parse: %v %v %v", sp, e, err)
+	}
+	if sp, _, _ := Parse("image"); sp.String() != "image:crop=224,size=256" {
+		t.Fatalf("defaults: %s", sp)
+	}
+	for _, bad := range []string{"nope", "image:size", "image:colour=red", "image:size=x", "image:size=100,crop=200", "libsvm_dense"} {
+		if _, _, err := New(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, key, _ := New("libsvm_dense:n_features=3"); key != "libsvm_dense:n_features=3,zero_based=false@v1" {
+		t.Fatalf("key %q", key)
+	}
+}
+
+func floats(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func TestLibsvmDense(t *testing.T) {
+	tf, _, err := New("libsvm_dense:n_features=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, tf.Size())
+	if err := tf.Apply([]byte("-1 1:0.5 4:2 # c"), out); err != nil {
+		t.Fatal(err)
+	}
+	if got := floats(out); got[0] != -1 || got[1] != 0.5 || got[2] != 0 || got[4] != 2 {
+		t.Fatalf("dense %v", got)
+	}
+	for _, bad := range []string{"1 5:1", "1 0:1", "x 1:1", "1 2:1 1:1", ""} {
+		if err := tf.Apply([]byte(bad), out); !errors.Is(err, decode.ErrSyntax) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+func encode(t testing.TB, img image.Image, format string) []byte {
+	var b bytes.Buffer
+	var err error
+	if format == "png" {
+		err = png.Encode(&b, img)
+	} else {
+		err = jpeg.Encode(&b, img, &jpeg.Options{Quality: 90})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// A flat image stays flat, and the crop is the center of the resized
+// image: a picture with a red left half and a blue right half keeps the
+// split in the middle of the crop.
+func TestImageResizeCrop(t *testing.T) {
+	tf, _, err := New("image:size=64,crop=32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, tf.Size())
+	img := image.NewRGBA(image.Rect(0, 0, 200, 100))
+	for y := range 100 {
+		for x := range 200 {
+			c := color.RGBA{200, 0, 0, 255}
+			if x >= 100 {
+				c = color.RGBA{0, 0, 200, 255}
+			}
+			img.Set(x, y, c)
+		}
+	}
+	for _, format := range []string{"png", "jpeg"} {
+		if err := tf.Apply(encode(t, img, format), out); err != nil {
+			t.Fatal(err)
+		}
+		px := func(x, y int) []byte { return out[3*(y*32+x) : 3*(y*32+x)+3] }
+		tol := 2
+		if format == "jpeg" {
+			tol = 40
+		}
+		near := func(p []byte, r, g, b int) bool {
+			return abs(int(p[0])-r) <= tol && abs(int(p[1])-g) <= tol && abs(int(p[2])-b) <= tol
+		}
+		if !near(px(2, 16), 200, 0, 0) || !near(px(29, 16), 0, 0, 200) {
+			t.Fatalf("%s: left %v right %v", format, px(2, 16), px(29, 16))
+		}
+	}
+	if err := tf.Apply([]byte("not an image"), out); err == nil {
+		t.Fatal("garbage decoded")
+	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// photo makes an image with detail at every scale, as a photograph has.
+func photo(w, h int, seed uint64) image.Image {
+	r := rand.New(rand.NewPCG(seed, 1))
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	fx, fy := r.Float64()*0.1, r.Float64()*0.1
+	for y := range h {
+		for x := range w {
+			v := math.Sin(float64(x)*fx)*math.Cos(float64(y)*fy)*60 + float64(r.IntN(40))
+			img.Set(x, y, color.RGBA{uint8(128 + v), uint8(100 + v/2), uint8(90 - v/3), 255})
+		}
+	}
+	return img
+}
+
+// BenchmarkImage decodes, resizes and crops an ImageNet-sized JPEG (500x375,
+// quality 90). Build with -tags turbojpeg to measure libjpeg-turbo.
+func BenchmarkImage(b *testing.B) {
+	raw := encode(b, photo(500, 375, 7), "jpeg")
+	tf, _, _ := New("image")
+	out := make([]byte, tf.Size())
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if err := tf.Apply(raw, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+	b.Logf("decoder %s", Decoder)
+}
+
+func FuzzLibsvmDense(f *testing.F) {
+	f.Add([]byte("1 1:0.5 3:2"))
+	f.Add([]byte("-1 qid:3 2:1e9 # x"))
+	f.Add([]byte("0,1 1:1"))
+	tf, _, _ := New("libsvm_dense:n_features=8")
+	out := make([]byte, tf.Size())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := tf.Apply(b, out); err != nil && !errors.Is(err, decode.ErrSyntax) {
+			t.Fatalf("error %v is not a syntax error", err)
+		}
+	})
+}
+
+func FuzzImage(f *testing.F) {
+	f.Add(encode(f, photo(20, 10, 1), "jpeg"))
+	f.Add(encode(f, photo(7, 9, 2), "png"))
+	f.Add([]byte("\xff\xd8\xff"))
+	tf, _, _ := New("image:size=16,crop=8")
+	out := make([]byte, tf.Size())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tf.Apply(b, out) // an error is fine; a panic or a hang is not
+	})
+}
