@@ -80,6 +80,12 @@ func (i Info) Indexed() bool {
 	return ok && f.Indexed
 }
 
+// Originer is implemented by datasets of several files: a record's file
+// (an index into Info.Paths and Info.Versions) and its index there.
+type Originer interface {
+	Origin(id int) (file int, index int)
+}
+
 // Locator adapts ds to the form samplers locate records by
 // (sampler.BlockBounds): a record's object, offset and length.
 func Locator(ds Dataset) func(id int) (obj int, off int64, length int) {

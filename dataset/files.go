@@ -94,6 +94,16 @@ func (d *files) Locate(id int) Loc {
 	return Loc{Object: k, Off: off, Len: n}
 }
 
+// Origin names record id by its file and its index in that file: the
+// record's identity whatever other files a dataset lists with it.
+func (d *files) Origin(id int) (file int, index int) {
+	k := 0
+	if len(d.parts) > 1 {
+		k = sort.SearchInts(d.starts, id+1) - 1
+	}
+	return k, id - d.starts[k]
+}
+
 func (d *files) Label(int) int               { return -1 }
 func (d *files) Object(i int) storage.Reader { return d.objs[i] }
 

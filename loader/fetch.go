@@ -224,4 +224,9 @@ func (j *job) fail(err error) {
 }
 
 // key names record id in the cache.
-func (l *Loader) key(id int) cache.Key { return cache.Key{Space: l.space, ID: int64(id)} }
+func (l *Loader) key(id int) cache.Key {
+	if l.opts.CacheKey != nil {
+		return l.opts.CacheKey(id)
+	}
+	return cache.Key{Space: l.space, ID: int64(id)}
+}

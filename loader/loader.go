@@ -34,9 +34,9 @@ type Loader struct {
 	tf         Transform // nil: records go to batches as they are
 	workers    *Workers
 	ownWorkers bool
-	cache     *cache.Cache
-	space     uint64
-	stage     stager
+	cache      *cache.Cache
+	space      uint64
+	stage      stager
 
 	ctx     context.Context
 	cancel  context.CancelFunc

@@ -78,8 +78,11 @@ type Options struct {
 	// sampler loads ahead wait in it. Default none, or a private one for
 	// a Staged sampler.
 	Cache *cache.Cache
-	// CacheSpace keys this dataset's records in Cache (see cache.Key).
+	// CacheSpace keys this dataset's records in Cache (see cache.Key);
+	// CacheKey, if set, keys each record instead (per file, so datasets
+	// sharing files share their records).
 	CacheSpace uint64
+	CacheKey   func(id int) cache.Key
 	// StageBytes is the budget of the private cache a Staged sampler's
 	// records wait in; default room for three stages, at least 64 MiB.
 	StageBytes int64

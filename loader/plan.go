@@ -169,7 +169,7 @@ func (l *Loader) lookup(j *job) {
 		if en.n == 0 && l.tf == nil {
 			continue
 		}
-		it, st := l.cache.Get(cache.Key{Space: l.space, ID: int64(en.id)})
+		it, st := l.cache.Get(l.key(en.id))
 		switch st {
 		case cache.Ready, cache.Loading:
 			en.item = it

@@ -446,3 +446,13 @@ func TestIndexPlacement(t *testing.T) {
 		})
 	}
 }
+
+// mentions reports whether a reply's message mentions s.
+func mentions(m *wire.Msg, s string) bool { return strings.Contains(m.Message, s) }
+
+func writeLines(t *testing.T, p string, lines []string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

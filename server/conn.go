@@ -250,6 +250,8 @@ func (cn *conn) open(m *wire.Msg) {
 	j.id = cn.nextID
 	cn.jobs[j.id] = j
 	cn.s.jobs.Add(1)
+	cn.s.track(j)
+	cn.s.groups.show(j)
 	cn.mu.Unlock()
 	cn.wg.Add(1)
 	go func() {

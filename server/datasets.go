@@ -185,3 +185,13 @@ func (d *datasets) keys() []string {
 	slices.Sort(out)
 	return out
 }
+
+// desc names the dataset for people: its files and format.
+func (e *dsEntry) desc() string {
+	inf := e.ds.Info()
+	name := inf.Paths[0]
+	if len(inf.Paths) > 1 {
+		name = fmt.Sprintf("%s and %d more", name, len(inf.Paths)-1)
+	}
+	return fmt.Sprintf("%s (%s)", name, inf.Format)
+}

@@ -7,14 +7,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/transform"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -23,7 +30,9 @@ import (
 // memory or reads never stalls another job's requests on the connection,
 // nor the reading of the connection (and so of its releases).
 type job struct {
-	id     int
+	s      *Server
+	id     int   // on its connection
+	gid    int64 // in the daemon
 	cfg    jobConfig
 	ds     *dsEntry
 	sets   *datasets
@@ -38,6 +47,11 @@ type job struct {
 	reqs chan uint64 // tags of next requests, served in order
 	done chan struct{}
 
+	transform string        // canonical, with version; "" for none
+	member    *share.Member // set when the job samples dependently in a group
+	group     *groupEntry
+	subset    int // records this job reads per epoch (before sharding)
+
 	mu   sync.Mutex
 	seq  uint64
 	held map[uint64]heldBatch // handed to the client, not yet released
@@ -45,6 +59,7 @@ type job struct {
 
 	started        time.Time
 	records, bytes atomic.Int64
+	epoch, batch   atomic.Int64 // the next batch, for status
 }
 
 // maxQueued bounds a job's next requests waiting to be served.
@@ -118,22 +133,45 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	if err != nil {
 		return nil, err
 	}
-	j := &job{cfg: cfg, ds: e, sets: s.sets, inline: !shm, held: map[uint64]heldBatch{},
+	j := &job{s: s, gid: s.jobSeq.Add(1), cfg: cfg, ds: e, sets: s.sets, inline: !shm, held: map[uint64]heldBatch{},
 		reqs: make(chan uint64, maxQueued), done: make(chan struct{}), started: time.Now()}
 	fail := func(err error) (*job, error) {
+		s.groups.leave(j)
 		s.sets.put(e)
 		return nil, err
 	}
 	ds := e.ds
 	inf := ds.Info()
-	smpCfg := cfg.smp
-	smpCfg.RecordSize = inf.RecordSize
-	smpCfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
-	if j.smp, _, err = smpCfg.Build(ds.Len(), dataset.Locator(ds)); err != nil {
-		return fail(fmt.Errorf("%w: %w", errSpec, err))
+	var tf transform.Transform
+	if cfg.transform != "" {
+		if tf, j.transform, err = transform.New(cfg.transform); err != nil {
+			return fail(fmt.Errorf("%w: %w", errSpec, err))
+		}
+	}
+	subset, err := subsetOf(cfg.subset, ds)
+	if err != nil {
+		return fail(err)
+	}
+	j.subset = ds.Len()
+	if subset != nil {
+		j.subset = int(subset.GetCardinality())
+	}
+	lopts := cfg.ld
+	key := s.cacheKey(e, j.transform)
+	if j.smp, err = s.order(j, cfg, subset, key, tf); err != nil {
+		return fail(err)
+	}
+	if j.member != nil {
+		// A member covers its own part (rank and worker): no stride.
+		lopts.BatchStride, lopts.BatchOffset = 1, 0
 	}
 	mean := max(1, inf.Bytes/int64(max(1, ds.Len())))
 	biggest := maxBatchBytes(ds, cfg.ld.BatchSize)
+	if tf != nil {
+		// Outputs of the transform, and the records read for them.
+		mean += int64(tf.Size())
+		biggest += mulSat(int64(cfg.ld.BatchSize), int64(tf.Size()))
+	}
 	mem := cfg.memory
 	if mem == 0 {
 		mem = jobMemory(mean, cfg.ld.BatchSize, biggest)
@@ -151,17 +189,103 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	if j.arena, err = NewArena("riffle-job", size); err != nil {
 		return fail(err)
 	}
-	lopts := cfg.ld
 	lopts.MemoryBytes = mem
 	lopts.Alloc = j.arena
 	lopts.Engine = s.engineFor(ds.Object(0))
+	lopts.Cache, lopts.CacheKey = s.cache, key
+	if tf != nil {
+		lopts.Transform, lopts.Workers = tf, s.workers
+	}
 	j.ctx, j.cancel = context.WithCancel(context.Background())
 	if j.l, err = loader.New(j.ctx, ds, j.smp, lopts); err != nil {
 		j.cancel()
 		j.arena.Close()
+		s.groups.leave(j)
 		return fail(fmt.Errorf("%w: %w", errSpec, err))
 	}
 	return j, nil
+}
+
+// order makes the job's sampler: a member of its source's group when it
+// asks to share a global shuffle, else its own sampler, over its subset if
+// it has one.
+func (s *Server) order(j *job, cfg jobConfig, subset *roaring.Bitmap, key func(int) cache.Key, tf transform.Transform) (sampler.Sampler, error) {
+	ds := j.ds.ds
+	smpCfg := cfg.smp
+	smpCfg.RecordSize = ds.Info().RecordSize
+	smpCfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
+	if cfg.share && (smpCfg.Kind == "" || smpCfg.Kind == "global") {
+		// Ranks and DataLoader workers split the subset by a hash of the
+		// id: a shared order is no function of position to cut.
+		stride := max(1, cfg.ld.BatchStride)
+		mine := part(subset, ds.Len(), smpCfg.Rank*stride+cfg.ld.BatchOffset, max(1, smpCfg.World)*stride)
+		size := ds.Info().RecordSize
+		if tf != nil {
+			size = tf.Size()
+		}
+		if size == 0 {
+			size = int(ds.Info().Bytes / int64(max(1, ds.Len())))
+		}
+		m, ge, err := s.groups.join(j, s.cache, key, size, mine, cfg.ld.Epoch)
+		if err == nil {
+			j.member, j.group = m, ge
+			if mine != nil && mine.IsEmpty() {
+				return nil, fmt.Errorf("%w: this rank's part of the subset holds no record", dataset.ErrEmpty)
+			}
+			return m, nil
+		}
+		slog.Info("job not shared", "reason", err)
+	}
+	if subset == nil {
+		smp, _, err := smpCfg.Build(ds.Len(), dataset.Locator(ds))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errSpec, err)
+		}
+		return smp, nil
+	}
+	ids := subset.ToArray()
+	locate := func(i int) (int, int64, int) {
+		l := ds.Locate(int(ids[i]))
+		return l.Object, l.Off, l.Len
+	}
+	smp, err := newSubsetSampler(func(n int) (sampler.Sampler, error) {
+		b, _, err := smpCfg.Build(n, locate)
+		return b, err
+	}, subset)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSpec, err)
+	}
+	return smp, nil
+}
+
+// cacheKey names the dataset's records in the cache by the file each
+// lives in and its index there, so jobs whose file lists overlap share the
+// files they have in common.
+func (s *Server) cacheKey(e *dsEntry, tf string) func(int) cache.Key {
+	ds := e.ds
+	inf := ds.Info()
+	o, ok := ds.(dataset.Originer)
+	if !ok || len(inf.Versions) != len(inf.Paths) {
+		space := spaceOf(inf, e.key, tf)
+		return func(id int) cache.Key { return cache.Key{Space: space, ID: int64(id)} }
+	}
+	spaces := make([]uint64, len(inf.Paths))
+	for k := range spaces {
+		fi := inf
+		fi.Versions = inf.Versions[k : k+1]
+		spaces[k] = spaceOf(fi, optsKey(e.key), tf)
+	}
+	return func(id int) cache.Key {
+		k, idx := o.Origin(id)
+		return cache.Key{Space: spaces[k], ID: int64(idx)}
+	}
+}
+
+// status describes the job for `riffle status`.
+func (j *job) status() wire.JobStatus {
+	el := time.Since(j.started).Seconds()
+	return wire.JobStatus{ID: fmt.Sprint(j.gid), Subset: j.subset, Epoch: int(j.epoch.Load()), Position: int(j.batch.Load()) * j.cfg.ld.BatchSize,
+		SamplesSec: float64(j.records.Load()) / max(el, 1e-9), Transform: j.transform}
 }
 
 func pad8(n int) int { return (n + 7) &^ 7 }
@@ -172,7 +296,13 @@ func (j *job) opened() *wire.Msg {
 		Op: wire.OpOpened, Job: j.id, Records: j.ds.ds.Len(), Positions: j.smp.Len(),
 		Batches: j.l.Count(), MemoryBytes: j.memory,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
-			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths},
+			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: j.member != nil},
+	}
+	if tf := j.cfg.transform; tf != "" {
+		t, _, _ := transform.New(tf)
+		m.Info.Transform = j.transform
+		m.Info.RecordSize = t.Size()
+		m.Info.Dtype, m.Info.Shape = t.Shape()
 	}
 	if !j.inline {
 		m.ArenaSize = j.arena.Size()
@@ -216,6 +346,8 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 		put(3, b.Labels)
 	}
 	st := j.l.State()
+	j.epoch.Store(int64(st.Epoch))
+	j.batch.Store(int64(st.Batch))
 	j.mu.Lock()
 	j.seq++
 	seq := j.seq
@@ -294,6 +426,8 @@ func (j *job) close() {
 		}
 		j.mu.Unlock()
 		j.arena.Close()
+		j.s.groups.leave(j)
+		j.s.retire(j)
 		j.sets.put(j.ds)
 	})
 }
@@ -308,4 +442,13 @@ func where(err error, m *wire.Msg) {
 	case errors.As(err, &se):
 		m.Path, m.Offset = se.Object, se.Offset
 	}
+}
+
+// optsKey is the options part of a dataset's registry key: what, besides
+// the file, decides a record's bytes.
+func optsKey(key string) string {
+	if i := strings.Index(key, "] "); i >= 0 {
+		return key[i+2:]
+	}
+	return key
 }

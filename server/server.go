@@ -17,6 +17,7 @@ import (
 
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -49,21 +50,32 @@ type Server struct {
 	CacheBytes int64
 	// IndexDir is where indexes are kept; default $XDG_CACHE_HOME/riffle.
 	IndexDir string
+	// Metrics, if set, serves Prometheus metrics at http://Metrics/metrics
+	// (a bare ":port" is loopback).
+	Metrics string
 	// Version is reported to clients.
 	Version string
 
 	socket, tcpAddr, token, tokenFile string
 	ready                             chan struct{}
 	helloWait                         time.Duration // helloTimeout, shorter in tests
+	metricsAddr                       string
 
 	store    *storage.Local
 	cache    *cache.Cache
 	sets     *datasets
+	groups   *groups
+	workers  *loader.Workers
+	statMu   sync.Mutex
+	live     map[*job]bool
+	doneRead int64 // bytes read and served by jobs that ended
+	doneServ int64
 	fails    failures
 	engMu    sync.Mutex
 	engines  map[uint64]*storage.Engine
 	clients  atomic.Int64
 	jobs     atomic.Int64
+	jobSeq   atomic.Int64
 	idle     chan struct{}
 	openOnce sync.Once
 }
@@ -107,6 +119,9 @@ func (s *Server) Addr() string      { return s.socket }
 func (s *Server) TCPAddr() string   { return s.tcpAddr }
 func (s *Server) TokenFile() string { return s.tokenFile }
 
+// MetricsAddr is where Serve serves metrics, once it does.
+func (s *Server) MetricsAddr() string { return s.metricsAddr }
+
 // Serve listens and serves until ctx is cancelled or, with IdleExit, the
 // daemon has had no client for that long.
 func (s *Server) Serve(ctx context.Context) error {
@@ -127,6 +142,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.cache = cache.New(cache.Options{Budget: budget, DropUnreferenced: true})
 	s.sets = newDatasets(s.store, dataset.Options{IndexDir: s.IndexDir, IndexInDirOnly: len(s.Roots) == 0})
 	defer s.sets.closeAll()
+	s.groups = newGroups()
+	s.live = map[*job]bool{}
+	s.workers = loader.NewWorkers(0)
+	defer s.workers.Close()
 	s.engines = map[uint64]*storage.Engine{}
 	defer s.closeEngines()
 	s.idle = make(chan struct{}, 1)
@@ -202,6 +221,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	if s.IdleExit > 0 {
 		g.Go(func() error { return s.watchIdle(gctx, cancel) })
+	}
+	if s.Metrics != "" {
+		g.Go(func() error { return s.serveMetrics(gctx, s.Metrics) })
 	}
 	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "cache", budget)
 	close(s.ready)

@@ -165,7 +165,7 @@ func configure(spec *wire.JobSpec) (jobConfig, error) {
 	}
 	c.memory = spec.MemoryBytes
 	c.transform = spec.Transform
-	c.share = spec.Share == nil || *spec.Share
+	c.share = spec.Share != nil && *spec.Share
 	return c, nil
 }
 

@@ -2,12 +2,57 @@ package server
 
 import "github.com/riffle-ml/riffle/wire"
 
+// track counts a job as live, for status.
+func (s *Server) track(j *job) {
+	s.statMu.Lock()
+	s.live[j] = true
+	s.statMu.Unlock()
+}
+
+// retire moves a closed job's counts into the daemon's totals.
+func (s *Server) retire(j *job) {
+	st := j.l.Stats()
+	s.statMu.Lock()
+	if s.live[j] {
+		delete(s.live, j)
+		s.doneRead += st.Bytes + st.Staged
+		s.doneServ += j.bytes.Load()
+	}
+	s.statMu.Unlock()
+}
+
+// traffic is the bytes read from storage and served to jobs so far.
+func (s *Server) traffic() (read, served int64) {
+	s.statMu.Lock()
+	defer s.statMu.Unlock()
+	read, served = s.doneRead, s.doneServ
+	for j := range s.live {
+		st := j.l.Stats()
+		read += st.Bytes + st.Staged
+		served += j.bytes.Load()
+	}
+	return read, served
+}
+
 // status describes the daemon for `riffle status`.
 func (s *Server) status() *wire.Status {
 	st := s.cache.Stats()
-	return &wire.Status{
+	read, served := s.traffic()
+	out := &wire.Status{
 		Clients: int(s.clients.Load()),
 		Cache: wire.CacheStatus{Bytes: st.Bytes, Budget: st.Budget, Items: st.Items, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions},
+		Groups:      s.groups.status(),
+		ReadBytes:   read,
+		ServedBytes: served,
 	}
+	// Jobs outside any group are listed as groups of one.
+	s.statMu.Lock()
+	for j := range s.live {
+		if j.member == nil {
+			out.Groups = append(out.Groups, wire.GroupStatus{Source: j.ds.desc(), Records: j.ds.ds.Len(), Jobs: []wire.JobStatus{j.status()}})
+		}
+	}
+	s.statMu.Unlock()
+	return out
 }

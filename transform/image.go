@@ -46,6 +46,8 @@ type resizeCrop struct {
 
 func (t *resizeCrop) Size() int { return t.crop * t.crop * 3 }
 
+func (t *resizeCrop) Shape() (string, []int) { return "|u1", []int{t.crop, t.crop, 3} }
+
 func (t *resizeCrop) Apply(raw, out []byte) error {
 	src, err := decodeImage(raw)
 	if err != nil {

@@ -34,6 +34,8 @@ type libsvmDense struct {
 
 func (t *libsvmDense) Size() int { return 4 * (1 + t.n) }
 
+func (t *libsvmDense) Shape() (string, []int) { return "<f4", []int{1 + t.n} }
+
 func (t *libsvmDense) Apply(raw, out []byte) error {
 	r, _ := t.rows.Get().(*decode.Row)
 	if r == nil {

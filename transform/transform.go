@@ -27,6 +27,8 @@ type Transform interface {
 	// Apply writes the output of raw into out (Size bytes). It is called
 	// from many goroutines at once.
 	Apply(raw, out []byte) error
+	// Shape is the output's numpy dtype ("|u1", "<f4") and shape.
+	Shape() (dtype string, shape []int)
 }
 
 // Spec names a transform and its parameters.

@@ -142,8 +142,10 @@ type JobSpec struct {
 	// ShardDropLast is DistributedSampler's drop_last: ranks drop the
 	// epoch's tail instead of padding it, so their shares are equal.
 	ShardDropLast bool `json:"shard_drop_last,omitempty"`
-	// Share lets the job join other jobs on the same source in dependent
-	// sampling (default true).
+	// Share makes the job join the other sharing jobs on its source in
+	// dependent sampling: reads, transforms and the cache shared, each
+	// job's epoch still a uniform permutation of its records, but no
+	// longer a function of (seed, epoch). Default false.
 	Share *bool `json:"share,omitempty"`
 
 	// The batches.
@@ -233,6 +235,11 @@ type Info struct {
 	Classes    []string `json:"classes,omitempty"`
 	Header     string   `json:"header,omitempty"`
 	Paths      []string `json:"paths"`
+	// Transform is the job's transform, canonical; RecordSize, Dtype and
+	// Shape then describe its outputs.
+	Transform string `json:"transform,omitempty"`
+	// Shared says the job samples dependently with others in a group.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // ErrFrame says a frame was malformed.

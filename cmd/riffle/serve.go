@@ -75,6 +75,7 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.StringSliceVar(&s.Roots, "root", nil, "only serve files under this directory (repeatable)")
 	fl.DurationVar(&s.IdleExit, "idle-exit", 0, "exit after this long without clients (0: never)")
 	fl.IntVar(&s.MaxConns, "max-conns", 256, "connections served at once")
+	fl.StringVar(&s.Metrics, "metrics", "", "serve Prometheus metrics at this address (\":9470\" is loopback), path /metrics")
 	fl.StringVar(&s.IndexDir, "index-dir", "", "where to keep indexes (default $XDG_CACHE_HOME/riffle)")
 	fl.Var(sizeFlag{&s.CacheBytes}, "cache-bytes", "the record cache's budget, like 8GiB (default a quarter of the memory the daemon may use)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log every request")

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/riffle-ml/riffle/server"
+)
+
+func statusCmd() *cobra.Command {
+	var socket string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the daemon's groups of jobs, its cache and its traffic",
+		Long: `status asks the local daemon what it is doing: each group of jobs sharing a
+source (dependent sampling) and each job alone, with its subset's size, its
+place and its samples/s; the record cache's bytes, hit rate and evictions;
+and the bytes read from storage against the bytes served to jobs (served
+over read is what sharing saved).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := server.Status(cmd.Context(), socket)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "clients: %d\n", st.Clients)
+			ratio := 0.0
+			if st.ReadBytes > 0 {
+				ratio = float64(st.ServedBytes) / float64(st.ReadBytes)
+			}
+			fmt.Fprintf(out, "read from storage: %s, served to jobs: %s (%.2fx)\n", human(float64(st.ReadBytes)), human(float64(st.ServedBytes)), ratio)
+			c := st.Cache
+			hit := 0.0
+			if c.Hits+c.Misses > 0 {
+				hit = 100 * float64(c.Hits) / float64(c.Hits+c.Misses)
+			}
+			fmt.Fprintf(out, "cache: %s of %s, %d items, hit rate %.1f%%, %d evictions\n", human(float64(c.Bytes)), human(float64(c.Budget)), c.Items, hit, c.Evictions)
+			if len(st.Groups) == 0 {
+				fmt.Fprintln(out, "no jobs")
+			}
+			for _, g := range st.Groups {
+				fmt.Fprintf(out, "\n%s (%d records", g.Source, g.Records)
+				if len(g.Jobs) > 1 || g.Shared > 0 {
+					fmt.Fprintf(out, ", %d jobs sharing, %d records read once for several", len(g.Jobs), g.Shared)
+				}
+				fmt.Fprintln(out, ")")
+				fmt.Fprintf(out, "  %-6s %10s %6s %10s %12s  %s\n", "job", "subset", "epoch", "position", "samples/s", "transform")
+				for _, j := range g.Jobs {
+					fmt.Fprintf(out, "  %-6s %10d %6d %10d %12.0f  %s\n", j.ID, j.Subset, j.Epoch, j.Position, j.SamplesSec, j.Transform)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "the daemon's socket (default $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock or /tmp/riffle-UID/riffle.sock)")
+	return cmd
+}
