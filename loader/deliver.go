@@ -84,6 +84,9 @@ func (l *Loader) take(ctx context.Context) (*job, error) {
 		if !ok {
 			return nil, l.finish()
 		}
+		if l.flight != nil {
+			l.flight.taken(1)
+		}
 		return j, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -13,7 +13,12 @@ const (
 
 // flight tracks the batches being read, for the adaptive read-ahead: the
 // planner may start another batch while fewer than minBatches are being
-// read or fewer than maxReads reads are in flight.
+// read or fewer than maxReads reads are in flight, and while the batches
+// planned and not yet taken by the consumer are few enough that their
+// reads would keep the device busy about twice over. Without that last
+// bound a loader of a small dataset, or of many epochs, would read epochs
+// ahead of its consumer as far as its memory goes, and waste them all if
+// the consumer stops.
 type flight struct {
 	ctx        context.Context
 	mu         sync.Mutex
@@ -22,6 +27,14 @@ type flight struct {
 	reads      int
 	minBatches int
 	maxReads   int
+	pending    int // planned, not yet taken by the consumer
+	perBatch   int // reads of the last batch planned
+}
+
+// maxPending is how many batches may wait planned: enough for 2*maxReads
+// reads, at least minBatches*2.
+func (f *flight) maxPending() int {
+	return min(maxAhead, max(2*f.minBatches, (2*f.maxReads+f.perBatch-1)/max(1, f.perBatch)))
 }
 
 func newFlight(ctx context.Context, minBatches, maxReads int) *flight {
@@ -34,7 +47,8 @@ func newFlight(ctx context.Context, minBatches, maxReads int) *flight {
 func (f *flight) admit(reads int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for f.batches >= f.minBatches && f.reads >= f.maxReads {
+	f.perBatch = max(1, reads)
+	for (f.batches >= f.minBatches && f.reads >= f.maxReads) || f.pending >= f.maxPending() {
 		if f.ctx.Err() != nil {
 			return false
 		}
@@ -42,7 +56,16 @@ func (f *flight) admit(reads int) bool {
 	}
 	f.batches++
 	f.reads += reads
+	f.pending++
 	return f.ctx.Err() == nil
+}
+
+// taken counts a planned batch handed to the consumer.
+func (f *flight) taken(n int) {
+	f.mu.Lock()
+	f.pending -= n
+	f.mu.Unlock()
+	f.cond.Broadcast()
 }
 
 func (f *flight) done(reads int) {

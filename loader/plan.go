@@ -265,7 +265,9 @@ func (l *Loader) layout(j *job) {
 // size is the bytes of the batch's buffer.
 func (j *job) size() int { return j.end }
 
-// unpin gives back the cache items of a job that will not be dispatched.
+// unpin gives back the cache items of a job that will not be dispatched:
+// its uses of them are gone (an item no one else will read is dropped), and
+// items it was to read fail, so that whoever waits reads for itself.
 func (j *job) unpin() {
 	for k := range j.ents {
 		en := &j.ents[k]
@@ -275,7 +277,7 @@ func (j *job) unpin() {
 		if en.claim {
 			j.l.cache.Fill(en.item, errAbandoned)
 		}
-		en.item.Done(false)
+		en.item.Done(true)
 		en.item, en.claim = nil, false
 	}
 }

@@ -82,18 +82,30 @@ func (g *Group) Stats() Stats {
 // uniform permutations of its subset, chosen dependently with the other
 // members'. Fill must be called at increasing positions (the loader does);
 // Save and Restore keep the set of records already delivered in an epoch.
+//
+// A member is given records one epoch ahead of the one it takes: when the
+// last record of an epoch is given, the next epoch's records go into the
+// classes at once, so a job keeps sharing across its epoch boundaries
+// while it still reads the end of the last one.
 type Member struct {
 	g         *Group
 	bit       uint64
 	subset    *roaring.Bitmap // nil: every record
 	size      int
-	epoch     int
-	remaining int     // records with this member's bit: not given yet this epoch
-	queue     []int32 // given, not yet taken
+	epoch     int     // the epoch being taken
+	give      int     // the epoch being given (epoch, or epoch+1)
+	remaining int     // records of give with this member's bit: not given yet
+	queue     []given // given, not yet taken
 	seq       []int32 // this epoch's records, in the order taken
-	active    bool    // this epoch's records are in the classes
+	active    bool    // give's records are in the classes
 	gone      bool
 	picked    int // the record of the current round
+}
+
+// given is a record given to a member, and the epoch it is given for.
+type given struct {
+	id    int32
+	epoch int32
 }
 
 // Join inserts a job reading subset (nil: all records) at the start of
@@ -133,12 +145,7 @@ func (m *Member) Leave() {
 		g.cl.clearBit(m.bit)
 	}
 	m.remaining = 0
-	if g.opts.Cache != nil {
-		for _, e := range m.queue {
-			g.opts.Cache.AddRefs(g.opts.Key(int(e)), -1)
-		}
-	}
-	m.queue = nil
+	m.dropQueue()
 	for i := range g.mem {
 		if g.mem[i] == m {
 			g.mem[i] = nil
@@ -146,13 +153,33 @@ func (m *Member) Leave() {
 	}
 }
 
-// start makes epoch e this member's: all its records are needed again.
-func (m *Member) start(e int) {
+// dropQueue forgets the records given and not taken: the cache forgets
+// their uses by this member.
+func (m *Member) dropQueue() {
 	g := m.g
-	if m.active {
-		g.cl.clearBit(m.bit) // a new epoch before the last was taken whole
+	if g.opts.Cache != nil {
+		for _, q := range m.queue {
+			g.opts.Cache.AddRefs(g.opts.Key(int(q.id)), -1)
+		}
 	}
-	m.epoch, m.seq, m.queue, m.remaining, m.active = e, m.seq[:0], m.queue[:0], 0, true
+	m.queue = m.queue[:0]
+}
+
+// start makes epoch e this member's, from its start: its records are all
+// needed again, and what was given for another epoch is forgotten.
+func (m *Member) start(e int) {
+	if m.active {
+		m.g.cl.clearBit(m.bit)
+	}
+	m.dropQueue()
+	m.epoch, m.seq = e, m.seq[:0]
+	m.insert(e)
+}
+
+// insert puts the member's records into the classes for epoch e.
+func (m *Member) insert(e int) {
+	g := m.g
+	m.give, m.remaining, m.active = e, 0, true
 	add := func(id int) {
 		g.cl.move(id, g.cl.sig(id)|m.bit)
 		m.remaining++
@@ -181,7 +208,11 @@ func (m *Member) Fill(epoch, pos int, dst []int) int {
 		return 0
 	}
 	if epoch != m.epoch {
-		m.start(epoch)
+		if epoch == m.epoch+1 && len(m.seq) == m.size && pos == 0 {
+			m.epoch, m.seq = epoch, m.seq[:0] // the next epoch, given ahead already
+		} else {
+			m.start(epoch)
+		}
 	}
 	n := max(0, min(len(dst), m.size-pos))
 	for i := 0; i < n; i++ {
@@ -201,12 +232,15 @@ func (m *Member) Fill(epoch, pos int, dst []int) int {
 // take returns the member's next record, running a round if it has none.
 func (m *Member) take() int {
 	if len(m.queue) == 0 {
+		if m.remaining == 0 {
+			m.insert(m.give + 1) // cannot happen while Fill keeps to the epoch's size
+		}
 		m.g.run(m)
 	}
-	e := m.queue[0]
+	q := m.queue[0]
 	m.queue = m.queue[1:]
-	m.seq = append(m.seq, e)
-	return int(e)
+	m.seq = append(m.seq, q.id)
+	return int(q.id)
 }
 
 // queueCap is how far a member may be given records ahead of taking them.
@@ -234,7 +268,7 @@ func (g *Group) run(m *Member) {
 	limit := g.queueCap()
 	parts := []*Member{m}
 	for _, o := range g.mem {
-		if o != nil && o != m && o.active && o.remaining > 0 && len(o.queue) < limit {
+		if o != nil && o != m && o.active && len(o.queue) < limit {
 			parts = append(parts, o)
 		}
 	}
@@ -249,8 +283,13 @@ func (g *Group) run(m *Member) {
 		g.cl.move(e, g.cl.sig(e)&^bits)
 	}
 	for i, e := range picks {
-		parts[i].remaining--
-		parts[i].queue = append(parts[i].queue, int32(e))
+		p := parts[i]
+		p.remaining--
+		p.queue = append(p.queue, given{id: int32(e), epoch: int32(p.give)})
+		if p.remaining == 0 {
+			// Its epoch is all given: give the next one from now on.
+			p.insert(p.give + 1)
+		}
 	}
 	g.given.Add(int64(len(picks)))
 	for e, bits := range clear {
@@ -261,8 +300,12 @@ func (g *Group) run(m *Member) {
 		g.shared.Add(1)
 		if c := g.opts.Cache; c != nil {
 			// One read for the k jobs: the first to plan it reads it into
-			// the cache, the others copy it from there.
-			c.Reserve(g.opts.Key(e), g.opts.Size(e), k, cache.Never, false)
+			// the cache, the others copy it from there. A record still there
+			// for readers of an earlier round has k more uses to come.
+			key := g.opts.Key(e)
+			if !c.AddRefs(key, k) {
+				c.Reserve(key, g.opts.Size(e), k, cache.Never, false)
+			}
 		}
 	}
 }
@@ -330,6 +373,11 @@ func (m *Member) Restore(state []byte) (int, int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m.start(epoch)
+	if pos == m.size {
+		// A whole epoch was delivered: the next begins.
+		m.start(epoch + 1)
+		return epoch + 1, 0, nil
+	}
 	it := done.Iterator()
 	for it.HasNext() {
 		e := int(it.Next())

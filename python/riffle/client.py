@@ -392,6 +392,9 @@ class Batch:
         """
         from . import decode
         fmt = self.info.get("format")
+        if self.info.get("transform"):
+            # The daemon's transform outputs: fixed-size, of the dtype and shape it reports.
+            return decode.fixed(self, np.dtype(self.info["dtype"]), self.info.get("shape") or None)
         if fmt == "npy" and self._dtype is None:
             return decode.npy(self)
         if fmt in ("fixed", "npy"):
@@ -432,6 +435,17 @@ def _close_job(job: _Job | None) -> None:
         job.close()
 
 
+def _subset(s) -> dict | None:
+    """A subset as the daemon takes it: a range, ids, or a dict of ranges, ids and labels."""
+    if s is None or isinstance(s, dict):
+        return s
+    if isinstance(s, range):
+        if s.step != 1:
+            return {"ids": list(s)}
+        return {"ranges": [[s.start, s.stop]]}
+    return {"ids": [int(i) for i in s]}
+
+
 def _abspath(p) -> str:
     p = os.fspath(p)
     return p if "://" in p else os.path.abspath(p)
@@ -448,6 +462,16 @@ class Loader:
     order than the global shuffle: ``"block"``, ``"buffered"``,
     ``"reservoir"``, or ``"sequential"``; ``opportunistic=W`` makes each
     batch of whichever records of the next W batches arrive first.
+
+    ``subset`` reads part of the dataset: a ``range``, a list of ids, or
+    ``{"ranges": [[lo, hi], ...], "ids": [...], "labels": [...]}``.
+    ``transform`` names a transform the daemon runs on every record
+    (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``);
+    ``batch.data`` is then its outputs as one array. ``share=True`` lets the
+    job sample dependently with the other sharing jobs on its source: each
+    shared record is read (and transformed) once for all of them, and each
+    job still sees each of its records once per epoch in a uniform order,
+    though no longer one fixed by (seed, epoch).
 
     ``rank``/``world_size`` shard each epoch as DistributedSampler does;
     ``shard_drop_last`` is its ``drop_last`` (drop the tail so ranks get
@@ -475,6 +499,7 @@ class Loader:
                  batch_stride: int | None = None, batch_offset: int | None = None):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
+        subset = _subset(subset)
         given = {
             "format": format, "record_size": record_size, "header_bytes": header_bytes, "csv_header": csv_header,
             "skip_crc": skip_crc, "drop_partial": drop_partial, "direct": direct,

@@ -53,14 +53,18 @@ def npy(batch) -> np.ndarray:
     return fixed(batch, np.dtype(info["dtype"]), info.get("shape") or ())
 
 
-def libsvm(batch, n_features: int | None = None, dense: bool = False, zero_based: bool = False):
+def libsvm(batch, n_features: int | None = None, dense: bool = False, zero_based: bool = False,
+           multilabel: bool = False):
     """LIBSVM/SVMlight lines as ``(labels, (indptr, indices, values))``.
 
     Indices are 1-based in the format and 0-based in the result unless
     ``zero_based`` says the file already is. With ``dense`` the features
-    come as an ``(n, n_features)`` float32 array instead of CSR.
+    come as an ``(n, n_features)`` float32 array instead of CSR. With
+    ``multilabel`` each label is a tuple of the comma-separated labels
+    (possibly empty), as scikit-learn's ``load_svmlight_file(multilabel=True)``
+    gives them; without it a comma in a label is an error.
     """
-    labels = np.empty(batch.n, np.float32)
+    labels: Any = [] if multilabel else np.empty(batch.n, np.float32)
     indptr = np.zeros(batch.n + 1, np.int64)
     indices: list[int] = []
     values: list[float] = []
@@ -68,10 +72,20 @@ def libsvm(batch, n_features: int | None = None, dense: bool = False, zero_based
     for i in range(batch.n):
         line = bytes(batch.record(i)).split(b"#", 1)[0].split()
         try:
-            if not line:
-                raise ValueError("empty line")
-            labels[i] = float(line[0])
-            for tok in line[1:]:
+            if multilabel:
+                if line and b":" not in line[0]:
+                    labels.append(tuple(float(x) for x in line[0].split(b",") if x))
+                    line = line[1:]
+                else:
+                    labels.append(())
+            else:
+                if not line:
+                    raise ValueError("empty line")
+                if b"," in line[0]:
+                    raise ValueError("a multilabel line (pass multilabel=True)")
+                labels[i] = float(line[0])
+                line = line[1:]
+            for tok in line:
                 if tok.startswith(b"qid:"):
                     continue
                 k, v = tok.split(b":", 1)

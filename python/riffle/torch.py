@@ -70,7 +70,10 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     ImageFolder does), or pass a callable. ``transform`` applies to each
     sample (torchvision transforms after ``"image"``) and
     ``batch_transform`` to the decoded batch. An error in either names the
-    record, its file and offset.
+    record, its file and offset. A ``transform`` given as a string names a
+    transform the daemon runs instead (``"image:size=256,crop=224"``,
+    ``"libsvm_dense:n_features=N"``), once for every sharing job: the batch
+    is then its outputs, one uint8 or float32 tensor.
     """
 
     def __init__(self, paths: str | Sequence[str], batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
@@ -90,6 +93,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self.decode, self.dtype, self.shape, self.n_features = decode, dtype, shape, n_features
         self.transform, self.batch_transform = transform, batch_transform
         self.rank, self.world_size, self.drop_last, self.shard_drop_last = rank, world_size, drop_last, shard_drop_last
+        if isinstance(transform, str):
+            loader_kwargs["transform"], transform = transform, None
+            self.transform = None
         self.loader_kwargs = loader_kwargs
         # Loader's own checks, now: a misspelt option fails here, not at the first batch.
         Loader(paths, batch_size, shuffle=shuffle, seed=seed, dtype=dtype, shape=shape, drop_last=drop_last,
@@ -258,6 +264,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             return self.decode(batch)
         fmt = batch.info.get("format")
         kind = self.decode
+        if kind == "auto" and batch.info.get("transform"):
+            return torch.from_numpy(batch.data)  # the daemon's transform outputs
         if kind == "auto":
             kind = {"npy": "npy", "fixed": "fixed", "libsvm": "libsvm", "jsonl": "jsonl", "text": "text",
                     "csv": "text"}.get(fmt, "bytes")
