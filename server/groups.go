@@ -87,7 +87,7 @@ func (gs *groups) status() []wire.GroupStatus {
 	var out []wire.GroupStatus
 	for _, ge := range gs.all {
 		st := ge.g.Stats()
-		g := wire.GroupStatus{Source: ge.source, Shared: st.Shared}
+		g := wire.GroupStatus{Source: ge.source, Shared: st.Shared, Rounds: st.Rounds, Given: st.Given, Saved: st.Saved}
 		for j := range ge.jobs {
 			g.Records = j.ds.ds.Len()
 			g.Jobs = append(g.Jobs, j.status())

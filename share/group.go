@@ -32,8 +32,9 @@ type Options struct {
 	Key  func(id int) cache.Key
 	Size func(id int) int
 	// QueueCap bounds the records a job was given but has not taken yet:
-	// a job whose queue is full sits out rounds. Default: what half the
-	// cache holds, shared among the jobs, at most 65536 and at least 64.
+	// a job whose queue is full sits out rounds. Default: four fifths of
+	// what the cache holds (the jobs behind the leader are mostly given the
+	// same records, so their queues overlap in the cache), at least 64.
 	QueueCap int
 	// Seed seeds the group's random source; 0 draws one.
 	Seed uint64
@@ -47,7 +48,7 @@ type Group struct {
 	rng  *rand.Rand
 	mem  [MaxMembers]*Member
 
-	rounds, given, shared atomic.Int64
+	rounds, given, shared, saved atomic.Int64
 }
 
 // NewGroup returns a group over a source of opts.Records records.
@@ -63,7 +64,10 @@ func NewGroup(opts Options) *Group {
 // records given to two jobs or more in one round (read once for all).
 type Stats struct {
 	Rounds, Given, Shared int64
-	Members               int
+	// Saved is the reads sharing saved: records given to k jobs in one
+	// round count k-1. Given less Saved is what the jobs read.
+	Saved   int64
+	Members int
 }
 
 func (g *Group) Stats() Stats {
@@ -75,7 +79,7 @@ func (g *Group) Stats() Stats {
 		}
 	}
 	g.mu.Unlock()
-	return Stats{Rounds: g.rounds.Load(), Given: g.given.Load(), Shared: g.shared.Load(), Members: n}
+	return Stats{Rounds: g.rounds.Load(), Given: g.given.Load(), Shared: g.shared.Load(), Saved: g.saved.Load(), Members: n}
 }
 
 // Member is one job of a group, and its order: a Sampler whose epochs are
@@ -100,6 +104,9 @@ type Member struct {
 	active    bool    // give's records are in the classes
 	gone      bool
 	picked    int // the record of the current round
+	// Last, if not negative, is the job's last epoch: it is not given
+	// records of later ones.
+	Last int
 }
 
 // given is a record given to a member, and the epoch it is given for.
@@ -115,7 +122,7 @@ func (g *Group) Join(subset *roaring.Bitmap, epoch int) (*Member, error) {
 	defer g.mu.Unlock()
 	for i := range g.mem {
 		if g.mem[i] == nil {
-			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1}
+			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1, Last: -1}
 			if subset != nil {
 				if subset.GetCardinality() > 0 && int(subset.Maximum()) >= g.opts.Records {
 					return nil, fmt.Errorf("share: subset names record %d of %d", subset.Maximum(), g.opts.Records)
@@ -233,7 +240,7 @@ func (m *Member) Fill(epoch, pos int, dst []int) int {
 func (m *Member) take() int {
 	if len(m.queue) == 0 {
 		if m.remaining == 0 {
-			m.insert(m.give + 1) // cannot happen while Fill keeps to the epoch's size
+			m.insert(m.give + 1) // past its last epoch after all
 		}
 		m.g.run(m)
 	}
@@ -248,18 +255,14 @@ func (g *Group) queueCap() int {
 	if g.opts.QueueCap > 0 {
 		return g.opts.QueueCap
 	}
-	members := 0
-	for _, m := range g.mem {
-		if m != nil {
-			members++
-		}
-	}
+	// The records given and not taken wait in the cache; when jobs behind
+	// the leader hold more than it can, RefCnt evicts and they read again.
 	q := 64
 	if c := g.opts.Cache; c != nil && g.opts.Records > 0 {
 		per := int64(g.opts.Size(0)) + 64
-		q = int(c.Budget() / 2 / per / int64(max(1, members)))
+		q = int(c.Budget() * 4 / 5 / per)
 	}
-	return min(65536, max(64, q))
+	return max(64, q)
 }
 
 // run runs one round for m and every member with records left and room
@@ -268,7 +271,7 @@ func (g *Group) run(m *Member) {
 	limit := g.queueCap()
 	parts := []*Member{m}
 	for _, o := range g.mem {
-		if o != nil && o != m && o.active && len(o.queue) < limit {
+		if o != nil && o != m && o.active && o.remaining > 0 && len(o.queue) < limit {
 			parts = append(parts, o)
 		}
 	}
@@ -287,8 +290,13 @@ func (g *Group) run(m *Member) {
 		p.remaining--
 		p.queue = append(p.queue, given{id: int32(e), epoch: int32(p.give)})
 		if p.remaining == 0 {
-			// Its epoch is all given: give the next one from now on.
-			p.insert(p.give + 1)
+			// Its epoch is all given: give the next one from now on,
+			// unless it has no next one.
+			if p.Last < 0 || p.give < p.Last {
+				p.insert(p.give + 1)
+			} else {
+				p.active = false
+			}
 		}
 	}
 	g.given.Add(int64(len(picks)))
@@ -298,6 +306,7 @@ func (g *Group) run(m *Member) {
 			continue
 		}
 		g.shared.Add(1)
+		g.saved.Add(int64(k - 1))
 		if c := g.opts.Cache; c != nil {
 			// One read for the k jobs: the first to plan it reads it into
 			// the cache, the others copy it from there. A record still there

@@ -204,6 +204,9 @@ type GroupStatus struct {
 	Records int         `json:"records"`
 	Jobs    []JobStatus `json:"jobs"`
 	Shared  int64       `json:"shared"` // records one read served several jobs
+	Rounds  int64       `json:"rounds"` // rounds of dependent sampling
+	Given   int64       `json:"given"`  // records given to jobs
+	Saved   int64       `json:"saved"`  // reads sharing saved
 }
 
 // JobStatus is one job.
