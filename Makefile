@@ -1,13 +1,16 @@
 # riffle's two commands: `make demo` runs the main job, `make test` runs every test.
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 PYTHON ?= /usr/bin/python3
+# Decode images with libjpeg-turbo where its headers are installed
+# (scripts/install-deps.sh installs them); pure Go otherwise.
+TAGS ?= $(shell [ -e /usr/include/turbojpeg.h ] && echo turbojpeg)
 
 .PHONY: all build demo test test-go test-python bench clean
 
 all: build
 
 build:
-	$(GO) build -o bin/riffle ./cmd/riffle
+	$(GO) build -tags "$(TAGS)" -o bin/riffle ./cmd/riffle
 
 demo:
 	$(GO) run ./cmd/riffle demo
@@ -16,6 +19,7 @@ test: build
 	./scripts/install-deps.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	@if [ -n "$(TAGS)" ]; then $(GO) test -count=1 -tags "$(TAGS)" ./transform; fi
 	@if [ -d python/tests ]; then cd python && RIFFLE_BIN=$(CURDIR)/bin/riffle $(PYTHON) -m pytest -q tests; fi
 
 bench: build

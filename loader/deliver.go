@@ -13,6 +13,11 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
+	l.start.Do(func() {
+		if l.opts.Lazy {
+			close(l.started)
+		}
+	})
 	if l.window() > 1 {
 		return l.nextOpportunistic(ctx)
 	}
@@ -85,7 +90,7 @@ func (l *Loader) take(ctx context.Context) (*job, error) {
 			return nil, l.finish()
 		}
 		if l.flight != nil {
-			l.flight.taken(1)
+			l.flight.taken(j.Epoch)
 		}
 		return j, nil
 	case <-ctx.Done():

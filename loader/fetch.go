@@ -27,7 +27,11 @@ func (l *Loader) dispatch(j *job) {
 	for i := range j.units {
 		u := &j.units[i]
 		if !u.read {
+			// Another loader may fill the item after this one closes: the
+			// wait counts as I/O in flight, so Close waits for it before
+			// the batch's memory goes.
 			en := &j.ents[u.lo]
+			l.io.Add(1)
 			en.item.OnReady(func(err error) { l.copyDone(j, i, err) })
 			continue
 		}
@@ -85,6 +89,7 @@ func (j *job) out(en *entry) []byte {
 // If the item's reader gave up (its job closed), this batch reads the
 // record itself.
 func (l *Loader) copyDone(j *job, i int, err error) {
+	defer l.io.Done()
 	u := &j.units[i]
 	en := &j.ents[u.lo]
 	it := en.item

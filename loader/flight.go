@@ -29,6 +29,7 @@ type flight struct {
 	maxReads   int
 	pending    int // planned, not yet taken by the consumer
 	perBatch   int // reads of the last batch planned
+	consumer   int // the epoch of the last batch taken
 }
 
 // maxPending is how many batches may wait planned: enough for 2*maxReads
@@ -37,18 +38,22 @@ func (f *flight) maxPending() int {
 	return min(maxAhead, max(2*f.minBatches, (2*f.maxReads+f.perBatch-1)/max(1, f.perBatch)))
 }
 
-func newFlight(ctx context.Context, minBatches, maxReads int) *flight {
-	f := &flight{ctx: ctx, minBatches: minBatches, maxReads: maxReads}
+func newFlight(ctx context.Context, minBatches, maxReads, epoch int) *flight {
+	f := &flight{ctx: ctx, minBatches: minBatches, maxReads: maxReads, consumer: epoch}
 	f.cond = sync.NewCond(&f.mu)
 	context.AfterFunc(ctx, f.wake)
 	return f
 }
 
-func (f *flight) admit(reads int) bool {
+// admit waits until a batch of epoch with reads reads may be planned. A
+// batch more than one epoch ahead of the consumer waits too: read-ahead
+// crosses into the next epoch, so it starts without a stall, but never
+// further, however small the epochs.
+func (f *flight) admit(reads, epoch int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.perBatch = max(1, reads)
-	for (f.batches >= f.minBatches && f.reads >= f.maxReads) || f.pending >= f.maxPending() {
+	for (f.batches >= f.minBatches && f.reads >= f.maxReads) || f.pending >= f.maxPending() || epoch > f.consumer+1 {
 		if f.ctx.Err() != nil {
 			return false
 		}
@@ -60,10 +65,11 @@ func (f *flight) admit(reads int) bool {
 	return f.ctx.Err() == nil
 }
 
-// taken counts a planned batch handed to the consumer.
-func (f *flight) taken(n int) {
+// taken counts a planned batch of epoch handed to the consumer.
+func (f *flight) taken(epoch int) {
 	f.mu.Lock()
-	f.pending -= n
+	f.pending--
+	f.consumer = max(f.consumer, epoch)
 	f.mu.Unlock()
 	f.cond.Broadcast()
 }

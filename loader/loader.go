@@ -45,7 +45,9 @@ type Loader struct {
 	mem     *semaphore.Weighted
 	flight  *flight // adaptive read-ahead; nil with a fixed Prefetch
 
-	io sync.WaitGroup // reads submitted to the engine and not yet done
+	io      sync.WaitGroup // reads submitted to the engine and not yet done
+	started chan struct{}  // closed when planning may begin (Lazy: at the first Next)
+	start   sync.Once
 
 	// freeJobs keeps released jobs, with their slices and read callbacks,
 	// for reuse (a sync.Pool would drop them at every collection).
@@ -120,11 +122,15 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	ahead := opts.Prefetch
 	if ahead == 0 {
 		ahead = maxAhead
-		l.flight = newFlight(l.ctx, minAhead, 2*opts.Depth)
+		l.flight = newFlight(l.ctx, minAhead, 2*opts.Depth, opts.Epoch)
 	}
 	l.deliver = make(chan *job, ahead)
 	l.freeJobs = make(chan *job, 64)
 	l.mem = semaphore.NewWeighted(opts.MemoryBytes)
+	l.started = make(chan struct{})
+	if !opts.Lazy {
+		close(l.started)
+	}
 	l.g.Go(l.plan)
 	return l, nil
 }
@@ -137,6 +143,11 @@ func (l *Loader) Batches() sampler.Batches {
 // plan turns batches into reads, in order, and starts them.
 func (l *Loader) plan() error {
 	defer close(l.deliver)
+	select {
+	case <-l.started:
+	case <-l.ctx.Done():
+		return nil
+	}
 	bs := l.Batches()
 	if bs.Count() == 0 {
 		return fmt.Errorf("loader: %d records make no batch of %d with drop_last: %w", bs.Len, bs.Size, dataset.ErrEmpty)
@@ -166,7 +177,7 @@ func (l *Loader) plan() error {
 				j.unpin()
 				return nil
 			}
-			if l.flight != nil && !l.flight.admit(len(j.units)) {
+			if l.flight != nil && !l.flight.admit(len(j.units), e) {
 				l.mem.Release(j.weight)
 				j.unpin()
 				return nil

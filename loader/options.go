@@ -86,6 +86,10 @@ type Options struct {
 	// StageBytes is the budget of the private cache a Staged sampler's
 	// records wait in; default room for three stages, at least 64 MiB.
 	StageBytes int64
+	// Lazy starts reading at the first Next instead of at New: a job that
+	// shares its reads should not race ahead of jobs that open after it
+	// while its own consumer is not even asking yet.
+	Lazy bool
 	// Alloc provides batch buffers; default a reusing heap pool.
 	Alloc Allocator
 	// Transform, if set, runs on every record: a batch holds the outputs

@@ -13,6 +13,7 @@ need=()
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || need+=(python3-torchvision)
 /usr/bin/python3 -c 'import sklearn' 2>/dev/null || need+=(python3-sklearn)
 command -v fio >/dev/null || need+=(fio)
+[ -e /usr/include/turbojpeg.h ] || need+=(libturbojpeg0-dev)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -65,6 +65,9 @@ type job struct {
 // maxQueued bounds a job's next requests waiting to be served.
 const maxQueued = 64
 
+// sharedPrefetch is how many batches a sharing job reads ahead by default.
+const sharedPrefetch = 2
+
 // jobMemory is a job's bound on batches in flight and held when the client
 // does not give one: room for 16 batches of meanRecord-byte records and
 // two of the largest, at least 64 MiB, at most what one job may have.
@@ -164,6 +167,13 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	if j.member != nil {
 		// A member covers its own part (rank and worker): no stride.
 		lopts.BatchStride, lopts.BatchOffset = 1, 0
+		if lopts.Prefetch == 0 {
+			// A shared job reads ahead little, and not before it is asked:
+			// records it is given while ahead of its consumer, before
+			// others join or while they lag, are records it reads alone.
+			lopts.Prefetch = sharedPrefetch
+		}
+		lopts.Lazy = true
 	}
 	mean := max(1, inf.Bytes/int64(max(1, ds.Len())))
 	biggest := maxBatchBytes(ds, cfg.ld.BatchSize)

@@ -1,0 +1,175 @@
+"""What the benchmarks in bench/ share: making data, dropping the page
+cache, reading the device's counters, running the daemon in a memory
+cgroup (v1) and measuring a process's CPU time."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+
+
+def parse_size(s: str) -> int:
+    m = re.fullmatch(r"([\d.]+)\s*([KMGT]i?B?)?", s)
+    if not m:
+        raise SystemExit(f"size {s!r}")
+    mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[(m.group(2) or "")[:1]]
+    return int(float(m.group(1)) * mult)
+
+
+def make_file(path: Path, size: int, rs: int) -> None:
+    """Fixed-size records, each starting with its id (little-endian uint64)."""
+    if path.exists() and path.stat().st_size == size // rs * rs:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = size // rs
+    per = (64 << 20) // rs
+    with open(path, "wb") as f:
+        for lo in range(0, n, per):
+            k = min(per, n - lo)
+            block = np.zeros((k, rs), np.uint8)
+            block[:, :8] = np.arange(lo, lo + k, dtype="<u8").view(np.uint8).reshape(k, 8)
+            f.write(block.tobytes())
+
+
+def make_jpegs(root: Path, n: int, classes: int = 10) -> None:
+    """ImageNet-like JPEGs (about 500x375, quality 90) with detail at every scale, made with Pillow."""
+    if root.exists() and sum(1 for _ in root.rglob("*.jpg")) == n:
+        return
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:375, 0:500]
+    for i in range(n):
+        d = root / f"c{i % classes:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        fx, fy, ph = rng.uniform(0.005, 0.08, 3)
+        base = 128 + 60 * np.sin(xx * fx + ph) * np.cos(yy * fy)
+        img = np.stack([base, base * rng.uniform(0.6, 1), 255 - base], -1) + rng.integers(-25, 25, (375, 500, 3))
+        w, h = int(rng.integers(400, 500)), int(rng.integers(300, 375))
+        Image.fromarray(img.clip(0, 255).astype(np.uint8)[:h, :w]).save(d / f"{i:06d}.jpg", quality=90)
+
+
+def drop_caches() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def device_of(path: Path) -> str:
+    dev = os.stat(path).st_dev
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    for d in glob.glob("/sys/block/*/dev") + glob.glob("/sys/block/*/*/dev"):
+        if open(d).read().strip() == want:
+            return d.split("/")[3]
+    return "vda"
+
+
+def read_bytes(dev: str) -> int:
+    """Bytes the device has read since boot."""
+    return int(open(f"/sys/block/{dev}/stat").read().split()[2]) * 512
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process and its waited-for children."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class Daemon:
+    """riffle serve on a private socket, in a memory cgroup (v1) if asked."""
+
+    def __init__(self, memory: int | None = None, cache: int | None = None, name: str = "riffle-bench"):
+        run = Path(f"/tmp/{name}-run")
+        run.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(run, 0o700)
+        self.sock = str(run / "riffle.sock")
+        args = [str(REPO / "bin" / "riffle"), "serve", "--socket", self.sock, "--quiet"]
+        if cache:
+            args += ["--cache-bytes", str(cache)]
+        self.cg = None
+        if memory:
+            self.cg = Path(f"/sys/fs/cgroup/memory/{name}")
+            self.cg.mkdir(exist_ok=True)
+            (self.cg / "memory.limit_in_bytes").write_text(str(memory))
+        self.proc = subprocess.Popen(args)
+        if self.cg:
+            (self.cg / "cgroup.procs").write_text(str(self.proc.pid))
+        from riffle import client
+        if not client.wait_for_socket(self.sock, 20):
+            raise SystemExit("the daemon did not start")
+        self.env = dict(os.environ, RIFFLE_SOCKET=self.sock)
+
+    def status(self) -> dict:
+        from riffle import client
+        c = client.Connection(self.sock, autostart=False)
+        try:
+            return c.request({"op": "status"})[0]["status"]
+        finally:
+            c.close()
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def spawn(code: str, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+
+
+def wait_all(procs: list[subprocess.Popen]) -> list[str]:
+    outs = []
+    for p in procs:
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"a client failed: {out}")
+        outs.append(out)
+    return outs
+
+
+class GroupWatch:
+    """Polls the daemon's status for its groups' counts while jobs run (a
+    group goes when its last job does)."""
+
+    def __init__(self, d: Daemon):
+        import threading
+        self.d, self.best = d, {}
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            try:
+                st = self.d.status()
+            except Exception:
+                continue
+            for g in st.get("groups") or []:
+                b = self.best.setdefault(g["source"], {})
+                for k in ("rounds", "given", "saved", "shared"):
+                    b[k] = max(b.get(k, 0), g.get(k, 0))
+
+    def totals(self) -> dict:
+        self.stop.set()
+        self.t.join()
+        out = {"rounds": 0, "given": 0, "saved": 0, "shared": 0}
+        for b in self.best.values():
+            for k in out:
+                out[k] += b.get(k, 0)
+        return out
+
+
+def timed(label: str):
+    t = time.time()
+    return lambda: print(f"  {label}: {time.time() - t:.1f}s", flush=True)

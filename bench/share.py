@@ -1,0 +1,222 @@
+"""Jobs sharing one daemon (issue 12): dependent sampling, the RefCnt cache
+and shared decoding, against the same jobs loading independently and
+against PyTorch DataLoaders, with real clients, cold.
+
+  speeds   four jobs over a 4 GiB file of 4 KiB records, started 5 s apart,
+           consuming at 1x, 1x, 2x and 4x a base rate, the daemon in a
+           memory cgroup that cannot hold the file: device bytes against one
+           job's epoch, and each job's samples/s against its target
+  overlap  two jobs whose subsets overlap by half: device bytes against
+           |D1 u D2|, and how often a round gave both one record, against
+           Joader's bound |I| / max(|D1|, |D2|)
+  decode   the image transform (decode, resize, crop) over a directory of
+           JPEGs: CPU seconds for four sharing jobs against one job
+  joader   2, 4 and 6 jobs decoding the JPEGs at once: total time, shared
+           against independent (Joader's Table 1, in spirit)
+
+    sudo /usr/bin/python3 bench/share.py --parts speeds,overlap,decode,joader
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import REPO, Daemon, GroupWatch, cpu_seconds, device_of, drop_caches, make_file, make_jpegs, parse_size, read_bytes
+
+RIFFLE = """
+import sys, time, json
+sys.path.insert(0, {py!r})
+import riffle
+ld = riffle.Loader({path!r}, batch_size=256, seed={seed}, share={share}, autostart=False, timeout=600, **{kw!r})
+ld.info()
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.time(); n = 0
+for b in ld:
+    n += b.n
+    if {rate}:
+        ahead = start + n / {rate} - time.time()
+        if ahead > 0:
+            time.sleep(ahead)
+print(json.dumps({{"n": n, "s": time.time() - start}}), flush=True)
+"""
+
+TORCH = """
+import sys, os, time, json
+import numpy as np, torch
+class Records(torch.utils.data.Dataset):
+    def __init__(self, path, size):
+        self.path, self.size, self.fd = path, size, None
+        self.n = os.path.getsize(path) // size
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        return np.frombuffer(os.pread(self.fd, self.size, i * self.size), np.uint8)
+dl = torch.utils.data.DataLoader(Records({path!r}, {rs}), batch_size=256, shuffle=True, num_workers=2)
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.time(); n = 0
+for b in dl:
+    n += len(b)
+    if {rate}:
+        ahead = start + n / {rate} - time.time()
+        if ahead > 0:
+            time.sleep(ahead)
+print(json.dumps({{"n": n, "s": time.time() - start}}), flush=True)
+"""
+
+
+def client(code: str, env: dict) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    line = p.stdout.readline()
+    if line.strip() != "ready":
+        raise SystemExit(f"a client did not start: {line}{p.communicate()[0]}")
+    return p
+
+
+def run_jobs(d: Daemon, codes: list[str], starts: list[float], dev: str) -> dict:
+    """Start clients at their offsets (all ready first), wait, and report."""
+    procs = [client(c, d.env) for c in codes]
+    watch = GroupWatch(d)
+    drop_caches()
+    dev0, cpu0 = read_bytes(dev), d.cpu()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    for p, at in sorted(zip(procs, starts), key=lambda x: x[1]):
+        time.sleep(max(0, t0 + at - time.time()))
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    res = []
+    for p in procs:
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"a client failed: {out}")
+        res.append(json.loads(out.strip().splitlines()[-1]))
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"wall": time.time() - t0, "device": read_bytes(dev) - dev0, "jobs": res, "groups": watch.totals(),
+            "daemon_cpu": d.cpu() - cpu0, "client_cpu": ru.ru_utime + ru.ru_stime - ru0.ru_utime - ru0.ru_stime}
+
+
+def riffle_code(path, seed, share, rate=0, **kw) -> str:
+    return RIFFLE.format(py=str(REPO / "python"), path=str(path), seed=seed, share=share, kw=kw, rate=rate)
+
+
+def part_speeds(args) -> None:
+    path = Path(args.dir) / "r4g.bin"
+    rs = 4096
+    make_file(path, parse_size("4GiB"), rs)
+    n = path.stat().st_size // rs
+    dev = device_of(path)
+    rates = [args.rate * k for k in (1, 1, 2, 4)]
+    starts = [0, 5, 10, 15]
+    print(f"\nspeeds: {path} ({n} records of {rs} bytes), cold, daemon cgroup {args.memory}, cache {args.cache}; "
+          f"rates {rates} samples/s, started {starts} s", flush=True)
+    rows = []
+    for mode in ("shared", "independent", "torch", "alone 4x"):
+        if mode == "torch":
+            codes = [TORCH.format(path=str(path), rs=rs, rate=r) for r in rates]
+            d = Daemon(parse_size(args.memory), parse_size(args.cache))
+            try:
+                r = run_jobs(d, codes, starts, dev)
+            finally:
+                d.stop()
+        else:
+            d = Daemon(parse_size(args.memory), parse_size(args.cache))
+            try:
+                if mode == "alone 4x":
+                    r = run_jobs(d, [riffle_code(path, 4, False, rates[3], record_size=rs)], [0], dev)
+                else:
+                    codes = [riffle_code(path, i, mode == "shared", rate, record_size=rs) for i, rate in enumerate(rates)]
+                    r = run_jobs(d, codes, starts, dev)
+            finally:
+                d.stop()
+        each = [j["n"] / j["s"] for j in r["jobs"]]
+        want = rates if mode != "alone 4x" else rates[3:]
+        rows.append((mode, r["wall"], r["device"] / (n * rs), each, [e / w for e, w in zip(each, want)]))
+        print(f"  {mode:<12} wall {r['wall']:6.1f}s  device {r['device'] / 2**30:6.2f} GiB = {r['device'] / (n * rs):4.2f}x one epoch  "
+              f"samples/s {' '.join(f'{e:7.0f}' for e in each)}  of target {' '.join(f'{e / w:4.2f}' for e, w in zip(each, want))}",
+              flush=True)
+
+
+def part_overlap(args) -> None:
+    path = Path(args.dir) / "r1g.bin"
+    rs = 4096
+    make_file(path, parse_size("1GiB"), rs)
+    n = path.stat().st_size // rs
+    dev = device_of(path)
+    a, b = [[0, 3 * n // 4]], [[n // 4, n]]
+    d = Daemon(parse_size(args.memory), parse_size(args.cache))
+    try:
+        r = run_jobs(d, [riffle_code(path, 1, True, subset={"ranges": a}, record_size=rs),
+                         riffle_code(path, 2, True, subset={"ranges": b}, record_size=rs)], [0, 0], dev)
+    finally:
+        d.stop()
+    g = r["groups"]
+    union = n * rs
+    share = g["shared"] / max(1, g["rounds"])
+    print(f"\noverlap: two jobs over [0, 3N/4) and [N/4, N) of {n} records, shared, cold: device {r['device'] / 2**20:.0f} MiB "
+          f"= {r['device'] / union:.3f}x |D1 u D2|; rounds {g['rounds']}, both given one record in {share:.3f} of them "
+          f"(bound |I|/max = {0.5 / 0.75:.3f} at the first round)", flush=True)
+
+
+def part_decode(args) -> None:
+    root = Path(args.dir) / "jpegs"
+    make_jpegs(root, args.images)
+    dev = device_of(root)
+    tf = "image:size=256,crop=224"
+    print(f"\ndecode: {args.images} JPEGs (about 500x375, q90), transform {tf}, cold", flush=True)
+    for k in (1, 4):
+        d = Daemon()
+        try:
+            r = run_jobs(d, [riffle_code(root, i, True, transform=tf) for i in range(k)], [0] * k, dev)
+        finally:
+            d.stop()
+        total = r["daemon_cpu"] + r["client_cpu"]
+        print(f"  {k} job{'s' if k > 1 else ' '} shared: wall {r['wall']:6.1f}s  CPU {total:6.1f}s "
+              f"(daemon {r['daemon_cpu']:.1f}s, clients {r['client_cpu']:.1f}s)", flush=True)
+
+
+def part_joader(args) -> None:
+    root = Path(args.dir) / "jpegs"
+    make_jpegs(root, args.images)
+    dev = device_of(root)
+    tf = "image:size=256,crop=224"
+    print(f"\njoader: k jobs decoding {args.images} JPEGs at once, one epoch each, cold", flush=True)
+    for k in (2, 4, 6):
+        line = f"  {k} jobs:"
+        times = {}
+        for share in (True, False):
+            d = Daemon()
+            try:
+                r = run_jobs(d, [riffle_code(root, i, share, transform=tf) for i in range(k)], [0] * k, dev)
+            finally:
+                d.stop()
+            times[share] = r["wall"]
+            line += f"  {'shared' if share else 'independent'} {r['wall']:6.1f}s"
+        print(line + f"  shared / independent {times[True] / times[False]:.2f}x", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default="/var/tmp/riffle-bench")
+    ap.add_argument("--parts", default="speeds,overlap,decode,joader")
+    ap.add_argument("--rate", type=int, default=8000, help="the 1x job's samples/s")
+    ap.add_argument("--memory", default="3GiB", help="the daemon's cgroup memory limit")
+    ap.add_argument("--cache", default="2GiB", help="the daemon's record cache")
+    ap.add_argument("--images", type=int, default=2000)
+    args = ap.parse_args()
+    subprocess.run(["make", "-C", str(REPO), "build"], check=True, stdout=subprocess.DEVNULL)
+    for part in args.parts.split(","):
+        {"speeds": part_speeds, "overlap": part_overlap, "decode": part_decode, "joader": part_joader}[part](args)
+
+
+if __name__ == "__main__":
+    main()
