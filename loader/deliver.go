@@ -57,17 +57,27 @@ func (l *Loader) advance(j *job, next int) {
 	if step := l.window(); l.opts.BatchStride > 1 && next%step == 0 {
 		next += (l.opts.BatchStride - 1) * step
 	}
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
 	l.state = State{Epoch: j.Epoch, Batch: next}
-	if j.mark != nil {
-		st, err := l.stateful.Save(j.mark)
-		if err == nil {
-			l.state.Sampler = st
-		}
-	}
+	l.mark = j.mark
 	if next >= l.Batches().Count() {
-		l.state = State{Epoch: j.Epoch + 1}
+		l.state, l.mark = State{Epoch: j.Epoch + 1}, nil
 	}
+	l.places[l.nplaces%len(l.places)] = place{state: l.state, mark: l.mark}
+	l.nplaces++
 }
+
+// place is a delivered batch's State and its sampler's mark, kept for a
+// while so a client pipelining ahead of its user can still ask for the
+// state at the batch the user is at (StateAt).
+type place struct {
+	state State
+	mark  any
+}
+
+// placesKept is how many delivered batches' places are kept.
+const placesKept = 64
 
 // Count is how many batches of each epoch this loader delivers: all of
 // them, or its share with a stride.
@@ -130,5 +140,59 @@ func (l *Loader) release(j *job) {
 	}
 }
 
-// State is the place of the next batch Next will return.
-func (l *Loader) State() State { return l.state }
+// State is the place of the next batch Next will return, with a stream
+// sampler's state there (which may cost O(records) to encode: see Place).
+func (l *Loader) State() State {
+	l.stMu.Lock()
+	st, mark := l.state, l.mark
+	l.stMu.Unlock()
+	if mark != nil {
+		if b, err := l.stateful.Save(mark); err == nil {
+			st.Sampler = b
+		}
+	}
+	return st
+}
+
+// Place is State without the sampler's state: cheap, for every batch.
+// Stream reports whether the sampler has a state to save (StateAt).
+func (l *Loader) Place() (st State, stream bool) {
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	return l.state, l.stateful != nil
+}
+
+// setSkip records the delivered records of the current opportunistic
+// window in the loader's place.
+func (l *Loader) setSkip(skip []int) {
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	l.state.Skip = skip
+	l.places[(l.nplaces-1)%len(l.places)].state.Skip = skip
+}
+
+// StateAt is the State at the place after one of the last batches
+// delivered (within the last 64), sampler state included.
+func (l *Loader) StateAt(epoch, batch int) (State, error) {
+	l.stMu.Lock()
+	places, n := l.places, l.nplaces
+	l.stMu.Unlock()
+	for k := range min(n, len(places)) {
+		p := places[(n-1-k)%len(places)]
+		if p.state.Epoch == epoch && p.state.Batch == batch {
+			st := p.state
+			if p.mark != nil {
+				b, err := l.stateful.Save(p.mark)
+				if err != nil {
+					return State{}, err
+				}
+				st.Sampler = b
+			}
+			return st, nil
+		}
+	}
+	if epoch == l.opts.Epoch && batch == l.opts.Batch {
+		return State{Epoch: epoch, Batch: batch, Sampler: l.opts.SamplerState, Skip: l.opts.Skip}, nil
+	}
+	return State{}, fmt.Errorf("loader: no state kept for epoch %d batch %d (the last %d delivered are)", epoch, batch, len(l.places))
+}

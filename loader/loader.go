@@ -54,6 +54,10 @@ type Loader struct {
 	freeJobs chan *job
 	pending  *job // delivered but not yet complete when the consumer gave up waiting
 	state    State
+	stMu     sync.Mutex // state, mark and places: read by other goroutines than Next's
+	mark     any        // the sampler's mark at state
+	places   [placesKept]place
+	nplaces  int
 	complete atomic.Bool // the planner handed out every batch
 	err      error
 	waitOnce sync.Once

@@ -31,9 +31,37 @@ func (c *counting) Apply(raw, out []byte) error {
 	return c.Transform.Apply(raw, out)
 }
 
-// Two jobs of one group over one dataset, run at once: each sees every
-// record once per epoch, records are read from storage about once for
-// both, and a shared transform runs about once per record.
+// barrier lets n goroutines pass together.
+type barrier struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	n, waiting int
+	gen        int
+}
+
+func newBarrier(n int) *barrier {
+	b := &barrier{n: n}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *barrier) wait() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	gen := b.gen
+	if b.waiting++; b.waiting == b.n {
+		b.waiting, b.gen = 0, b.gen+1
+		b.cond.Broadcast()
+		return
+	}
+	for gen == b.gen {
+		b.cond.Wait()
+	}
+}
+
+// Two jobs of one group over one dataset, consuming at one pace: each sees
+// every record once per epoch, records are read from storage about once
+// for both, and a shared transform runs about once per record.
 func TestSharedJobsReadOnce(t *testing.T) {
 	const n = 3000
 	p := filepath.Join(t.TempDir(), "d.svm")
@@ -53,6 +81,7 @@ func TestSharedJobsReadOnce(t *testing.T) {
 	g := share.NewGroup(share.Options{Records: n, Cache: c, Key: key, Size: func(int) int { return ct.Size() }, Seed: 3})
 	var wg sync.WaitGroup
 	var reads atomic.Int64
+	pace := newBarrier(2) // one batch each at a time, as jobs at one speed
 	got := make([][]int, 2)
 	errs := make([]error, 2)
 	for k := range 2 {
@@ -91,6 +120,7 @@ func TestSharedJobsReadOnce(t *testing.T) {
 				}
 				got[k] = append(got[k], b.IDs...)
 				b.Release()
+				pace.wait()
 			}
 			reads.Add(l.Stats().Reads)
 		}()

@@ -148,7 +148,7 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 	l.records.Add(int64(len(slots)))
 	l.advance(j, b.Index+1)
 	if delivered != nil {
-		l.state.Skip = append(delivered, l.opts.skipped(j)...)
+		l.setSkip(append(delivered, l.opts.skipped(j)...))
 	}
 	return b, nil
 }

@@ -47,3 +47,16 @@ func IsStream(s Sampler) bool {
 	}
 	return false
 }
+
+// SmallState reports whether a Stateful sampler's state is small enough
+// to send with every batch (a shuffle buffer of a few thousand ids), not
+// only on request.
+func SmallState(s Sampler) bool {
+	switch s := s.(type) {
+	case *Buffered:
+		return s.Buffer <= 8192
+	case *Shard:
+		return SmallState(s.Base)
+	}
+	return false
+}

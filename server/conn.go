@@ -221,6 +221,19 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		}
 		r.Tag = m.Tag
 		return cn.reply(r) == nil
+	case wire.OpState:
+		cn.mu.Lock()
+		j, ok := cn.jobs[m.Job]
+		cn.mu.Unlock()
+		if !ok {
+			return cn.fail(m.Tag, fmt.Errorf("no job %d", m.Job)) == nil
+		}
+		st, err := j.l.StateAt(m.Epoch, m.Index)
+		if err != nil {
+			return cn.fail(m.Tag, err) == nil
+		}
+		return cn.reply(&wire.Msg{Op: wire.OpState, Tag: m.Tag, Job: m.Job,
+			State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}) == nil
 	case wire.OpStats:
 		return cn.reply(&wire.Msg{Op: wire.OpStats, Tag: m.Tag, Jobs: int(cn.s.jobs.Load()), Clients: int(cn.s.clients.Load())}) == nil
 	case wire.OpStatus:

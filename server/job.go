@@ -317,6 +317,8 @@ func (j *job) opened() *wire.Msg {
 	if !j.inline {
 		m.ArenaSize = j.arena.Size()
 	}
+	_, stream := j.l.Place()
+	m.Stream = stream && !sampler.SmallState(j.smp)
 	return m
 }
 
@@ -355,7 +357,10 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	if b.Labels != nil {
 		put(3, b.Labels)
 	}
-	st := j.l.State()
+	st, stream := j.l.Place()
+	if stream && sampler.SmallState(j.smp) {
+		st = j.l.State()
+	}
 	j.epoch.Store(int64(st.Epoch))
 	j.batch.Store(int64(st.Batch))
 	j.mu.Lock()

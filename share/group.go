@@ -101,9 +101,12 @@ type Member struct {
 	remaining int     // records of give with this member's bit: not given yet
 	queue     []given // given, not yet taken
 	seq       []int32 // this epoch's records, in the order taken
-	active    bool    // give's records are in the classes
-	gone      bool
-	picked    int // the record of the current round
+	// done is seq as a set, kept as seq grows so that saving a state
+	// costs the set's size, not a pass over the epoch so far.
+	done   roaring.Bitmap
+	active bool // give's records are in the classes
+	gone   bool
+	picked int // the record of the current round
 	// Last, if not negative, is the job's last epoch: it is not given
 	// records of later ones.
 	Last int
@@ -180,6 +183,7 @@ func (m *Member) start(e int) {
 	}
 	m.dropQueue()
 	m.epoch, m.seq = e, m.seq[:0]
+	m.done.Clear()
 	m.insert(e)
 }
 
@@ -217,6 +221,7 @@ func (m *Member) Fill(epoch, pos int, dst []int) int {
 	if epoch != m.epoch {
 		if epoch == m.epoch+1 && len(m.seq) == m.size && pos == 0 {
 			m.epoch, m.seq = epoch, m.seq[:0] // the next epoch, given ahead already
+			m.done.Clear()
 		} else {
 			m.start(epoch)
 		}
@@ -247,6 +252,7 @@ func (m *Member) take() int {
 	q := m.queue[0]
 	m.queue = m.queue[1:]
 	m.seq = append(m.seq, q.id)
+	m.done.Add(uint32(q.id))
 	return int(q.id)
 }
 
@@ -350,8 +356,11 @@ func (m *Member) Save(mark any) ([]byte, error) {
 	m.g.mu.Lock()
 	bm := roaring.New()
 	if mk.epoch == m.epoch {
-		for _, e := range m.seq[:min(mk.pos, len(m.seq))] {
-			bm.Add(uint32(e))
+		// The set now, less what was taken after the mark (a few
+		// batches read ahead).
+		bm = m.done.Clone()
+		for _, e := range m.seq[min(mk.pos, len(m.seq)):] {
+			bm.Remove(uint32(e))
 		}
 	}
 	m.g.mu.Unlock()
@@ -396,6 +405,7 @@ func (m *Member) Restore(state []byte) (int, int, error) {
 		g.cl.move(e, g.cl.sig(e)&^m.bit)
 		m.remaining--
 		m.seq = append(m.seq, int32(e))
+		m.done.Add(uint32(e))
 	}
 	return epoch, pos, nil
 }

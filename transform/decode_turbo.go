@@ -35,6 +35,9 @@ func decodeImage(raw []byte) (image.Image, error) {
 	if C.tjDecompressHeader3(h, src, C.ulong(len(raw)), &w, &ht, &sub, &cs) != 0 {
 		return nil, errors.New("libjpeg-turbo: " + C.GoString(C.tjGetErrorStr2(h)))
 	}
+	if err := checkSize(int(w), int(ht)); err != nil {
+		return nil, err
+	}
 	img := image.NewRGBA(image.Rect(0, 0, int(w), int(ht)))
 	if C.tjDecompress2(h, src, C.ulong(len(raw)), (*C.uchar)(unsafe.Pointer(&img.Pix[0])), w, C.int(img.Stride), ht,
 		C.TJPF_RGBA, C.TJFLAG_FASTDCT) != 0 {

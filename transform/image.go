@@ -103,8 +103,32 @@ func scalerFor(crop, w, h int) draw.Scaler {
 	return s
 }
 
-// decodeGo decodes with Go's image decoders.
+// maxPixels bounds an image's decoded size (512 MiB as RGBA): a few bytes
+// of header may claim any size, and a record must not take the daemon's
+// memory with it.
+const maxPixels = 1 << 27
+
+// checkSize refuses empty images and those past maxPixels.
+func checkSize(w, h int) error {
+	if w <= 0 || h <= 0 {
+		return fmt.Errorf("image: %dx%d pixels, empty", w, h)
+	}
+	if int64(w)*int64(h) > maxPixels {
+		return fmt.Errorf("image: %dx%d pixels, more than the %d a record may decode to", w, h, maxPixels)
+	}
+	return nil
+}
+
+// decodeGo decodes with Go's image decoders, after checking the size the
+// header claims.
 func decodeGo(raw []byte) (image.Image, error) {
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize(cfg.Width, cfg.Height); err != nil {
+		return nil, err
+	}
 	img, _, err := image.Decode(bytes.NewReader(raw))
 	return img, err
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"image"
 	"image/color"
 	"image/jpeg"
 	"image/png"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/riffle-ml/riffle/decode"
@@ -173,4 +175,26 @@ func FuzzImage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tf.Apply(b, out) // an error is fine; a panic or a hang is not
 	})
+}
+
+// An image whose header claims more pixels than a record may decode to
+// is refused before any is allocated, in both decoders.
+func TestImageBomb(t *testing.T) {
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, 4, 4))); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	// IHDR: length(4) "IHDR"(4) width(4) height(4) ... crc, after the 8-byte signature.
+	binary.BigEndian.PutUint32(b[16:], 200000)
+	binary.BigEndian.PutUint32(b[20:], 200000)
+	binary.BigEndian.PutUint32(b[29:], crc32.ChecksumIEEE(b[12:29]))
+	tr, _, err := New("image:size=32,crop=32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tr.Apply(b, make([]byte, tr.Size()))
+	if err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("a 200000x200000 image: %v", err)
+	}
 }

@@ -44,6 +44,7 @@ const (
 	OpStats   = "stats"
 	OpStatus  = "status"
 	OpLocate  = "locate"
+	OpState   = "state"
 	OpError   = "error"
 )
 
@@ -66,13 +67,16 @@ type Msg struct {
 	Job int `json:"job,omitempty"`
 
 	// opened
-	Records     int      `json:"records,omitempty"`   // records in the dataset
-	Positions   int      `json:"positions,omitempty"` // positions per epoch for this job (its shard)
-	Batches     int      `json:"batches,omitempty"`   // batches per epoch
-	Info        *Info    `json:"info,omitempty"`
-	ArenaSize   int64    `json:"arena_size,omitempty"`   // bytes of the shared arena; 0 means batches come inline
-	MemoryBytes int64    `json:"memory_bytes,omitempty"` // the job's bound on batches in flight and held
-	Seqs        []uint64 `json:"seqs,omitempty"`         // release: the batches given back
+	Records     int   `json:"records,omitempty"`   // records in the dataset
+	Positions   int   `json:"positions,omitempty"` // positions per epoch for this job (its shard)
+	Batches     int   `json:"batches,omitempty"`   // batches per epoch
+	Info        *Info `json:"info,omitempty"`
+	ArenaSize   int64 `json:"arena_size,omitempty"`   // bytes of the shared arena; 0 means batches come inline
+	MemoryBytes int64 `json:"memory_bytes,omitempty"` // the job's bound on batches in flight and held
+	// Stream says the job's sampler has a state to save that batches do
+	// not carry: ask for it with a "state" request.
+	Stream bool     `json:"stream,omitempty"`
+	Seqs   []uint64 `json:"seqs,omitempty"` // release: the batches given back
 
 	// batch
 	Seq     uint64 `json:"seq,omitempty"`

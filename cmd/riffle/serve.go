@@ -12,7 +12,7 @@ import (
 	"github.com/riffle-ml/riffle/server"
 )
 
-const version = "0.1.0"
+const version = "0.2.0"
 
 func serveCmd() *cobra.Command {
 	var (

@@ -9,4 +9,4 @@ from .client import Batch, DaemonGone, Loader, RiffleError, connect, default_soc
 from . import decode
 
 __all__ = ["Batch", "DaemonGone", "Loader", "RiffleError", "connect", "decode", "default_socket"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

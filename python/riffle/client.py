@@ -355,22 +355,29 @@ class Batch:
     batch (what ``state_dict()`` returns then).
     """
 
-    __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "state",
+    __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "_state",
                  "_dtype", "_shape", "__weakref__")
 
     def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict,
-                 dtype=None, shape=None, state: dict | None = None):
+                 dtype=None, shape=None, state=None):
         self._dtype, self._shape = dtype, shape
         self.epoch, self.index, self.last = epoch, index, last
         self.n = len(ids)
         self.ids, self.offs, self.lens, self.labels = ids, offs, lens, labels
         self.raw = raw
         self.info = info
-        self.state = state
+        self._state = state  # a dict, or a function giving one (asked of the daemon once)
         # Packed: records back to back from offset 0 in their order, as
         # fixed-size records of a global shuffle read without O_DIRECT are.
         self.packed = bool(self.n == 0 or (offs[-1] + lens[-1] == len(raw) and lens.sum() == len(raw) and offs[0] == 0
                                            and (self.n < 2 or np.array_equal(offs[1:], np.cumsum(lens[:-1])))))
+
+    @property
+    def state(self) -> dict | None:
+        """The loader's place after this batch, to resume there."""
+        if callable(self._state):
+            self._state = self._state()
+        return self._state
 
     def record(self, i: int) -> memoryview:
         """Record ``i``'s bytes, a view of the batch."""
@@ -421,6 +428,13 @@ class _Job:
         self.conn, self.reply, self.mm = conn, reply, mm
         self.id = reply["job"]
         self.epoch, self.batch = epoch, batch  # the next batch it delivers
+        # The daemon keeps a growing sampler state to itself; ask for it.
+        self.stream = bool(reply.get("stream"))
+
+    def state(self, epoch: int, batch: int) -> dict:
+        """The job's state at a place it delivered lately (sampler state included)."""
+        reply, _, _ = self.conn.request({"op": wire.OP_STATE, "job": self.id, "epoch": epoch, "index": batch})
+        return reply.get("state") or {}
 
     def close(self) -> None:
         try:
@@ -520,6 +534,7 @@ class Loader:
         self._batch = 0
         self._sampler_state: bytes | None = None
         self._skip: list[int] | None = None
+        self._unresolved = False  # the sampler state of this place is still the daemon's
         self._conn_args = (socket, address, token, timeout, autostart)
         self._meta: dict | None = None
         self._held = 0
@@ -531,9 +546,12 @@ class Loader:
         """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch)."""
         if epoch != self.epoch or self._batch:
             self.epoch, self._batch, self._sampler_state, self._skip = epoch, 0, None, None
+            self._unresolved = False
 
     def state_dict(self) -> dict[str, Any]:
         """The place of the next batch: save it with the model's checkpoint."""
+        if self._unresolved:
+            self._resolve()
         st = {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"]}
         if self._sampler_state:
             st["sampler_state"] = base64.b64encode(self._sampler_state).decode()
@@ -541,10 +559,25 @@ class Loader:
             st["skip"] = list(self._skip)
         return st
 
+    def _resolve(self) -> None:
+        # The place came with a batch of a job whose sampler state stays in
+        # the daemon: fetch it while the job still has it.
+        j = self._job
+        if j is None or os.getpid() != j.conn.pid:
+            raise RiffleError(
+                "this loader's sampler state is kept by its job, which is closed: "
+                "call state_dict() while iterating (or before close())")
+        st = j.state(self.epoch, self._batch)
+        ss = st.get("sampler_state")
+        self._sampler_state = base64.b64decode(ss) if ss else None
+        self._skip = st.get("skip") or None
+        self._unresolved = False
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a place ``state_dict()`` returned."""
         if state.get("seed", self.spec["seed"]) != self.spec["seed"]:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
+        self._unresolved = False
         self.epoch, self._batch = int(state["epoch"]), int(state["batch"])
         ss = state.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
@@ -559,6 +592,8 @@ class Loader:
         j = self._job
         if j is not None and (j.epoch, j.batch) == (self.epoch, self._batch) and os.getpid() == j.conn.pid:
             return j
+        if self._unresolved and j is not None and os.getpid() == j.conn.pid:
+            self._resolve()  # the new job starts from the whole state
         self.close()
         conn = self._conn()
         spec = dict(self.spec, epoch=self.epoch, batch=self._batch, epochs=-1)
@@ -649,7 +684,7 @@ class Loader:
                     raise
                 if m["op"] == wire.OP_END:
                     break
-                self._advance(m.get("state") or {}, m)
+                self._advance(m.get("state") or {}, m, j.stream)
                 j.epoch, j.batch = self.epoch, self._batch
                 batch = self._batch_from(m, payload, j.mm, info, conn_ref, job)
                 size = max(size, m.get("data_len", 0))
@@ -661,13 +696,19 @@ class Loader:
                 # Stopped mid-epoch: the daemon's place is ahead of ours.
                 for tag in tags:
                     conn.drop(tag)
+                if self._unresolved:
+                    try:
+                        self._resolve()  # the job holding the sampler state is closing
+                    except (RiffleError, OSError):
+                        pass
                 self.close()
 
-    def _advance(self, st: dict, m: dict) -> None:
+    def _advance(self, st: dict, m: dict, stream: bool = False) -> None:
         self.epoch, self._batch = int(st.get("epoch", m["epoch"])), int(st.get("batch", m["index"] + 1))
         ss = st.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = st.get("skip") or None
+        self._unresolved = stream
 
     def _batch_from(self, m, payload, mm, info, conn_ref, job) -> Batch:
         n = m.get("n", 0)
@@ -681,8 +722,25 @@ class Loader:
             self._held += size
             weakref.finalize(raw, _release, conn_ref, job, m["seq"])
             weakref.finalize(raw, self._unhold, size)
+        state = self._place_state()
         return Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info, self.dtype,
-                     self.shape, self.state_dict())
+                     self.shape, state)
+
+    def _place_state(self):
+        """The state after the batch just received, or, if the daemon keeps its sampler state, a function asking for it."""
+        if not self._unresolved:
+            return self.state_dict()
+        j, place = self._job, {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"]}
+
+        def ask() -> dict:
+            st = j.state(place["epoch"], place["batch"])
+            out = dict(place)
+            if st.get("sampler_state"):
+                out["sampler_state"] = st["sampler_state"]
+            if st.get("skip"):
+                out["skip"] = list(st["skip"])
+            return out
+        return ask
 
     def _unhold(self, size: int) -> None:
         self._held -= size

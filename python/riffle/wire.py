@@ -28,6 +28,7 @@ OP_CLOSED = "closed"
 OP_STATS = "stats"
 OP_STATUS = "status"
 OP_LOCATE = "locate"
+OP_STATE = "state"
 OP_ERROR = "error"
 
 _LEN = struct.Struct("<I")

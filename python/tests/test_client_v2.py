@@ -25,6 +25,7 @@ def batches(ld) -> list[list[int]]:
 
 @pytest.mark.parametrize("kw", [
     {"sampler": "buffered", "buffer": 100},
+    {"sampler": "buffered", "buffer": 10000},  # a state the daemon keeps until asked
     {"sampler": "reservoir", "reservoir": 200},
     {"sampler": "block", "block_size": 4096, "window": 2},
     {},
@@ -40,6 +41,31 @@ def test_resume_is_exact_for_every_sampler(daemon, fixed_file, kw):
         again = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=8, **kw)
         again.load_state_dict(state)
         assert head + batches(again) == whole, f"stopped after {stop}"
+
+
+@pytest.mark.parametrize("ask", ["iterating", "after break"])
+def test_shared_job_resumes_exactly_once(daemon, fixed_file, ask):
+    # A shared job's sampler state (its delivered set) stays in the daemon
+    # until a checkpoint asks for it: while iterating, or after the loop
+    # broke off, which closes the job.
+    ld = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=8, share=True)
+    seen = []
+    for b in ld:
+        seen += b.ids.tolist()
+        if len(seen) == 5 * 64:
+            if ask == "iterating":
+                state = json.loads(json.dumps(ld.state_dict()))
+            break
+    if ask == "after break":
+        state = json.loads(json.dumps(ld.state_dict()))
+    assert state["batch"] == 5 and state.get("sampler_state"), state
+    ld.close()
+    again = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=8, share=True)
+    again.load_state_dict(state)
+    seen += [i for b in again for i in b.ids.tolist()]
+    assert sorted(seen) == list(range(1000))
+    # The next epoch is whole again.
+    assert sorted(i for b in again for i in b.ids.tolist()) == list(range(1000))
 
 
 def test_opportunistic_resume_is_exactly_once(daemon, fixed_file):

@@ -115,12 +115,13 @@ def test_drop_last_and_shard_drop_last_mean_what_torch_means(daemon, tmp_path):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("sampler", [None, "buffered"])
-def test_state_dict_resumes_exactly(daemon, tmp_path, workers, sampler):
+@pytest.mark.parametrize("sampler,buffer", [(None, None), ("buffered", 300), ("buffered", 20000)])
+def test_state_dict_resumes_exactly(daemon, tmp_path, workers, sampler, buffer):
+    # A buffer of 20000 is a state the daemon keeps until asked for.
     p = write_fixed(tmp_path / "n.bin", 2000, 64)
     kw = dict(record_size=64, dtype=np.int64, shape=(8,), seed=2, num_workers=workers)
     if sampler:
-        kw.update(sampler=sampler, buffer=300)
+        kw.update(sampler=sampler, buffer=buffer)
     whole = [ids_of(t) for t in rt.loader(str(p), 64, **kw)]
     dl = rt.loader(str(p), 64, **kw)
     it = iter(dl)
