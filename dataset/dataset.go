@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -68,6 +69,10 @@ type Info struct {
 	Classes    []string // "dir": class names, in label order
 	Header     string   // "csv": the header line, when Options.CSVHeader
 	Bytes      int64    // total bytes of all records
+	// Columns and Schema describe the batches of a Rows dataset: its
+	// columns' layouts, and its Arrow schema as an IPC stream.
+	Columns []columnar.Column
+	Schema  []byte
 	// Versions are the store's versions of the objects the dataset was
 	// opened from (Paths, or a directory's root and classes): any change
 	// to the data changes one of them.
@@ -126,6 +131,11 @@ type Options struct {
 	Direct bool
 	// Store is where the objects are; default the local file system.
 	Store storage.Store
+	// Columns, for a dataset of rows (Arrow, Parquet), are the columns
+	// read; empty means all that riffle reads.
+	Columns []string
+	// Split names a split of a Hugging Face DatasetDict directory.
+	Split string
 	// Progress, if set, is told how many source bytes the index scan has read.
 	Progress func(done, total int64)
 }
@@ -225,6 +235,9 @@ func Open(ctx context.Context, opts Options, paths ...string) (Dataset, error) {
 			return nil, fmt.Errorf("a %s dataset has one root, got %d paths", f.Name, len(files))
 		}
 		return f.OpenDir(ctx, files[0], opts)
+	}
+	if f.OpenFiles != nil {
+		return f.OpenFiles(ctx, files, opts)
 	}
 	return openFiles(ctx, files, f, opts)
 }

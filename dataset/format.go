@@ -23,6 +23,9 @@ type Format struct {
 	// OpenPart opens one file of a files format: several files (or a glob)
 	// make one dataset, the records of file k after those of file k-1.
 	OpenPart func(ctx context.Context, f storage.Reader, opts Options) (Part, error)
+	// OpenFiles opens a format that makes one dataset of several files
+	// itself (Arrow, Parquet: rows of columns, Rows).
+	OpenFiles func(ctx context.Context, names []string, opts Options) (Dataset, error)
 	// OpenDir opens a directory format from its root.
 	OpenDir func(ctx context.Context, root string, opts Options) (Dataset, error)
 	// DetectDir, for a directory format, says whether a directory is one

@@ -18,30 +18,36 @@ import (
 	"github.com/riffle-ml/riffle/storage"
 )
 
-// The sidecar index of a variable-length file is its offset table: one
-// little-endian uint64 per record plus one for the end, 8 bytes per record,
-// behind a header that ties it to the source's size and version (its
-// store's ObjectInfo.Version: device, inode and mtime of a local file, the
-// ETag of an object) and a trailing CRC32C. Records whose end is not where
-// the next begins (a line followed by blank lines, a last line without
-// its newline) are listed after the offsets with their ends; most files
-// have none. It sits next to the data as NAME.ridx, or in the cache
-// directory when the data's directory is read-only.
+// A sidecar index is what one scan of a file learnt, kept next to the data
+// as NAME.ridx (or in the cache directory when the data's directory is
+// read-only) and reused while the data is unchanged. Its frame ties it to
+// the source's size and version (its store's version: device, inode and
+// mtime of a local file, the ETag of an object) and ends in a CRC32C; what
+// it holds depends on the format:
 //
 //	0  magic "RFLIDX01"
 //	8  version uint32
-//	12 variant uint32 (format and options that change the offsets)
+//	12 variant uint32 (format and options that change what it holds)
 //	16 source size uint64
 //	24 source version hash uint64 (FNV-1a of the version string)
+//	32 payload
+//	.. crc32c uint32 of all bytes before it
+//
+// For a variable-length record format the payload is its offset table: one
+// little-endian uint64 per record plus one for the end, 8 bytes per record.
+// Records whose end is not where the next begins (a line followed by blank
+// lines, a last line without its newline) are listed after the offsets
+// with their ends; most files have none.
+//
 //	32 count uint64
 //	40 exceptions uint64
 //	48 offsets [count+1]uint64
 //	.. exceptions [exceptions](record uint64, end uint64), by record
-//	.. crc32c uint32 of all bytes before it
 const (
 	indexMagic   = "RFLIDX01"
-	indexVersion = 2
-	indexHeader  = 48
+	indexVersion = 3
+	indexFrame   = 32
+	indexHeader  = indexFrame + 16 // an offset table's header
 	// IndexExt is the sidecar file's extension.
 	IndexExt = ".ridx"
 )
@@ -84,16 +90,59 @@ func sourceKey(r storage.Reader, variant uint32) indexKey {
 	return indexKey{variant: variant, size: r.Size(), version: h.Sum64()}
 }
 
-func encodeIndex(k indexKey, t table) []byte {
-	b := make([]byte, indexHeader+8*len(t.offs)+16*len(t.ends)+4)
+// frameIndex puts a payload in the sidecar's frame.
+func frameIndex(k indexKey, payload []byte) []byte {
+	b := make([]byte, indexFrame+len(payload)+4)
 	copy(b, indexMagic)
 	binary.LittleEndian.PutUint32(b[8:], indexVersion)
 	binary.LittleEndian.PutUint32(b[12:], k.variant)
 	binary.LittleEndian.PutUint64(b[16:], uint64(k.size))
 	binary.LittleEndian.PutUint64(b[24:], k.version)
-	binary.LittleEndian.PutUint64(b[32:], uint64(len(t.offs)-1))
-	binary.LittleEndian.PutUint64(b[40:], uint64(len(t.ends)))
-	at := indexHeader
+	copy(b[indexFrame:], payload)
+	n := len(b) - 4
+	binary.LittleEndian.PutUint32(b[n:], crc32.Checksum(b[:n], castagnoli))
+	return b
+}
+
+// unframeIndex checks a sidecar's frame against the source's key and
+// returns its payload. A damaged file is a *FormatError naming the index
+// file and the offset of the bad field; one built for another version of
+// the source wraps ErrStaleIndex.
+func unframeIndex(path string, b []byte, want indexKey) ([]byte, error) {
+	bad := func(off int64, format string, args ...any) error {
+		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf(format+": %w", append(args, ErrCorrupt)...)}
+	}
+	if len(b) < indexFrame+4 {
+		return nil, bad(0, "index is %d bytes, too short", len(b))
+	}
+	if string(b[:8]) != indexMagic {
+		return nil, bad(0, "not a riffle index (magic %q)", b[:8])
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != indexVersion {
+		return nil, &FormatError{Path: path, Offset: 8, Err: fmt.Errorf("index version %d, want %d: %w", v, indexVersion, ErrStaleIndex)}
+	}
+	n := len(b) - 4
+	if got, sum := binary.LittleEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli); got != sum {
+		return nil, bad(int64(n), "index checksum %08x, computed %08x", got, sum)
+	}
+	got := indexKey{
+		variant: binary.LittleEndian.Uint32(b[12:]),
+		size:    int64(binary.LittleEndian.Uint64(b[16:])),
+		version: binary.LittleEndian.Uint64(b[24:]),
+	}
+	if got != want {
+		return nil, &FormatError{Path: path, Offset: 12, Err: fmt.Errorf(
+			"built for size %d version %016x variant %d, source now has size %d version %016x variant %d: %w",
+			got.size, got.version, got.variant, want.size, want.version, want.variant, ErrStaleIndex)}
+	}
+	return b[indexFrame:n], nil
+}
+
+func encodeIndex(k indexKey, t table) []byte {
+	b := make([]byte, 16+8*len(t.offs)+16*len(t.ends))
+	binary.LittleEndian.PutUint64(b[0:], uint64(len(t.offs)-1))
+	binary.LittleEndian.PutUint64(b[8:], uint64(len(t.ends)))
+	at := 16
 	for _, o := range t.offs {
 		binary.LittleEndian.PutUint64(b[at:], uint64(o))
 		at += 8
@@ -103,65 +152,44 @@ func encodeIndex(k indexKey, t table) []byte {
 		binary.LittleEndian.PutUint64(b[at+8:], uint64(e.end))
 		at += 16
 	}
-	n := len(b) - 4
-	binary.LittleEndian.PutUint32(b[n:], crc32.Checksum(b[:n], castagnoli))
-	return b
+	return frameIndex(k, b)
 }
 
-// decodeIndex checks an index file's bytes against the source's key and
-// returns its table. A damaged file is a *FormatError naming the index
-// file and the offset of the bad field; one built for another version of
-// the source wraps ErrStaleIndex.
+// decodeIndex checks an offset table's sidecar and returns its table.
 func decodeIndex(path string, b []byte, want indexKey) (table, error) {
+	p, err := unframeIndex(path, b, want)
+	if err != nil {
+		return table{}, err
+	}
 	bad := func(off int64, format string, args ...any) error {
 		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf(format+": %w", append(args, ErrCorrupt)...)}
 	}
-	if len(b) < indexHeader+12 {
-		return table{}, bad(0, "index is %d bytes, too short", len(b))
+	if len(p) < 24 {
+		return table{}, bad(indexFrame, "offset table of %d bytes, too short", len(p))
 	}
-	if string(b[:8]) != indexMagic {
-		return table{}, bad(0, "not a riffle index (magic %q)", b[:8])
-	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != indexVersion {
-		return table{}, &FormatError{Path: path, Offset: 8, Err: fmt.Errorf("index version %d, want %d: %w", v, indexVersion, ErrStaleIndex)}
-	}
-	n := len(b) - 4
-	if got, sum := binary.LittleEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli); got != sum {
-		return table{}, bad(int64(n), "index checksum %08x, computed %08x", got, sum)
-	}
-	count := binary.LittleEndian.Uint64(b[32:])
-	nexc := binary.LittleEndian.Uint64(b[40:])
-	body := uint64(n - indexHeader)
+	count := binary.LittleEndian.Uint64(p[0:])
+	nexc := binary.LittleEndian.Uint64(p[8:])
+	body := uint64(len(p) - 16)
 	if count >= body/8 || nexc > body/16 || (count+1)*8+nexc*16 != body {
-		return table{}, bad(32, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, body)
-	}
-	got := indexKey{
-		variant: binary.LittleEndian.Uint32(b[12:]),
-		size:    int64(binary.LittleEndian.Uint64(b[16:])),
-		version: binary.LittleEndian.Uint64(b[24:]),
-	}
-	if got != want {
-		return table{}, &FormatError{Path: path, Offset: 12, Err: fmt.Errorf(
-			"built for size %d version %016x variant %d, source now has size %d version %016x variant %d: %w",
-			got.size, got.version, got.variant, want.size, want.version, want.variant, ErrStaleIndex)}
+		return table{}, bad(indexFrame, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, body)
 	}
 	t := table{offs: make([]int64, count+1)}
 	prev := int64(0)
-	at := indexHeader
+	at := 16
 	for i := range t.offs {
-		o := int64(binary.LittleEndian.Uint64(b[at:]))
+		o := int64(binary.LittleEndian.Uint64(p[at:]))
 		if o < prev || o > want.size {
-			return table{}, bad(int64(at), "offset %d of record %d is out of order or past the source's end", o, i)
+			return table{}, bad(int64(indexFrame+at), "offset %d of record %d is out of order or past the source's end", o, i)
 		}
 		t.offs[i], prev = o, o
 		at += 8
 	}
 	last := -1
 	for range nexc {
-		r := binary.LittleEndian.Uint64(b[at:])
-		e := int64(binary.LittleEndian.Uint64(b[at+8:]))
+		r := binary.LittleEndian.Uint64(p[at:])
+		e := int64(binary.LittleEndian.Uint64(p[at+8:]))
 		if r >= count || int(r) <= last || e < t.offs[r] || e > t.offs[r+1] {
-			return table{}, bad(int64(at), "end %d of record %d is out of order or outside the record", e, r)
+			return table{}, bad(int64(indexFrame+at), "end %d of record %d is out of order or outside the record", e, r)
 		}
 		t.ends = append(t.ends, recordEnd{record: int(r), end: e})
 		last = int(r)
@@ -205,10 +233,31 @@ func defaultCacheDir() string {
 func maxIndexBytes(sourceSize int64) int64 { return indexHeader + 24*(sourceSize+2) + 4 }
 
 // loadOrBuild returns source's offset table from a valid sidecar, or builds
-// it with build and saves it. The cache directory is the process's own and
-// read as a local file; beside the data, the sidecar is read through the
-// data's store (and its confinement), as a regular file of bounded size.
+// it with build and saves it.
 func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts Options, build func() (table, error)) (table, error) {
+	var t table
+	err := loadOrBuildIndex(ctx, src, variant, opts, maxIndexBytes(src.Size()),
+		func(path string, b []byte, key indexKey) (err error) {
+			t, err = decodeIndex(path, b, key)
+			return err
+		},
+		func(key indexKey) ([]byte, error) {
+			var err error
+			if t, err = build(); err != nil {
+				return nil, err
+			}
+			return encodeIndex(key, t), nil
+		})
+	return t, err
+}
+
+// loadOrBuildIndex loads source's sidecar with decode, or builds it with
+// build (which returns the framed sidecar) and saves it. The cache
+// directory is the process's own and read as a local file; beside the
+// data, the sidecar is read through the data's store (and its
+// confinement), as a regular file of at most limit bytes.
+func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, opts Options, limit int64,
+	decode func(path string, b []byte, key indexKey) error, build func(key indexKey) ([]byte, error)) error {
 	key := sourceKey(src, variant)
 	paths := IndexPaths(src.Name(), opts.IndexDir, opts.IndexInDirOnly)
 	local, _ := storage.NewLocal(false, nil)
@@ -221,18 +270,17 @@ func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts O
 	if opts.Index != IndexRebuild {
 		var firstErr error
 		for _, p := range paths {
-			b, err := storeOf(p).ReadFile(ctx, p, maxIndexBytes(src.Size()))
+			b, err := storeOf(p).ReadFile(ctx, p, limit)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
 			if err == nil {
-				var t table
-				if t, err = decodeIndex(p, b, key); err == nil {
-					return t, nil
+				if err = decode(p, b, key); err == nil {
+					return nil
 				}
 			}
 			if opts.Index == IndexVerify {
-				return table{}, err
+				return err
 			}
 			if firstErr == nil {
 				firstErr = err
@@ -242,20 +290,19 @@ func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts O
 			slog.Warn("rebuilding index", "source", src.Name(), "reason", firstErr)
 		}
 		if opts.Index == IndexVerify {
-			return table{}, fmt.Errorf("%s: no index to verify (looked in %v): %w", src.Name(), paths, fs.ErrNotExist)
+			return fmt.Errorf("%s: no index to verify (looked in %v): %w", src.Name(), paths, fs.ErrNotExist)
 		}
 	}
-	t, err := build()
+	b, err := build(key)
 	if err != nil {
-		return table{}, err
+		return err
 	}
-	b := encodeIndex(key, t)
 	var saveErr error
 	for _, p := range paths {
 		if saveErr = storeOf(p).WriteFile(ctx, p, b); saveErr == nil {
-			return t, nil
+			return nil
 		}
 	}
 	slog.Warn("index not saved; it will be rebuilt next time", "source", src.Name(), "err", saveErr)
-	return t, nil
+	return nil
 }

@@ -17,8 +17,22 @@ type Batch struct {
 	Off    []int
 	Len    []int
 	Data   []byte
+	// Columns, for a dataset of rows (dataset.Rows), is the batch as one
+	// Arrow record batch, an IPC message at the start of Data; Off and
+	// Len are then zero.
+	Columns *Columns
 
 	j *job
+}
+
+// Columns describes a batch written as an Arrow IPC message: its length,
+// where its body starts, and its nodes (length, null count) and buffers
+// (offset from the body, length), for a reader without an Arrow library.
+type Columns struct {
+	Len     int
+	Body    int
+	Nodes   [][2]int64
+	Buffers [][2]int64
 }
 
 // Record returns record i's bytes, valid until Release.

@@ -17,7 +17,7 @@ var errAbandoned = context.Canceled
 // dispatch starts a planned job's work: its reads go to the engine, its
 // cached records are copied as soon as they are ready.
 func (l *Loader) dispatch(j *job) {
-	if l.tf != nil {
+	if l.tf != nil || l.rows != nil {
 		if cap(j.raw) < j.rawEnd {
 			j.raw = alignbuf.Make(j.rawEnd+j.rawEnd/8, l.align)
 		}
@@ -60,7 +60,7 @@ func (l *Loader) request(j *job, i int) *storage.Request {
 // landing is where reads land: the batch, or with a transform the staging
 // buffer it reads from.
 func (j *job) landing() []byte {
-	if j.l.tf != nil {
+	if j.l.tf != nil || j.l.rows != nil {
 		return j.raw
 	}
 	return j.Data
@@ -213,12 +213,36 @@ func (l *Loader) unitDone(j *job, i int) {
 	}
 }
 
-// finishJob marks j complete: every unit done, or failed.
+// finishJob marks j complete: every unit done, or failed. A batch of rows
+// is put together first, on the workers.
 func (l *Loader) finishJob(j *job) {
 	if l.flight != nil {
 		l.flight.done(len(j.units))
 	}
-	close(j.done)
+	if l.rows == nil || j.failed.Load() {
+		close(j.done)
+		return
+	}
+	l.io.Add(1)
+	l.workers.Go(func() {
+		defer l.io.Done()
+		n := l.ncells
+		cell := func(slot, k int) []byte {
+			c := slot*n + k
+			if j.cellLen[c] == 0 {
+				return nil
+			}
+			return j.raw[j.cellOff[c] : j.cellOff[c]+j.cellLen[c]]
+		}
+		size, err := j.rowsOut.Assemble(cell, j.Data)
+		if err != nil {
+			j.fail(err)
+		} else {
+			nodes, bufs, body := j.rowsOut.Table()
+			j.Columns = &Columns{Len: size, Body: body, Nodes: nodes, Buffers: bufs}
+		}
+		close(j.done)
+	})
 }
 
 func (j *job) fail(err error) {

@@ -28,6 +28,8 @@ type Loader struct {
 	tail     int
 	framed   dataset.Framed
 	labels   bool
+	rows     dataset.Rows // records are rows of columns, read as cells
+	ncells   int
 
 	engine     *storage.Engine
 	ownEngine  bool
@@ -105,13 +107,24 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 		return nil, errors.New("loader: Skip is the state of an opportunistic window; Opportunistic is off")
 	}
 	l.cache, l.space = opts.Cache, opts.CacheSpace
-	if st, ok := s.(sampler.Staged); ok {
+	if rows, ok := ds.(dataset.Rows); ok {
+		// A row is several cells put together per batch: it is not one
+		// record to cache, transform or cut from a window on arrival.
+		if opts.Transform != nil || opts.Opportunistic > 1 {
+			return nil, fmt.Errorf("loader: a dataset of rows (%s) takes no transform and no opportunistic ordering", ds.Info().Format)
+		}
+		l.rows, l.ncells, l.cache = rows, rows.NumCells(), nil
+		if l.workers = opts.Workers; l.workers == nil {
+			l.workers, l.ownWorkers = NewWorkers(0), true
+		}
+	}
+	if st, ok := s.(sampler.Staged); ok && l.rows == nil {
 		l.staged = st
 		if l.cache == nil {
 			l.cache = cache.New(cache.Options{Budget: l.stageBudget(), DropUnreferenced: true})
 		}
 	}
-	if l.tf = opts.Transform; l.tf != nil {
+	if l.tf = opts.Transform; l.tf != nil && l.workers == nil {
 		if l.workers = opts.Workers; l.workers == nil {
 			l.workers, l.ownWorkers = NewWorkers(0), true
 		}

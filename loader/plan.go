@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
 )
@@ -34,6 +35,9 @@ type job struct {
 	raw     []byte             // with a transform: where reads land, before it runs
 	rawOff  []int              // with a transform: each slot's record in raw
 	rawEnd  int
+	cellOff []int            // rows: cell k of slot s lands at raw[cellOff[s*ncells+k]]
+	cellLen []int            // and is this long
+	rowsOut dataset.RowBatch // rows: the batch the cells make
 	perm    []int
 	left    atomic.Int64
 	done    chan struct{}
@@ -52,6 +56,7 @@ type entry struct {
 	n     int
 	id    int
 	slot  int         // its index in the batch's delivery order
+	cell  int         // rows: which of the row's cells
 	item  *cache.Item // pinned: its cached copy, or the item this batch fills
 	claim bool        // this batch reads the record and fills item
 }
@@ -106,7 +111,15 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*job, er
 	l.order(j, e, b)
 	size := l.ds.Len()
 	j.ents = j.ents[:0]
+	if l.rows != nil {
+		if err := l.prepareRows(j, e); err != nil {
+			return nil, err
+		}
+	}
 	for slot, id := range j.IDs {
+		if l.rows != nil {
+			break
+		}
 		if id < 0 || id >= size {
 			return nil, fmt.Errorf("loader: sampler gave id %d outside [0, %d) in epoch %d", id, size, e)
 		}
@@ -143,6 +156,29 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*job, er
 		j.win = newWindow(j, first, b+nb-first, bs)
 	}
 	return j, nil
+}
+
+// prepareRows makes an entry of each cell of each row, and plans the
+// batch the rows make.
+func (l *Loader) prepareRows(j *job, e int) error {
+	size, k := l.ds.Len(), l.ncells
+	var cells []dataset.Loc
+	for slot, id := range j.IDs {
+		if id < 0 || id >= size {
+			return fmt.Errorf("loader: sampler gave id %d outside [0, %d) in epoch %d", id, size, e)
+		}
+		cells = l.rows.Cells(id, cells[:0])
+		if len(cells) != k {
+			return fmt.Errorf("loader: row %d has %d cells, want %d", id, len(cells), k)
+		}
+		for c, loc := range cells {
+			j.ents = append(j.ents, entry{obj: loc.Object, off: loc.Off, n: loc.Len, id: id, slot: slot, cell: c})
+		}
+		j.Off[slot], j.Len[slot] = 0, 0
+	}
+	var err error
+	j.rowsOut, err = l.rows.PlanBatch(j.IDs)
+	return err
 }
 
 // order puts the sampler's ids (j.ids) into the batch in delivery order.
@@ -211,6 +247,10 @@ func (l *Loader) layout(j *job) {
 		}
 		j.units = append(j.units, unit{obj: en.obj, off: as, n: int(ae - as), lo: k, hi: k + 1, read: read})
 	}
+	if l.rows != nil {
+		l.layoutCells(j)
+		return
+	}
 	// Place units in the order of their first record's slot: walk the
 	// slots in order and place each unit the first time one of its
 	// records comes up (no sort: slots are 0..n-1).
@@ -231,6 +271,7 @@ func (l *Loader) layout(j *job) {
 		j.rawOff = grow(j.rawOff, len(j.IDs))
 		off = j.rawOff
 	}
+
 	for _, i := range j.unitOf {
 		if i < 0 || j.units[i].dst >= 0 {
 			continue
@@ -259,6 +300,33 @@ func (l *Loader) layout(j *job) {
 		}
 		j.end = len(j.IDs) * size
 	}
+	j.left.Store(int64(len(j.units)))
+}
+
+// layoutCells places a batch of rows' reads in the staging buffer in
+// location order, and notes where each cell lands. The batch itself is
+// the message the rows make.
+func (l *Loader) layoutCells(j *job) {
+	k := l.ncells
+	j.cellOff = grow(j.cellOff, len(j.IDs)*k)
+	j.cellLen = grow(j.cellLen, len(j.IDs)*k)
+	clear(j.cellLen)
+	a := int64(l.align)
+	dst := int64(0)
+	for i := range j.units {
+		u := &j.units[i]
+		dst = (dst + a - 1) / a * a
+		u.dst = int(dst)
+		dst += int64(u.n)
+		for e := u.lo; e < u.hi; e++ {
+			if en := &j.ents[e]; en.n > 0 {
+				c := en.slot*k + en.cell
+				j.cellOff[c], j.cellLen[c] = u.dst+int(en.off-u.off), en.n
+			}
+		}
+	}
+	j.rawEnd = int(dst)
+	j.end = j.rowsOut.Size()
 	j.left.Store(int64(len(j.units)))
 }
 

@@ -43,3 +43,16 @@ func cgroupLimit() (int64, bool) {
 	}
 	return 0, false
 }
+
+// GoMemoryLimit is the Go heap limit a daemon in a memory cgroup should
+// run under (runtime/debug.SetMemoryLimit), or 0 outside one. The record
+// cache is live heap: without a limit the collector lets the heap grow to
+// twice it before collecting, and a cache of two thirds of the cgroup gets
+// the daemon OOM-killed. The fifth left is for the jobs' arenas (shared
+// memory, outside the heap) and the stacks.
+func GoMemoryLimit() int64 {
+	if lim, ok := cgroupLimit(); ok {
+		return lim / 5 * 4
+	}
+	return 0
+}

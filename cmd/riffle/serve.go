@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 
 	"github.com/spf13/cobra"
@@ -49,6 +50,9 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 				s.Token = os.Getenv("RIFFLE_TOKEN")
 			}
 			s.Version = version
+			if lim := server.GoMemoryLimit(); lim > 0 && os.Getenv("GOMEMLIMIT") == "" {
+				debug.SetMemoryLimit(lim)
+			}
 			if path := os.Getenv("RIFFLE_CPUPROFILE"); path != "" {
 				// For finding where the daemon spends its time.
 				f, err := os.Create(path)

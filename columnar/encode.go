@@ -1,0 +1,56 @@
+package columnar
+
+import (
+	"bytes"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	flatbuffers "github.com/google/flatbuffers/go"
+)
+
+// encodeMeta builds a RecordBatch message's flatbuffer (Message.fbs,
+// metadata version V5), padded to 8 bytes. Every field is written (the
+// defaults given the builder are values never written), so that its size depends only on the numbers of nodes and buffers:
+// a batch's memory is planned before its rows are read.
+func encodeMeta(rows int64, nodes []FieldNode, bufs []BufferLoc, bodyLen int64) []byte {
+	b := flatbuffers.NewBuilder(64 + 16*(len(nodes)+len(bufs)))
+	b.StartVector(16, len(bufs), 8)
+	for i := len(bufs) - 1; i >= 0; i-- {
+		b.Prep(8, 16)
+		b.PrependInt64(bufs[i].Length)
+		b.PrependInt64(bufs[i].Offset)
+	}
+	bv := b.EndVector(len(bufs))
+	b.StartVector(16, len(nodes), 8)
+	for i := len(nodes) - 1; i >= 0; i-- {
+		b.Prep(8, 16)
+		b.PrependInt64(nodes[i].NullCount)
+		b.PrependInt64(nodes[i].Length)
+	}
+	nv := b.EndVector(len(nodes))
+	b.StartObject(5) // RecordBatch
+	b.PrependInt64Slot(0, rows, -1)
+	b.PrependUOffsetTSlot(1, nv, 0)
+	b.PrependUOffsetTSlot(2, bv, 0)
+	rb := b.EndObject()
+	b.StartObject(5)             // Message
+	b.PrependInt16Slot(0, 4, -1) // MetadataVersion V5
+	b.PrependByteSlot(1, headerRecordBatch, 0)
+	b.PrependUOffsetTSlot(2, rb, 0)
+	b.PrependInt64Slot(3, bodyLen, -1)
+	b.Finish(b.EndObject())
+	meta := b.FinishedBytes()
+	// The body must start 8-aligned after the 8-byte prefix.
+	return append(meta, make([]byte, int(pad8(int64(len(meta))))-len(meta))...)
+}
+
+// SchemaBytes is an IPC stream holding only schema: what a client reads
+// its batches' schema from (pyarrow.ipc.open_stream(b).schema).
+func SchemaBytes(s *arrow.Schema) ([]byte, error) {
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(s))
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

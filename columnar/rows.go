@@ -1,0 +1,246 @@
+package columnar
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Reading rows. An Arrow row is no one byte range: it is a slice of every
+// buffer of its columns (a bit range of each validity bitmap, its values,
+// its offsets and the bytes they point to). Each such slice is a cell;
+// every row of a layout has Layout.Cells of them, in pre-order of the
+// nodes and their buffers, so a row is read like Cells small records,
+// coalesced with its neighbours' and never a byte twice (lirs.txt §4.2).
+// Where a row's slice of a child begins depends on its parent's offsets;
+// those starts are read once, when the file is indexed, and kept beside
+// the buffers' places: the offset table of a columnar file.
+
+// Range is a byte range of an object.
+type Range struct{ Off, Len int64 }
+
+// Source is one record batch of an object: where its body is, its
+// metadata, the child starts of each Var node, and the dictionaries in
+// force for it.
+type Source struct {
+	Body   int64
+	Meta   *BatchMeta
+	Starts [][]int64 // [Var][row]: rows+1 child starts of each KBinary and KList node
+	Dicts  map[int64]*Dict
+}
+
+// buffer returns node n's k-th buffer in s.
+func (s *Source) buffer(n *Node, k int) BufferLoc {
+	i := n.buf + k
+	for _, c := range s.Meta.Variadic[:min(n.views, len(s.Meta.Variadic))] {
+		i += int(c)
+	}
+	return s.Meta.Buffers[i]
+}
+
+// Cells appends the byte ranges of row's cells (in object coordinates).
+// The source must have been checked (Check).
+func (l *Layout) Cells(s *Source, row int, dst []Range) []Range {
+	r := int64(row)
+	for _, n := range l.Columns {
+		dst = s.cells(n, r, r+1, r, dst)
+	}
+	return dst
+}
+
+func (s *Source) cells(n *Node, lo, hi, row int64, dst []Range) []Range {
+	bits := func(k int) Range {
+		b := s.buffer(n, k)
+		if b.Length == 0 || hi == lo {
+			return Range{}
+		}
+		return Range{s.Body + b.Offset + lo/8, (hi+7)/8 - lo/8}
+	}
+	bytes := func(k int, from, to int64) Range {
+		if to == from {
+			return Range{}
+		}
+		return Range{s.Body + s.buffer(n, k).Offset + from, to - from}
+	}
+	switch n.Kind {
+	case KFixed:
+		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), hi*int64(n.Width)))
+	case KBool:
+		dst = append(dst, bits(0), bits(1))
+	case KDict:
+		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), hi*int64(n.Width)))
+	case KBinary:
+		t := s.Starts[n.Var]
+		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)), bytes(2, t[row], t[row+1]))
+	case KList:
+		t := s.Starts[n.Var]
+		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)))
+		dst = s.cells(n.Children[0], t[row], t[row+1], row, dst)
+	case KFixedList:
+		dst = append(dst, bits(0))
+		k := int64(n.Size)
+		dst = s.cells(n.Children[0], lo*k, hi*k, row, dst)
+	case KStruct:
+		dst = append(dst, bits(0))
+		for _, c := range n.Children {
+			dst = s.cells(c, lo, hi, row, dst)
+		}
+	}
+	return dst
+}
+
+// Check validates a source against the layout of every column it will be
+// read with: node lengths, buffers inside the body, every start inside
+// its child. After it, Cells never leaves a buffer.
+func (l *Layout) Check(s *Source, bodyLen int64) error {
+	m := s.Meta
+	for i, b := range m.Buffers {
+		if b.Offset < 0 || b.Length < 0 || b.Offset > bodyLen || b.Length > bodyLen-b.Offset {
+			return fmt.Errorf("buffer %d (%d bytes at %d) outside the body of %d bytes", i, b.Length, b.Offset, bodyLen)
+		}
+	}
+	for _, n := range l.Columns {
+		if err := s.check(n, m.Rows, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Source) check(n *Node, length int64, depth int) error {
+	if n.node >= len(s.Meta.Nodes) {
+		return fmt.Errorf("column %q: %d nodes in the batch, want more", n.Name, len(s.Meta.Nodes))
+	}
+	fn := s.Meta.Nodes[n.node]
+	if fn.Length != length {
+		return fmt.Errorf("column %q: node of %d elements where its parent makes %d", n.Name, fn.Length, length)
+	}
+	nb := map[Kind]int{KFixed: 2, KBool: 2, KDict: 2, KBinary: 3, KList: 2, KFixedList: 1, KStruct: 1}[n.Kind]
+	last := n.buf + nb - 1
+	for _, c := range s.Meta.Variadic[:min(n.views, len(s.Meta.Variadic))] {
+		last += int(c)
+	}
+	if nb > 0 && last >= len(s.Meta.Buffers) {
+		return fmt.Errorf("column %q: %d buffers in the batch, want more", n.Name, len(s.Meta.Buffers))
+	}
+	need := func(k int, bytes int64, what string) error {
+		if b := s.buffer(n, k); b.Length < bytes {
+			return fmt.Errorf("column %q: %s buffer of %d bytes for %d elements (want %d)", n.Name, what, b.Length, length, bytes)
+		}
+		return nil
+	}
+	if nb > 0 && (fn.NullCount > 0 || s.buffer(n, 0).Length > 0) {
+		if err := need(0, (length+7)/8, "validity"); err != nil {
+			return err
+		}
+	}
+	switch n.Kind {
+	case KFixed, KDict:
+		return need(1, length*int64(n.Width), "data")
+	case KBool:
+		return need(1, (length+7)/8, "data")
+	case KBinary, KList:
+		if err := need(1, (length+1)*int64(n.Width), "offsets"); err != nil {
+			return err
+		}
+		t := s.Starts[n.Var]
+		if int64(len(t)) != s.Meta.Rows+1 {
+			return fmt.Errorf("column %q: %d row starts for %d rows", n.Name, len(t), s.Meta.Rows)
+		}
+		for i := 1; i < len(t); i++ {
+			if t[i] < t[i-1] || t[0] < 0 {
+				return fmt.Errorf("column %q: offsets out of order at row %d", n.Name, i)
+			}
+		}
+		if n.Kind == KBinary {
+			return need(2, t[len(t)-1], "data")
+		}
+		c := n.Children[0]
+		if c.node >= len(s.Meta.Nodes) {
+			return fmt.Errorf("column %q: %d nodes in the batch, want more", n.Name, len(s.Meta.Nodes))
+		}
+		if cl := s.Meta.Nodes[c.node].Length; t[len(t)-1] > cl {
+			return fmt.Errorf("column %q: offsets reach element %d of a child of %d", n.Name, t[len(t)-1], cl)
+		}
+		return s.check(c, s.Meta.Nodes[c.node].Length, depth+1)
+	case KFixedList:
+		return s.check(n.Children[0], length*int64(n.Size), depth+1)
+	case KStruct:
+		for _, c := range n.Children {
+			if err := s.check(c, length, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// StartsFrom computes the child starts of every Var node of the layout
+// from the batch's offsets buffers, read whole: offsets(n) returns Var
+// node n's offsets buffer. Starts are what Cells needs of each row.
+func (l *Layout) StartsFrom(m *BatchMeta, offsets func(n *Node) ([]byte, error)) ([][]int64, error) {
+	starts := make([][]int64, l.Vars)
+	rows := make([]int64, m.Rows+1)
+	for i := range rows {
+		rows[i] = int64(i)
+	}
+	var walk func(n *Node, s []int64) error
+	walk = func(n *Node, s []int64) error {
+		switch n.Kind {
+		case KBinary, KList:
+			b, err := offsets(n)
+			if err != nil {
+				return err
+			}
+			w := int64(n.Width)
+			t := make([]int64, len(s))
+			for i, e := range s {
+				if (e+1)*w > int64(len(b)) || e < 0 {
+					return fmt.Errorf("column %q: offsets buffer of %d bytes, element %d asked", n.Name, len(b), e)
+				}
+				if w == 4 {
+					t[i] = int64(int32(binary.LittleEndian.Uint32(b[e*4:])))
+				} else {
+					t[i] = int64(binary.LittleEndian.Uint64(b[e*8:]))
+				}
+			}
+			starts[n.Var] = t
+			if n.Kind == KList {
+				return walk(n.Children[0], t)
+			}
+		case KFixedList:
+			t := make([]int64, len(s))
+			for i, e := range s {
+				t[i] = e * int64(n.Size)
+			}
+			return walk(n.Children[0], t)
+		case KStruct:
+			for _, c := range n.Children {
+				if err := walk(c, s); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for _, n := range l.Columns {
+		if err := walk(n, rows); err != nil {
+			return nil, err
+		}
+	}
+	return starts, nil
+}
+
+// OffsetsBuffer is a Var node's offsets buffer in s.
+func (s *Source) OffsetsBuffer(n *Node) (BufferLoc, bool) {
+	if n.Kind != KBinary && n.Kind != KList {
+		return BufferLoc{}, false
+	}
+	i := n.buf + 1
+	for _, c := range s.Meta.Variadic[:min(n.views, len(s.Meta.Variadic))] {
+		i += int(c)
+	}
+	if i >= len(s.Meta.Buffers) {
+		return BufferLoc{}, false
+	}
+	return s.Meta.Buffers[i], true
+}

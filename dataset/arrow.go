@@ -1,0 +1,712 @@
+package dataset
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/riffle-ml/riffle/columnar"
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// Arrow IPC files, in the file format (a footer lists every record batch:
+// ".arrow", ".feather") or the stream format (messages one after another:
+// what Hugging Face datasets writes as data-*.arrow). A record is a row.
+//
+// Rinas (rinas.txt §5, Figure 9) makes a stream file indexable by
+// rewriting it in the file format, whose footer gives each record batch's
+// place; and then reads a whole record batch to take one row of it. riffle
+// indexes the stream in place with one scan of its message headers (no
+// rewrite), and goes one step further: the index keeps, for every row, where
+// its values start in each variable-length buffer (the file's own offsets,
+// read once), so a row is read as the few byte ranges that hold it, not as
+// its record batch: for a shuffled batch of 256 rows out of record batches
+// of 1000, that is 1/1000 of Rinas's bytes. Rows that share pages still
+// coalesce into one read (the loader's rule), which is the whole record
+// batch when a block-aware order asks for all of its rows.
+
+func init() {
+	RegisterFormat(Format{Name: "arrow", Extensions: []string{".arrow", ".feather", ".arrows", ".ipc"}, Indexed: true,
+		OpenFiles: openArrow})
+}
+
+var arrowMagic = []byte("ARROW1")
+
+// arrowBatch is one record batch (or dictionary batch) of a file.
+type arrowBatch struct {
+	src     columnar.Source
+	bodyLen int64
+	msgOff  int64 // where its message starts, for errors
+	dictID  int64 // dictionary batches
+	delta   bool
+	before  int // dictionary batches: the record batches before it
+}
+
+// arrowFile is one file's index: its schema and batches.
+type arrowFile struct {
+	r       storage.Reader
+	schema  *arrow.Schema
+	sinfo   *columnar.SchemaInfo
+	batches []arrowBatch
+	dicts   []arrowBatch
+	rows    []int64 // rows[b] is the first row of batch b; one extra at the end
+	stream  bool
+}
+
+// arrowSet is a dataset of one or more Arrow files with one schema.
+type arrowSet struct {
+	inf    Info
+	files  []*arrowFile
+	starts []int // the first row id of each file; one extra at the end
+	full   *columnar.Layout
+	lay    *columnar.Layout // the projection read
+}
+
+const arrowVariant = 0x41525231 // "ARR1"
+
+func openArrow(ctx context.Context, names []string, opts Options) (Dataset, error) {
+	d := &arrowSet{starts: []int{0}}
+	for _, name := range names {
+		r, err := opts.Store.Open(ctx, name)
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		f, err := openArrowFile(ctx, r, opts)
+		if err != nil {
+			r.Close()
+			d.Close()
+			return nil, err
+		}
+		if len(d.files) > 0 && !f.schema.Equal(d.files[0].schema) {
+			r.Close()
+			d.Close()
+			return nil, &FormatError{Path: name, Err: fmt.Errorf("schema %s differs from %s's %s: %w", f.schema, names[0], d.files[0].schema, ErrCorrupt)}
+		}
+		d.files = append(d.files, f)
+		d.starts = append(d.starts, d.starts[len(d.starts)-1]+int(f.rows[len(f.rows)-1]))
+		d.inf.Versions = append(d.inf.Versions, version(r))
+	}
+	f0 := d.files[0]
+	full, _, err := columnar.NewLayout(f0.schema, f0.sinfo.DictIDs)
+	if err != nil {
+		d.Close()
+		return nil, &FormatError{Path: names[0], Err: err}
+	}
+	d.full = full
+	if d.lay, err = full.Project(opts.Columns); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("%s: %w", describe(names), err)
+	}
+	// The index was built and checked against every column; the sources
+	// get their dictionaries now that the value nodes are known.
+	for _, f := range d.files {
+		if err := f.attachDicts(ctx, full); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	d.inf.Format = "arrow"
+	d.inf.Paths = names
+	for _, f := range d.files {
+		for _, b := range f.batches {
+			d.inf.Bytes += b.bodyLen
+		}
+	}
+	d.inf.Columns = d.lay.Describe()
+	if d.inf.Schema, err = columnar.SchemaBytes(d.lay.OutputSchema()); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if d.Len() == 0 {
+		d.Close()
+		return nil, fmt.Errorf("%s: %w", describe(names), ErrEmpty)
+	}
+	return d, nil
+}
+
+// openArrowFile reads a file's schema and loads or builds its index.
+func openArrowFile(ctx context.Context, r storage.Reader, opts Options) (*arrowFile, error) {
+	f := &arrowFile{r: r}
+	head := make([]byte, min(8, r.Size()))
+	if err := r.ReadAt(ctx, head, 0); err != nil {
+		return nil, err
+	}
+	schemaAt := int64(0)
+	if bytes.HasPrefix(head, arrowMagic) {
+		schemaAt = 8
+	} else {
+		f.stream = true
+	}
+	if err := f.readSchema(ctx, schemaAt); err != nil {
+		return nil, err
+	}
+	full, _, err := columnar.NewLayout(f.schema, f.sinfo.DictIDs)
+	if err != nil {
+		return nil, &FormatError{Path: r.Name(), Err: err}
+	}
+	err = loadOrBuildIndex(ctx, r, arrowVariant, opts, 64*r.Size()+1<<20,
+		func(path string, b []byte, key indexKey) error {
+			p, err := unframeIndex(path, b, key)
+			if err != nil {
+				return err
+			}
+			if err := f.decode(p, full); err != nil {
+				return &FormatError{Path: path, Offset: indexFrame, Err: fmt.Errorf("%v: %w", err, ErrCorrupt)}
+			}
+			return nil
+		},
+		func(key indexKey) ([]byte, error) {
+			if err := f.scan(ctx, full, schemaAt, opts); err != nil {
+				return nil, err
+			}
+			return frameIndex(key, f.encode()), nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	f.rows = make([]int64, len(f.batches)+1)
+	for i, b := range f.batches {
+		f.rows[i+1] = f.rows[i] + b.src.Meta.Rows
+	}
+	return f, nil
+}
+
+func (f *arrowFile) bad(off int64, format string, args ...any) error {
+	return &FormatError{Path: f.r.Name(), Offset: off, Err: fmt.Errorf(format+": %w", append(args, ErrCorrupt)...)}
+}
+
+// message reads the encapsulated message at off: its metadata, the
+// length of prefix and metadata, and whether it is the end of the stream.
+func (f *arrowFile) message(ctx context.Context, off int64) (meta []byte, headLen int64, eos bool, err error) {
+	if off+4 > f.r.Size() {
+		return nil, 0, false, f.bad(off, "message prefix cut short (file of %d bytes)", f.r.Size())
+	}
+	pre := make([]byte, min(8, f.r.Size()-off))
+	if err := f.r.ReadAt(ctx, pre, off); err != nil {
+		return nil, 0, false, err
+	}
+	n, plen, eos, err := columnar.Prefix(pre)
+	if err != nil {
+		return nil, 0, false, f.bad(off, "%v", err)
+	}
+	if eos {
+		return nil, int64(plen), true, nil
+	}
+	if off+int64(plen)+int64(n) > f.r.Size() {
+		return nil, 0, false, f.bad(off, "message metadata of %d bytes past the end of the file (%d bytes)", n, f.r.Size())
+	}
+	meta = make([]byte, n)
+	if err := f.r.ReadAt(ctx, meta, off+int64(plen)); err != nil {
+		return nil, 0, false, err
+	}
+	return meta, int64(plen) + int64(n), false, nil
+}
+
+// readSchema reads the schema message at off, with riffle's own parser
+// for what it checks (endianness, dictionary ids) and arrow-go's for the
+// types.
+func (f *arrowFile) readSchema(ctx context.Context, off int64) error {
+	meta, hl, eos, err := f.message(ctx, off)
+	if err != nil {
+		return err
+	}
+	if eos {
+		return f.bad(off, "stream ends before its schema")
+	}
+	if f.sinfo, err = columnar.ParseSchemaMessage(meta); err != nil {
+		return f.bad(off, "schema: %v", err)
+	}
+	if f.sinfo.BigEndian {
+		return &FormatError{Path: f.r.Name(), Offset: off, Err: fmt.Errorf("a big-endian Arrow file: %w (rewrite it little-endian)", ErrUnsupported)}
+	}
+	var msg bytes.Buffer
+	var pre [8]byte
+	binary.LittleEndian.PutUint32(pre[:], 0xFFFFFFFF)
+	binary.LittleEndian.PutUint32(pre[4:], uint32(len(meta)))
+	msg.Write(pre[:])
+	msg.Write(meta)
+	msg.Write([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0})
+	rd, err := ipc.NewReader(&msg)
+	if err != nil {
+		return f.bad(off, "schema: %v", err)
+	}
+	f.schema = rd.Schema()
+	rd.Release()
+	_ = hl
+	return nil
+}
+
+// scan builds the index: the record batches' and dictionaries' places and
+// metadata (from the footer of a file, or one pass over a stream's
+// message headers, skipping bodies), and every row's child starts.
+func (f *arrowFile) scan(ctx context.Context, full *columnar.Layout, schemaAt int64, opts Options) error {
+	f.batches, f.dicts = nil, nil
+	add := func(off int64, meta []byte, hl int64) (int64, error) {
+		m, err := columnar.ParseMessage(meta)
+		if err != nil {
+			if errors.Is(err, columnar.ErrCompressed) {
+				return 0, &FormatError{Path: f.r.Name(), Offset: off, Err: fmt.Errorf("%w: %w", err, ErrUnsupported)}
+			}
+			return 0, f.bad(off, "message: %v", err)
+		}
+		body := off + hl
+		if m.BodyLen > f.r.Size()-body {
+			return 0, f.bad(off, "message body of %d bytes past the end of the file (%d bytes)", m.BodyLen, f.r.Size())
+		}
+		b := arrowBatch{src: columnar.Source{Body: body, Meta: &m.Batch}, bodyLen: m.BodyLen, msgOff: off}
+		switch m.Type {
+		case 3:
+			if err := f.index(ctx, full, &b); err != nil {
+				return 0, err
+			}
+			f.batches = append(f.batches, b)
+		case 2:
+			b.dictID, b.delta, b.before = m.DictID, m.Delta, len(f.batches)
+			f.dicts = append(f.dicts, b)
+		case 1:
+			return 0, f.bad(off, "a second schema message")
+		}
+		if opts.Progress != nil {
+			opts.Progress(body+m.BodyLen, f.r.Size())
+		}
+		return body + m.BodyLen, nil
+	}
+	if !f.stream {
+		return f.scanFooter(ctx, add)
+	}
+	_, hl, _, err := f.message(ctx, schemaAt)
+	if err != nil {
+		return err
+	}
+	for off := schemaAt + hl; off < f.r.Size(); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		meta, hl, eos, err := f.message(ctx, off)
+		if err != nil {
+			return err
+		}
+		if eos {
+			break
+		}
+		if off, err = add(off, meta, hl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *arrowFile) scanFooter(ctx context.Context, add func(off int64, meta []byte, hl int64) (int64, error)) error {
+	size := f.r.Size()
+	if size < 16 {
+		return f.bad(0, "Arrow file of %d bytes, too short for a footer", size)
+	}
+	tail := make([]byte, 10)
+	if err := f.r.ReadAt(ctx, tail, size-10); err != nil {
+		return err
+	}
+	if !bytes.Equal(tail[4:], arrowMagic) {
+		return f.bad(size-6, "no ARROW1 magic at the end: the file is cut short or not an Arrow file (a stream file? name it .arrows)")
+	}
+	n := int64(int32(binary.LittleEndian.Uint32(tail)))
+	if n <= 0 || n > size-18 {
+		return f.bad(size-10, "footer of %d bytes in a file of %d", n, size)
+	}
+	fb := make([]byte, n)
+	if err := f.r.ReadAt(ctx, fb, size-10-n); err != nil {
+		return err
+	}
+	foot, err := columnar.ParseFooter(fb)
+	if err != nil {
+		return f.bad(size-10-n, "footer: %v", err)
+	}
+	for _, list := range [][]columnar.Block{foot.Dictionaries, foot.Batches} {
+		for _, b := range list {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if b.Offset < 8 || b.Offset >= size || b.MetaLen <= 0 {
+				return f.bad(size-10-n, "footer block at %d with %d bytes of metadata", b.Offset, b.MetaLen)
+			}
+			meta, hl, eos, err := f.message(ctx, b.Offset)
+			if err != nil {
+				return err
+			}
+			if eos || hl > int64(b.MetaLen) {
+				return f.bad(b.Offset, "footer block of %d bytes of metadata holds no message", b.MetaLen)
+			}
+			if _, err := add(b.Offset, meta, int64(b.MetaLen)); err != nil {
+				return err
+			}
+		}
+	}
+	// Dictionaries of a file apply to every batch.
+	for i := range f.dicts {
+		f.dicts[i].before = 0
+	}
+	return nil
+}
+
+// index reads a record batch's offsets buffers for its rows' child starts
+// and checks the batch against every column.
+func (f *arrowFile) index(ctx context.Context, full *columnar.Layout, b *arrowBatch) error {
+	starts, err := full.StartsFrom(b.src.Meta, func(n *columnar.Node) ([]byte, error) {
+		loc, ok := b.src.OffsetsBuffer(n)
+		if !ok || loc.Offset < 0 || loc.Length < 0 || loc.Offset > b.bodyLen || loc.Length > b.bodyLen-loc.Offset {
+			return nil, f.bad(b.msgOff, "column %q: offsets buffer outside the batch's body", n.Name)
+		}
+		buf := make([]byte, loc.Length)
+		if err := f.r.ReadAt(ctx, buf, b.src.Body+loc.Offset); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	})
+	if err != nil {
+		var fe *FormatError
+		if errors.As(err, &fe) {
+			return err
+		}
+		return f.bad(b.msgOff, "%v", err)
+	}
+	b.src.Starts = starts
+	if err := full.Check(&b.src, b.bodyLen); err != nil {
+		return f.bad(b.msgOff, "record batch: %v", err)
+	}
+	return nil
+}
+
+// attachDicts reads the dictionaries and gives each record batch those in
+// force for it.
+func (f *arrowFile) attachDicts(ctx context.Context, full *columnar.Layout) error {
+	values := map[int64]*columnar.Node{}
+	var walk func(n *columnar.Node)
+	walk = func(n *columnar.Node) {
+		if n.Kind == columnar.KDict {
+			values[n.DictID] = n.Values
+		}
+		for _, k := range n.Children {
+			walk(k)
+		}
+	}
+	for _, n := range full.Columns {
+		walk(n)
+	}
+	cur := map[int64]*columnar.Dict{}
+	k := 0
+	for i := range f.batches {
+		changed := false
+		for ; k < len(f.dicts) && f.dicts[k].before <= i; k++ {
+			db := &f.dicts[k]
+			v, ok := values[db.dictID]
+			if !ok {
+				continue // a dictionary of a column riffle does not read
+			}
+			body := make([]byte, db.bodyLen)
+			if err := f.r.ReadAt(ctx, body, db.src.Body); err != nil {
+				return err
+			}
+			d, err := columnar.NewDict(v, db.src.Meta, body)
+			if err != nil {
+				return f.bad(db.msgOff, "dictionary %d: %v", db.dictID, err)
+			}
+			if !changed {
+				next := make(map[int64]*columnar.Dict, len(cur))
+				for id, x := range cur {
+					next[id] = x
+				}
+				cur, changed = next, true
+			}
+			if db.delta && cur[db.dictID] != nil {
+				d = cur[db.dictID].Append(d)
+			}
+			cur[db.dictID] = d
+		}
+		f.batches[i].src.Dicts = cur
+	}
+	return nil
+}
+
+// encode writes the index payload: little-endian int64s.
+func (f *arrowFile) encode() []byte {
+	var w []int64
+	put := func(b *arrowBatch, dict bool) {
+		m := b.src.Meta
+		w = append(w, b.msgOff, b.src.Body, b.bodyLen, m.Rows, int64(len(m.Nodes)), int64(len(m.Buffers)), int64(len(m.Variadic)))
+		for _, n := range m.Nodes {
+			w = append(w, n.Length, n.NullCount)
+		}
+		for _, x := range m.Buffers {
+			w = append(w, x.Offset, x.Length)
+		}
+		w = append(w, m.Variadic...)
+		if dict {
+			d := int64(0)
+			if b.delta {
+				d = 1
+			}
+			w = append(w, b.dictID, d, int64(b.before))
+			return
+		}
+		w = append(w, int64(len(b.src.Starts)))
+		for _, s := range b.src.Starts {
+			w = append(w, int64(len(s)))
+			w = append(w, s...)
+		}
+	}
+	w = append(w, int64(len(f.dicts)), int64(len(f.batches)))
+	for i := range f.dicts {
+		put(&f.dicts[i], true)
+	}
+	for i := range f.batches {
+		put(&f.batches[i], false)
+	}
+	b := make([]byte, 8*len(w))
+	for i, v := range w {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+	return b
+}
+
+// decode reads an index payload and checks every batch again.
+func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
+	if len(p)%8 != 0 {
+		return fmt.Errorf("index payload of %d bytes", len(p))
+	}
+	at := 0
+	next := func() (int64, error) {
+		if at+8 > len(p) {
+			return 0, fmt.Errorf("index payload cut short")
+		}
+		v := int64(binary.LittleEndian.Uint64(p[at:]))
+		at += 8
+		return v, nil
+	}
+	count := func() (int, error) {
+		v, err := next()
+		if err == nil && (v < 0 || v > int64(len(p)-at)/8+1) {
+			err = fmt.Errorf("index count %d", v)
+		}
+		return int(v), err
+	}
+	read := func(dict bool) (arrowBatch, error) {
+		var b arrowBatch
+		var m columnar.BatchMeta
+		var err error
+		vals := make([]int64, 4)
+		for i := range vals {
+			if vals[i], err = next(); err != nil {
+				return b, err
+			}
+		}
+		b.msgOff, b.src.Body, b.bodyLen, m.Rows = vals[0], vals[1], vals[2], vals[3]
+		nn, err := count()
+		if err != nil {
+			return b, err
+		}
+		nb, err := count()
+		if err != nil {
+			return b, err
+		}
+		nv, err := count()
+		if err != nil {
+			return b, err
+		}
+		m.Nodes = make([]columnar.FieldNode, nn)
+		for i := range m.Nodes {
+			if m.Nodes[i].Length, err = next(); err != nil {
+				return b, err
+			}
+			if m.Nodes[i].NullCount, err = next(); err != nil {
+				return b, err
+			}
+		}
+		m.Buffers = make([]columnar.BufferLoc, nb)
+		for i := range m.Buffers {
+			if m.Buffers[i].Offset, err = next(); err != nil {
+				return b, err
+			}
+			if m.Buffers[i].Length, err = next(); err != nil {
+				return b, err
+			}
+		}
+		m.Variadic = make([]int64, nv)
+		for i := range m.Variadic {
+			if m.Variadic[i], err = next(); err != nil {
+				return b, err
+			}
+		}
+		b.src.Meta = &m
+		if b.src.Body < 0 || b.bodyLen < 0 || b.src.Body > f.r.Size() || b.bodyLen > f.r.Size()-b.src.Body || m.Rows < 0 {
+			return b, fmt.Errorf("batch body outside the file")
+		}
+		if dict {
+			if b.dictID, err = next(); err != nil {
+				return b, err
+			}
+			d, err := next()
+			if err != nil {
+				return b, err
+			}
+			b.delta = d != 0
+			bf, err := next()
+			if err != nil {
+				return b, err
+			}
+			b.before = int(bf)
+			return b, nil
+		}
+		ns, err := count()
+		if err != nil {
+			return b, err
+		}
+		if ns != full.Vars {
+			return b, fmt.Errorf("index keeps %d start columns, the schema has %d", ns, full.Vars)
+		}
+		b.src.Starts = make([][]int64, ns)
+		for i := range b.src.Starts {
+			n, err := count()
+			if err != nil {
+				return b, err
+			}
+			s := make([]int64, n)
+			for k := range s {
+				if s[k], err = next(); err != nil {
+					return b, err
+				}
+			}
+			b.src.Starts[i] = s
+		}
+		if err := full.Check(&b.src, b.bodyLen); err != nil {
+			return b, err
+		}
+		return b, nil
+	}
+	nd, err := count()
+	if err != nil {
+		return err
+	}
+	nbat, err := count()
+	if err != nil {
+		return err
+	}
+	f.dicts, f.batches = make([]arrowBatch, nd), make([]arrowBatch, nbat)
+	for i := range f.dicts {
+		if f.dicts[i], err = read(true); err != nil {
+			return err
+		}
+	}
+	for i := range f.batches {
+		if f.batches[i], err = read(false); err != nil {
+			return err
+		}
+	}
+	if at != len(p) {
+		return fmt.Errorf("%d bytes after the index payload", len(p)-at)
+	}
+	return nil
+}
+
+func (d *arrowSet) Len() int   { return d.starts[len(d.starts)-1] }
+func (d *arrowSet) Info() Info { return d.inf }
+
+// row finds id's file, batch and row in the batch.
+func (d *arrowSet) row(id int) (file int, src *columnar.Source, row int64) {
+	k := 0
+	if len(d.files) > 1 {
+		k = sort.SearchInts(d.starts, id+1) - 1
+	}
+	f := d.files[k]
+	r := int64(id - d.starts[k])
+	b := sort.Search(len(f.batches), func(b int) bool { return f.rows[b+1] > r })
+	return k, &f.batches[b].src, r - f.rows[b]
+}
+
+func (d *arrowSet) NumCells() int { return d.lay.NumCells }
+
+func (d *arrowSet) Cells(id int, dst []Loc) []Loc {
+	k, src, row := d.row(id)
+	var buf [16]columnar.Range
+	for _, c := range d.lay.Cells(src, int(row), buf[:0]) {
+		dst = append(dst, Loc{Object: k, Off: c.Off, Len: int(c.Len)})
+	}
+	return dst
+}
+
+// Locate places a row at its largest cell, with the bytes of all its cells:
+// where block-aware orders group it, and what errors name.
+func (d *arrowSet) Locate(id int) Loc {
+	var best Loc
+	total := 0
+	for _, c := range d.Cells(id, nil) {
+		total += c.Len
+		if c.Len > best.Len {
+			best = c
+		}
+	}
+	if best.Len == 0 {
+		k, src, _ := d.row(id)
+		best = Loc{Object: k, Off: src.Body}
+	}
+	best.Len = total
+	return best
+}
+
+func (d *arrowSet) Label(int) int               { return -1 }
+func (d *arrowSet) Object(i int) storage.Reader { return d.files[i].r }
+
+func (d *arrowSet) Close() error {
+	var errs []error
+	for _, f := range d.files {
+		errs = append(errs, f.r.Close())
+	}
+	d.files = nil
+	return errors.Join(errs...)
+}
+
+type arrowRows struct {
+	d    *arrowSet
+	ids  []int
+	refs []columnar.RowRef
+	plan *columnar.Plan
+}
+
+func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
+	b := &arrowRows{d: d, ids: ids, refs: make([]columnar.RowRef, len(ids))}
+	for i, id := range ids {
+		_, src, row := d.row(id)
+		b.refs[i] = columnar.RowRef{S: src, Row: row}
+	}
+	var err error
+	if b.plan, err = d.lay.Plan(b.refs); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *arrowRows) Size() int { return b.plan.Size }
+
+func (b *arrowRows) Assemble(cell func(slot, k int) []byte, out []byte) (int, error) {
+	n, err := b.plan.Assemble(b.refs, cell, out)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", describe(b.d.inf.Paths), err)
+	}
+	return n, nil
+}
+
+func (b *arrowRows) Table() (nodes [][2]int64, buffers [][2]int64, body int) {
+	ns, bs := b.plan.Table()
+	for _, n := range ns {
+		nodes = append(nodes, [2]int64{n.Length, n.NullCount})
+	}
+	for _, x := range bs {
+		buffers = append(buffers, [2]int64{x.Offset, x.Length})
+	}
+	return nodes, buffers, b.plan.Body
+}

@@ -1,0 +1,32 @@
+package dataset
+
+// Rows is implemented by datasets whose records are rows of columns
+// (Arrow record batches, Parquet pages). A row is no one byte range: it
+// lies in NumCells ranges (a slice of each buffer of its columns, or the
+// pages that hold it), which the loader reads like records, coalesced with
+// their neighbours' and never a byte twice in one batch; the dataset then
+// puts a batch's rows together as one Arrow record batch (RowBatch).
+type Rows interface {
+	Dataset
+	// NumCells is how many ranges every row has.
+	NumCells() int
+	// Cells appends row id's ranges to dst; a zero-length one needs no read.
+	Cells(id int, dst []Loc) []Loc
+	// PlanBatch sizes the batch of rows ids (in delivery order), before
+	// any is read.
+	PlanBatch(ids []int) (RowBatch, error)
+}
+
+// RowBatch writes one batch of rows.
+type RowBatch interface {
+	// Size is the bytes the batch needs.
+	Size() int
+	// Assemble writes the batch into out (Size bytes) from each row's
+	// cells as read (cell(slot, k)), and returns the bytes it wrote.
+	// Errors name the object and offset of the row at fault.
+	Assemble(cell func(slot, k int) []byte, out []byte) (int, error)
+	// Table describes the batch written, for a reader without an Arrow
+	// library: each node's length and null count, each buffer's offset
+	// (from Body) and length, and where the body starts.
+	Table() (nodes [][2]int64, buffers [][2]int64, body int)
+}
