@@ -1,6 +1,8 @@
 # riffle's two commands: `make demo` runs the main job, `make test` runs every test.
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
-PYTHON ?= /usr/bin/python3
+# The tests run on Debian's python3 with its PyTorch, in the virtualenv
+# scripts/install-deps.sh makes on top of it (pyarrow, datasets, webdataset).
+PYTHON ?= $(CURDIR)/.venv/bin/python
 # Decode images with libjpeg-turbo where its headers are installed
 # (scripts/install-deps.sh installs them); pure Go otherwise.
 TAGS ?= $(shell [ -e /usr/include/turbojpeg.h ] && echo turbojpeg)

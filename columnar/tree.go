@@ -417,7 +417,7 @@ func numpyDtype(t arrow.DataType, width int) string {
 	case arrow.FLOAT64:
 		return "<f8"
 	case arrow.DATE32:
-		return "<M8[D]"
+		return "<i4" // days; numpy's datetime64 has no 32-bit form
 	case arrow.DATE64:
 		return "<M8[ms]"
 	case arrow.TIMESTAMP:

@@ -3,7 +3,9 @@
 # only when something is missing: real PyTorch, torchvision, numpy and
 # Pillow for the Python client's tests and examples, scikit-learn as an
 # independent LIBSVM reader, pytest to run them, fio for the benchmarks'
-# device ceiling.
+# device ceiling; then a virtualenv (.venv, on top of those) with the pinned
+# PyPI packages the tests use as independent writers and readers (pyarrow,
+# datasets, webdataset: python/requirements-test.txt).
 set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
@@ -14,11 +16,24 @@ need=()
 /usr/bin/python3 -c 'import sklearn' 2>/dev/null || need+=(python3-sklearn)
 command -v fio >/dev/null || need+=(fio)
 [ -e /usr/include/turbojpeg.h ] || need+=(libturbojpeg0-dev)
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
+/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-echo "installing ${need[*]}" >&2
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO=sudo
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+
+# The virtualenv, remade when the pins change.
+root=$(cd "$(dirname "$0")/.." && pwd)
+req="$root/python/requirements-test.txt"
+venv="$root/.venv"
+stamp="$venv/.requirements"
+if ! cmp -s "$req" "$stamp" 2>/dev/null; then
+  echo "making $venv from $req" >&2
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  cp "$req" "$stamp"
+fi

@@ -43,6 +43,9 @@ type dsEntry struct {
 	refs  int
 	timer *time.Timer
 	stale bool // replaced by a newer open; closed when its last job ends
+	// maxBatch remembers maxBatchBytes per batch size: a scan of every
+	// record's length, once per dataset.
+	maxBatch sync.Map
 }
 
 const keepOpen = 30 * time.Second
@@ -53,7 +56,7 @@ func newDatasets(store storage.Store, opts dataset.Options) *datasets {
 
 func (d *datasets) get(ctx context.Context, paths []string, opts dataset.Options) (*dsEntry, error) {
 	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
-	key := fmt.Sprintf("%q %s %d %d %v %v %v %v", paths, opts.Format, opts.RecordSize, opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct)
+	key := fmt.Sprintf("%q %s %d %d %v %v %v %v %q %q", paths, opts.Format, opts.RecordSize, opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct, opts.Columns, opts.Split)
 	for {
 		d.mu.Lock()
 		e, ok := d.open[key]

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 
 	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
@@ -83,6 +85,15 @@ func metaBytes(batch int) int64 { return 32 * int64(batch) }
 // maxBatchBytes is the size of the largest batch the dataset can make:
 // the sum of its batch largest records, each padded to the alignment and
 // with its frame.
+func (e *dsEntry) maxBatchBytes(batch int) int64 {
+	if v, ok := e.maxBatch.Load(batch); ok {
+		return v.(int64)
+	}
+	n := maxBatchBytes(e.ds, batch)
+	e.maxBatch.Store(batch, n)
+	return n
+}
+
 func maxBatchBytes(ds dataset.Dataset, batch int) int64 {
 	head, tail := 0, 0
 	if f, ok := ds.(dataset.Framed); ok {
@@ -175,8 +186,19 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 		}
 		lopts.Lazy = true
 	}
+	_, rows := ds.(dataset.Rows)
+	if rows && (tf != nil || j.member != nil || cfg.ld.Opportunistic > 1) {
+		return fail(specErr("a dataset of rows (%s) is read without transform=, share= or opportunistic=: "+
+			"its rows are put together per batch, not cached or transformed one by one (yet)", inf.Format))
+	}
 	mean := max(1, inf.Bytes/int64(max(1, ds.Len())))
-	biggest := maxBatchBytes(ds, cfg.ld.BatchSize)
+	biggest := e.maxBatchBytes(cfg.ld.BatchSize)
+	if rows {
+		// Cells land in a staging buffer before the rows are put together,
+		// with offsets and validity bits added: twice the bytes, and some.
+		biggest = mulSat(2, biggest) + mulSat(int64(cfg.ld.BatchSize), 64) + 1<<16
+		mean = 2*mean + 64
+	}
 	if tf != nil {
 		// Outputs of the transform, and the records read for them.
 		mean += int64(tf.Size())
@@ -306,7 +328,8 @@ func (j *job) opened() *wire.Msg {
 		Op: wire.OpOpened, Job: j.id, Records: j.ds.ds.Len(), Positions: j.smp.Len(),
 		Batches: j.l.Count(), MemoryBytes: j.memory,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
-			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: j.member != nil},
+			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: j.member != nil,
+			Columns: wireColumns(inf.Columns), Schema: inf.Schema},
 	}
 	if tf := j.cfg.transform; tf != "" {
 		t, _, _ := transform.New(tf)
@@ -339,6 +362,14 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	if b.Labels != nil {
 		metaLen += 8 * n
 	}
+	data := b.Data
+	var arrow *wire.Arrow
+	if c := b.Columns; c != nil {
+		// A batch of rows: one Arrow message, and its table after the ids.
+		data = b.Data[:c.Len]
+		arrow = &wire.Arrow{Body: int64(c.Body), Nodes: len(c.Nodes), Buffers: len(c.Buffers)}
+		metaLen += 16 * (len(c.Nodes) + len(c.Buffers))
+	}
 	var meta []byte
 	if j.inline {
 		meta = make([]byte, metaLen)
@@ -354,8 +385,17 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	put(0, b.IDs)
 	put(1, b.Off)
 	put(2, b.Len)
+	at := 8 * 3 * n
 	if b.Labels != nil {
 		put(3, b.Labels)
+		at += 8 * n
+	}
+	if c := b.Columns; c != nil {
+		for _, pair := range append(slices.Clone(c.Nodes), c.Buffers...) {
+			binary.LittleEndian.PutUint64(meta[at:], uint64(pair[0]))
+			binary.LittleEndian.PutUint64(meta[at+8:], uint64(pair[1]))
+			at += 16
+		}
 	}
 	st, stream := j.l.Place()
 	if stream && sampler.SmallState(j.smp) {
@@ -369,16 +409,17 @@ func (j *job) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	j.held[seq] = heldBatch{b, meta}
 	j.mu.Unlock()
 	j.records.Add(int64(n))
-	j.bytes.Add(int64(len(b.Data)))
+	j.bytes.Add(int64(len(data)))
 	m := &wire.Msg{Op: wire.OpBatch, Job: j.id, Seq: seq, Epoch: b.Epoch, Index: b.Index, Last: b.Last, N: n,
-		DataLen: int64(len(b.Data)), Labels: b.Labels != nil, State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}
+		DataLen: int64(len(data)), Labels: b.Labels != nil, Arrow: arrow,
+		State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}
 	if j.inline {
 		// Bytes and metadata follow the header; the caller releases the
 		// batch once they are written, since the client keeps a copy.
-		metaAt := pad8(len(b.Data))
+		metaAt := pad8(len(data))
 		m.DataOff, m.MetaOff = 0, int64(metaAt)
 		m.Payload = int64(metaAt + metaLen)
-		return m, [][]byte{b.Data, make([]byte, metaAt-len(b.Data)), meta}, nil
+		return m, [][]byte{data, make([]byte, metaAt-len(data)), meta}, nil
 	}
 	m.DataOff = j.arena.Offset(b.Data)
 	m.MetaOff = j.arena.Offset(meta)
@@ -466,4 +507,17 @@ func optsKey(key string) string {
 		return key[i+2:]
 	}
 	return key
+}
+
+// wireColumns copies column descriptions into the wire's form.
+func wireColumns(cs []columnar.Column) []wire.Column {
+	if cs == nil {
+		return nil
+	}
+	out := make([]wire.Column, len(cs))
+	for i, c := range cs {
+		out[i] = wire.Column{Name: c.Name, Type: c.Type, Layout: c.Layout, Dtype: c.Dtype, Width: c.Width, Size: c.Size,
+			Nullable: c.Nullable, Children: wireColumns(c.Children)}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,7 @@ const (
 	maxBlockSize  = 1 << 30
 	maxSubsetIDs  = 1 << 24
 	maxColumns    = 1 << 12
+	maxName       = 1 << 12 // a column's or a split's
 	// minMemory is the least memory_bytes a client may ask for.
 	minMemory = 1 << 16
 )
@@ -112,6 +114,11 @@ func configure(spec *wire.JobSpec) (jobConfig, error) {
 	if len(spec.Columns) > maxColumns {
 		return c, specErr("columns: %d given, at most %d", len(spec.Columns), maxColumns)
 	}
+	for _, name := range append(slices.Clone(spec.Columns), spec.Split) {
+		if len(name) > maxName {
+			return c, specErr("a column or split name of %d bytes, at most %d", len(name), maxName)
+		}
+	}
 	if len(spec.Skip) > loader.MaxWindow*loader.MaxBatchSize || len(spec.SamplerState) > 1<<28 {
 		return c, specErr("resume state too large")
 	}
@@ -146,6 +153,7 @@ func configure(spec *wire.JobSpec) (jobConfig, error) {
 	c.ds = dataset.Options{
 		Format: spec.Format, RecordSize: spec.RecordSize, HeaderBytes: spec.HeaderBytes, CSVHeader: spec.CSVHeader,
 		SkipCRC: spec.SkipCRC, DropPartialTail: spec.DropPartial, Direct: spec.Direct,
+		Columns: spec.Columns, Split: spec.Split,
 	}
 	c.smp = sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window,
 		Buffer: spec.Buffer, Reservoir: spec.Reservoir, Rank: spec.Rank, World: world,

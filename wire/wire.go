@@ -89,6 +89,8 @@ type Msg struct {
 	MetaOff int64  `json:"meta_off,omitempty"` // arena offset of int64 ids[N], off[N], len[N] and, if Labels, labels[N]
 	Labels  bool   `json:"labels,omitempty"`
 	Payload int64  `json:"payload,omitempty"` // bytes that follow the header in this frame
+	// Arrow, for a dataset of rows, says the batch is an Arrow record batch.
+	Arrow *Arrow `json:"arrow,omitempty"`
 	// State is the job's place after this batch: what a checkpoint saves
 	// and a resumed job's spec gives back (epoch, batch, sampler_state, skip).
 	State *State `json:"state,omitempty"`
@@ -247,6 +249,34 @@ type Info struct {
 	Transform string `json:"transform,omitempty"`
 	// Shared says the job samples dependently with others in a group.
 	Shared bool `json:"shared,omitempty"`
+	// Columns and Schema describe a dataset of rows (Arrow, Parquet):
+	// its batches are Arrow record batches of this schema (an IPC stream
+	// of the schema alone), whose columns are laid out as Columns say.
+	Columns []Column `json:"columns,omitempty"`
+	Schema  []byte   `json:"schema,omitempty"`
+}
+
+// Column describes a column of a batch of rows for a reader without an
+// Arrow library: how its buffers hold its elements.
+type Column struct {
+	Name     string   `json:"name"`
+	Type     string   `json:"type"`            // Arrow's name of the type
+	Layout   string   `json:"layout"`          // null, fixed, bool, binary, utf8, list, fixed_list, struct
+	Dtype    string   `json:"dtype,omitempty"` // fixed: numpy dtype of an element
+	Width    int      `json:"width,omitempty"` // fixed: bytes per element; binary, utf8, list: bytes per offset
+	Size     int      `json:"size,omitempty"`  // fixed_list: elements per element
+	Nullable bool     `json:"nullable"`
+	Children []Column `json:"children,omitempty"`
+}
+
+// Arrow says a batch is one Arrow IPC message (data_len bytes at
+// data_off): its body starts Body bytes in, and after the batch's ids,
+// offsets, lengths and labels at meta_off follow Nodes (length, null
+// count) and Buffers (offset from the body, length) pairs of int64.
+type Arrow struct {
+	Body    int64 `json:"body"`
+	Nodes   int   `json:"nodes"`
+	Buffers int   `json:"buffers"`
 }
 
 // ErrFrame says a frame was malformed.

@@ -356,7 +356,7 @@ class Batch:
     """
 
     __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "_state",
-                 "_dtype", "_shape", "__weakref__")
+                 "_dtype", "_shape", "arrow", "__weakref__")
 
     def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict,
                  dtype=None, shape=None, state=None):
@@ -367,6 +367,8 @@ class Batch:
         self.raw = raw
         self.info = info
         self._state = state  # a dict, or a function giving one (asked of the daemon once)
+        # A batch of rows (Arrow, Parquet): (body offset, nodes (n, 2), buffers (n, 2)) of its message.
+        self.arrow: tuple[int, np.ndarray, np.ndarray] | None = None
         # Packed: records back to back from offset 0 in their order, as
         # fixed-size records of a global shuffle read without O_DIRECT are.
         self.packed = bool(self.n == 0 or (offs[-1] + lens[-1] == len(raw) and lens.sum() == len(raw) and offs[0] == 0
@@ -394,11 +396,16 @@ class Batch:
 
         Fixed-size records: one ``(n, record_size)`` uint8 array, or of the
         loader's ``dtype``/``shape``; ``.npy`` rows: the file's dtype and row
-        shape; anything else: a list of memoryviews. Arrays are views of the
-        batch when its records are packed.
+        shape (a structured array for structured dtypes); rows of Arrow and
+        Parquet files: a ``pyarrow.RecordBatch`` over the batch's memory if
+        pyarrow is installed, else a dict of columns (``decode.columns``);
+        anything else: a list of memoryviews. Arrays are views of the batch
+        when its records are packed.
         """
         from . import decode
         fmt = self.info.get("format")
+        if self.arrow is not None:
+            return decode.arrow(self)
         if self.info.get("transform"):
             # The daemon's transform outputs: fixed-size, of the dtype and shape it reports.
             return decode.fixed(self, np.dtype(self.info["dtype"]), self.info.get("shape") or None)
@@ -713,9 +720,12 @@ class Loader:
     def _batch_from(self, m, payload, mm, info, conn_ref, job) -> Batch:
         n = m.get("n", 0)
         buf = mm if mm is not None else payload
-        meta = np.frombuffer(buf, np.int64, count=n * (4 if m.get("labels") else 3), offset=m.get("meta_off", 0)).copy()
+        k = 4 if m.get("labels") else 3
+        arrow = m.get("arrow")
+        extra = 2 * (arrow["nodes"] + arrow["buffers"]) if arrow else 0
+        meta = np.frombuffer(buf, np.int64, count=n * k + extra, offset=m.get("meta_off", 0)).copy()
         ids, offs, lens = meta[:n], meta[n : 2 * n], meta[2 * n : 3 * n]
-        labels = meta[3 * n :] if m.get("labels") else None
+        labels = meta[3 * n : 4 * n] if m.get("labels") else None
         size = m.get("data_len", 0)
         raw = np.frombuffer(buf, np.uint8, count=size, offset=m.get("data_off", 0))
         if mm is not None:
@@ -723,8 +733,12 @@ class Loader:
             weakref.finalize(raw, _release, conn_ref, job, m["seq"])
             weakref.finalize(raw, self._unhold, size)
         state = self._place_state()
-        return Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info, self.dtype,
-                     self.shape, state)
+        b = Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info, self.dtype,
+                  self.shape, state)
+        if arrow:
+            table = meta[n * k :].reshape(-1, 2)
+            b.arrow = (int(arrow["body"]), table[: arrow["nodes"]], table[arrow["nodes"] :])
+        return b
 
     def _place_state(self):
         """The state after the batch just received, or, if the daemon keeps its sampler state, a function asking for it."""

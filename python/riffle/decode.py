@@ -122,3 +122,123 @@ def jsonl(batch) -> list[dict]:
 def lines(batch, encoding: str = "utf-8") -> list[str]:
     """Text lines as strings."""
     return [bytes(batch.record(i)).decode(encoding) for i in range(batch.n)]
+
+
+# --- rows of Arrow and Parquet files ---------------------------------------
+#
+# A batch of rows is one Arrow IPC record batch message in the batch's
+# memory. With pyarrow it is read as a RecordBatch without a copy; without
+# it, the node and buffer table the daemon sends beside it is enough to read
+# the columns with numpy (docs/protocol.md).
+
+_schemas: dict[bytes, Any] = {}
+
+
+def _schema(info: dict):
+    import base64
+
+    import pyarrow as pa
+
+    raw = info.get("schema") or ""
+    key = raw.encode() if isinstance(raw, str) else bytes(raw)
+    s = _schemas.get(key)
+    if s is None:
+        s = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw))).schema
+        _schemas[key] = s
+    return s
+
+
+def record_batch(batch):
+    """The batch as a ``pyarrow.RecordBatch`` over the batch's memory (no copy)."""
+    import pyarrow as pa
+
+    return pa.ipc.read_record_batch(pa.py_buffer(batch.raw), _schema(batch.info))
+
+
+def arrow(batch):
+    """A ``pyarrow.RecordBatch`` if pyarrow is installed, else ``columns(batch)``."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return columns(batch)
+    return record_batch(batch)
+
+
+def _item(col, i: int):
+    """Element i of a decoded column as a Python value (None if null)."""
+    if isinstance(col, np.ma.MaskedArray):
+        return None if np.ma.getmaskarray(col)[i] else col.data[i].item()
+    if isinstance(col, np.ndarray):
+        v = col[i]
+        return v.tolist() if isinstance(v, np.ndarray) else v.item()
+    return col[i]
+
+
+def columns(batch) -> dict[str, Any]:
+    """The batch's columns with numpy alone: fixed-width columns as arrays
+    (masked arrays where there are nulls, ``(n, size)`` arrays for fixed-size
+    lists of numbers), strings and binary as lists of ``str``/``bytes``,
+    lists and structs as lists of lists and dicts; nulls are ``None``.
+    Arrays are views of the batch."""
+    body, nodes, bufs = batch.arrow
+    raw = batch.raw
+    state = {"node": 0, "buf": 0}
+
+    def take_node():
+        n = nodes[state["node"]]
+        state["node"] += 1
+        return int(n[0]), int(n[1])
+
+    def take_buf():
+        off, length = bufs[state["buf"]]
+        state["buf"] += 1
+        return raw[body + int(off) : body + int(off) + int(length)]
+
+    def bits(b, n):
+        return np.unpackbits(np.asarray(b, np.uint8), count=n, bitorder="little").astype(bool)
+
+    def read(col: dict):
+        length, nulls = take_node()
+        layout = col["layout"]
+        if layout == "null":
+            return [None] * length
+        vb = take_buf()
+        valid = bits(vb, length) if nulls and len(vb) else None
+
+        def with_nulls(values: list) -> list:
+            return values if valid is None else [v if ok else None for v, ok in zip(values, valid)]
+
+        if layout == "fixed":
+            arr = np.frombuffer(take_buf(), np.dtype(col["dtype"]), count=length)
+            if col["type"].startswith("date32"):
+                arr = arr.astype("datetime64[D]")  # numpy has no 32-bit dates: one copy
+            return arr if valid is None else np.ma.masked_array(arr, mask=~valid)
+        if layout == "bool":
+            arr = bits(take_buf(), length)
+            return arr if valid is None else np.ma.masked_array(arr, mask=~valid)
+        if layout in ("binary", "utf8"):
+            offs = np.frombuffer(take_buf(), "<i4" if col["width"] == 4 else "<i8", count=length + 1)
+            data = take_buf()
+            first = int(offs[0]) if length else 0
+            vals = [bytes(data[int(a) - first : int(b) - first]) for a, b in zip(offs[:-1], offs[1:])]
+            if layout == "utf8":
+                vals = [v.decode("utf-8") for v in vals]
+            return with_nulls(vals)
+        if layout == "list":
+            offs = np.frombuffer(take_buf(), "<i4" if col["width"] == 4 else "<i8", count=length + 1)
+            child = read(col["children"][0])
+            first = int(offs[0]) if length else 0
+            return with_nulls([child[int(a) - first : int(b) - first] for a, b in zip(offs[:-1], offs[1:])])
+        if layout == "fixed_list":
+            size = col["size"]
+            child = read(col["children"][0])
+            if isinstance(child, np.ndarray) and not isinstance(child, np.ma.MaskedArray) and valid is None:
+                return child.reshape(length, size)
+            return with_nulls([child[i * size : (i + 1) * size] for i in range(length)])
+        if layout == "struct":
+            kids = {c["name"]: read(c) for c in col["children"]}
+            rows = [{k: _item(v, i) for k, v in kids.items()} for i in range(length)]
+            return with_nulls(rows)
+        raise ValueError(f"column {col['name']}: layout {layout!r} unknown to this client")
+
+    return {c["name"]: read(c) for c in batch.info["columns"]}

@@ -49,6 +49,19 @@ class RecordError(RiffleError):
         self.record = record
 
 
+def _columns(batch: Batch) -> dict[str, Any]:
+    """A batch of rows as a dict of columns: numbers (without nulls) as
+    tensors over the batch's memory, the rest as ``decode.columns`` gives
+    them, for the user's ``batch_transform`` or ``transform``."""
+    out = {}
+    for name, col in _decode.columns(batch).items():
+        if (isinstance(col, np.ndarray) and not isinstance(col, np.ma.MaskedArray)
+                and col.dtype.kind in "biuf" and col.dtype.itemsize in (1, 2, 4, 8)):
+            col = torch.from_numpy(_native(col))
+        out[name] = col
+    return out
+
+
 def _dist() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -232,6 +245,12 @@ class RiffleDataset(torch.utils.data.IterableDataset):
 
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
         data = self._decode(batch, ld)
+        if isinstance(data, dict) and self.transform is not None:
+            # Rows of columns: the transform takes each row as a dict.
+            names = list(data)
+            data = [{k: data[k][i] for k in names} for i in range(batch.n)]
+        if isinstance(data, dict) and shared:
+            data = {k: _to_shared(v) if isinstance(v, torch.Tensor) else v for k, v in data.items()}
         if self.transform is not None:
             samples = []
             for i, x in enumerate(data):
@@ -264,6 +283,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             return self.decode(batch)
         fmt = batch.info.get("format")
         kind = self.decode
+        if kind == "auto" and batch.arrow is not None:
+            return _columns(batch)
         if kind == "auto" and batch.info.get("transform"):
             return torch.from_numpy(batch.data)  # the daemon's transform outputs
         if kind == "auto":
