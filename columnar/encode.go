@@ -2,8 +2,11 @@ package columnar
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	flatbuffers "github.com/google/flatbuffers/go"
 )
@@ -53,4 +56,29 @@ func SchemaBytes(s *arrow.Schema) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// JSONRows decodes a batch's message with arrow-go, given the schema
+// stream, into one JSON object per row: for showing rows, and for tests.
+func JSONRows(schema, msg []byte) ([]string, error) {
+	var s bytes.Buffer
+	if len(schema) < 8 {
+		return nil, fmt.Errorf("schema stream of %d bytes", len(schema))
+	}
+	s.Write(schema[:len(schema)-8]) // without its end-of-stream marker
+	s.Write(msg)
+	s.Write([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0})
+	rd, err := ipc.NewReader(&s)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Release()
+	if !rd.Next() {
+		return nil, fmt.Errorf("no record batch in the message: %v", rd.Err())
+	}
+	var out bytes.Buffer
+	if err := array.RecordToJSON(rd.RecordBatch(), &out); err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"), nil
 }

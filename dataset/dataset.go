@@ -73,6 +73,9 @@ type Info struct {
 	// columns' layouts, and its Arrow schema as an IPC stream.
 	Columns []columnar.Column
 	Schema  []byte
+	// Features is a Hugging Face dataset's features (dataset_info.json),
+	// as JSON.
+	Features string
 	// Versions are the store's versions of the objects the dataset was
 	// opened from (Paths, or a directory's root and classes): any change
 	// to the data changes one of them.

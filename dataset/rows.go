@@ -1,5 +1,10 @@
 package dataset
 
+import (
+	"context"
+	"fmt"
+)
+
 // Rows is implemented by datasets whose records are rows of columns
 // (Arrow record batches, Parquet pages). A row is no one byte range: it
 // lies in NumCells ranges (a slice of each buffer of its columns, or the
@@ -29,4 +34,39 @@ type RowBatch interface {
 	// library: each node's length and null count, each buffer's offset
 	// (from Body) and length, and where the body starts.
 	Table() (nodes [][2]int64, buffers [][2]int64, body int)
+}
+
+// ReadRows reads rows ids of ds one cell at a time, without a loader, and
+// returns the batch they make (an Arrow IPC message) and its description:
+// for inspecting a few rows and for tests, not for speed.
+func ReadRows(ctx context.Context, ds Rows, ids []int) ([]byte, RowBatch, error) {
+	k := ds.NumCells()
+	cells := make([][]byte, len(ids)*k)
+	var locs []Loc
+	for slot, id := range ids {
+		if id < 0 || id >= ds.Len() {
+			return nil, nil, fmt.Errorf("row %d is not in [0, %d)", id, ds.Len())
+		}
+		locs = ds.Cells(id, locs[:0])
+		for c, l := range locs {
+			if l.Len == 0 {
+				continue
+			}
+			b := make([]byte, l.Len)
+			if err := ds.Object(l.Object).ReadAt(ctx, b, l.Off); err != nil {
+				return nil, nil, err
+			}
+			cells[slot*k+c] = b
+		}
+	}
+	rb, err := ds.PlanBatch(ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]byte, rb.Size())
+	n, err := rb.Assemble(func(slot, c int) []byte { return cells[slot*k+c] }, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out[:n], rb, nil
 }

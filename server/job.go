@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -330,6 +331,9 @@ func (j *job) opened() *wire.Msg {
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: j.member != nil,
 			Columns: wireColumns(inf.Columns), Schema: inf.Schema},
+	}
+	if inf.Features != "" {
+		m.Info.Features = json.RawMessage(inf.Features)
 	}
 	if tf := j.cfg.transform; tf != "" {
 		t, _, _ := transform.New(tf)

@@ -254,6 +254,8 @@ type Info struct {
 	// of the schema alone), whose columns are laid out as Columns say.
 	Columns []Column `json:"columns,omitempty"`
 	Schema  []byte   `json:"schema,omitempty"`
+	// Features are a Hugging Face dataset's features (dataset_info.json).
+	Features json.RawMessage `json:"features,omitempty"`
 }
 
 // Column describes a column of a batch of rows for a reader without an

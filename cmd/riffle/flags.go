@@ -30,6 +30,8 @@ func (f *datasetFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.opts.DropPartialTail, "drop-partial", false, "drop a partial record at the end of a file instead of failing")
 	fl.StringVar(&f.opts.IndexDir, "index-dir", "", "where to keep indexes of read-only data (default $XDG_CACHE_HOME/riffle)")
 	fl.BoolVar(&f.opts.Direct, "direct", false, "read with O_DIRECT, bypassing the page cache")
+	fl.StringSliceVar(&f.opts.Columns, "columns", nil, "the columns to read of Arrow, Hugging Face and Parquet data (default all)")
+	fl.StringVar(&f.opts.Split, "split", "", "the split of a Hugging Face DatasetDict directory")
 }
 
 func (f *datasetFlags) open(ctx context.Context, paths []string) (dataset.Dataset, error) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 )
 
@@ -30,6 +31,9 @@ func inspectCmd() *cobra.Command {
 			defer ds.Close()
 			inf := ds.Info()
 			fmt.Fprintf(cmd.OutOrStdout(), "format:   %s\nfiles:    %d (%s)\nrecords:  %d\nbytes:    %s\n", inf.Format, len(inf.Paths), strings.Join(inf.Paths[:min(3, len(inf.Paths))], ", "), ds.Len(), human(float64(inf.Bytes)))
+			if rows, ok := ds.(dataset.Rows); ok {
+				return inspectRows(cmd, rows, first)
+			}
 			if inf.RecordSize > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "record:   %d bytes", inf.RecordSize)
 				if inf.Dtype != "" {
@@ -122,4 +126,45 @@ func preview(b []byte, total int) string {
 		b, more = b[:48], "..."
 	}
 	return fmt.Sprintf("% x%s", b, more)
+}
+
+// inspectRows shows a dataset of rows: its columns, features and first
+// rows as JSON.
+func inspectRows(cmd *cobra.Command, ds dataset.Rows, first int) error {
+	out := cmd.OutOrStdout()
+	inf := ds.Info()
+	fmt.Fprintf(out, "columns:  %d\n", len(inf.Columns))
+	for _, c := range inf.Columns {
+		null := ""
+		if c.Nullable {
+			null = ", nullable"
+		}
+		fmt.Fprintf(out, "  %-20s %s%s\n", c.Name, c.Type, null)
+	}
+	if inf.Features != "" {
+		fmt.Fprintf(out, "features: %s\n", inf.Features)
+	}
+	ids := make([]int, min(first, ds.Len()))
+	for i := range ids {
+		ids[i] = i
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	msg, _, err := dataset.ReadRows(cmd.Context(), ds, ids)
+	if err != nil {
+		return err
+	}
+	rows, err := columnar.JSONRows(inf.Schema, msg)
+	if err != nil {
+		return err
+	}
+	for i, r := range rows {
+		loc := ds.Locate(i)
+		if len(r) > 400 {
+			r = r[:400] + "..."
+		}
+		fmt.Fprintf(out, "record %d: %s offset %d, %d bytes\n  %s\n", i, ds.Object(loc.Object).Name(), loc.Off, loc.Len, r)
+	}
+	return nil
 }
