@@ -49,9 +49,15 @@ func tableAt(b []byte, pos int) (table, error) {
 
 // field returns where field i sits, or 0 if it is absent.
 func (t table) field(i, size int) (int, error) {
+	// As the flatbuffers runtime reads it (arrow-go's reader must see
+	// what this one checked): a field is present if its slot starts
+	// inside the vtable's stated length.
 	o := 4 + 2*i
-	if o+2 > t.vtLen {
+	if o >= t.vtLen {
 		return 0, nil
+	}
+	if t.vt+o+2 > len(t.b) {
+		return 0, fmt.Errorf("%w: vtable past the buffer", errFB)
 	}
 	f := le16(t.b[t.vt+o:])
 	if f == 0 {

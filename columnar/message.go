@@ -111,7 +111,9 @@ func ParseMessage(meta []byte) (*Message, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: dictionary batch without data", errFB)
 		}
-		err = parseBatch(rb, &m.Batch)
+		if err := parseBatch(rb, &m.Batch); err != nil {
+			return nil, err
+		}
 	}
 	return m, err
 }
@@ -215,12 +217,30 @@ func ParseSchema(t table) (*SchemaInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every string, vector and table arrow-go's schema reader will follow
+	// is checked here first: it trusts their lengths (a forged length is
+	// an allocation of gigabytes, which no recover catches).
+	if err := checkMetadata(t, 2); err != nil {
+		return nil, err
+	}
+	if _, _, err := t.vector(3, 8); err != nil {
+		return nil, err
+	}
 	var walk func(fs []table, depth int) error
 	walk = func(fs []table, depth int) error {
 		if depth > 64 {
 			return fmt.Errorf("%w: fields nested more than 64 deep", errFB)
 		}
 		for _, f := range fs {
+			if _, err := f.string(0); err != nil {
+				return err
+			}
+			if err := checkType(f); err != nil {
+				return err
+			}
+			if err := checkMetadata(f, 6); err != nil {
+				return err
+			}
 			d, ok, err := f.table(4)
 			if err != nil {
 				return err
@@ -228,6 +248,9 @@ func ParseSchema(t table) (*SchemaInfo, error) {
 			if ok {
 				id, err := d.int64(0, 0)
 				if err != nil {
+					return err
+				}
+				if _, _, err := d.table(1); err != nil {
 					return err
 				}
 				s.DictIDs = append(s.DictIDs, id)
@@ -243,6 +266,43 @@ func ParseSchema(t table) (*SchemaInfo, error) {
 		return nil
 	}
 	return s, walk(fields, 0)
+}
+
+// checkMetadata checks a custom_metadata vector of KeyValue tables.
+func checkMetadata(t table, field int) error {
+	kvs, err := t.tables(field)
+	if err != nil {
+		return err
+	}
+	for _, kv := range kvs {
+		if _, err := kv.string(0); err != nil {
+			return err
+		}
+		if _, err := kv.string(1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkType checks a Field's type table and the vectors some types hold
+// (a Timestamp's time zone, a Union's type ids).
+func checkType(f table) error {
+	tt, err := f.uint8(2, 0)
+	if err != nil {
+		return err
+	}
+	typ, ok, err := f.table(3)
+	if err != nil || !ok {
+		return err
+	}
+	switch tt {
+	case 10: // Timestamp
+		_, err = typ.string(1)
+	case 14: // Union
+		_, _, err = typ.vector(1, 4)
+	}
+	return err
 }
 
 // ParseSchemaMessage reads the schema of a Schema message's metadata.

@@ -177,8 +177,16 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 // StartsFrom computes the child starts of every Var node of the layout
 // from the batch's offsets buffers, read whole: offsets(n) returns Var
 // node n's offsets buffer. Starts are what Cells needs of each row.
-func (l *Layout) StartsFrom(m *BatchMeta, offsets func(n *Node) ([]byte, error)) ([][]int64, error) {
+func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) ([]byte, error)) ([][]int64, error) {
 	starts := make([][]int64, l.Vars)
+	if l.Vars == 0 {
+		return starts, nil
+	}
+	// Starts take 8 bytes a row; a row of a variable-length column takes
+	// at least an offset in the body.
+	if m.Rows > bodyLen {
+		return nil, fmt.Errorf("a batch of %d rows in a body of %d bytes", m.Rows, bodyLen)
+	}
 	rows := make([]int64, m.Rows+1)
 	for i := range rows {
 		rows[i] = int64(i)

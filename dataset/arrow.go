@@ -357,7 +357,7 @@ func (f *arrowFile) scanFooter(ctx context.Context, add func(off int64, meta []b
 // index reads a record batch's offsets buffers for its rows' child starts
 // and checks the batch against every column.
 func (f *arrowFile) index(ctx context.Context, full *columnar.Layout, b *arrowBatch) error {
-	starts, err := full.StartsFrom(b.src.Meta, func(n *columnar.Node) ([]byte, error) {
+	starts, err := full.StartsFrom(b.src.Meta, b.bodyLen, func(n *columnar.Node) ([]byte, error) {
 		loc, ok := b.src.OffsetsBuffer(n)
 		if !ok || loc.Offset < 0 || loc.Length < 0 || loc.Offset > b.bodyLen || loc.Length > b.bodyLen-loc.Offset {
 			return nil, f.bad(b.msgOff, "column %q: offsets buffer outside the batch's body", n.Name)

@@ -1,11 +1,23 @@
 package dataset
 
 import (
+	"archive/tar"
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/riffle-ml/riffle/columnar"
 )
 
 func FuzzParseNpyHeader(f *testing.F) {
@@ -154,6 +166,133 @@ func FuzzDecodeIndex(f *testing.F) {
 			if e.end < offs[e.record] || e.end > offs[e.record+1] {
 				t.Fatalf("accepted end %v outside its record", e)
 			}
+		}
+	})
+}
+
+// memReader is an object in memory, for fuzzing the scanners.
+type memReader struct{ b []byte }
+
+func (m memReader) ReadAt(_ context.Context, p []byte, off int64) error {
+	if off < 0 || off > int64(len(m.b)) || int64(len(p)) > int64(len(m.b))-off {
+		return io.ErrUnexpectedEOF
+	}
+	copy(p, m.b[off:])
+	return nil
+}
+func (m memReader) Size() int64  { return int64(len(m.b)) }
+func (m memReader) Name() string { return "fuzz" }
+func (m memReader) Close() error { return nil }
+
+// tarOf makes a tar of the given members with archive/tar.
+func tarOf(members map[string]string, long bool) []byte {
+	var buf bytes.Buffer
+	w := tar.NewWriter(&buf)
+	names := slices.Sorted(maps.Keys(members))
+	for _, n := range names {
+		if long {
+			n = strings.Repeat("d", 120) + "/" + n
+		}
+		w.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(members[strings.TrimPrefix(n, strings.Repeat("d", 120)+"/")]))})
+		w.Write([]byte(members[strings.TrimPrefix(n, strings.Repeat("d", 120)+"/")]))
+	}
+	w.Close()
+	return buf.Bytes()
+}
+
+// A tar of any bytes is an error or a table whose samples lie in the file.
+func FuzzTarScan(f *testing.F) {
+	f.Add(tarOf(map[string]string{"a.jpg": "xx", "a.cls": "1", "b.jpg": strings.Repeat("y", 600)}, false))
+	f.Add(tarOf(map[string]string{"k.txt": "long", "k.json": "{}"}, true))
+	f.Add(make([]byte, 1024))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tb, err := tarScan(context.Background(), memReader{b}, Options{})
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrPartial) {
+				t.Fatalf("error %v is neither ErrCorrupt nor ErrPartial", err)
+			}
+			return
+		}
+		for i := 1; i < len(tb.offs); i++ {
+			if tb.offs[i] < tb.offs[i-1] || tb.offs[i] > int64(len(b)) {
+				t.Fatalf("sample %d at %d after %d, file of %d", i, tb.offs[i], tb.offs[i-1], len(b))
+			}
+		}
+		for _, e := range tb.ends {
+			if e.end < tb.offs[e.record] || e.end > tb.offs[e.record+1] {
+				t.Fatalf("end %d of sample %d outside it", e.end, e.record)
+			}
+		}
+	})
+}
+
+// An Arrow file of any bytes is an error, or an index whose every row's
+// cells lie inside the file and whose rows can be put together; the index
+// reads back to itself.
+func FuzzArrowFile(f *testing.F) {
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int16), Nullable: true},
+		{Name: "d", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}},
+	}, nil)
+	for _, stream := range []bool{false, true} {
+		var buf bytes.Buffer
+		var w interface {
+			Write(arrow.RecordBatch) error
+			Close() error
+		}
+		if stream {
+			w = ipc.NewWriter(&buf, ipc.WithSchema(schema))
+		} else {
+			w, _ = ipc.NewFileWriter(&buf, ipc.WithSchema(schema))
+		}
+		rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), schema,
+			strings.NewReader(`[{"s":"ab","l":[1,2],"d":"x"},{"s":null,"l":null,"d":"y"},{"s":"","l":[],"d":"x"}]`))
+		if err != nil {
+			f.Fatal(err)
+		}
+		w.Write(rec)
+		w.Close()
+		f.Add(buf.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ctx := context.Background()
+		af := &arrowFile{r: memReader{b}}
+		at := int64(8)
+		if !bytes.HasPrefix(b, arrowMagic) {
+			af.stream, at = true, 0
+		}
+		if af.readSchema(ctx, at) != nil {
+			return
+		}
+		full, _, err := columnar.NewLayout(af.schema, af.sinfo.DictIDs)
+		if err != nil || af.scan(ctx, full, at, Options{}) != nil || af.attachDicts(ctx, full) != nil {
+			return
+		}
+		again := &arrowFile{r: af.r}
+		if err := again.decode(af.encode(), full); err != nil {
+			t.Fatalf("the index does not read back: %v", err)
+		}
+		for i := range af.batches {
+			src := &af.batches[i].src
+			var refs []columnar.RowRef
+			for r := range min(src.Meta.Rows, 50) {
+				for _, c := range full.Cells(src, int(r), nil) {
+					if c.Off < 0 || c.Len < 0 || c.Off+c.Len > int64(len(b)) {
+						t.Fatalf("batch %d row %d: cell %d+%d outside a file of %d", i, r, c.Off, c.Len, len(b))
+					}
+				}
+				refs = append(refs, columnar.RowRef{S: src, Row: r})
+			}
+			p, err := full.Plan(refs)
+			if err != nil || p.Size > 1<<26 {
+				continue // a loader's memory bound refuses such a batch
+			}
+			msg := make([]byte, p.Size)
+			p.Assemble(refs, func(slot, k int) []byte {
+				c := full.Cells(src, int(refs[slot].Row), nil)[k]
+				return b[c.Off : c.Off+c.Len]
+			}, msg)
 		}
 	})
 }

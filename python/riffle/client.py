@@ -413,6 +413,8 @@ class Batch:
             return decode.npy(self)
         if fmt in ("fixed", "npy"):
             return decode.fixed(self, self._dtype or np.uint8, self._shape)
+        if fmt == "tar":
+            return decode.tar(self)
         return self.records()
 
     def __len__(self) -> int:

@@ -10,6 +10,7 @@ Malformed records raise :class:`DecodeError` naming the record id.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -242,3 +243,72 @@ def columns(batch) -> dict[str, Any]:
         raise ValueError(f"column {col['name']}: layout {layout!r} unknown to this client")
 
     return {c["name"]: read(c) for c in batch.info["columns"]}
+
+
+# --- WebDataset tar shards -------------------------------------------------
+
+
+# webdataset's split of a member name into its sample's key and extension.
+_TAR_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+def _octal(b: bytes) -> int:
+    if b and b[0] & 0x80:  # GNU base-256
+        return int.from_bytes(bytes([b[0] & 0x7F]) + b[1:], "big")
+    s = b.strip(b" \x00")
+    return int(s, 8) if s else 0
+
+
+def tar_sample(rec, url: str | None = None) -> dict[str, Any]:
+    """One WebDataset sample from its record's bytes (its members' headers
+    and data, as the daemon reads them): ``{"__key__": key, "__url__":
+    shard, ext: bytes, ...}``, as ``webdataset`` gives it, extensions
+    lower-cased."""
+    b = bytes(rec)
+    out: dict[str, Any] = {}
+    at, long_name = 0, None
+    while at + 512 <= len(b):
+        h = b[at : at + 512]
+        if not any(h):
+            break
+        name = h[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        if h[257:262] == b"ustar":
+            prefix = h[345:500].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            if prefix:
+                name = prefix + "/" + name
+        size, flag = _octal(h[124:136]), h[156:157]
+        data = b[at + 512 : at + 512 + size]
+        at += 512 + (size + 511) // 512 * 512
+        if flag == b"L":
+            long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            continue
+        if flag == b"x":
+            for line in data.decode("utf-8", "surrogateescape").splitlines():
+                k, _, v = line.partition(" ")[2].partition("=")
+                if k == "path":
+                    long_name = v
+            continue
+        if long_name is not None:
+            name, long_name = long_name, None
+        if flag not in (b"0", b"\0", b"7"):
+            continue
+        if "/" not in name and name.startswith("__") and name.endswith("__"):
+            continue
+        m = _TAR_KEY.match(name)
+        if m is None:
+            continue
+        key, ext = m.group(1), m.group(2).lower()
+        if out.get("__key__", key) != key:
+            raise ValueError(f"member {name!r} is not of sample {out['__key__']!r}")
+        if ext in out:
+            raise ValueError(f"sample {key!r} has two members .{ext}")
+        out["__key__"] = key
+        out[ext] = data
+    if url is not None:
+        out["__url__"] = url
+    return out
+
+
+def tar(batch) -> list[dict[str, Any]]:
+    """A batch of WebDataset samples, each as ``tar_sample`` gives it."""
+    return [tar_sample(batch.record(i)) for i in range(batch.n)]

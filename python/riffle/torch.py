@@ -38,7 +38,7 @@ import torch.utils.data
 from . import decode as _decode
 from .client import Batch, Loader, RiffleError
 
-DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text")
+DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
 
 class RecordError(RiffleError):
@@ -289,7 +289,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             return torch.from_numpy(batch.data)  # the daemon's transform outputs
         if kind == "auto":
             kind = {"npy": "npy", "fixed": "fixed", "libsvm": "libsvm", "jsonl": "jsonl", "text": "text",
-                    "csv": "text"}.get(fmt, "bytes")
+                    "csv": "text", "tar": "tar"}.get(fmt, "bytes")
             if fmt == "npy" and self.dtype is not None:
                 kind = "fixed"
         if kind == "npy":
@@ -308,6 +308,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             return x, torch.from_numpy(y)
         if kind == "jsonl":
             return _decode.jsonl(batch)
+        if kind == "tar":
+            return _decode.tar(batch)
         if kind == "text":
             return _decode.lines(batch)
         if kind == "image":
