@@ -31,6 +31,12 @@ func FuzzParseNpyHeader(f *testing.F) {
 	f.Add(hdr("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }"))
 	f.Add(hdr("{'descr': '<U5', 'shape': (), 'fortran_order': False}"))
 	f.Add([]byte("\x93NUMPY\x02\x00\x10\x00\x00\x00{'a': 1}"))
+	f.Add(hdr("{'descr': [('id', '<i8'), ('name', '<U5'), ('pos', '<f4', (2,)), ('', '|V4'), ('nested', [('a', '|u1'), ('', '|V7'), ('b', '<f8')])], 'fortran_order': False, 'shape': (4,), }"))
+	f.Add(hdr("{'descr': [(('title', 'x'), '<M8[ns]'), ('y', '>f2', 3)], 'fortran_order': False, 'shape': (9,), }"))
+	v3 := []byte("\x93NUMPY\x03\x00")
+	d3 := "{'descr': [('名前', '<i4')], 'fortran_order': False, 'shape': (3,), }"
+	v3 = binary.LittleEndian.AppendUint32(v3, uint32(len(d3)))
+	f.Add(append(v3, d3...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ParseNpyHeader(b)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/riffle-ml/riffle/storage"
 )
@@ -104,17 +105,42 @@ func ParseNpyHeader(b []byte) (NpyHeader, error) {
 	if len(b) < start+hlen {
 		return h, nil // the caller reads more and calls again
 	}
-	dict := strings.TrimSpace(string(b[start : start+hlen]))
+	raw := b[start : start+hlen]
+	var dict string
+	if major < 3 {
+		// Versions 1 and 2 write the header in Latin-1 (a field name 'ñ'
+		// is one byte); version 3 in UTF-8.
+		r := make([]rune, len(raw))
+		for i, c := range raw {
+			r[i] = rune(c)
+		}
+		dict = strings.TrimSpace(string(r))
+	} else {
+		if !utf8.Valid(raw) {
+			return h, fmt.Errorf(".npy version 3 header is not UTF-8: %w", ErrCorrupt)
+		}
+		dict = strings.TrimSpace(string(raw))
+	}
 	fields, err := parsePyDict(dict)
 	if err != nil {
 		return h, err
 	}
 	descr, ok := fields["descr"]
-	if !ok || len(descr) < 2 || (descr[0] != '\'' && descr[0] != '"') {
-		return h, fmt.Errorf(".npy header has no simple 'descr' (structured dtypes are not supported): %w", ErrUnsupported)
+	if !ok {
+		return h, fmt.Errorf(".npy header has no 'descr': %w", ErrCorrupt)
 	}
-	h.Descr = descr[1 : len(descr)-1]
-	if h.ItemSize, err = dtypeSize(h.Descr); err != nil {
+	dv, err := parsePyLiteral(descr)
+	if err != nil {
+		return h, fmt.Errorf(".npy header descr: %w", err)
+	}
+	if dv.str != nil {
+		h.Descr = *dv.str
+	} else {
+		// A structured dtype: its list of fields, as numpy writes it
+		// (numpy.dtype(ast.literal_eval(descr)) makes it again).
+		h.Descr = descr
+	}
+	if h.ItemSize, err = descrSize(dv, 0); err != nil {
 		return h, err
 	}
 	switch fields["fortran_order"] {
@@ -225,7 +251,14 @@ func dtypeSize(d string) (int, error) {
 	if len(s) < 2 {
 		return 0, fmt.Errorf("dtype %q: %w", d, ErrUnsupported)
 	}
-	n, err := strconv.Atoi(s[1:])
+	num := s[1:]
+	if s[0] == 'm' || s[0] == 'M' {
+		// datetime64 and timedelta64 carry a unit: '<M8[ns]'.
+		if i := strings.IndexByte(num, '['); i > 0 && strings.HasSuffix(num, "]") {
+			num = num[:i]
+		}
+	}
+	n, err := strconv.Atoi(num)
 	if err != nil || n <= 0 || n > 1<<20 {
 		return 0, fmt.Errorf("dtype %q: %w", d, ErrUnsupported)
 	}

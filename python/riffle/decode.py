@@ -48,10 +48,22 @@ def fixed(batch, dtype: Any = np.uint8, shape: Sequence[int] | None = None) -> n
     return flat.view(dt).reshape((n,) + tuple(shape))
 
 
+def npy_dtype(descr: str) -> np.dtype:
+    """A ``.npy`` header's dtype: a dtype string, or a structured dtype's
+    list of fields as numpy writes it (read with ``ast.literal_eval``)."""
+    if descr.startswith("["):
+        import ast
+
+        # As numpy.load reads it: '' fields are padding, not fields.
+        return np.lib.format.descr_to_dtype(ast.literal_eval(descr))
+    return np.dtype(descr)
+
+
 def npy(batch) -> np.ndarray:
-    """Rows of a ``.npy`` array, with the file's dtype and row shape."""
+    """Rows of a ``.npy`` array, with the file's dtype and row shape (a
+    structured array for a structured dtype)."""
     info = batch.info
-    return fixed(batch, np.dtype(info["dtype"]), info.get("shape") or ())
+    return fixed(batch, npy_dtype(info["dtype"]), info.get("shape") or ())
 
 
 def libsvm(batch, n_features: int | None = None, dense: bool = False, zero_based: bool = False,

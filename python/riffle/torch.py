@@ -58,8 +58,20 @@ def _columns(batch: Batch) -> dict[str, Any]:
         if (isinstance(col, np.ndarray) and not isinstance(col, np.ma.MaskedArray)
                 and col.dtype.kind in "biuf" and col.dtype.itemsize in (1, 2, 4, 8)):
             col = torch.from_numpy(_native(col))
+        elif isinstance(col, np.ma.MaskedArray):
+            col = [None if m else v for v, m in zip(col.data.tolist(), np.ma.getmaskarray(col))]
+        elif isinstance(col, np.ndarray):
+            col = col.tolist()  # DataLoader's conversion takes no other numpy array
         out[name] = col
     return out
+
+
+def _field_tensor(a: np.ndarray):
+    """A structured array's field as a tensor if it holds numbers (one copy:
+    a field is strided), else as numpy."""
+    if a.dtype.kind in "biuf" and a.dtype.itemsize in (1, 2, 4, 8):
+        return torch.from_numpy(np.ascontiguousarray(_native(a)))
+    return a.tolist()  # DataLoader's conversion takes no other numpy array
 
 
 def _dist() -> tuple[int, int]:
@@ -293,7 +305,11 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             if fmt == "npy" and self.dtype is not None:
                 kind = "fixed"
         if kind == "npy":
-            return torch.from_numpy(_native(_decode.npy(batch)))
+            rows = _decode.npy(batch)
+            if rows.dtype.names:
+                # A structured array: a dict of its fields, numbers as tensors.
+                return {k: _field_tensor(rows[k]) for k in rows.dtype.names if k}
+            return torch.from_numpy(_native(rows))
         if kind == "fixed":
             return torch.from_numpy(_native(_decode.fixed(batch, self.dtype or np.uint8, self.shape)))
         if kind == "libsvm":
