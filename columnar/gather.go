@@ -13,10 +13,26 @@ import (
 // numpy reads through the node and buffer table that travels with it.
 // Dictionary-encoded columns are written decoded.
 
-// RowRef is one row of a batch: its record batch and its row there.
+// RowRef is one row of a batch: its record batch and its row there; or,
+// where each column keeps its own batches (the pages of a Parquet column,
+// each laid out as a one-column Source), each column's.
 type RowRef struct {
+	S    *Source
+	Row  int64
+	Cols []ColRef // if set, column c's source and row
+}
+
+// ColRef is one column of a row: its source and its row there.
+type ColRef struct {
 	S   *Source
 	Row int64
+}
+
+func (r RowRef) col(c int) (*Source, int64) {
+	if r.Cols != nil {
+		return r.Cols[c].S, r.Cols[c].Row
+	}
+	return r.S, r.Row
 }
 
 // out is one node of the batch being written.
@@ -81,7 +97,8 @@ func (l *Layout) Plan(rows []RowRef) (*Plan, error) {
 	}
 	for _, r := range rows {
 		for c, n := range l.Columns {
-			if err := p.count(n, tops[c], r.S, r.Row, r.Row+1, r.Row); err != nil {
+			s, row := r.col(c)
+			if err := p.count(n, tops[c], s, row, row+1, row); err != nil {
 				return nil, err
 			}
 		}
@@ -177,7 +194,8 @@ func (p *Plan) Assemble(rows []RowRef, cell func(slot, k int) []byte, msg []byte
 			return b
 		}
 		for c, n := range p.l.Columns {
-			if err := a.row(n, tops[c], r.S, r.Row, r.Row+1, r.Row); err != nil {
+			s, row := r.col(c)
+			if err := a.row(n, tops[c], s, row, row+1, row); err != nil {
 				return 0, err
 			}
 		}

@@ -3,6 +3,10 @@ package columnar
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
 // Reading rows. An Arrow row is no one byte range: it is a slice of every
@@ -251,4 +255,101 @@ func (s *Source) OffsetsBuffer(n *Node) (BufferLoc, bool) {
 		return BufferLoc{}, false
 	}
 	return s.Meta.Buffers[i], true
+}
+
+// SourceOf lays an array of a one-column layout's column out as a record
+// batch in memory: its buffers copied back to back into a body, with its
+// nodes, buffers and row starts, so that rows are cut from it as from a
+// file's record batch. The array may be a slice (its offset is honoured).
+func SourceOf(l *Layout, arr arrow.Array) (*Source, []byte, error) {
+	if len(l.Columns) != 1 {
+		return nil, nil, fmt.Errorf("a source of one column, for a layout of %d", len(l.Columns))
+	}
+	n := l.Columns[0]
+	if arr.Data().Offset() != 0 || hasOffset(arr.Data()) {
+		var err error
+		if arr, err = array.Concatenate([]arrow.Array{arr}, memory.DefaultAllocator); err != nil {
+			return nil, nil, err
+		}
+		defer arr.Release()
+	}
+	m := &BatchMeta{Rows: int64(arr.Len())}
+	var body []byte
+	put := func(b []byte) {
+		m.Buffers = append(m.Buffers, BufferLoc{int64(len(body)), int64(len(b))})
+		body = append(body, b...)
+		body = append(body, make([]byte, int(pad8(int64(len(body))))-len(body))...)
+	}
+	buf := func(d arrow.ArrayData, i int) []byte {
+		bs := d.Buffers()
+		if i >= len(bs) || bs[i] == nil {
+			return nil
+		}
+		return bs[i].Bytes()
+	}
+	var walk func(n *Node, d arrow.ArrayData) error
+	walk = func(n *Node, d arrow.ArrayData) error {
+		m.Nodes = append(m.Nodes, FieldNode{int64(d.Len()), int64(d.NullN())})
+		valid := buf(d, 0)
+		if d.NullN() == 0 {
+			valid = nil
+		}
+		switch n.Kind {
+		case KNull:
+			return nil
+		case KFixed, KBool, KDict:
+			put(valid)
+			put(buf(d, 1))
+		case KBinary:
+			put(valid)
+			put(buf(d, 1))
+			put(buf(d, 2))
+		case KList:
+			put(valid)
+			put(buf(d, 1))
+		case KFixedList, KStruct:
+			put(valid)
+		}
+		kids := d.Children()
+		if len(kids) != len(n.Children) {
+			return fmt.Errorf("column %q: an array of %d children for a type of %d", n.Name, len(kids), len(n.Children))
+		}
+		for i, c := range n.Children {
+			if err := walk(c, kids[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(n, arr.Data()); err != nil {
+		return nil, nil, err
+	}
+	s := &Source{Meta: m}
+	var err error
+	s.Starts, err = l.StartsFrom(m, int64(len(body)), func(v *Node) ([]byte, error) {
+		b, ok := s.OffsetsBuffer(v)
+		if !ok {
+			return nil, fmt.Errorf("column %q: no offsets buffer", v.Name)
+		}
+		return body[b.Offset : b.Offset+b.Length], nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := l.Check(s, int64(len(body))); err != nil {
+		return nil, nil, err
+	}
+	return s, body, nil
+}
+
+func hasOffset(d arrow.ArrayData) bool {
+	if d.Offset() != 0 {
+		return true
+	}
+	for _, c := range d.Children() {
+		if hasOffset(c) {
+			return true
+		}
+	}
+	return false
 }

@@ -429,3 +429,14 @@ func numpyDtype(t arrow.DataType, width int) string {
 	}
 	return fmt.Sprintf("|V%d", width)
 }
+
+// Compose is the layout of columns that keep their own sources (each a
+// one-column layout's, its nodes and buffers numbered from 0): a batch's
+// rows then name each column's source (RowRef.Cols).
+func Compose(schema *arrow.Schema, cols []*Node) *Layout {
+	l := &Layout{Schema: schema, Columns: cols}
+	for _, n := range cols {
+		l.NumCells += n.Cells()
+	}
+	return l
+}

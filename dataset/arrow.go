@@ -630,8 +630,13 @@ func (d *arrowSet) row(id int) (file int, src *columnar.Source, row int64) {
 
 func (d *arrowSet) NumCells() int { return d.lay.NumCells }
 
-func (d *arrowSet) Cells(id int, dst []Loc) []Loc {
+// cells appends row id's ranges: a slice of each buffer of its columns.
+func (d *arrowSet) cells(id int, dst []Loc) []Loc {
 	k, src, row := d.row(id)
+	return d.appendCells(k, src, row, dst)
+}
+
+func (d *arrowSet) appendCells(k int, src *columnar.Source, row int64, dst []Loc) []Loc {
 	var buf [16]columnar.Range
 	for _, c := range d.lay.Cells(src, int(row), buf[:0]) {
 		dst = append(dst, Loc{Object: k, Off: c.Off, Len: int(c.Len)})
@@ -644,7 +649,7 @@ func (d *arrowSet) Cells(id int, dst []Loc) []Loc {
 func (d *arrowSet) Locate(id int) Loc {
 	var best Loc
 	total := 0
-	for _, c := range d.Cells(id, nil) {
+	for _, c := range d.cells(id, nil) {
 		total += c.Len
 		if c.Len > best.Len {
 			best = c
@@ -671,17 +676,18 @@ func (d *arrowSet) Close() error {
 }
 
 type arrowRows struct {
-	d    *arrowSet
-	ids  []int
-	refs []columnar.RowRef
-	plan *columnar.Plan
+	d     *arrowSet
+	ids   []int
+	files []int
+	refs  []columnar.RowRef
+	plan  *columnar.Plan
 }
 
 func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
-	b := &arrowRows{d: d, ids: ids, refs: make([]columnar.RowRef, len(ids))}
+	b := &arrowRows{d: d, ids: ids, refs: make([]columnar.RowRef, len(ids)), files: make([]int, len(ids))}
 	for i, id := range ids {
-		_, src, row := d.row(id)
-		b.refs[i] = columnar.RowRef{S: src, Row: row}
+		k, src, row := d.row(id)
+		b.refs[i], b.files[i] = columnar.RowRef{S: src, Row: row}, k
 	}
 	var err error
 	if b.plan, err = d.lay.Plan(b.refs); err != nil {
@@ -691,6 +697,13 @@ func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
 }
 
 func (b *arrowRows) Size() int { return b.plan.Size }
+
+func (b *arrowRows) Release() {}
+
+func (b *arrowRows) Cells(slot int, dst []Loc) []Loc {
+	r := b.refs[slot]
+	return b.d.appendCells(b.files[slot], r.S, r.Row, dst)
+}
 
 func (b *arrowRows) Assemble(cell func(slot, k int) []byte, out []byte) (int, error) {
 	n, err := b.plan.Assemble(b.refs, cell, out)

@@ -15,21 +15,34 @@ type Rows interface {
 	Dataset
 	// NumCells is how many ranges every row has.
 	NumCells() int
-	// Cells appends row id's ranges to dst; a zero-length one needs no read.
-	Cells(id int, dst []Loc) []Loc
-	// PlanBatch sizes the batch of rows ids (in delivery order), before
-	// any is read.
+	// PlanBatch plans the batch of rows ids (in delivery order), before
+	// any is read: what to read of each, and the batch's size.
 	PlanBatch(ids []int) (RowBatch, error)
 }
 
-// RowBatch writes one batch of rows.
+// Blocker is implemented by datasets with blocks of their own: runs of
+// records best read together (a Parquet page, read and decoded whole).
+// Blocks returns the first record of each block and Len() at the end: the
+// block-aware order's blocks, and its default order.
+type Blocker interface {
+	Blocks() []int
+}
+
+// RowBatch reads and writes one batch of rows.
 type RowBatch interface {
+	// Cells appends the ranges to read of the row in slot (NumCells of
+	// them); a zero-length one needs no read.
+	Cells(slot int, dst []Loc) []Loc
 	// Size is the bytes the batch needs.
 	Size() int
 	// Assemble writes the batch into out (Size bytes) from each row's
 	// cells as read (cell(slot, k)), and returns the bytes it wrote.
 	// Errors name the object and offset of the row at fault.
 	Assemble(cell func(slot, k int) []byte, out []byte) (int, error)
+	// Release gives back what the batch holds if it is not to be
+	// assembled (its loader stopped, a read failed); after Assemble it
+	// does nothing.
+	Release()
 	// Table describes the batch written, for a reader without an Arrow
 	// library: each node's length and null count, each buffer's offset
 	// (from Body) and length, and where the body starts.
@@ -42,29 +55,33 @@ type RowBatch interface {
 func ReadRows(ctx context.Context, ds Rows, ids []int) ([]byte, RowBatch, error) {
 	k := ds.NumCells()
 	cells := make([][]byte, len(ids)*k)
-	var locs []Loc
-	for slot, id := range ids {
+	for _, id := range ids {
 		if id < 0 || id >= ds.Len() {
 			return nil, nil, fmt.Errorf("row %d is not in [0, %d)", id, ds.Len())
-		}
-		locs = ds.Cells(id, locs[:0])
-		for c, l := range locs {
-			if l.Len == 0 {
-				continue
-			}
-			b := make([]byte, l.Len)
-			if err := ds.Object(l.Object).ReadAt(ctx, b, l.Off); err != nil {
-				return nil, nil, err
-			}
-			cells[slot*k+c] = b
 		}
 	}
 	rb, err := ds.PlanBatch(ids)
 	if err != nil {
 		return nil, nil, err
 	}
+	var locs []Loc
+	for slot := range ids {
+		locs = rb.Cells(slot, locs[:0])
+		for c, l := range locs {
+			if l.Len == 0 {
+				continue
+			}
+			b := make([]byte, l.Len)
+			if err := ds.Object(l.Object).ReadAt(ctx, b, l.Off); err != nil {
+				rb.Release()
+				return nil, nil, err
+			}
+			cells[slot*k+c] = b
+		}
+	}
 	out := make([]byte, rb.Size())
 	n, err := rb.Assemble(func(slot, c int) []byte { return cells[slot*k+c] }, out)
+	rb.Release()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -23,6 +23,12 @@ func (l *Loader) dispatch(j *job) {
 		}
 		j.raw = j.raw[:j.rawEnd]
 	}
+	if len(j.units) == 0 {
+		// Nothing to read: zero-length records, or rows whose pages are
+		// decoded already.
+		l.finishJob(j)
+		return
+	}
 	reqs := j.reqs[:0]
 	for i := range j.units {
 		u := &j.units[i]
@@ -219,12 +225,19 @@ func (l *Loader) finishJob(j *job) {
 	if l.flight != nil {
 		l.flight.done(len(j.units))
 	}
-	if l.rows == nil || j.failed.Load() {
+	if l.rows == nil {
 		close(j.done)
 		return
 	}
+	if j.failed.Load() {
+		j.rowsOut.Release()
+		close(j.done)
+		return
+	}
+	// Its own goroutine, not a worker: a batch may wait for pages another
+	// batch decodes, and must not hold a worker that batch needs.
 	l.io.Add(1)
-	l.workers.Go(func() {
+	go func() {
 		defer l.io.Done()
 		n := l.ncells
 		cell := func(slot, k int) []byte {
@@ -242,7 +255,7 @@ func (l *Loader) finishJob(j *job) {
 			j.Columns = &Columns{Len: size, Body: body, Nodes: nodes, Buffers: bufs}
 		}
 		close(j.done)
-	})
+	}()
 }
 
 func (j *job) fail(err error) {

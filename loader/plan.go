@@ -162,12 +162,18 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*job, er
 // batch the rows make.
 func (l *Loader) prepareRows(j *job, e int) error {
 	size, k := l.ds.Len(), l.ncells
-	var cells []dataset.Loc
-	for slot, id := range j.IDs {
+	for _, id := range j.IDs {
 		if id < 0 || id >= size {
 			return fmt.Errorf("loader: sampler gave id %d outside [0, %d) in epoch %d", id, size, e)
 		}
-		cells = l.rows.Cells(id, cells[:0])
+	}
+	var err error
+	if j.rowsOut, err = l.rows.PlanBatch(j.IDs); err != nil {
+		return err
+	}
+	var cells []dataset.Loc
+	for slot, id := range j.IDs {
+		cells = j.rowsOut.Cells(slot, cells[:0])
 		if len(cells) != k {
 			return fmt.Errorf("loader: row %d has %d cells, want %d", id, len(cells), k)
 		}
@@ -176,9 +182,7 @@ func (l *Loader) prepareRows(j *job, e int) error {
 		}
 		j.Off[slot], j.Len[slot] = 0, 0
 	}
-	var err error
-	j.rowsOut, err = l.rows.PlanBatch(j.IDs)
-	return err
+	return nil
 }
 
 // order puts the sampler's ids (j.ids) into the batch in delivery order.
@@ -337,6 +341,9 @@ func (j *job) size() int { return j.end }
 // its uses of them are gone (an item no one else will read is dropped), and
 // items it was to read fail, so that whoever waits reads for itself.
 func (j *job) unpin() {
+	if j.rowsOut != nil {
+		j.rowsOut.Release()
+	}
 	for k := range j.ents {
 		en := &j.ents[k]
 		if en.item == nil {

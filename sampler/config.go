@@ -14,6 +14,10 @@ type Config struct {
 	Seed uint64
 	// BlockSize is the block sampler's bytes per block; default 4096.
 	BlockSize int
+	// Bounds, if set, are the block sampler's blocks (the first record
+	// of each, and N at the end): a dataset's own, such as the pages of
+	// a Parquet column (dataset.Blocker), instead of BlockSize bytes.
+	Bounds []int
 	// Align is where blocks may end: the storage's page or block size;
 	// default 4096.
 	Align int
@@ -77,6 +81,13 @@ func (c Config) build(n int, locate func(id int) (obj int, off int64, length int
 	case "sequential":
 		return Sequential{N: n}, "sequential", nil
 	case "block":
+		if len(c.Bounds) > 0 {
+			if c.Bounds[len(c.Bounds)-1] != n {
+				return nil, "", fmt.Errorf("block bounds end at %d, not at the %d records", c.Bounds[len(c.Bounds)-1], n)
+			}
+			b, err := NewBlock(c.Bounds, c.Seed, c.Window)
+			return b, fmt.Sprintf("block (%d of the dataset's own blocks)", len(c.Bounds)-1), err
+		}
 		size := c.BlockSize
 		if size <= 0 {
 			size = 4096

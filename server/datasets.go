@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -64,7 +66,7 @@ func (d *datasets) get(ctx context.Context, paths []string, opts dataset.Options
 			e = &dsEntry{key: key, ready: make(chan struct{}), refs: 1}
 			d.open[key] = e
 			d.mu.Unlock()
-			e.ds, e.err = d.opener(ctx, opts, paths...)
+			e.ds, e.err = d.safeOpen(ctx, opts, paths)
 			d.mu.Lock()
 			if e.err != nil {
 				delete(d.open, key)
@@ -101,6 +103,19 @@ func (d *datasets) get(ctx context.Context, paths []string, opts dataset.Options
 		d.retire(e)
 		d.put(e)
 	}
+}
+
+// safeOpen opens a dataset. A parser's panic on a malformed file is a bug,
+// but one job's file must not take the daemon and every other job with
+// it: it becomes this job's error.
+func (d *datasets) safeOpen(ctx context.Context, opts dataset.Options, paths []string) (ds dataset.Dataset, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			slog.Error("panic opening a dataset", "paths", paths, "panic", p, "stack", string(debug.Stack()))
+			ds, err = nil, fmt.Errorf("riffle failed opening %s (a bug; the daemon's log has the details): %v", paths[0], p)
+		}
+	}()
+	return d.opener(ctx, opts, paths...)
 }
 
 func isCanceled(err error) bool {

@@ -247,6 +247,11 @@ func (s *Server) order(j *job, cfg jobConfig, subset *roaring.Bitmap, key func(i
 	smpCfg := cfg.smp
 	smpCfg.RecordSize = ds.Info().RecordSize
 	smpCfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
+	if b, ok := ds.(dataset.Blocker); ok && smpCfg.BlockSize == 0 && (smpCfg.Kind == "" || smpCfg.Kind == "block") {
+		// A dataset with blocks of its own (Parquet pages) is read a block
+		// at a time unless a job asks for another order.
+		smpCfg.Kind, smpCfg.Bounds = "block", b.Blocks()
+	}
 	if cfg.share && (smpCfg.Kind == "" || smpCfg.Kind == "global") {
 		// Ranks and DataLoader workers split the subset by a hash of the
 		// id: a shared order is no function of position to cut.
