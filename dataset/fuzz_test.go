@@ -16,6 +16,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/riffle-ml/riffle/columnar"
 )
@@ -299,6 +302,67 @@ func FuzzArrowFile(f *testing.F) {
 				c := full.Cells(src, int(refs[slot].Row), nil)[k]
 				return b[c.Off : c.Off+c.Len]
 			}, msg)
+		}
+	})
+}
+
+// A page header of any bytes is an error or a header whose sizes are not
+// negative.
+func FuzzParquetPageHeader(f *testing.F) {
+	f.Add([]byte{0x15, 0x00, 0x15, 0x80, 0x01, 0x15, 0x80, 0x01, 0x2c, 0x15, 0x14, 0x15, 0x00, 0x15, 0x06, 0x15, 0x06, 0x00, 0x00})
+	f.Add([]byte{0x15, 0x04, 0x15, 0x10, 0x15, 0x10, 0x4c, 0x15, 0x04, 0x15, 0x00, 0x00, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parsePageHeader(b)
+		if err == nil && (h.compressed < 0 || h.values < 0 || h.headerLen > len(b)) {
+			t.Fatalf("accepted %+v from %d bytes", h, len(b))
+		}
+	})
+}
+
+// A Parquet file of any bytes is an error, or an index whose pages lie in
+// the file, which reads back to itself.
+func FuzzParquetFile(f *testing.F) {
+	for _, codec := range []compress.Compression{compress.Codecs.Snappy, compress.Codecs.Uncompressed} {
+		sc := arrow.NewSchema([]arrow.Field{{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+			{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int16), Nullable: true}}, nil)
+		rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), sc,
+			strings.NewReader(`[{"s":"ab","l":[1,2]},{"s":null,"l":null},{"s":"","l":[]},{"s":"zz","l":[7]}]`))
+		if err != nil {
+			f.Fatal(err)
+		}
+		var buf bytes.Buffer
+		w, err := pqarrow.NewFileWriter(sc, &buf, parquet.NewWriterProperties(parquet.WithCompression(codec), parquet.WithMaxRowGroupLength(2)),
+			pqarrow.DefaultWriterProps())
+		if err != nil {
+			f.Fatal(err)
+		}
+		w.Write(rec)
+		w.Close()
+		f.Add(buf.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ctx := context.Background()
+		r := memReader{b}
+		meta, cols, err := parquetMeta(ctx, r)
+		if err != nil {
+			return
+		}
+		pf := &pqFile{r: r, meta: meta}
+		if pf.scan(ctx, cols, Options{}) != nil {
+			return
+		}
+		for _, rg := range pf.chunks {
+			for _, ch := range rg {
+				for _, p := range ch.pages {
+					if p.off < 0 || p.off+p.length > int64(len(b)) {
+						t.Fatalf("page %d+%d outside a file of %d", p.off, p.length, len(b))
+					}
+				}
+			}
+		}
+		again := &pqFile{r: r, meta: meta}
+		if err := again.decode(pf.encode(), cols); err != nil {
+			t.Fatalf("the index does not read back: %v", err)
 		}
 	})
 }

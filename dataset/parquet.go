@@ -319,16 +319,52 @@ func sameFields(a, b []*pqColumn) bool {
 	return true
 }
 
-func openParquetFile(ctx context.Context, r storage.Reader, opts Options) (*pqFile, []*pqColumn, error) {
+// maxFooter bounds a Parquet footer riffle will parse: arrow-go's Thrift
+// reader sizes what it allocates by the counts the footer claims.
+const maxFooter = 16 << 20
+
+// parquetMeta reads a file's footer and readable columns, with arrow-go,
+// after checking the footer's length; its panics on a malformed footer
+// are errors.
+func parquetMeta(ctx context.Context, r storage.Reader) (meta *metadata.FileMetaData, cols []*pqColumn, err error) {
+	size := r.Size()
+	bad := func(off int64, format string, args ...any) error {
+		return &FormatError{Path: r.Name(), Offset: off, Err: fmt.Errorf(format+": %w", append(args, ErrCorrupt)...)}
+	}
+	if size < 12 {
+		return nil, nil, bad(0, "Parquet file of %d bytes", size)
+	}
+	tail := make([]byte, 8)
+	if err := r.ReadAt(ctx, tail, size-8); err != nil {
+		return nil, nil, err
+	}
+	if string(tail[4:]) != "PAR1" {
+		return nil, nil, bad(size-4, "no PAR1 magic at the end: cut short, or not a Parquet file (an encrypted one?)")
+	}
+	if n := int64(binary.LittleEndian.Uint32(tail)); n > size-12 || n > maxFooter {
+		return nil, nil, bad(size-8, "footer of %d bytes in a file of %d", n, size)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			meta, cols, err = nil, nil, bad(size-8, "footer: %v", p)
+		}
+	}()
 	pr, err := file.NewParquetReader(&readerAt{ctx: ctx, r: r})
 	if err != nil {
-		return nil, nil, &FormatError{Path: r.Name(), Offset: max(0, r.Size()-8), Err: fmt.Errorf("footer: %v: %w", err, ErrCorrupt)}
+		return nil, nil, bad(size-8, "footer: %v", err)
 	}
-	meta := pr.MetaData()
+	meta = pr.MetaData()
 	pr.Close()
-	cols, _, err := columnsOf(meta)
+	if cols, _, err = columnsOf(meta); err != nil {
+		return nil, nil, bad(size-8, "schema: %v", err)
+	}
+	return meta, cols, nil
+}
+
+func openParquetFile(ctx context.Context, r storage.Reader, opts Options) (*pqFile, []*pqColumn, error) {
+	meta, cols, err := parquetMeta(ctx, r)
 	if err != nil {
-		return nil, nil, &FormatError{Path: r.Name(), Err: fmt.Errorf("schema: %v: %w", err, ErrCorrupt)}
+		return nil, nil, err
 	}
 	f := &pqFile{r: r, meta: meta, rgRows: []int64{0}}
 	for rg := range meta.NumRowGroups() {
@@ -470,7 +506,12 @@ func chunkDict(ch *pqChunk, buf []byte, start int64) []byte {
 
 // continues reports whether page p's first value continues a row (its
 // repetition level is not 0).
-func (f *pqFile) continues(ch *pqChunk, c *pqColumn, buf []byte, start int64, p pqPage) (bool, error) {
+func (f *pqFile) continues(ch *pqChunk, c *pqColumn, buf []byte, start int64, p pqPage) (cont bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			cont, err = false, f.bad(p.off, "column %q page: %v", c.name, r)
+		}
+	}()
 	rd, err := pageFile(c, ch.codec, chunkDict(ch, buf, start), buf[p.off-start:p.off-start+p.length], p.values)
 	if err != nil {
 		return false, f.bad(p.off, "column %q page: %v", c.name, err)
@@ -647,7 +688,7 @@ func (f *pqFile) decode(p []byte, cols []*pqColumn) error {
 			}
 			first := int64(0)
 			for range vals[3] {
-				pv := make([]int64, 6)
+				pv := make([]int64, 5)
 				for i := range pv {
 					if pv[i], err = next(); err != nil {
 						return err

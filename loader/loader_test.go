@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -652,5 +653,41 @@ func TestMemoryBound(t *testing.T) {
 	}
 	if alloc.peak < 3*batch {
 		t.Fatalf("the loader never read ahead to its bound (peak %d bytes)", alloc.peak)
+	}
+}
+
+// A batch whose records are all empty has nothing to read: it completes
+// all the same (a text file of blank lines).
+func TestBatchWithNothingToRead(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "blank.txt")
+	if err := os.WriteFile(p, []byte(strings.Repeat("\n", 100)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := dataset.Open(context.Background(), dataset.Options{Format: "text"}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	l, err := loader.New(context.Background(), ds, sampler.Global{N: ds.Len(), Seed: 1}, loader.Options{BatchSize: 16, Epochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n := 0
+	for {
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(b.IDs)
+		b.Release()
+	}
+	if n != 100 {
+		t.Fatalf("%d records of 100", n)
 	}
 }
