@@ -28,7 +28,7 @@ Start with 'riffle demo'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), serveCmd(), statusCmd(), qualityCmd(), trainCmd())
+	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), serveCmd(), statusCmd(), qualityCmd(), trainCmd(), convertCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "riffle:", err)
 		os.Exit(1)
