@@ -19,6 +19,7 @@
 package quality
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/riffle-ml/riffle/sampler"
@@ -98,14 +99,38 @@ type Measures struct {
 
 // Measure generates epochs of s and measures them with batches of batch.
 func Measure(s sampler.Sampler, batch, epochs int) Measures {
-	n := s.Len()
+	orders := make([][]int, epochs)
+	for e := range orders {
+		orders[e] = sampler.Order(s, e)
+	}
+	m, _ := MeasureOrders(orders, batch)
+	return m
+}
+
+// MeasureOrders measures orders something delivered (a peer loader's, fed
+// to riffle quality --ids): each a permutation of the ids 0..N-1.
+func MeasureOrders(orders [][]int, batch int) (Measures, error) {
+	if len(orders) == 0 {
+		return Measures{}, fmt.Errorf("no order to measure")
+	}
+	n := len(orders[0])
 	if n < 2 || batch < 2 {
-		return Measures{}
+		return Measures{}, nil
 	}
 	batchOf := make([]int, n)
+	seen := make([]bool, n)
 	var same, pairs, disp float64
-	for e := range epochs {
-		order := sampler.Order(s, e)
+	for e, order := range orders {
+		if len(order) != n {
+			return Measures{}, fmt.Errorf("order %d has %d ids, order 0 has %d", e, len(order), n)
+		}
+		clear(seen)
+		for _, id := range order {
+			if id < 0 || id >= n || seen[id] {
+				return Measures{}, fmt.Errorf("order %d is not a permutation of 0..%d: id %d", e, n-1, id)
+			}
+			seen[id] = true
+		}
 		for p, id := range order {
 			batchOf[id] = p / batch
 			disp += math.Abs(float64(p - id))
@@ -120,6 +145,6 @@ func Measure(s sampler.Sampler, batch, epochs int) Measures {
 	uniform := float64(batch-1) / float64(n-1)
 	return Measures{
 		NeighbourRatio: same / pairs / uniform,
-		Displacement:   disp / float64(epochs*n) / (float64(n) / 3),
-	}
+		Displacement:   disp / float64(len(orders)*n) / (float64(n) / 3),
+	}, nil
 }

@@ -124,3 +124,20 @@ func TestSVG(t *testing.T) {
 		t.Fatalf("zoom drew %d points", n)
 	}
 }
+
+// Delivered orders are measured like generated ones, and an order that is
+// not a permutation (a record repeated or missing) is an error, not a
+// figure.
+func TestMeasureOrders(t *testing.T) {
+	seq := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	m, err := MeasureOrders([][]int{seq}, 2)
+	if err != nil || m.Displacement != 0 {
+		t.Fatalf("sequential: %+v %v", m, err)
+	}
+	if _, err := MeasureOrders([][]int{{0, 1, 2, 2, 4, 5, 6, 7}}, 2); err == nil {
+		t.Fatal("a repeated record was measured")
+	}
+	if _, err := MeasureOrders([][]int{seq, {0, 1}}, 2); err == nil {
+		t.Fatal("epochs of different lengths were measured")
+	}
+}

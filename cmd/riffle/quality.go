@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,7 +15,7 @@ func qualityCmd() *cobra.Command {
 	var (
 		sf                        samplerFlags
 		records, size, batch, eps int
-		svg                       string
+		svg, ids                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "quality",
@@ -28,6 +30,9 @@ over its first 1%.`,
 		Example: "  riffle quality --records 100000 --record-size 256 --svg orders.svg\n  riffle quality --sampler block,global --block-size 65536 --window 8",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if ids != "" {
+				return measureIDs(cmd, ids, batch)
+			}
 			locate := func(id int) (int, int64, int) { return 0, int64(id) * int64(size), size }
 			sf.RecordSize = size
 			var panels []quality.Panel
@@ -64,5 +69,36 @@ over its first 1%.`,
 	fl.IntVar(&batch, "batch-size", 256, "records per batch")
 	fl.IntVar(&eps, "epochs", 5, "epochs to measure")
 	fl.StringVar(&svg, "svg", "", "write a plot of each sampler's order to this SVG file")
+	fl.StringVar(&ids, "ids", "", "measure the orders in this file instead (what a loader delivered): one epoch per line, record ids separated by spaces")
 	return cmd
+}
+
+// measureIDs measures delivered orders read from a file: one epoch per
+// line.
+func measureIDs(cmd *cobra.Command, path string, batch int) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var orders [][]int
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var order []int
+		for _, f := range strings.Fields(line) {
+			v, err := strconv.Atoi(f)
+			if err != nil {
+				return fmt.Errorf("%s line %d: %q is not an id", path, i+1, f)
+			}
+			order = append(order, v)
+		}
+		if len(order) > 0 {
+			orders = append(orders, order)
+		}
+	}
+	m, err := quality.MeasureOrders(orders, batch)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%d epochs of %d records, batches of %d\nneighbours/full %.2fx\ndisplacement %.3f\n",
+		len(orders), len(orders[0]), batch, m.NeighbourRatio, m.Displacement)
+	return nil
 }
