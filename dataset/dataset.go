@@ -57,6 +57,8 @@ type Dataset interface {
 type Framed interface {
 	Frame() (head, tail int)
 	Verify(id int, frame []byte) error
+	// Checks says whether records are verified at all.
+	Checks() bool
 }
 
 // Info describes a dataset.
@@ -76,6 +78,11 @@ type Info struct {
 	// Features is a Hugging Face dataset's features (dataset_info.json),
 	// as JSON.
 	Features string
+	// Transform, for a pack of a transform's outputs (riffle pack
+	// --transform), is the transform, canonical with its version.
+	Transform string
+
+	labels bool // a pack's records carry labels
 	// Versions are the store's versions of the objects the dataset was
 	// opened from (Paths, or a directory's root and classes): any change
 	// to the data changes one of them.

@@ -60,6 +60,7 @@ func openFiles(ctx context.Context, names []string, f *Format, opts Options) (Da
 		d.framed = true
 		d.head, d.tail = fp.Frame()
 	}
+
 	if d.Len() == 0 {
 		d.Close()
 		return nil, fmt.Errorf("%s: %w", describe(names), ErrEmpty)
@@ -104,8 +105,24 @@ func (d *files) Origin(id int) (file int, index int) {
 	return k, id - d.starts[k]
 }
 
-func (d *files) Label(int) int               { return -1 }
+// labeledPart is a Part whose records carry labels (a pack's).
+type labeledPart interface {
+	label(i int) int
+	hasLabels() bool
+}
+
+func (d *files) Label(id int) int {
+	if lp, ok := d.parts[0].(labeledPart); !ok || !lp.hasLabels() {
+		return -1
+	}
+	k, i := d.Origin(id)
+	return d.parts[k].(labeledPart).label(i)
+}
 func (d *files) Object(i int) storage.Reader { return d.objs[i] }
+
+// Checks says the loader should give every record read to Verify: the
+// format checks records (TFRecord's CRCs, a pack's), unless SkipCRC.
+func (d *files) Checks() bool { return d.framed }
 
 // Frame says how many bytes around each record the loader reads so that
 // Verify can check them: TFRecord's length, its CRC and the data's CRC.

@@ -78,10 +78,9 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 		return nil, err
 	}
 	l := &Loader{ds: ds, smp: s, opts: opts, align: hints.Align}
-	if f, ok := ds.(dataset.Framed); ok {
-		if l.head, l.tail = f.Frame(); l.head+l.tail > 0 {
-			l.framed = f
-		}
+	if f, ok := ds.(dataset.Framed); ok && f.Checks() {
+		l.head, l.tail = f.Frame()
+		l.framed = f
 	}
 	l.labels = ds.Label(0) >= 0
 	l.state = State{Epoch: opts.Epoch, Batch: opts.Batch, Sampler: opts.SamplerState, Skip: opts.Skip}

@@ -33,19 +33,21 @@ import (
 // memory or reads never stalls another job's requests on the connection,
 // nor the reading of the connection (and so of its releases).
 type job struct {
-	s      *Server
-	id     int   // on its connection
-	gid    int64 // in the daemon
-	cfg    jobConfig
-	ds     *dsEntry
-	sets   *datasets
-	smp    sampler.Sampler
-	l      *loader.Loader
-	arena  *Arena
-	inline bool
-	ctx    context.Context
-	cancel context.CancelFunc
-	memory int64
+	s    *Server
+	id   int   // on its connection
+	gid  int64 // in the daemon
+	cfg  jobConfig
+	ds   *dsEntry
+	sets *datasets
+	// persisted says the job reads its transform's outputs from a pack.
+	persisted bool
+	smp       sampler.Sampler
+	l         *loader.Loader
+	arena     *Arena
+	inline    bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	memory    int64
 
 	reqs chan uint64 // tags of next requests, served in order
 	done chan struct{}
@@ -161,6 +163,24 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	if cfg.transform != "" {
 		if tf, j.transform, err = transform.New(cfg.transform); err != nil {
 			return fail(fmt.Errorf("%w: %w", errSpec, err))
+		}
+		// Outputs persisted for this source and transform, current: read
+		// them instead of transforming (OneAccess §3).
+		if dir, ok := s.catalogue.Lookup(inf.Paths, inf.Versions, j.transform); ok {
+			if pe, err := s.outputs.get(ctx, []string{dir}, dataset.Options{}); err == nil && pe.ds.Len() == ds.Len() {
+				s.sets.put(e)
+				e, j.ds, j.sets, j.persisted = pe, pe, s.outputs, true
+				ds, inf, tf = pe.ds, pe.ds.Info(), nil
+				fail = func(err error) (*job, error) {
+					s.groups.leave(j)
+					s.outputs.put(pe)
+					return nil, err
+				}
+			} else if err == nil {
+				s.outputs.put(pe)
+			} else {
+				slog.Warn("persisted outputs not read", "dir", dir, "err", err)
+			}
 		}
 	}
 	subset, err := subsetOf(cfg.subset, ds)
@@ -343,6 +363,7 @@ func (j *job) opened() *wire.Msg {
 	if tf := j.cfg.transform; tf != "" {
 		t, _, _ := transform.New(tf)
 		m.Info.Transform = j.transform
+		m.Info.Persisted = j.persisted
 		m.Info.RecordSize = t.Size()
 		m.Info.Dtype, m.Info.Shape = t.Shape()
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/pack"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -50,6 +51,10 @@ type Server struct {
 	CacheBytes int64
 	// IndexDir is where indexes are kept; default $XDG_CACHE_HOME/riffle.
 	IndexDir string
+	// Outputs is the catalogue of persisted transform outputs (riffle pack
+	// --transform) a job asking for a transform reads instead of
+	// transforming; default pack.DefaultCatalogue().
+	Outputs string
 	// Metrics, if set, serves Prometheus metrics at http://Metrics/metrics
 	// (a bare ":port" is loopback).
 	Metrics string
@@ -61,23 +66,25 @@ type Server struct {
 	helloWait                         time.Duration // helloTimeout, shorter in tests
 	metricsAddr                       string
 
-	store    *storage.Local
-	cache    *cache.Cache
-	sets     *datasets
-	groups   *groups
-	workers  *loader.Workers
-	statMu   sync.Mutex
-	live     map[*job]bool
-	doneRead int64 // bytes read and served by jobs that ended
-	doneServ int64
-	fails    failures
-	engMu    sync.Mutex
-	engines  map[uint64]*storage.Engine
-	clients  atomic.Int64
-	jobs     atomic.Int64
-	jobSeq   atomic.Int64
-	idle     chan struct{}
-	openOnce sync.Once
+	store     *storage.Local
+	cache     *cache.Cache
+	sets      *datasets
+	outputs   *datasets // packs of persisted transform outputs
+	catalogue pack.Catalogue
+	groups    *groups
+	workers   *loader.Workers
+	statMu    sync.Mutex
+	live      map[*job]bool
+	doneRead  int64 // bytes read and served by jobs that ended
+	doneServ  int64
+	fails     failures
+	engMu     sync.Mutex
+	engines   map[uint64]*storage.Engine
+	clients   atomic.Int64
+	jobs      atomic.Int64
+	jobSeq    atomic.Int64
+	idle      chan struct{}
+	openOnce  sync.Once
 }
 
 // DefaultSocket is $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock, or
@@ -142,6 +149,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.cache = cache.New(cache.Options{Budget: budget, DropUnreferenced: true})
 	s.sets = newDatasets(s.store, dataset.Options{IndexDir: s.IndexDir, IndexInDirOnly: len(s.Roots) == 0})
 	defer s.sets.closeAll()
+	// The catalogue is the daemon's own directory, outside any root.
+	s.catalogue = pack.DefaultCatalogue()
+	if s.Outputs != "" {
+		s.catalogue = pack.Catalogue{Dir: s.Outputs}
+	}
+	own, err := storage.NewLocal(false, nil)
+	if err != nil {
+		return err
+	}
+	defer own.Close()
+	s.outputs = newDatasets(own, dataset.Options{IndexDir: s.IndexDir, IndexInDirOnly: true})
+	defer s.outputs.closeAll()
 	s.groups = newGroups()
 	s.live = map[*job]bool{}
 	s.workers = loader.NewWorkers(0)

@@ -249,6 +249,9 @@ type Info struct {
 	Transform string `json:"transform,omitempty"`
 	// Shared says the job samples dependently with others in a group.
 	Shared bool `json:"shared,omitempty"`
+	// Persisted says the transform's outputs are read from where riffle
+	// pack --transform persisted them, not computed.
+	Persisted bool `json:"persisted,omitempty"`
 	// Columns and Schema describe a dataset of rows (Arrow, Parquet):
 	// its batches are Arrow record batches of this schema (an IPC stream
 	// of the schema alone), whose columns are laid out as Columns say.

@@ -98,14 +98,16 @@ func inspectCmd() *cobra.Command {
 func readRecord(ctx context.Context, ds dataset.Dataset, framed dataset.Framed, id int) ([]byte, error) {
 	loc := ds.Locate(id)
 	head, tail := 0, 0
-	if framed != nil {
+	if framed != nil && framed.Checks() {
 		head, tail = framed.Frame()
+	} else {
+		framed = nil
 	}
 	b := make([]byte, head+loc.Len+tail)
 	if err := ds.Object(loc.Object).ReadAt(ctx, b, loc.Off-int64(head)); err != nil {
 		return nil, err
 	}
-	if head+tail > 0 {
+	if framed != nil {
 		if err := framed.Verify(id, b); err != nil {
 			return nil, err
 		}

@@ -28,7 +28,7 @@ Start with 'riffle demo'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), serveCmd(), statusCmd(), qualityCmd(), trainCmd(), convertCmd())
+	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), serveCmd(), statusCmd(), qualityCmd(), trainCmd(), convertCmd(), packCmd(), cacheCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "riffle:", err)
 		os.Exit(1)

@@ -77,6 +77,7 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.StringVar(&s.TCP, "tcp", "", "also listen on this TCP address for remote clients (\":7470\" is loopback)")
 	fl.StringVar(&s.Token, "token", "", "token TCP clients must present (default $RIFFLE_TOKEN)")
 	fl.StringSliceVar(&s.Roots, "root", nil, "only serve files under this directory (repeatable)")
+	fl.StringVar(&s.Outputs, "outputs", "", "the catalogue of persisted transform outputs (default $RIFFLE_CACHE_DIR/outputs or ~/.cache/riffle/outputs)")
 	fl.DurationVar(&s.IdleExit, "idle-exit", 0, "exit after this long without clients (0: never)")
 	fl.IntVar(&s.MaxConns, "max-conns", 256, "connections served at once")
 	fl.StringVar(&s.Metrics, "metrics", "", "serve Prometheus metrics at this address (\":9470\" is loopback), path /metrics")

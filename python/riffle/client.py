@@ -413,6 +413,10 @@ class Batch:
             return decode.npy(self)
         if fmt in ("fixed", "npy"):
             return decode.fixed(self, self._dtype or np.uint8, self._shape)
+        if fmt == "riffle" and self.info.get("record_size"):
+            # A pack of fixed-size records (a transform's outputs among them).
+            dt = self._dtype or (decode.npy_dtype(self.info["dtype"]) if self.info.get("dtype") else np.uint8)
+            return decode.fixed(self, dt, self._shape or self.info.get("shape") or None)
         if fmt == "tar":
             return decode.tar(self)
         return self.records()

@@ -297,6 +297,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         kind = self.decode
         if kind == "auto" and batch.arrow is not None:
             return _columns(batch)
+        if kind == "auto" and fmt == "riffle" and batch.info.get("record_size") and not batch.info.get("transform"):
+            return torch.from_numpy(_native(batch.data))  # a pack of fixed-size records
         if kind == "auto" and batch.info.get("transform"):
             return torch.from_numpy(batch.data)  # the daemon's transform outputs
         if kind == "auto":
