@@ -23,6 +23,7 @@ test: build
 	$(GO) test -race -count=1 ./...
 	@if [ -n "$(TAGS)" ]; then $(GO) test -count=1 -tags "$(TAGS)" ./transform; fi
 	@if [ -d python/tests ]; then cd python && RIFFLE_BIN=$(CURDIR)/bin/riffle $(PYTHON) -m pytest -q tests; fi
+	./scripts/test-installed.sh
 
 bench: build
 	./bench/run.sh

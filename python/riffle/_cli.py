@@ -1,0 +1,13 @@
+"""``riffle`` on PATH after ``pip install``: the daemon binary in the wheel."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .client import find_binary
+
+
+def main() -> None:
+    binary = find_binary()
+    os.execv(binary, [binary, *sys.argv[1:]])
