@@ -14,7 +14,10 @@ the same run, cold (page cache dropped) and warm:
            and how random each delivered order is (riffle quality --ids).
 
 Each loader runs in its own process for at most --seconds (or one epoch),
-touching every sample; samples/s is samples over wall time.
+touching every sample; samples/s is samples over wall time. Three runs
+each: cold (page cache dropped), warm, and limited (cold, with the loader
+and the daemon in a --memory cgroup smaller than the data: the regime
+riffle is for). riffle's one-time index scan is done, and timed, first.
 
     sudo .venv/bin/python bench/formats.py --parts hf,parquet,wds
 """
@@ -29,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import REPO, Daemon, device_of, drop_caches, read_bytes
+from common import REPO, Daemon, device_of, drop_caches, parse_size, read_bytes
 
 PY = sys.executable
 
@@ -136,20 +139,49 @@ print(json.dumps({{"n": n, "s": time.time() - t0, "first": first, "ids": ids if 
 }
 
 
-def run(name: str, path: str, args, cold: bool, env: dict, kw: dict | None = None, keep: bool = False) -> dict:
-    if cold:
+CGROUP = Path("/sys/fs/cgroup/memory/riffle-formats")
+
+
+def limit(pid: int, size: int | None) -> None:
+    """Put a process (and the children it starts) in the memory cgroup, or
+    take it out (size None)."""
+    if size is None:
+        Path("/sys/fs/cgroup/memory/cgroup.procs").write_text(str(pid))
+        return
+    CGROUP.mkdir(exist_ok=True)
+    (CGROUP / "memory.limit_in_bytes").write_text(str(size))
+    (CGROUP / "cgroup.procs").write_text(str(pid))
+
+
+def run(name: str, path: str, args, mode: str, env: dict, kw: dict | None = None, keep: bool = False) -> dict:
+    """One loader's run: cold (page cache dropped), warm, or limited (cold,
+    the loader and the daemon in a memory cgroup smaller than the data)."""
+    if mode in ("cold", "limited"):
         drop_caches()
+    size = parse_size(args.memory) if mode == "limited" else None
+    limit(args.daemon.proc.pid, size)
     dev = device_of(Path(path))
     before = read_bytes(dev)
     code = RUNNERS[name].format(path=path, secs=args.seconds, keep=keep, kw=kw or {})
     t0 = time.time()
-    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, timeout=3600)
-    if out.returncode != 0:
-        raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    p = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if size:
+        limit(p.pid, size)
+    out, err = p.communicate(timeout=3600)
+    limit(args.daemon.proc.pid, None)
+    if p.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{err[-3000:]}")
+    r = json.loads(out.strip().splitlines()[-1])
     r["wall"] = time.time() - t0
     r["device"] = read_bytes(dev) - before
     return r
+
+
+def index_first(path: str, env: dict, kw: dict | None = None) -> float:
+    """Opens the data through the daemon once, so that its one-time index
+    scan is not in the runs; returns how long that took."""
+    code = f"import riffle, time; t = time.time(); riffle.Loader({path!r}, batch_size=256, timeout=3600, **{kw or {}!r}).info(); print(time.time() - t)"
+    return float(subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()[-1])
 
 
 def quality(ids: list[int], n: int, batch: int = 256) -> str:
@@ -165,12 +197,20 @@ def quality(ids: list[int], n: int, batch: int = 256) -> str:
     return f"neighbours {nb}, displacement {ds}"
 
 
-def table(title: str, rows: list[tuple[str, dict, dict]], record_bytes: float) -> None:
-    print(f"\n{title}")
-    print(f"  {'loader':<34} {'cold samples/s':>15} {'warm samples/s':>15} {'cold device/record bytes':>25} {'first batch cold':>17}")
-    for name, c, w in rows:
+MODES = ("cold", "warm", "limited")
+
+
+def measure(label: str, name: str, path: str, args, env: dict, kw: dict | None = None) -> tuple:
+    return (label, *[run(name, path, args, m, env, kw) for m in MODES])
+
+
+def table(title: str, rows: list[tuple], record_bytes: float, memory: str) -> None:
+    print(f"\n{title}; limited: loader and daemon in a {memory} memory cgroup, cold")
+    print(f"  {'loader':<38} {'cold':>9} {'warm':>9} {'limited':>9}  samples/s   {'device/record bytes cold, limited':>33} {'first batch cold':>17}")
+    for name, c, w, l in rows:
         ratio = c["device"] / max(1, c["n"] * record_bytes)
-        print(f"  {name:<34} {c['n'] / c['s']:>15.0f} {w['n'] / w['s']:>15.0f} {ratio:>25.2f} {c['first'] or 0:>16.2f}s", flush=True)
+        lratio = l["device"] / max(1, l["n"] * record_bytes)
+        print(f"  {name:<38} {c['n'] / c['s']:>9.0f} {w['n'] / w['s']:>9.0f} {l['n'] / l['s']:>9.0f}  {'':10} {ratio:>16.2f} {lratio:>16.2f} {c['first'] or 0:>16.2f}s", flush=True)
 
 
 def part_hf(args, env) -> None:
@@ -181,14 +221,14 @@ def part_hf(args, env) -> None:
     size = sum(f.stat().st_size for f in path.glob("*.arrow"))
     rb = size / args.rows
     print(f"\nhf: {path}, {args.rows} rows, {size / 2**30:.2f} GiB in {len(list(path.glob('*.arrow')))} stream files, {args.seconds}s per run", flush=True)
+    t = index_first(str(path), env, {"columns": ["text", "label", "idx"]})
+    print(f"  riffle's index of the stream files (one scan of message headers and offsets, once): {t:.1f}s", flush=True)
     rows = []
     for label, name, kw in [("riffle global shuffle", "riffle", {}), ("HF load_from_disk().shuffle()", "hf_shuffle", None),
                             ("HF with_format(torch), shuffle=True", "hf_torch", None),
                             ("riffle sequential", "riffle", {"shuffle": False}), ("pyarrow sequential scan", "pyarrow_scan", None)]:
-        c = run(name, str(path), args, True, env, kw)
-        w = run(name, str(path), args, False, env, kw)
-        rows.append((label, c, w))
-    table("hf: samples/s (text ~1.5 KiB + label)", rows, rb)
+        rows.append(measure(label, name, str(path), args, env, kw))
+    table("hf: samples/s (text ~1.5 KiB + label)", rows, rb, args.memory)
 
 
 def part_parquet(args, env) -> None:
@@ -208,13 +248,13 @@ w.close()
         subprocess.run([PY, "-c", code], check=True, env=env)
     rb = path.stat().st_size / args.rows
     print(f"\nparquet: {path}, {path.stat().st_size / 2**30:.2f} GiB, {args.seconds}s per run", flush=True)
+    t = index_first(str(path), env, {"columns": ["text", "label", "idx"]})
+    print(f"  riffle's index of the file (one scan, decoding every page once): {t:.1f}s", flush=True)
     rows = []
     for label, name, kw in [("riffle page blocks (default)", "riffle", {}), ("riffle global shuffle", "riffle", {"sampler": "global"}),
                             ("pyarrow row groups shuffled", "pyarrow_rowgroups", None)]:
-        c = run(name, str(path), args, True, env, kw)
-        w = run(name, str(path), args, False, env, kw)
-        rows.append((label, c, w))
-    table("parquet: samples/s", rows, rb)
+        rows.append(measure(label, name, str(path), args, env, kw))
+    table("parquet: samples/s", rows, rb, args.memory)
 
 
 def part_wds(args, env) -> None:
@@ -240,16 +280,16 @@ w.close()
     size = sum(f.stat().st_size for f in path.glob("*.tar"))
     rb = size / args.rows
     print(f"\nwds: {path}, {size / 2**30:.2f} GiB in 16 shards; randomness of one whole epoch each (warm)", flush=True)
+    t = index_first(str(path) + "/*.tar", env)
+    print(f"  riffle's index of the shards (one scan of the tar headers, once): {t:.1f}s", flush=True)
     rows = []
     quals = {}
     for label, name in [("riffle global shuffle", "riffle_tar"), ("webdataset shard shuffle + buffer 1000", "webdataset")]:
-        c = run(name, str(path), args, True, env)
-        w = run(name, str(path), args, False, env)
-        rows.append((label, c, w))
+        rows.append(measure(label, name, str(path), args, env))
         whole = argparse.Namespace(**dict(vars(args), seconds=10**6))
-        q = run(name, str(path), whole, False, env, keep=True)
+        q = run(name, str(path), whole, "warm", env, keep=True)
         quals[label] = quality(q["ids"], args.rows)
-    table("wds: samples/s", rows, rb)
+    table("wds: samples/s", rows, rb, args.memory)
     for k, v in quals.items():
         print(f"  order of {k}: {v}")
 
@@ -260,9 +300,11 @@ def main() -> None:
     ap.add_argument("--parts", default="hf,parquet,wds")
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--memory", default="1GiB", help="the memory cgroup of the limited runs")
     args = ap.parse_args()
     subprocess.run(["go", "build", "-o", "bin/riffle", "./cmd/riffle"], cwd=REPO, check=True)
     d = Daemon(name="riffle-formats")
+    args.daemon = d
     env = dict(d.env, PYTHONPATH=str(REPO / "python"))
     try:
         for part in args.parts.split(","):
