@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,7 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/storage"
 )
 
 // Result is one measurement.
@@ -65,8 +67,8 @@ func (l Limit) done(n int, start time.Time) bool {
 // Riffle loads ds in the order of s with opts until lim.
 func Riffle(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts loader.Options, lim Limit) (Result, error) {
 	opts.Epochs = -1
-	dev := DeviceOf(ds.Info().Paths[0])
-	before := dev.ReadBytes()
+	meter := MeterOf(Store(), ds.Info().Paths[0])
+	before := meter()
 	start := time.Now()
 	l, err := loader.New(ctx, ds, s, opts)
 	if err != nil {
@@ -88,26 +90,31 @@ func Riffle(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts loa
 	r.Seconds = time.Since(start).Seconds()
 	l.Close()
 	r.Reads = l.Stats().Reads
-	r.DevBytes = dev.Since(before)
+	r.DevBytes = since(meter, before)
 	return r, nil
 }
 
 // Pread reads the same global permutation one record at a time with one
-// pread each, as a map-style Dataset's __getitem__ does.
+// read each, as a map-style Dataset's __getitem__ does (a pread locally,
+// one ranged GET from an object store).
 func Pread(ctx context.Context, ds dataset.Dataset, seed uint64, lim Limit) (Result, error) {
-	dev := DeviceOf(ds.Info().Paths[0])
-	before := dev.ReadBytes()
-	files := make([]*os.File, len(ds.Info().Paths))
+	store := Store()
+	meter := MeterOf(store, ds.Info().Paths[0])
+	before := meter()
+	objs := make([]storage.Reader, len(ds.Info().Paths))
 	for i, p := range ds.Info().Paths {
-		f, err := os.Open(p)
+		r, err := store.Open(ctx, p)
 		if err != nil {
 			return Result{}, err
 		}
-		defer f.Close()
-		files[i] = f
+		defer r.Close()
+		objs[i] = r
 	}
 	s := sampler.Global{N: ds.Len(), Seed: seed}
 	r := Result{Name: "pread"}
+	if storage.IsS3(ds.Info().Paths[0]) {
+		r.Name = "one GET at a time"
+	}
 	buf := []byte{}
 	start := time.Now()
 	for pos := 0; !lim.done(int(r.Records), start) && ctx.Err() == nil; pos++ {
@@ -116,7 +123,7 @@ func Pread(ctx context.Context, ds dataset.Dataset, seed uint64, lim Limit) (Res
 		if cap(buf) < loc.Len {
 			buf = make([]byte, loc.Len)
 		}
-		if _, err := files[loc.Object].ReadAt(buf[:loc.Len], loc.Off); err != nil {
+		if err := objs[loc.Object].ReadAt(ctx, buf[:loc.Len], loc.Off); err != nil {
 			return r, err
 		}
 		r.Records++
@@ -124,21 +131,22 @@ func Pread(ctx context.Context, ds dataset.Dataset, seed uint64, lim Limit) (Res
 		r.Bytes += int64(loc.Len)
 	}
 	r.Seconds = time.Since(start).Seconds()
-	r.DevBytes = dev.Since(before)
+	r.DevBytes = since(meter, before)
 	return r, ctx.Err()
 }
 
 // Sequential reads path from start to end in 1 MiB reads (or until lim's
-// duration) and counts records as bytes over recordSize.
+// duration) and counts records as bytes over recordSize: the device's
+// streaming rate, or one GET of the whole object from an object store.
 func Sequential(ctx context.Context, path string, recordSize int, lim Limit) (Result, error) {
-	dev := DeviceOf(path)
-	before := dev.ReadBytes()
-	f, err := os.Open(path)
+	store := Store()
+	meter := MeterOf(store, path)
+	before := meter()
+	f, err := store.Stream(ctx, path)
 	if err != nil {
 		return Result{}, err
 	}
 	defer f.Close()
-	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
 	r := Result{Name: "sequential"}
 	buf := make([]byte, 1<<20)
 	start := time.Now()
@@ -155,8 +163,41 @@ func Sequential(ctx context.Context, path string, recordSize int, lim Limit) (Re
 	}
 	r.Seconds = time.Since(start).Seconds()
 	r.Records = r.Bytes / int64(max(1, recordSize))
-	r.DevBytes = dev.Since(before)
+	r.DevBytes = since(meter, before)
 	return r, ctx.Err()
+}
+
+// store is the one store the benchmarks read through, so that an object
+// store's counters see every baseline's GETs.
+var store = sync.OnceValue(func() *storage.Router {
+	l, _ := storage.NewLocal(false, nil)
+	return storage.NewRouter(l, storage.S3Options{}, nil)
+})
+
+// Store is the store the benchmarks and the datasets they open share.
+func Store() *storage.Router { return store() }
+
+// MeterOf returns a counter of the bytes path's device has read (from
+// /sys/dev/block), or for an s3:// path the bytes fetched from the object
+// store; -1 if unknown.
+func MeterOf(store *storage.Router, path string) func() int64 {
+	if storage.IsS3(path) {
+		return func() int64 {
+			s3, err := store.Remote()
+			if err != nil {
+				return -1
+			}
+			return s3.Stats().Bytes
+		}
+	}
+	return DeviceOf(path).ReadBytes
+}
+
+func since(meter func() int64, before int64) int64 {
+	if before < 0 {
+		return -1
+	}
+	return meter() - before
 }
 
 // Fio runs fio's random-read test on path at block size bs and queue depth
@@ -256,8 +297,8 @@ func (d Device) Since(before int64) int64 {
 // Index rebuilds the sidecar indexes of paths (a variable-length format)
 // and reports the scan as a Result: records indexed, source bytes read.
 func Index(ctx context.Context, opts dataset.Options, paths ...string) (Result, error) {
-	dev := DeviceOf(paths[0])
-	before := dev.ReadBytes()
+	meter := MeterOf(Store(), paths[0])
+	before := meter()
 	opts.Index = dataset.IndexRebuild
 	start := time.Now()
 	ds, err := dataset.Open(ctx, opts, paths...)
@@ -267,11 +308,11 @@ func Index(ctx context.Context, opts dataset.Options, paths ...string) (Result, 
 	defer ds.Close()
 	r := Result{Name: "index build", Records: int64(ds.Len()), Seconds: time.Since(start).Seconds()}
 	for _, p := range ds.Info().Paths {
-		if st, err := os.Stat(p); err == nil {
-			r.Bytes += st.Size()
+		if st, err := Store().Stat(ctx, p); err == nil {
+			r.Bytes += st.Size
 		}
 	}
 	r.Reads = r.Bytes / (4 << 20)
-	r.DevBytes = dev.Since(before)
+	r.DevBytes = since(meter, before)
 	return r, nil
 }

@@ -95,6 +95,13 @@ func (i Info) Indexed() bool {
 	return ok && f.Indexed
 }
 
+// Ranger is implemented by datasets that can say which records a byte
+// range of an object touches (RecordsIn): what a block cache needs to ask
+// a job when the block is next wanted.
+type Ranger interface {
+	RecordsIn(obj int, off, n int64) (lo, hi int, ok bool)
+}
+
 // Originer is implemented by datasets of several files: a record's file
 // (an index into Info.Paths and Info.Versions) and its index there.
 type Originer interface {
@@ -189,13 +196,20 @@ func (e *FormatError) Unwrap() error { return e.Err }
 // store returns the options' store, the local file system by default.
 func (o Options) store() storage.Store {
 	if o.Store != nil {
-		if l, ok := o.Store.(*storage.Local); ok && o.Direct {
-			return l.WithDirect(true)
+		switch s := o.Store.(type) {
+		case *storage.Local:
+			if o.Direct {
+				return s.WithDirect(true)
+			}
+		case *storage.Router:
+			if o.Direct {
+				return s.WithLocal(s.Local.WithDirect(true))
+			}
 		}
 		return o.Store
 	}
 	l, _ := storage.NewLocal(o.Direct, nil)
-	return l
+	return storage.NewRouter(l, storage.S3Options{}, nil)
 }
 
 // ExpandPaths expands globs in store and returns the names in a stable

@@ -95,6 +95,18 @@ func (d *files) Locate(id int) Loc {
 	return Loc{Object: k, Off: off, Len: n}
 }
 
+// RecordsIn returns the records (ids lo to hi-1) a byte range of object
+// obj touches, for a cache that asks when a range is next wanted; false if
+// the format cannot say.
+func (d *files) RecordsIn(obj int, off, n int64) (lo, hi int, ok bool) {
+	sp, ok := d.parts[obj].(interface{ records(off, n int64) (int, int) })
+	if !ok {
+		return 0, 0, false
+	}
+	lo, hi = sp.records(off, n)
+	return d.starts[obj] + lo, d.starts[obj] + hi, true
+}
+
 // Origin names record id by its file and its index in that file: the
 // record's identity whatever other files a dataset lists with it.
 func (d *files) Origin(id int) (file int, index int) {

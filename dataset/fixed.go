@@ -25,6 +25,14 @@ func (p *fixedPart) Locate(i int) (int64, int) { return p.header + int64(i)*int6
 func (p *fixedPart) Bytes() int64              { return int64(p.n) * int64(p.size) }
 func (p *fixedPart) Info() Info                { return p.inf }
 
+// records are the records a byte range touches.
+func (p *fixedPart) records(off, n int64) (lo, hi int) {
+	s := int64(p.size)
+	lo = int(max(0, (off-p.header)/s))
+	hi = int(min(int64(p.n), (off+n-p.header+s-1)/s))
+	return lo, max(lo, hi)
+}
+
 func openFixed(_ context.Context, f storage.Reader, opts Options) (Part, error) {
 	if opts.RecordSize <= 0 {
 		return nil, fmt.Errorf("%s: a fixed-size dataset needs a record size (--record-size, record_size=)", f.Name())

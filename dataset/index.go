@@ -203,7 +203,7 @@ func decodeIndex(path string, b []byte, want indexKey) (table, error) {
 // directory.
 func IndexPaths(source, cacheDir string, inDirOnly bool) []string {
 	abs, err := filepath.Abs(source)
-	if err != nil {
+	if err != nil || storage.IsS3(source) {
 		abs = source
 	}
 	if cacheDir == "" {

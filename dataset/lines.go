@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/riffle-ml/riffle/storage"
 )
@@ -86,6 +87,14 @@ func (p *offsetPart) Bytes() int64 {
 	return n
 }
 func (p *offsetPart) Info() Info { return p.inf }
+
+// records are the records a byte range touches.
+func (p *offsetPart) records(off, n int64) (lo, hi int) {
+	offs := p.t.offs
+	lo = sort.Search(len(offs)-1, func(i int) bool { return offs[i+1] > off })
+	hi = sort.Search(len(offs)-1, func(i int) bool { return offs[i] >= off+n })
+	return lo, max(lo, hi)
+}
 
 // lineScanner finds the records of newline-delimited data in a stream of
 // chunks: starts of record lines, and the ends of records not followed

@@ -46,6 +46,14 @@ func (g Global) At(epoch, pos int) int {
 	return int(p.at(uint64(pos)))
 }
 
+// Position is where id falls in epoch's order: the inverse permutation,
+// as cheap as At. A cache that knows every record's next position can
+// evict what is needed farthest in the future (Belady's MIN).
+func (g Global) Position(epoch, id int) int {
+	p := newPerm(uint64(g.N), Mix(g.Seed, uint64(epoch)))
+	return int(p.inv(uint64(id)))
+}
+
 type perm struct {
 	n      uint64
 	loBits uint
@@ -86,6 +94,25 @@ func (p *perm) at(x uint64) uint64 {
 	}
 }
 
+// inv is at's inverse: the rounds undone in reverse, and cycle walking
+// backwards, which retraces the forward walk's cycle.
+func (p *perm) inv(y uint64) uint64 {
+	if p.n <= 1 {
+		return y
+	}
+	for {
+		lo, hi := y&p.loMask, y>>p.loBits
+		for r := feistelRounds - 2; r >= 0; r -= 2 {
+			hi ^= mix(lo^p.keys[r+1]) & p.hiMask
+			lo ^= mix(hi^p.keys[r]) & p.loMask
+		}
+		y = hi<<p.loBits | lo
+		if y < p.n {
+			return y
+		}
+	}
+}
+
 // Mix derives a per-epoch key from a seed, so epochs are independent and
 // the same (seed, epoch) gives the same key on every machine.
 func Mix(seed, epoch uint64) uint64 {
@@ -102,4 +129,29 @@ func mix(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
+}
+
+// Positioner is implemented by orders that can say where an id falls
+// (their inverse): the global shuffle, the sequential order.
+type Positioner interface {
+	Position(epoch, id int) int
+}
+
+// Position of the sequential order is the id.
+func (s Sequential) Position(epoch, id int) int { return id }
+
+// NextUse is when s next gives id after the absolute position now
+// (epoch*N + position), counting positions the same way; false if s
+// cannot say.
+func NextUse(s Sampler, now int, id int) (int64, bool) {
+	p, ok := s.(Positioner)
+	if !ok {
+		return 0, false
+	}
+	n := s.Len()
+	e, pos := now/n, now%n
+	if q := p.Position(e, id); q >= pos {
+		return int64(e*n + q), true
+	}
+	return int64((e+1)*n + p.Position(e+1, id)), true
 }

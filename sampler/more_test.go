@@ -130,3 +130,38 @@ func BenchmarkBlockFill(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*256)/b.Elapsed().Seconds(), "ids/s")
 }
+
+// Position inverts the global order: every id's position holds that id,
+// for small and large domains and several epochs.
+func TestGlobalPosition(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 7, 100, 1000, 65537} {
+		g := Global{N: n, Seed: 11}
+		for e := range 3 {
+			for id := range n {
+				if p := g.Position(e, id); g.At(e, p) != id {
+					t.Fatalf("n=%d epoch %d: id %d at position %d holds %d", n, e, id, p, g.At(e, p))
+				}
+			}
+		}
+	}
+}
+
+// NextUse is the first position after now at which an id comes, in this
+// epoch or the next.
+func TestNextUse(t *testing.T) {
+	g := Global{N: 500, Seed: 3}
+	now := 500*4 + 200 // epoch 4, position 200
+	for id := range 500 {
+		got, ok := NextUse(g, now, id)
+		want := 0
+		for t := now; ; t++ {
+			if g.At(t/500, t%500) == id {
+				want = t
+				break
+			}
+		}
+		if !ok || got != int64(want) {
+			t.Fatalf("id %d: next use %d, want %d", id, got, want)
+		}
+	}
+}

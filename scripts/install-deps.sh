@@ -37,3 +37,11 @@ if ! cmp -s "$req" "$stamp" 2>/dev/null; then
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
   cp "$req" "$stamp"
 fi
+
+# A real S3-compatible server for the object-storage tests and benchmarks
+# (internal/s3test starts it on loopback), pinned.
+gobin=$(/usr/local/go/bin/go env GOPATH 2>/dev/null || go env GOPATH)/bin
+if [ ! -x "$gobin/versitygw" ] && ! command -v versitygw >/dev/null; then
+  echo "installing versitygw" >&2
+  PATH="/usr/local/go/bin:$PATH" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+fi

@@ -41,6 +41,7 @@ type job struct {
 	sets *datasets
 	// persisted says the job reads its transform's outputs from a pack.
 	persisted bool
+	unfuture  func() // stops telling the disk tier when blocks are next used
 	smp       sampler.Sampler
 	l         *loader.Loader
 	arena     *Arena
@@ -256,8 +257,15 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 		s.groups.leave(j)
 		return fail(fmt.Errorf("%w: %w", errSpec, err))
 	}
+	if t := s.tier.Load(); t != nil {
+		// Tell the disk tier when this job next wants each block.
+		j.unfuture = t.AddFuture(j.nextUse)
+	}
 	return j, nil
 }
+
+// defaultPageWindow is the block window of a dataset's own blocks.
+const defaultPageWindow = 16
 
 // order makes the job's sampler: a member of its source's group when it
 // asks to share a global shuffle, else its own sampler, over its subset if
@@ -269,8 +277,13 @@ func (s *Server) order(j *job, cfg jobConfig, subset *roaring.Bitmap, key func(i
 	smpCfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
 	if b, ok := ds.(dataset.Blocker); ok && smpCfg.BlockSize == 0 && (smpCfg.Kind == "" || smpCfg.Kind == "block") {
 		// A dataset with blocks of its own (Parquet pages) is read a block
-		// at a time unless a job asks for another order.
+		// at a time unless a job asks for another order; by default the
+		// rows of 16 blocks are spread over 16 batches, so a batch mixes
+		// 16 pages while each page is still read and decoded once.
 		smpCfg.Kind, smpCfg.Bounds = "block", b.Blocks()
+		if smpCfg.Window == 0 {
+			smpCfg.Window = defaultPageWindow
+		}
 	}
 	if cfg.share && (smpCfg.Kind == "" || smpCfg.Kind == "global") {
 		// Ranks and DataLoader workers split the subset by a hash of the
@@ -512,6 +525,9 @@ func (j *job) close() {
 		}
 		j.mu.Unlock()
 		j.arena.Close()
+		if j.unfuture != nil {
+			j.unfuture()
+		}
 		j.s.groups.leave(j)
 		j.s.retire(j)
 		j.sets.put(j.ds)
@@ -550,4 +566,42 @@ func wireColumns(cs []columnar.Column) []wire.Column {
 			Nullable: c.Nullable, Children: wireColumns(c.Children)}
 	}
 	return out
+}
+
+// nextUse tells the disk tier when this job next reads a byte of a range
+// of an object: the earliest next position of the records the range
+// touches, from the inverse of the job's order (sampler.NextUse). Ranges of
+// other objects, and orders with no inverse, are cache.Never.
+func (j *job) nextUse(object string, off, n int64) int64 {
+	ds := j.ds.ds
+	r, ok := ds.(dataset.Ranger)
+	if !ok {
+		return cache.Never
+	}
+	paths := ds.Info().Paths
+	obj := -1
+	for i, p := range paths {
+		if p == object {
+			obj = i
+			break
+		}
+	}
+	if obj < 0 {
+		return cache.Never
+	}
+	lo, hi, ok := r.RecordsIn(obj, off, n)
+	if !ok {
+		return cache.Never
+	}
+	st, _ := j.l.Place()
+	now := st.Epoch*j.smp.Len() + st.Batch*j.cfg.ld.BatchSize
+	best := int64(cache.Never)
+	for id := lo; id < hi && id < lo+1024; id++ {
+		t, ok := sampler.NextUse(j.smp, now, id)
+		if !ok {
+			return cache.Never
+		}
+		best = min(best, t)
+	}
+	return best
 }

@@ -51,6 +51,13 @@ type Server struct {
 	CacheBytes int64
 	// IndexDir is where indexes are kept; default $XDG_CACHE_HOME/riffle.
 	IndexDir string
+	// S3 configures the object store s3:// paths are read from (by default
+	// from the AWS environment variables and files).
+	S3 storage.S3Options
+	// TierDir, if set, keeps blocks of s3:// objects on local disk, up to
+	// TierBytes, evicting the block next wanted farthest in the future.
+	TierDir   string
+	TierBytes int64
 	// Outputs is the catalogue of persisted transform outputs (riffle pack
 	// --transform) a job asking for a transform reads instead of
 	// transforming; default pack.DefaultCatalogue().
@@ -66,10 +73,11 @@ type Server struct {
 	helloWait                         time.Duration // helloTimeout, shorter in tests
 	metricsAddr                       string
 
-	store     *storage.Local
+	store     *storage.Router
 	cache     *cache.Cache
 	sets      *datasets
 	outputs   *datasets // packs of persisted transform outputs
+	tier      atomic.Pointer[storage.Tier]
 	catalogue pack.Catalogue
 	groups    *groups
 	workers   *loader.Workers
@@ -138,9 +146,23 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.socket = DefaultSocket()
 	}
 	var err error
-	if s.store, err = storage.NewLocal(false, s.Roots); err != nil {
+	local, err := storage.NewLocal(false, s.Roots)
+	if err != nil {
 		return err
 	}
+	var tier func(storage.Store) storage.Store
+	if s.TierDir != "" {
+		tier = func(inner storage.Store) storage.Store {
+			t, err := storage.NewTier(inner, storage.TierOptions{Dir: s.TierDir, Budget: max(s.TierBytes, 1<<26)})
+			if err != nil {
+				slog.Warn("no disk tier", "dir", s.TierDir, "err", err)
+				return inner
+			}
+			s.tier.Store(t)
+			return t
+		}
+	}
+	s.store = storage.NewRouter(local, s.S3, tier)
 	defer s.store.Close()
 	budget := s.CacheBytes
 	if budget <= 0 {

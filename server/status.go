@@ -46,6 +46,16 @@ func (s *Server) status() *wire.Status {
 		ReadBytes:   read,
 		ServedBytes: served,
 	}
+	if s.store.RemoteMade() {
+		if r, err := s.store.Remote(); err == nil {
+			rs := r.Stats()
+			out.Remote = &wire.RemoteStatus{Gets: rs.Gets, Bytes: rs.Bytes, Retries: rs.Retries}
+		}
+	}
+	if t := s.tier.Load(); t != nil {
+		ts := t.Stats()
+		out.Disk = &wire.DiskStatus{Bytes: ts.Bytes, Blocks: ts.Blocks, Hits: ts.Hits, Misses: ts.Misses}
+	}
 	// Jobs outside any group are listed as groups of one.
 	s.statMu.Lock()
 	for j := range s.live {

@@ -202,6 +202,25 @@ type Status struct {
 	// ReadBytes were read from storage, ServedBytes handed to jobs.
 	ReadBytes   int64 `json:"read_bytes"`
 	ServedBytes int64 `json:"served_bytes"`
+	// Remote is what came from the object store; Disk the disk cache of
+	// its blocks (serve --cache-dir), if there is one.
+	Remote *RemoteStatus `json:"remote,omitempty"`
+	Disk   *DiskStatus   `json:"disk,omitempty"`
+}
+
+// RemoteStatus counts the object store's GETs, bytes and retries.
+type RemoteStatus struct {
+	Gets    int64 `json:"gets"`
+	Bytes   int64 `json:"bytes"`
+	Retries int64 `json:"retries"`
+}
+
+// DiskStatus is the disk cache of remote blocks.
+type DiskStatus struct {
+	Bytes  int64 `json:"bytes"`
+	Blocks int   `json:"blocks"`
+	Hits   int64 `json:"hits"`
+	Misses int64 `json:"misses"`
 }
 
 // GroupStatus is one group of jobs over one source.

@@ -14,6 +14,7 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/storage"
 )
 
 func benchCmd() *cobra.Command {
@@ -60,6 +61,7 @@ records (--record-size, default 4096) is written first.`,
 					return err
 				}
 			}
+			df.opts.Store = bench.Store() // so that its counters see every GET
 			ds, err := df.open(cmd.Context(), args)
 			if err != nil {
 				return err
@@ -129,7 +131,7 @@ records (--record-size, default 4096) is written first.`,
 				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, path, recSize, lim) }); err != nil {
 					return err
 				}
-				if mode == "cold" && !noFio {
+				if mode == "cold" && !noFio && !storage.IsS3(path) {
 					bs := (recSize + 4095) / 4096 * 4096
 					if err := run(func() (bench.Result, error) { return bench.Fio(ctx, path, bs, fioDepth, dur) }); err != nil {
 						fmt.Fprintln(os.Stderr, "riffle bench: skipping fio:", err)

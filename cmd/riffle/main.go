@@ -27,6 +27,15 @@ batch's records with many parallel reads in whatever order they complete.
 Start with 'riffle demo'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
+	}
+	// Every command reads s3:// paths; the store is named once, for all.
+	var endpoint string
+	root.PersistentFlags().StringVar(&endpoint, "endpoint", "", "the S3-compatible store s3:// paths are read from (default $RIFFLE_S3_ENDPOINT, $AWS_ENDPOINT_URL, else AWS)")
+	root.PersistentPreRun = func(*cobra.Command, []string) {
+		if endpoint != "" {
+			os.Setenv("RIFFLE_S3_ENDPOINT", endpoint)
+		}
 	}
 	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), serveCmd(), statusCmd(), qualityCmd(), trainCmd(), convertCmd(), packCmd(), cacheCmd())
 	if err := root.ExecuteContext(ctx); err != nil {

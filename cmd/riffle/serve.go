@@ -82,6 +82,8 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.IntVar(&s.MaxConns, "max-conns", 256, "connections served at once")
 	fl.StringVar(&s.Metrics, "metrics", "", "serve Prometheus metrics at this address (\":9470\" is loopback), path /metrics")
 	fl.StringVar(&s.IndexDir, "index-dir", "", "where to keep indexes (default $XDG_CACHE_HOME/riffle)")
+	fl.StringVar(&s.TierDir, "cache-dir", "", "keep blocks of s3:// objects on this local disk, across restarts")
+	fl.Var(sizeFlag{&s.TierBytes}, "cache-dir-bytes", "the disk cache's budget, like 100GiB (default 64MiB)")
 	fl.Var(sizeFlag{&s.CacheBytes}, "cache-bytes", "the record cache's budget, like 8GiB (default a quarter of the memory the daemon may use)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log every request")
 	fl.BoolVar(&quiet, "quiet", false, "log only warnings; exit quietly if another daemon serves the socket")
