@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -38,12 +39,14 @@ type conn struct {
 	jobs   map[int]*job
 	nextID int
 	opens  chan struct{} // opens in flight
+	blocks chan struct{} // peers' block requests in flight
 }
 
 // maxOpens bounds the opens in flight on one connection, loaderMaxLocate
 // the records one locate asks about.
 const (
 	maxOpens        = 8
+	maxBlocks       = 64
 	loaderMaxLocate = 1 << 16
 )
 
@@ -54,7 +57,8 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 		s.clients.Add(-1)
 		s.poke()
 	}()
-	cn := &conn{s: s, c: c, w: bufio.NewWriter(c), jobs: map[int]*job{}, opens: make(chan struct{}, maxOpens)}
+	cn := &conn{s: s, c: c, w: bufio.NewWriter(c), jobs: map[int]*job{}, opens: make(chan struct{}, maxOpens),
+		blocks: make(chan struct{}, maxBlocks)}
 	cn.ctx, cn.cancel = context.WithCancel(parent)
 	if uc, ok := c.(*net.UnixConn); ok {
 		cn.unix = uc
@@ -234,6 +238,28 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		}
 		return cn.reply(&wire.Msg{Op: wire.OpState, Tag: m.Tag, Job: m.Job,
 			State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}) == nil
+	case wire.OpBlock:
+		c := cn.s.cluster.Load()
+		if c == nil {
+			return cn.fail(m.Tag, errors.New("this daemon has no peers (serve --peers)")) == nil
+		}
+		select {
+		case cn.blocks <- struct{}{}:
+		default:
+			return cn.fail(m.Tag, fmt.Errorf("%d block requests already in flight on this connection", maxBlocks)) == nil
+		}
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			defer func() { <-cn.blocks }()
+			b, err := c.Serve(cn.ctx, m.Object, m.ObjectVersion, m.Block)
+			if err != nil {
+				e := &wire.Msg{Op: wire.OpError, Tag: m.Tag, Message: err.Error(), Changed: peer.IsChanged(err)}
+				cn.reply(e)
+				return
+			}
+			cn.reply(&wire.Msg{Op: wire.OpBlock, Tag: m.Tag, Payload: int64(len(b))}, b)
+		}()
 	case wire.OpStats:
 		return cn.reply(&wire.Msg{Op: wire.OpStats, Tag: m.Tag, Jobs: int(cn.s.jobs.Load()), Clients: int(cn.s.clients.Load())}) == nil
 	case wire.OpStatus:

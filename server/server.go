@@ -19,6 +19,7 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/pack"
+	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -58,6 +59,14 @@ type Server struct {
 	// TierBytes, evicting the block next wanted farthest in the future.
 	TierDir   string
 	TierBytes int64
+	// Peers, if set, are the TCP addresses of every node's daemon: their
+	// memory together holds the blocks of s3:// objects, each block in
+	// its owner's (package peer). Node is this one's index in the list;
+	// PeerBytes the memory it gives owned blocks. Every node needs the
+	// same Token.
+	Peers     []string
+	Node      int
+	PeerBytes int64
 	// Outputs is the catalogue of persisted transform outputs (riffle pack
 	// --transform) a job asking for a transform reads instead of
 	// transforming; default pack.DefaultCatalogue().
@@ -78,6 +87,7 @@ type Server struct {
 	sets      *datasets
 	outputs   *datasets // packs of persisted transform outputs
 	tier      atomic.Pointer[storage.Tier]
+	cluster   atomic.Pointer[peer.Cluster]
 	catalogue pack.Catalogue
 	groups    *groups
 	workers   *loader.Workers
@@ -150,19 +160,50 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var tier func(storage.Store) storage.Store
-	if s.TierDir != "" {
-		tier = func(inner storage.Store) storage.Store {
-			t, err := storage.NewTier(inner, storage.TierOptions{Dir: s.TierDir, Budget: max(s.TierBytes, 1<<26)})
+	if len(s.Peers) > 0 && s.Token == "" {
+		return errors.New("--peers needs --token (or $RIFFLE_TOKEN): every node's daemon must share one")
+	}
+	if len(s.Peers) > 0 && (s.Node < 0 || s.Node >= len(s.Peers)) {
+		return fmt.Errorf("node %d is not in a peer list of %d", s.Node, len(s.Peers))
+	}
+	// What stands in front of the object store: the nodes' memory, then
+	// this node's disk.
+	wrap := func(inner storage.Store) storage.Store {
+		st := inner
+		if len(s.Peers) > 0 {
+			c, err := peer.New(st, peer.Options{Peers: s.Peers, Self: s.Node, Token: s.Token,
+				Budget: max(s.PeerBytes, 1<<26)})
+			if err != nil {
+				slog.Warn("no cluster tier", "err", err)
+			} else {
+				s.cluster.Store(c)
+				st = c
+			}
+		}
+		if s.TierDir != "" {
+			t, err := storage.NewTier(st, storage.TierOptions{Dir: s.TierDir, Budget: max(s.TierBytes, 1<<26)})
 			if err != nil {
 				slog.Warn("no disk tier", "dir", s.TierDir, "err", err)
-				return inner
+			} else {
+				s.tier.Store(t)
+				st = t
 			}
-			s.tier.Store(t)
-			return t
+		}
+		return st
+	}
+	s.store = storage.NewRouter(local, s.S3, wrap)
+	if len(s.Peers) > 0 {
+		// Peers ask for blocks before this node reads any: the cluster
+		// tier must be there from the start.
+		if _, err := s.store.Remote(); err != nil {
+			return fmt.Errorf("--peers: the object store: %w", err)
 		}
 	}
-	s.store = storage.NewRouter(local, s.S3, tier)
+	defer func() {
+		if c := s.cluster.Load(); c != nil {
+			c.Close()
+		}
+	}()
 	defer s.store.Close()
 	budget := s.CacheBytes
 	if budget <= 0 {

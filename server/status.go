@@ -56,6 +56,11 @@ func (s *Server) status() *wire.Status {
 		ts := t.Stats()
 		out.Disk = &wire.DiskStatus{Bytes: ts.Bytes, Blocks: ts.Blocks, Hits: ts.Hits, Misses: ts.Misses}
 	}
+	if c := s.cluster.Load(); c != nil {
+		cs := c.Stats()
+		out.Peers = &wire.PeersStatus{Node: s.Node, Nodes: len(s.Peers), Local: cs.Local, FromPeers: cs.FromPeers,
+			Served: cs.Served, Fallbacks: cs.Fallbacks, Fetched: cs.Fetched, Bytes: cs.Bytes}
+	}
 	// Jobs outside any group are listed as groups of one.
 	s.statMu.Lock()
 	for j := range s.live {

@@ -2,9 +2,9 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -30,7 +30,8 @@ type remoteStore struct {
 }
 
 // NewRouter routes s3:// names to an S3 store configured by opts (wrapped
-// by tier, if set: its blocks kept on local disk) and the rest to local.
+// by tier, if set: the tiers of memory and disk in front of it, each with
+// an Unwrap method) and the rest to local.
 func NewRouter(local *Local, opts S3Options, tier func(Store) Store) *Router {
 	return &Router{Local: local, rs: &remoteStore{opts: opts, tier: tier}}
 }
@@ -130,8 +131,12 @@ func (r *Router) Remote() (*S3, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t, ok := s.(*Tier); ok {
-		s = t.inner
+	for {
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
 	}
 	s3, ok := s.(*S3)
 	if !ok {

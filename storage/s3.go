@@ -243,16 +243,16 @@ type s3Object struct {
 	lim               *limiter
 }
 
-func (o *s3Object) Size() int64     { return o.size }
-func (o *s3Object) Name() string    { return o.name }
-func (o *s3Object) Close() error    { return nil }
+func (o *s3Object) Size() int64  { return o.size }
+func (o *s3Object) Name() string { return o.name }
+func (o *s3Object) Close() error { return nil }
 func (o *s3Object) Version() string {
 	if o.etag == "" {
 		return o.modified.UTC().Format(time.RFC3339Nano) + ":" + fmt.Sprint(o.size)
 	}
 	return o.etag + ":" + fmt.Sprint(o.size)
 }
-func (o *s3Object) Hints() Hints    { return o.s.Hints() }
+func (o *s3Object) Hints() Hints { return o.s.Hints() }
 
 // ReadAt reads len(p) bytes at off with one ranged GET (retried), if the
 // object still has the ETag it was opened with.

@@ -158,6 +158,9 @@ func (t *Tier) Stats() TierStats {
 	return TierStats{Hits: t.hits.Load(), Misses: t.misses.Load(), Fetched: t.fetched.Load(), Bytes: t.used, Blocks: len(t.blocks)}
 }
 
+// Unwrap is the store behind the tier.
+func (t *Tier) Unwrap() Store { return t.inner }
+
 func (t *Tier) Stat(ctx context.Context, name string) (ObjectInfo, error) {
 	return t.inner.Stat(ctx, name)
 }

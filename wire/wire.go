@@ -46,6 +46,9 @@ const (
 	OpLocate  = "locate"
 	OpState   = "state"
 	OpError   = "error"
+	// OpBlock is one daemon asking another for a block of an object-store
+	// object it owns (package peer); the answer's payload is the block.
+	OpBlock = "block"
 )
 
 // Msg is every message: Op says which fields matter.
@@ -94,6 +97,13 @@ type Msg struct {
 	// State is the job's place after this batch: what a checkpoint saves
 	// and a resumed job's spec gives back (epoch, batch, sampler_state, skip).
 	State *State `json:"state,omitempty"`
+
+	// block: which block of which version of an object-store object
+	Object        string `json:"object,omitempty"`
+	ObjectVersion string `json:"object_version,omitempty"`
+	Block         int64  `json:"block,omitempty"`
+	// Changed, on an error, says the object is not at the version asked.
+	Changed bool `json:"changed,omitempty"`
 
 	// stats
 	Jobs    int `json:"jobs,omitempty"`
@@ -206,6 +216,20 @@ type Status struct {
 	// its blocks (serve --cache-dir), if there is one.
 	Remote *RemoteStatus `json:"remote,omitempty"`
 	Disk   *DiskStatus   `json:"disk,omitempty"`
+	// Peers is the cluster's memory tier (serve --peers), if there is one.
+	Peers *PeersStatus `json:"peers,omitempty"`
+}
+
+// PeersStatus is the cluster's memory tier seen from this node.
+type PeersStatus struct {
+	Node      int   `json:"node"`
+	Nodes     int   `json:"nodes"`
+	Local     int64 `json:"local"`      // owned blocks read here
+	FromPeers int64 `json:"from_peers"` // blocks read from their owners
+	Served    int64 `json:"served"`     // blocks served to other nodes
+	Fallbacks int64 `json:"fallbacks"`  // blocks read from the store because an owner failed
+	Fetched   int64 `json:"fetched"`    // bytes this node read from the object store
+	Bytes     int64 `json:"bytes"`      // owned blocks in memory
 }
 
 // RemoteStatus counts the object store's GETs, bytes and retries.

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +25,8 @@ func serveCmd() *cobra.Command {
 		s       server.Server
 		verbose bool
 		quiet   bool
+		peers   string
+		node    int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -29,6 +36,13 @@ $XDG_RUNTIME_DIR/riffle.sock, else /tmp/riffle-UID/riffle.sock, mode 0600)
 and loads batches for any number of clients, passing them through shared
 memory. The Python client starts one by itself when none answers; run it by
 hand to choose its options. The protocol is in docs/protocol.md.
+
+--peers makes the daemons of several nodes one memory tier for s3://
+objects (DeepIO): each block is kept by one owner, and a node asks it for
+the blocks it does not own, reading the object store itself when the owner
+is slow or gone. The launcher gives membership: the list, this node's
+index (from --node or the usual variables of torchrun, Slurm and
+Kubernetes), and a --token all nodes share; every daemon needs --tcp.
 
 --root limits the files jobs may read to those directories: every file is
 opened through them, so no symlink leads out, and indexes are written beside
@@ -48,6 +62,9 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 			}
 			if s.Token == "" {
 				s.Token = os.Getenv("RIFFLE_TOKEN")
+			}
+			if err := resolvePeers(cmd.Context(), &s, peers, node); err != nil {
+				return err
 			}
 			s.Version = version
 			if lim := server.GoMemoryLimit(); lim > 0 && os.Getenv("GOMEMLIMIT") == "" {
@@ -85,7 +102,69 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.StringVar(&s.TierDir, "cache-dir", "", "keep blocks of s3:// objects on this local disk, across restarts")
 	fl.Var(sizeFlag{&s.TierBytes}, "cache-dir-bytes", "the disk cache's budget, like 100GiB (default 64MiB)")
 	fl.Var(sizeFlag{&s.CacheBytes}, "cache-bytes", "the record cache's budget, like 8GiB (default a quarter of the memory the daemon may use)")
+	fl.StringVar(&peers, "peers", "", "every node's daemon (host:port,... in the same order on every node, or dns:NAME:PORT for a headless service; default $RIFFLE_PEERS): their memory holds s3:// blocks together")
+	fl.IntVar(&node, "node", -1, "this node's index in --peers (default $RIFFLE_NODE, $NODE_RANK, $GROUP_RANK, $SLURM_NODEID, else where --tcp is in the list)")
+	fl.Var(sizeFlag{&s.PeerBytes}, "peer-bytes", "memory for the blocks this node owns, like 8GiB (default 64MiB)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log every request")
 	fl.BoolVar(&quiet, "quiet", false, "log only warnings; exit quietly if another daemon serves the socket")
 	return cmd
+}
+
+// resolvePeers fills the server's peer list and node index from the flags
+// or the environment a launcher sets.
+func resolvePeers(ctx context.Context, s *server.Server, peers string, node int) error {
+	if peers == "" {
+		peers = os.Getenv("RIFFLE_PEERS")
+	}
+	if peers == "" {
+		return nil
+	}
+	if name, ok := strings.CutPrefix(peers, "dns:"); ok {
+		// A headless service: one A record per node; every node sorts
+		// the same answer the same way.
+		host, port, err := net.SplitHostPort(name)
+		if err != nil {
+			return fmt.Errorf("--peers dns:NAME:PORT: %w", err)
+		}
+		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil {
+			return fmt.Errorf("--peers: resolving %s: %w", host, err)
+		}
+		slices.Sort(addrs)
+		peers = ""
+		for i, a := range addrs {
+			if i > 0 {
+				peers += ","
+			}
+			peers += net.JoinHostPort(a, port)
+		}
+	}
+	for _, p := range strings.Split(peers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			s.Peers = append(s.Peers, p)
+		}
+	}
+	if node < 0 {
+		for _, v := range []string{"RIFFLE_NODE", "NODE_RANK", "GROUP_RANK", "SLURM_NODEID"} {
+			if x := os.Getenv(v); x != "" {
+				n, err := strconv.Atoi(x)
+				if err != nil {
+					return fmt.Errorf("$%s=%q is not a node index", v, x)
+				}
+				node = n
+				break
+			}
+		}
+	}
+	if node < 0 && s.TCP != "" {
+		node = slices.Index(s.Peers, s.TCP)
+	}
+	if node < 0 || node >= len(s.Peers) {
+		return fmt.Errorf("this node's index in --peers (%d nodes) is unknown: give --node", len(s.Peers))
+	}
+	if s.TCP == "" {
+		return errors.New("--peers needs --tcp: the other nodes ask this one for its blocks there")
+	}
+	s.Node = node
+	return nil
 }
