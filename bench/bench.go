@@ -169,13 +169,30 @@ func Sequential(ctx context.Context, path string, recordSize int, lim Limit) (Re
 
 // store is the one store the benchmarks read through, so that an object
 // store's counters see every baseline's GETs.
-var store = sync.OnceValue(func() *storage.Router {
-	l, _ := storage.NewLocal(false, nil)
-	return storage.NewRouter(l, storage.S3Options{}, nil)
-})
+var (
+	storeMu sync.Mutex
+	store   *storage.Router
+)
 
-// Store is the store the benchmarks and the datasets they open share.
-func Store() *storage.Router { return store() }
+// Store is the store the benchmarks and the datasets they open share: by
+// default the local file system and the object store the environment names.
+func Store() *storage.Router {
+	storeMu.Lock()
+	defer storeMu.Unlock()
+	if store == nil {
+		l, _ := storage.NewLocal(false, nil)
+		store = storage.NewRouter(l, storage.S3Options{}, nil)
+	}
+	return store
+}
+
+// SetStore makes r the store the measurements read through and count
+// (an object store behind a latency proxy, say).
+func SetStore(r *storage.Router) {
+	storeMu.Lock()
+	defer storeMu.Unlock()
+	store = r
+}
 
 // MeterOf returns a counter of the bytes path's device has read (from
 // /sys/dev/block), or for an s3:// path the bytes fetched from the object

@@ -156,10 +156,12 @@ func NewS3(opts S3Options) (*S3, error) {
 }
 
 // Hints: a ranged GET costs a round trip, so neighbouring records are read
-// together across gaps of up to 256 KiB and small records by 64 KiB
-// blocks.
+// together across gaps of up to 64 KiB, and block-aware orders use 64 KiB
+// blocks. (A gap of 256 KiB was faster on a loopback store, where requests
+// cost more than bytes, but fetched 19 bytes per byte of 4 KiB records in a
+// global shuffle: BENCHMARKS.md.)
 func (s *S3) Hints() Hints {
-	return Hints{Depth: 64, CoalesceGap: 256 << 10, BlockSize: 64 << 10, Align: 1}
+	return Hints{Depth: 64, CoalesceGap: 64 << 10, BlockSize: 64 << 10, Align: 1}
 }
 
 // retryable says whether a failed request may succeed if tried again.

@@ -3,6 +3,7 @@ package storage_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,7 @@ import (
 
 // epochOver reads every record of an object once in a global order's
 // epoch, through r, checking each record against data.
-func epochOver(t *testing.T, r storage.Reader, data []byte, g sampler.Global, epoch, size int, now func(int)) {
+func epochOver(t testing.TB, r storage.Reader, data []byte, g sampler.Global, epoch, size int, now func(int)) {
 	t.Helper()
 	ctx := context.Background()
 	p := make([]byte, size)
@@ -193,5 +194,59 @@ func TestTierSurvivesKill(t *testing.T) {
 	tmps, _ := filepath.Glob(filepath.Join(tierDir, "*", "*.tmp"))
 	if len(tmps) > 0 {
 		t.Fatalf("%d temporary files left", len(tmps))
+	}
+}
+
+// BenchmarkTierPolicies: the hit rate of a disk tier holding half a
+// dataset over three epochs of a global shuffle, Belady's MIN (told each
+// block's next use by the inverse of the order) against LRU, with one and
+// with sixteen records per block.
+//
+//	go test ./storage -run '^$' -bench TierPolicies -benchtime 1x
+func BenchmarkTierPolicies(b *testing.B) {
+	ctx := context.Background()
+	const block = 16 << 10
+	for _, perBlock := range []int{1, 16} {
+		b.Run(fmt.Sprintf("records-per-block=%d", perBlock), func(b *testing.B) {
+			size := block / perBlock
+			n := (32 << 20) / size
+			data := randomBytes(size*n, 5)
+			path := filepath.Join(b.TempDir(), "d.bin")
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			local, _ := storage.NewLocal(false, nil)
+			g := sampler.Global{N: n, Seed: 9}
+			rate := map[string]float64{}
+			for b.Loop() {
+				for _, pol := range []cache.Policy{cache.Belady{}, cache.LRU{}} {
+					tier, err := storage.NewTier(local, storage.TierOptions{Dir: b.TempDir(), Budget: int64(len(data)) / 2, Block: block, Policy: pol})
+					if err != nil {
+						b.Fatal(err)
+					}
+					var now int
+					tier.AddFuture(func(object string, off, ln int64) int64 {
+						best := int64(cache.Never)
+						for id := off / int64(size); id < (off+ln)/int64(size); id++ {
+							nu, _ := sampler.NextUse(g, now, int(id))
+							best = min(best, nu)
+						}
+						return best
+					})
+					r, err := tier.Open(ctx, path)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for e := range 3 {
+						epochOver(b, r, data, g, e, size, func(t int) { now = t })
+					}
+					st := tier.Stats()
+					rate[pol.Name()] = float64(st.Hits) / float64(st.Hits+st.Misses)
+				}
+			}
+			b.ReportMetric(rate["belady"], "belady-hit-rate")
+			b.ReportMetric(rate["lru"], "lru-hit-rate")
+			b.Logf("%d records per block, room for half, 3 epochs: hit rate belady %.3f, lru %.3f", perBlock, rate["belady"], rate["lru"])
+		})
 	}
 }
