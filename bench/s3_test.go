@@ -100,4 +100,3 @@ func BenchmarkS3(b *testing.B) {
 		})
 	}
 }
-
