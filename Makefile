@@ -7,7 +7,7 @@ PYTHON ?= $(CURDIR)/.venv/bin/python
 # (scripts/install-deps.sh installs them); pure Go otherwise.
 TAGS ?= $(shell [ -e /usr/include/turbojpeg.h ] && echo turbojpeg)
 
-.PHONY: all build demo test test-go test-python bench clean
+.PHONY: all build demo test test-go test-python bench bench-peers clean
 
 all: build
 
@@ -23,10 +23,17 @@ test: build
 	$(GO) test -race -count=1 ./...
 	@if [ -n "$(TAGS)" ]; then $(GO) test -count=1 -tags "$(TAGS)" ./transform; fi
 	@if [ -d python/tests ]; then cd python && RIFFLE_BIN=$(CURDIR)/bin/riffle $(PYTHON) -m pytest -q tests; fi
+	$(PYTHON) -m pytest -q -p no:cacheprovider bench/peers/test_harness.py
 	./scripts/test-installed.sh
 
 bench: build
 	./bench/run.sh
+
+# riffle against the loaders users would pick instead (BENCHMARKS.md's
+# first table); root, for dropping the page cache.
+bench-peers: build
+	./bench/peers/setup.sh
+	$(PYTHON) bench/peers/harness.py
 
 clean:
 	rm -rf bin

@@ -24,3 +24,16 @@ $r train --synthetic 20000 --buffer 64
 ./scripts/heart-scale.sh && $r train data/heart_scale.sorted.svm --batch-size 16 --block-size 512 --buffer 16 --lr 0.1
 $r quality --records 100000 --record-size 256 --sampler global,block,buffered,reservoir,sequential --svg bench/orders.svg
 $r quality --records 100000 --record-size 256 --sampler block --window 8
+# Jobs in one memory cgroup (issue 17) and jobs sharing reads (issue 12).
+/usr/bin/python3 bench/jobs.py
+/usr/bin/python3 bench/share.py --parts speeds,overlap,decode,joader
+# Formats (issue 13), converting once (issue 14).
+.venv/bin/python bench/formats.py --parts hf,parquet,wds
+.venv/bin/python bench/pack.py --parts jpeg,packed
+# Object storage, the disk tier and many nodes (issue 15).
+go test ./bench -run '^$' -bench S3 -benchtime 1x
+go test ./storage -run '^$' -bench TierPolicies -benchtime 1x
+.venv/bin/python bench/nodes.py
+# The peers' table (issue 16).
+./bench/peers/setup.sh
+.venv/bin/python bench/peers/harness.py

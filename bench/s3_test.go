@@ -72,7 +72,7 @@ func BenchmarkS3(b *testing.B) {
 			riffle := func(ds dataset.Dataset) (bench.Result, error) {
 				return bench.Riffle(ctx, ds, sampler.Global{N: ds.Len(), Seed: 1}, loader.Options{}, lim)
 			}
-			var rf, one, seq, near, far bench.Result
+			var rf, one, seq, near, far, oneFar bench.Result
 			for b.Loop() {
 				rf = measure(srv.Endpoint, 0, riffle)
 				one = measure(srv.Endpoint, 0, func(ds dataset.Dataset) (bench.Result, error) {
@@ -85,6 +85,9 @@ func BenchmarkS3(b *testing.B) {
 				// latency's alone, not the proxy's own cost.
 				near = measure(proxy.URL, 0, riffle)
 				far = measure(proxy.URL, 20*time.Millisecond, riffle)
+				oneFar = measure(proxy.URL, 20*time.Millisecond, func(ds dataset.Dataset) (bench.Result, error) {
+					return bench.Pread(ctx, ds, 1, bench.Limit{Records: n, Duration: 5 * time.Second})
+				})
 			}
 			b.ReportMetric(rf.SamplesPerSec(), "riffle-samples/s")
 			b.ReportMetric(one.SamplesPerSec(), "oneGET-samples/s")
@@ -93,10 +96,11 @@ func BenchmarkS3(b *testing.B) {
 			b.ReportMetric(rf.SamplesPerSec()/one.SamplesPerSec(), "riffle/oneGET")
 			b.ReportMetric(rf.MBPerSec()/seq.MBPerSec(), "riffle/sequential")
 			b.ReportMetric(far.SamplesPerSec()/near.SamplesPerSec(), "+20ms/0ms")
+			b.ReportMetric(far.SamplesPerSec()/oneFar.SamplesPerSec(), "riffle/oneGET@20ms")
 			b.ReportMetric(float64(rf.DevBytes)/float64(max(1, rf.Bytes)), "fetched/delivered")
-			b.Logf("%s records: riffle %.0f/s (%.1f MB/s, fetched/delivered %.2f), one GET at a time %.0f/s, one whole GET %.1f MB/s, through the proxy riffle %.0f/s at 0ms, %.0f/s at +20ms (%.2f)",
+			b.Logf("%s records: riffle %.0f/s (%.1f MB/s, fetched/delivered %.2f), one GET at a time %.0f/s, one whole GET %.1f MB/s, through the proxy riffle %.0f/s at 0ms, %.0f/s at +20ms (%.2f), one GET at a time at +20ms %.0f/s",
 				byteSize(rec), rf.SamplesPerSec(), rf.MBPerSec(), float64(rf.DevBytes)/float64(max(1, rf.Bytes)),
-				one.SamplesPerSec(), seq.MBPerSec(), near.SamplesPerSec(), far.SamplesPerSec(), far.SamplesPerSec()/near.SamplesPerSec())
+				one.SamplesPerSec(), seq.MBPerSec(), near.SamplesPerSec(), far.SamplesPerSec(), far.SamplesPerSec()/near.SamplesPerSec(), oneFar.SamplesPerSec())
 		})
 	}
 }

@@ -1,0 +1,336 @@
+"""Each peer loader as its user would write it, run in the peer's own
+environment by bench/peers/harness.py:
+
+    python loaders.py PEER CONFIG MODE --data DIR --size BYTES [--seconds S]
+                      [--seed N] [--rank R --world W] [--ids]
+
+CONFIG is "full" (the peer's fully shuffled configuration, or the closest
+it has) or "fast" (its documented fast path). MODE is "speed" (load until
+--seconds or one epoch), "resume" (save the iterator's state after three
+batches, take the next batch, restore a new iterator from the state and
+compare its next batch), or "epoch" (one whole epoch, whatever happens: the
+truncated-file probe). One JSON line goes to stdout.
+
+Every record starts with its id (little-endian uint64); a loader's batch is
+turned into ids by reading those bytes, which touches every sample. The
+lines between "# user" and "# end user" in each builder are the code a
+user writes for that loader (counted into the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+BATCH = 256
+WORKERS = 2  # the machine has 2 cores: the parallelism knob every peer gets
+
+
+def ids_of_rows(rows) -> list[int]:
+    """Ids of a batch given as bytes objects or a (B, size) uint8 array."""
+    if isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.ndim == 2:
+        return rows[:, :8].copy().view("<u8").ravel().tolist()
+    return [int.from_bytes(bytes(r[:8]), "little") for r in rows]
+
+
+def files(d: str, pattern: str) -> list[str]:
+    fs = sorted(glob.glob(os.path.join(d, pattern)))
+    if not fs:
+        raise SystemExit(f"no {pattern} under {d}")
+    return fs
+
+
+# --- builders: each returns (iterable of batches, ids_of, state, restore) ---
+
+def riffle_(a):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+    import riffle
+    # user
+    ld = riffle.Loader(a.data, batch_size=BATCH, record_size=a.size, seed=a.seed, rank=a.rank, world_size=a.world)
+    # end user
+
+    def restore(state):
+        ld2 = riffle.Loader(a.data, batch_size=BATCH, record_size=a.size, seed=a.seed, rank=a.rank, world_size=a.world)
+        ld2.load_state_dict(state)
+        return iter(ld2)
+    return ld, lambda b: b.ids.tolist(), lambda it: ld.state_dict(), restore
+
+
+class _Records:
+    """A map-style Dataset over the file of fixed-size records, with pread."""
+
+    def __init__(self, path, size):
+        self.path, self.size = path, size
+        self.n = os.path.getsize(path) // size
+        self.fd = None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        b = os.pread(self.fd, self.size, i * self.size)
+        if len(b) != self.size:
+            raise IOError(f"{self.path}: record {i} is short ({len(b)} bytes)")
+        return np.frombuffer(b, np.uint8)
+
+
+def _collate(rows):
+    return np.stack(rows)
+
+
+def torch_(a):
+    import torch.utils.data as tud
+    # user
+    ds = _Records(a.data, a.size)
+    sampler = tud.DistributedSampler(ds, a.world, a.rank, seed=a.seed) if a.world > 1 else None
+    dl = tud.DataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate,
+                        num_workers=WORKERS if a.config == "fast" else 0)
+    # end user
+    return dl, ids_of_rows, None, None
+
+
+def torchdata_(a):
+    import torch.utils.data as tud
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    # user
+    ds = _Records(a.data, a.size)
+    sampler = tud.DistributedSampler(ds, a.world, a.rank, seed=a.seed) if a.world > 1 else None
+    dl = StatefulDataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate,
+                            num_workers=WORKERS if a.config == "fast" else 0)
+    # end user
+
+    def restore(state):
+        dl2 = StatefulDataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate,
+                                 num_workers=WORKERS if a.config == "fast" else 0)
+        dl2.load_state_dict(state)
+        return iter(dl2)
+    return dl, ids_of_rows, lambda it: dl.state_dict(), restore
+
+
+def hf_(a):
+    import datasets
+    datasets.disable_progress_bars()
+    path = os.path.join(a.data, "ds")
+    if a.config == "full":
+        # user
+        ds = datasets.load_from_disk(path)
+        ds = ds.shard(a.world, a.rank) if a.world > 1 else ds
+        ds = ds.shuffle(seed=a.seed)
+        batches = ds.iter(batch_size=BATCH)
+        # end user
+        return batches, lambda b: ids_of_rows(b["data"]), None, None
+    import torch.utils.data as tud
+    from datasets.distributed import split_dataset_by_node
+    # user
+    ids = datasets.load_from_disk(path).to_iterable_dataset(num_shards=64)
+    ids = split_dataset_by_node(ids, a.rank, a.world) if a.world > 1 else ids
+    ids = ids.shuffle(seed=a.seed, buffer_size=1000)
+    dl = tud.DataLoader(ids, batch_size=BATCH, num_workers=WORKERS, collate_fn=lambda rows: [r["data"] for r in rows])
+    # end user
+    return dl, ids_of_rows, None, None
+
+
+def tf_(a):
+    import tensorflow as tf
+    fs = files(a.data, "*.tfrecord")
+    ids = lambda b: tf.io.decode_raw(tf.strings.substr(b, 0, 8), tf.int64)[:, 0]  # noqa: E731
+    if a.config == "full":
+        # user
+        ds = tf.data.TFRecordDataset(fs)
+        ds = ds.shard(a.world, a.rank) if a.world > 1 else ds
+        n = sum(os.path.getsize(f) for f in fs) // (a.size + 16)  # every record in the buffer
+        ds = ds.shuffle(n, seed=a.seed).batch(BATCH).map(ids).prefetch(tf.data.AUTOTUNE)
+        # end user
+    else:
+        # user
+        ds = tf.data.Dataset.from_tensor_slices(fs)
+        ds = ds.shard(a.world, a.rank) if a.world > 1 else ds
+        ds = ds.shuffle(len(fs), seed=a.seed).interleave(tf.data.TFRecordDataset, cycle_length=8,
+                                                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+        ds = ds.shuffle(10000, seed=a.seed).batch(BATCH).map(ids).prefetch(tf.data.AUTOTUNE)
+        # end user
+
+    def state(it):
+        ck = tf.train.Checkpoint(it=it)
+        return ck.write(os.path.join(a.tmp, "tfck"))
+
+    def restore(path):
+        it = iter(ds)
+        tf.train.Checkpoint(it=it).read(path).assert_consumed()
+        return it
+    return ds, lambda b: b.numpy().tolist(), state, restore
+
+
+def grain_(a):
+    import grain
+    fs = files(a.data, "*.array_record")
+
+    def build():
+        # user
+        src = grain.sources.ArrayRecordDataSource(fs)
+        ds = grain.MapDataset.source(src)
+        ds = ds[a.rank::a.world] if a.world > 1 else ds
+        ds = ds.shuffle(seed=a.seed).map(lambda r: np.frombuffer(r, np.uint8)).batch(BATCH)
+        it = ds.to_iter_dataset(grain.ReadOptions(num_threads=16, prefetch_buffer_size=500))
+        if a.config == "fast":
+            it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=WORKERS))
+        # end user
+        return it
+
+    def restore(state):
+        it = iter(build())
+        it.set_state(state)
+        return it
+    return build(), ids_of_rows, lambda it: it.get_state(), restore
+
+
+def wds_(a):
+    import webdataset as wds
+    fs = files(a.data, "*.tar")
+    fs = fs[a.rank::a.world]
+    # user
+    ds = wds.WebDataset(fs, shardshuffle=len(fs), seed=a.seed, empty_check=False).shuffle(1000).to_tuple("bin").batched(BATCH)
+    dl = wds.WebLoader(ds, batch_size=None, num_workers=WORKERS if a.config == "fast" else 0)
+    # end user
+    return dl, lambda b: ids_of_rows(b[0]), None, None
+
+
+def mosaic_(a):
+    import streaming
+    from streaming import StreamingDataLoader, StreamingDataset
+    streaming.base.util.clean_stale_shared_memory()
+    os.environ.setdefault("RANK", str(a.rank))
+    os.environ.setdefault("WORLD_SIZE", str(a.world))
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("LOCAL_WORLD_SIZE", "1")
+
+    def build():
+        # user
+        ds = StreamingDataset(local=a.data, shuffle=True, shuffle_seed=a.seed, batch_size=BATCH,
+                              shuffle_algo="naive" if a.config == "full" else "py1e")
+        dl = StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS if a.config == "fast" else 0,
+                                 collate_fn=lambda rows: {"data": [r["data"] for r in rows]})
+        # end user
+        return dl
+    dl = build()
+
+    def restore(state):
+        dl2 = build()
+        dl2.load_state_dict(state)
+        return iter(dl2)
+    return dl, lambda b: ids_of_rows(b["data"]), lambda it: dl.state_dict(), restore
+
+
+def ray_(a):
+    import logging
+
+    import ray
+    ray.init(num_cpus=WORKERS, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    fs = files(a.data, "*.parquet")[a.rank::a.world]
+    if a.config == "full":
+        # user
+        ds = ray.data.read_parquet(fs).random_shuffle(seed=a.seed)
+        batches = ds.iter_batches(batch_size=BATCH, batch_format="numpy")
+        # end user
+    else:
+        # user
+        ds = ray.data.read_parquet(fs, shuffle="files")
+        batches = ds.iter_batches(batch_size=BATCH, batch_format="numpy", local_shuffle_buffer_size=10000)
+        # end user
+    return batches, lambda b: ids_of_rows(b["data"]), None, None
+
+
+PEERS = {"riffle": riffle_, "torch": torch_, "torchdata": torchdata_, "hf": hf_, "tf": tf_, "grain": grain_,
+         "webdataset": wds_, "mosaic": mosaic_, "ray": ray_}
+
+
+def user_lines(peer: str) -> int:
+    """Lines of user code in the peer's builder (between the markers)."""
+    import inspect
+    src = inspect.getsource(PEERS[peer]).splitlines()
+    n, on = 0, False
+    for line in src:
+        s = line.strip()
+        if s == "# user":
+            on = True
+        elif s == "# end user":
+            on = False
+        elif on and s:
+            n += 1
+    return n
+
+
+def finish(out: dict) -> None:
+    """Prints the result and ends the run's whole process group: some
+    peers' worker processes outlive their loader (and hold the pipe the
+    harness reads) by seconds or for ever."""
+    print(json.dumps(out), flush=True)
+    sys.stderr.flush()
+    if os.getpgid(0) == os.getpid():  # the harness made this process a group leader
+        os.killpg(0, 9)
+    os._exit(0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("peer", choices=PEERS)
+    p.add_argument("config", choices=["full", "fast"])
+    p.add_argument("mode", choices=["speed", "resume", "epoch", "lines"])
+    p.add_argument("--data", default="")
+    p.add_argument("--size", type=int, default=4096)
+    p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--world", type=int, default=1)
+    p.add_argument("--ids", action="store_true")
+    p.add_argument("--tmp", default="/tmp/riffle-peers-tmp")
+    a = p.parse_args()
+    os.makedirs(a.tmp, exist_ok=True)
+    if a.mode == "lines":
+        print(json.dumps({"lines": user_lines(a.peer)}))
+        return
+    t0 = time.time()
+    loader, ids_of, state, restore = PEERS[a.peer](a)
+    if a.mode == "resume":
+        if state is None:
+            finish({"resume": "none"})
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        st = state(it)
+        want = ids_of(next(it))
+        got = ids_of(next(restore(st)))
+        finish({"resume": "exact" if got == want else "differs"})
+    ids: list[int] = []
+    first = None
+    n_first = 0
+    err = None
+    try:
+        for b in loader:
+            ids += ids_of(b)
+            if first is None:
+                first, n_first = time.time() - t0, len(ids)
+            if a.mode == "speed" and time.time() - t0 >= a.seconds:
+                break
+    except Exception as e:  # the truncated-file probe reports what the loader raised
+        if a.mode != "epoch":
+            raise
+        err = f"{type(e).__name__}: {str(e)[:200]}"
+    el = time.time() - t0
+    steady = (len(ids) - n_first) / (el - first) if first is not None and el > first else 0.0
+    out = {"n": len(ids), "seconds": el, "first": first, "rate": steady, "error": err, "distinct": len(set(ids))}
+    if a.ids:
+        out["ids"] = ids
+    finish(out)
+
+
+if __name__ == "__main__":
+    main()
