@@ -34,7 +34,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import REPO, Daemon, device_of, drop_caches, make_file, parse_size, read_bytes  # noqa: E402
+import numpy as np  # noqa: E402
+
+from common import REPO, Daemon, device_of, drop_caches, parse_size, read_bytes  # noqa: E402
 
 VENVS = HERE / ".venvs"
 # peer: (environment, format, configurations)
@@ -260,17 +262,41 @@ def rl(peer: str, cfg: str, n: int) -> str:
 
 # --- data ---
 
+def make_source(path: Path, total: int, size: int) -> bool:
+    """Fixed-size records of random bytes (nothing a peer's compression
+    could shrink), each starting with its id; True if (re)written."""
+    n = total // size
+    if path.exists() and path.stat().st_size == n * size:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    per = max(1, (64 << 20) // size)
+    with open(path, "wb") as f:
+        for lo in range(0, n, per):
+            k = min(per, n - lo)
+            block = rng.integers(0, 256, (k, size), dtype=np.uint8)
+            block[:, :8] = np.arange(lo, lo + k, dtype="<u8").view(np.uint8).reshape(k, 8)
+            f.write(block.tobytes())
+    return True
+
+
 def prepare(args, size: int, total: int, tag: str) -> dict[str, str]:
-    """The source file and every peer's format of it; returns format -> path."""
+    """The source file and every peer's format of it; returns format -> path.
+    Each format remembers the source it was written from (a stamp), and is
+    written again when the source changed."""
     root = Path(args.data) / f"{tag}-{size}"
     src = root / "raw" / "records.bin"
-    make_file(src, total, size)
+    make_source(src, total, size)
+    stamp = f"{src.stat().st_size} {src.stat().st_mtime_ns}"
     paths = {"raw": str(src)}
     for fmt, env in WRITER_ENV.items():
         out = root / fmt
-        if not out.exists():
+        mark = root / f".{fmt}.source"
+        if not out.exists() or not mark.exists() or mark.read_text() != stamp:
+            shutil.rmtree(out, ignore_errors=True)
             print(f"writing {out}", file=sys.stderr, flush=True)
             subprocess.run([python(env), str(HERE / "write.py"), fmt, str(src), str(size), str(out)], check=True)
+            mark.write_text(stamp)
         paths[fmt] = str(out)
     return paths
 

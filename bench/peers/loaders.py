@@ -206,11 +206,10 @@ def wds_(a):
 def mosaic_(a):
     import streaming
     from streaming import StreamingDataLoader, StreamingDataset
-    streaming.base.util.clean_stale_shared_memory()
-    os.environ.setdefault("RANK", str(a.rank))
-    os.environ.setdefault("WORLD_SIZE", str(a.world))
-    os.environ.setdefault("LOCAL_RANK", "0")
-    os.environ.setdefault("LOCAL_WORLD_SIZE", "1")
+    # The ranks share this machine: they are its local ranks too.
+    os.environ.update(RANK=str(a.rank), WORLD_SIZE=str(a.world), LOCAL_RANK=str(a.rank), LOCAL_WORLD_SIZE=str(a.world))
+    if a.world == 1:
+        streaming.base.util.clean_stale_shared_memory()
 
     def build():
         # user
