@@ -41,7 +41,7 @@ from common import REPO, Daemon, device_of, drop_caches, parse_size, read_bytes 
 VENVS = HERE / ".venvs"
 # peer: (environment, format, configurations)
 PEERS = {
-    "riffle": ("torch", "raw", ["full"]),
+    "riffle": ("torch", "raw", ["full", "fast"]),
     "torch": ("torch", "raw", ["full", "fast"]),
     "torchdata": ("torch", "raw", ["fast"]),
     "hf": ("torch", "arrow", ["full", "fast"]),
@@ -55,6 +55,7 @@ WRITER_ENV = {"tfrecord": "tf", "arrow": "torch", "tar": "torch", "mds": "torch"
 # What each configuration is, for the table.
 CONFIGS = {
     ("riffle", "full"): "global shuffle, daemon's parallel reads",
+    ("riffle", "fast"): "block-aware shuffle, 64 KiB blocks, window 8",
     ("torch", "full"): "shuffle=True, map-style pread, 0 workers",
     ("torch", "fast"): "shuffle=True, map-style pread, 2 workers",
     ("torchdata", "fast"): "StatefulDataLoader, shuffle=True, 2 workers",
@@ -247,10 +248,16 @@ def quality(ids: list[int], batch: int = 256) -> tuple[str, str]:
 BUFFERED = {("hf", "fast"): 1000, ("tf", "fast"): 10000, ("webdataset", "fast"): 1000, ("ray", "fast"): 10000}
 
 
-def rl(peer: str, cfg: str, n: int) -> str:
+def rl(peer: str, cfg: str, n: int, size: int) -> str:
     """DeepIO's randomization level of a configuration's orders (a model)."""
     if (peer, cfg) == ("mosaic", "fast"):
         return "block (py1e)"
+    if (peer, cfg) == ("riffle", "fast"):
+        out = subprocess.run([str(REPO / "bin" / "riffle"), "quality", "--sampler", "block", "--block-size", "65536",
+                              "--window", "8", "--record-size", str(size), "--records", str(n), "--epochs", "1"],
+                             capture_output=True, text=True).stdout
+        row = [w for l in out.splitlines() if l.startswith("block") for w in l.split() if w.endswith("%")]
+        return row[0] if row else "-"
     if (peer, cfg) not in BUFFERED:
         return "100%"
     out = subprocess.run([str(REPO / "bin" / "riffle"), "quality", "--sampler", "buffered", "--buffer",
@@ -378,7 +385,7 @@ def main() -> None:
                     o = run_one(peer, cfg, "epoch", small[fmt], size, args, ids=True)
                     row["flags"] += flags(o, n_small)
                     row["nb"], row["disp"] = quality(o.ids) if not flags(o, n_small) else ("-", "-")
-                    row["rl"] = rl(peer, cfg, n_small)
+                    row["rl"] = rl(peer, cfg, n_small, size)
                 if "ranks" in parts:
                     rs = run_ranks(peer, cfg, "epoch", small[fmt], size, args, ids=True, ranks=[0, 1], world=2)
                     union = [x for r in rs for x in r.ids]
