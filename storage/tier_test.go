@@ -78,6 +78,20 @@ func TestTierHoldsTheDataset(t *testing.T) {
 	}
 }
 
+// nextUseOf is the oracle a job gives the tier: when the order g, now at
+// position *now, next reads a byte of a range of its one object of
+// records of size bytes.
+func nextUseOf(g sampler.Global, size int64, now *int) func(object string, off, ln int64) int64 {
+	return func(object string, off, ln int64) int64 {
+		best := int64(cache.Never)
+		for id := off / size; id < (off+ln)/size; id++ {
+			nu, _ := sampler.NextUse(g, *now, int(id))
+			best = min(best, nu)
+		}
+		return best
+	}
+}
+
 // With room for half the dataset, Belady's MIN (told each block's next use
 // by the inverse of the order) misses less than LRU over the same epochs.
 func TestTierBeladyBeatsLRU(t *testing.T) {
@@ -97,14 +111,7 @@ func TestTierBeladyBeatsLRU(t *testing.T) {
 			t.Fatal(err)
 		}
 		var now int
-		tier.AddFuture(func(object string, off, ln int64) int64 {
-			best := int64(cache.Never)
-			for id := off / size; id < (off+ln)/size; id++ {
-				nu, _ := sampler.NextUse(g, now, int(id))
-				best = min(best, nu)
-			}
-			return best
-		})
+		tier.AddFuture(nextUseOf(g, size, &now))
 		r, err := tier.Open(ctx, path)
 		if err != nil {
 			t.Fatal(err)
@@ -225,14 +232,7 @@ func BenchmarkTierPolicies(b *testing.B) {
 						b.Fatal(err)
 					}
 					var now int
-					tier.AddFuture(func(object string, off, ln int64) int64 {
-						best := int64(cache.Never)
-						for id := off / int64(size); id < (off+ln)/int64(size); id++ {
-							nu, _ := sampler.NextUse(g, now, int(id))
-							best = min(best, nu)
-						}
-						return best
-					})
+					tier.AddFuture(nextUseOf(g, int64(size), &now))
 					r, err := tier.Open(ctx, path)
 					if err != nil {
 						b.Fatal(err)

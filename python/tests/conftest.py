@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -29,6 +30,23 @@ def riffle_bin() -> str:
     go = shutil.which("go") or "/usr/local/go/bin/go"
     subprocess.run([go, "build", "-o", str(out), "./cmd/riffle"], cwd=REPO, check=True)
     return str(out)
+
+
+def status(sock: str) -> dict:
+    """The daemon's status (riffle status)."""
+    c = client.Connection(sock, autostart=False)
+    try:
+        return c.request({"op": "status"})[0]["status"]
+    finally:
+        c.close()
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 class Daemon:

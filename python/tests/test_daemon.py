@@ -17,7 +17,7 @@ import pytest
 import riffle
 from riffle import client
 
-from conftest import REPO, Daemon, write_fixed
+from conftest import REPO, Daemon, write_fixed, free_port
 
 CLIENT = textwrap.dedent("""
     import sys, time
@@ -141,14 +141,6 @@ def test_roots_confine_paths(tmp_path, monkeypatch):
                 next(iter(riffle.Loader(p, batch_size=5, record_size=64)))
     finally:
         d.stop()
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_tcp_with_token(tmp_path, fixed_file):

@@ -17,27 +17,11 @@ import pytest
 import riffle
 from riffle import client
 
-from conftest import Daemon, record
+from conftest import Daemon, record, status, free_port
 from test_s3 import REC, s3  # noqa: F401  (the S3 server fixture)
 
 NODES = 4
 N = 4 * 900  # records: 14 MiB, 4 objects
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def status(sock: str) -> dict:
-    c = client.Connection(sock, autostart=False)
-    try:
-        return c.request({"op": "status"})[0]["status"]
-    finally:
-        c.close()
 
 
 @pytest.fixture

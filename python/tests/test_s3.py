@@ -21,7 +21,7 @@ import riffle
 import riffle.torch as rt
 from riffle import client
 
-from conftest import Daemon, record
+from conftest import Daemon, record, status
 
 REC = 4096
 
@@ -73,14 +73,6 @@ def s3_daemon(s3, tmp_path, monkeypatch):
     d.stop()
 
 
-def status(d: Daemon) -> dict:
-    c = client.Connection(d.sock, autostart=False)
-    try:
-        return c.request({"op": "status"})[0]["status"]
-    finally:
-        c.close()
-
-
 def epoch_ids(ld, first: int = 0) -> list[int]:
     """One epoch's ids, each record checked against the bytes written
     (record i of the dataset is record first+i of the objects)."""
@@ -97,11 +89,11 @@ def test_every_record_once_per_epoch_then_from_disk(s3_daemon):
     assert ld.info()["records"] == 2100
     first = epoch_ids(ld)
     assert sorted(first) == list(range(2100))
-    after1 = status(s3_daemon)
+    after1 = status(s3_daemon.sock)
     assert after1["remote"]["bytes"] >= 2100 * REC
     second = epoch_ids(ld)
     assert sorted(second) == list(range(2100)) and second != first
-    after2 = status(s3_daemon)
+    after2 = status(s3_daemon.sock)
     # The disk cache holds the whole dataset: epoch 2 takes at most 5% of
     # its bytes from the object store.
     assert after2["remote"]["bytes"] - after1["remote"]["bytes"] <= 0.05 * 2100 * REC
@@ -119,7 +111,7 @@ def test_disk_cache_survives_a_restart(s3, tmp_path, monkeypatch):
         try:
             ld = riffle.Loader("s3://bkt/fixed/part-1.bin", 50, record_size=REC, seed=run, socket=d.sock)
             assert sorted(epoch_ids(ld, 700)) == list(range(700))
-            fetched.append(status(d).get("remote", {}).get("bytes", 0))
+            fetched.append(status(d.sock).get("remote", {}).get("bytes", 0))
             ld.close()
         finally:
             d.stop()

@@ -19,7 +19,7 @@ import pytest
 import riffle
 from riffle import client, decode
 
-from conftest import REPO, Daemon, write_fixed
+from conftest import REPO, Daemon, write_fixed, status
 
 SHARER = textwrap.dedent("""
     import sys, time
@@ -41,14 +41,6 @@ SHARER = textwrap.dedent("""
         assert sorted(ids) == sorted({want!r}), f"epoch {{epoch}} is not its subset once"
     print("ok", flush=True)
 """)
-
-
-def status(sock: str) -> dict:
-    c = client.Connection(sock, autostart=False)
-    try:
-        return c.request({"op": "status"})[0]["status"]
-    finally:
-        c.close()
 
 
 def test_sharing_jobs_across_processes(tmp_path):
