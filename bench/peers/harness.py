@@ -350,13 +350,14 @@ def main() -> None:
         print(s, flush=True)
         lines.append(s)
 
+    raw: list[dict] = []
     lines_of = {}
     for peer in peers:
         r = subprocess.run([python(PEERS[peer][0]), str(HERE / "loaders.py"), peer, "full", "lines"],
                            capture_output=True, text=True)
         lines_of[peer] = parse_run(r.stdout)["lines"] if r.returncode == 0 else 0
     emit(f"machine: {os.cpu_count()} cores; each run at most {args.seconds:.0f}s or one epoch; batch 256; "
-         f"samples/s after the first batch")
+         f"samples/s over the run (first batch included), and after the first batch in parentheses")
     for size in map(int, args.sizes.split(",")):
         big = prepare(args, size, parse_size(args.bytes), "big") if "speed" in parts else None
         small = prepare(args, size, parse_size(args.small), "small")
@@ -377,7 +378,12 @@ def main() -> None:
                     run_one(peer, cfg, "speed", big[fmt], size, args)  # warms the cache
                     warm = run_one(peer, cfg, "speed", big[fmt], size, args)
                     row["flags"] += flags(cold) + flags(warm)
-                    row["cold"], row["warm"] = cold.rate, warm.rate
+                    # Over the whole run, first batch included (what an epoch
+                    # costs a user), and after the first batch (steady state).
+                    row["cold"] = f"{cold.n / max(cold.seconds, 1e-9):.0f} ({cold.rate:.0f})"
+                    row["warm"] = f"{warm.n / max(warm.seconds, 1e-9):.0f} ({warm.rate:.0f})"
+                    raw.append({"peer": peer, "config": cfg, "size": size, "cold": cold.__dict__ | {"ids": []},
+                                "warm": warm.__dict__ | {"ids": []}})
                     row["rss"] = max(cold.rss, warm.rss) >> 20
                     row["dev"] = cold.device / max(1, cold.n * size)
                     row["first"] = cold.first
@@ -419,11 +425,12 @@ def main() -> None:
                     else:
                         row["trunc"] = "no effect"
                 fmtv = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-                emit(f"| {peer} | {CONFIGS[(peer, cfg)]} | {fmtv(row.get('cold'), '.0f')} | {fmtv(row.get('warm'), '.0f')} "
+                emit(f"| {peer} | {CONFIGS[(peer, cfg)]} | {row.get('cold', '-')} | {row.get('warm', '-')} "
                      f"| {fmtv(row.get('rss'), 'd')} | {fmtv(row.get('dev'), '.2f')} | {fmtv(row.get('first'), '.2f')} "
                      f"| {row.get('rl', '-')} | {row.get('nb', '-')} | {row.get('disp', '-')} | {row.get('ranks', '-')} | {row.get('resume', '-')} "
                      f"| {row.get('trunc', '-')} | {lines_of.get(peer, '-')} | {'; '.join(row['flags']) or 'ok'} |")
     Path(args.out).write_text("\n".join(lines) + "\n")
+    Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1))
 
 
 if __name__ == "__main__":
