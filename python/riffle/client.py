@@ -614,7 +614,14 @@ class Loader:
             spec["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
             spec["skip"] = self._skip
-        reply, _, fds = conn.request({"op": wire.OP_OPEN, "spec": spec}, timeout=max(conn.timeout, 600.0))
+        try:
+            reply, _, fds = conn.request({"op": wire.OP_OPEN, "spec": spec}, timeout=max(conn.timeout, 600.0))
+        except DaemonGone:
+            # The process's shared connection was to a daemon that has
+            # since gone (restarted, say): an open is safe to make again
+            # on a new connection, which starts a daemon if none answers.
+            conn = self._conn()
+            reply, _, fds = conn.request({"op": wire.OP_OPEN, "spec": spec}, timeout=max(conn.timeout, 600.0))
         mm = None
         if reply.get("arena_size"):
             if not fds:

@@ -91,6 +91,24 @@ def test_killed_daemon_is_a_clear_error(tmp_path, fixed_file, monkeypatch):
     d.stop()
 
 
+def test_a_new_loader_after_a_daemon_restart(tmp_path, fixed_file, monkeypatch):
+    # The process's shared connection went with the first daemon (with
+    # releases still queued on it): the next loader opens on a new one.
+    d = Daemon(str(tmp_path / "d.sock"))
+    monkeypatch.setenv("RIFFLE_SOCKET", d.sock)
+    ld = riffle.Loader(fixed_file, batch_size=10, record_size=64, timeout=5, autostart=False)
+    held = [b for b, _ in zip(ld, range(3))]
+    ld.close()
+    del held
+    d.stop()
+    d = Daemon(str(tmp_path / "d.sock"))
+    try:
+        ld = riffle.Loader(fixed_file, batch_size=10, record_size=64, timeout=5, autostart=False)
+        assert sorted(i for b in ld for i in b.ids.tolist()) == list(range(1000))
+    finally:
+        d.stop()
+
+
 def test_daemon_that_stops_answering_times_out(tmp_path, fixed_file, monkeypatch):
     d = Daemon(str(tmp_path / "s.sock"))
     monkeypatch.setenv("RIFFLE_SOCKET", d.sock)
