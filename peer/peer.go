@@ -207,7 +207,8 @@ func (o *object) Hints() storage.Hints {
 	return h
 }
 
-// ReadAt reads the blocks the range covers, each from its owner.
+// ReadAt reads the blocks the range covers, each from its owner; from a
+// peer only the bytes wanted of each block travel.
 func (o *object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	size := o.Size()
 	if len(p) == 0 {
@@ -218,11 +219,8 @@ func (o *object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	}
 	bs := o.c.opts.Block
 	for i := off / bs; i*bs < off+int64(len(p)); i++ {
-		err := o.c.block(ctx, o.Reader, o.version, i, func(b []byte) {
-			lo, hi := max(off, i*bs), min(off+int64(len(p)), i*bs+int64(len(b)))
-			copy(p[lo-off:hi-off], b[lo-i*bs:hi-i*bs])
-		})
-		if err != nil {
+		lo, hi := max(off, i*bs), min(off+int64(len(p)), min((i+1)*bs, size))
+		if err := o.c.block(ctx, o.Reader, o.version, i, lo-i*bs, p[lo-off:hi-off]); err != nil {
 			return err
 		}
 	}
@@ -237,35 +235,39 @@ func (c *Cluster) key(name, version string, index int64) cache.Key {
 	return cache.Key{Space: h.Sum64(), ID: index}
 }
 
-// block gives use the bytes of block index of r: from this node's memory
-// if it owns the block, else from the owner, else from the object store.
-func (c *Cluster) block(ctx context.Context, r storage.Reader, version string, index int64, use func([]byte)) error {
+// block fills dst with the bytes of block index of r from at onward: from
+// this node's memory if it owns the block, else from the owner, else from
+// the object store.
+func (c *Cluster) block(ctx context.Context, r storage.Reader, version string, index, at int64, dst []byte) error {
 	owner := Owner(c.opts.Peers, r.Name(), index)
 	if owner == c.opts.Self {
 		c.st.local.Add(1)
-		return c.owned(ctx, r, version, index, use)
+		return c.owned(ctx, r, version, index, func(b []byte) { copy(dst, b[at:]) })
 	}
 	if p := c.peers[owner]; p.up() {
-		b, err := p.get(ctx, r.Name(), version, index)
-		if err == nil && int64(len(b)) == c.blockLen(r.Size(), index) {
+		b, err := p.get(ctx, r.Name(), version, index, at, int64(len(dst)))
+		if err == nil && len(b) == len(dst) {
 			c.st.fromPeers.Add(1)
-			use(b)
+			copy(dst, b)
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if errors.Is(err, errChanged) {
-			return &storage.Error{Op: "read", Object: r.Name(), Offset: index * c.opts.Block, Err: err}
+			return &storage.Error{Op: "read", Object: r.Name(), Offset: index*c.opts.Block + at, Len: len(dst), Err: err}
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: %d bytes for %d", wire.ErrFrame, len(b), len(dst))
 		}
 		p.trip(err)
 	}
+	// The owner failed: read just these bytes from the store, keep nothing.
 	c.st.fallbacks.Add(1)
-	b, err := c.fetch(ctx, r, index)
-	if err != nil {
+	if err := r.ReadAt(ctx, dst, index*c.opts.Block+at); err != nil {
 		return err
 	}
-	use(b)
+	c.st.fetched.Add(int64(len(dst)))
 	return nil
 }
 
@@ -348,10 +350,11 @@ func (c *Cluster) fill(ctx context.Context, r storage.Reader, index int64, it *c
 // errChanged is a peer's answer that the object is not the version asked for.
 var errChanged = errors.New("the object changed")
 
-// Serve answers a peer's request for block index of object at version:
-// from memory, or fetched (and kept, if this node owns it). Only s3://
-// objects are served: a peer never reads this node's files.
-func (c *Cluster) Serve(ctx context.Context, object, version string, index int64) ([]byte, error) {
+// Serve answers a peer's request for n bytes from at of block index of
+// object at version (n 0: the rest of the block): from memory, or fetched
+// (and kept, if this node owns the block). Only s3:// objects are served:
+// a peer never reads this node's files.
+func (c *Cluster) Serve(ctx context.Context, object, version string, index, at, n int64) ([]byte, error) {
 	if !storage.IsS3(object) {
 		return nil, fmt.Errorf("peer: %q is not an object-store name", object)
 	}
@@ -362,12 +365,21 @@ func (c *Cluster) Serve(ctx context.Context, object, version string, index int64
 	if index < 0 || index*c.opts.Block >= r.Size() {
 		return nil, fmt.Errorf("peer: block %d of %s (%d bytes) is past its end", index, object, r.Size())
 	}
-	var out []byte
-	use := func(b []byte) { out = append([]byte(nil), b...) }
+	blen := c.blockLen(r.Size(), index)
+	if n == 0 {
+		n = blen - at
+	}
+	if at < 0 || n < 0 || at+n > blen {
+		return nil, fmt.Errorf("peer: bytes %d-%d of block %d of %s, which has %d", at, at+n, index, object, blen)
+	}
+	out := make([]byte, n)
 	if Owner(c.opts.Peers, object, index) == c.opts.Self {
-		err = c.owned(ctx, r, version, index, use)
+		err = c.owned(ctx, r, version, index, func(b []byte) { copy(out, b[at:]) })
 	} else {
-		out, err = c.fetch(ctx, r, index)
+		err = r.ReadAt(ctx, out, index*c.opts.Block+at)
+		if err == nil {
+			c.st.fetched.Add(n)
+		}
 	}
 	if err == nil {
 		c.st.served.Add(1)
@@ -510,15 +522,15 @@ func (p *remote) dial(ctx context.Context) (*pconn, error) {
 	return pc, nil
 }
 
-// get asks the peer for a block, within the timeout.
-func (p *remote) get(ctx context.Context, object, version string, index int64) ([]byte, error) {
+// get asks the peer for n bytes from at of a block, within the timeout.
+func (p *remote) get(ctx context.Context, object, version string, index, at, n int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	pc, err := p.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	b, err := pc.ask(ctx, p.tag.Add(1), object, version, index)
+	b, err := pc.ask(ctx, p.tag.Add(1), object, version, index, at, n)
 	if err != nil {
 		pc.c.Close()
 		p.open.Add(-1)
@@ -529,13 +541,14 @@ func (p *remote) get(ctx context.Context, object, version string, index int64) (
 	return b, nil
 }
 
-func (pc *pconn) ask(ctx context.Context, tag uint64, object, version string, index int64) ([]byte, error) {
+func (pc *pconn) ask(ctx context.Context, tag uint64, object, version string, index, at, n int64) ([]byte, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		pc.c.SetDeadline(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { pc.c.SetDeadline(time.Now()) })
 	defer stop()
-	if err := wire.Write(pc.w, &wire.Msg{Op: wire.OpBlock, Tag: tag, Object: object, ObjectVersion: version, Block: index}); err != nil {
+	if err := wire.Write(pc.w, &wire.Msg{Op: wire.OpBlock, Tag: tag, Object: object, ObjectVersion: version, Block: index,
+		Offset: at, Length: n}); err != nil {
 		return nil, err
 	}
 	if err := pc.w.Flush(); err != nil {
@@ -551,7 +564,7 @@ func (pc *pconn) ask(ctx context.Context, tag uint64, object, version string, in
 		}
 		return nil, errors.New(m.Message)
 	}
-	if m.Op != wire.OpBlock || m.Tag != tag || m.Payload < 0 || m.Payload > 1<<30 {
+	if m.Op != wire.OpBlock || m.Tag != tag || m.Payload != n {
 		return nil, fmt.Errorf("%w: a block answer of %q, tag %d, %d bytes", wire.ErrFrame, m.Op, m.Tag, m.Payload)
 	}
 	b := make([]byte, m.Payload)

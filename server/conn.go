@@ -252,7 +252,7 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		go func() {
 			defer cn.wg.Done()
 			defer func() { <-cn.blocks }()
-			b, err := c.Serve(cn.ctx, m.Object, m.ObjectVersion, m.Block)
+			b, err := c.Serve(cn.ctx, m.Object, m.ObjectVersion, m.Block, m.Offset, m.Length)
 			if err != nil {
 				e := &wire.Msg{Op: wire.OpError, Tag: m.Tag, Message: err.Error(), Changed: peer.IsChanged(err)}
 				cn.reply(e)

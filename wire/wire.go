@@ -102,6 +102,8 @@ type Msg struct {
 	Object        string `json:"object,omitempty"`
 	ObjectVersion string `json:"object_version,omitempty"`
 	Block         int64  `json:"block,omitempty"`
+	// Length bytes from Offset (below) are wanted of the block.
+	Length int64 `json:"length,omitempty"`
 	// Changed, on an error, says the object is not at the version asked.
 	Changed bool `json:"changed,omitempty"`
 
@@ -117,7 +119,7 @@ type Msg struct {
 	Paths   []string `json:"paths,omitempty"`
 	Offsets []int64  `json:"offsets,omitempty"`
 
-	// error
+	// error (and block: where in the block)
 	Message string `json:"message,omitempty"`
 	Path    string `json:"path,omitempty"`
 	Offset  int64  `json:"offset,omitempty"`
