@@ -135,29 +135,19 @@ func Pread(ctx context.Context, ds dataset.Dataset, seed uint64, lim Limit) (Res
 	return r, ctx.Err()
 }
 
-// Sequential reads path from start to end in 1 MiB reads (or until lim's
-// duration) and counts records as bytes over recordSize: the device's
-// streaming rate, or one GET of the whole object from an object store.
-func Sequential(ctx context.Context, path string, recordSize int, lim Limit) (Result, error) {
+// Sequential reads paths from start to end, one after another, in 1 MiB
+// reads (or until lim's duration) and counts records as bytes over
+// recordSize: the device's streaming rate, or one GET of each whole object
+// from an object store.
+func Sequential(ctx context.Context, paths []string, recordSize int, lim Limit) (Result, error) {
 	store := Store()
-	meter := MeterOf(store, path)
+	meter := MeterOf(store, paths[0])
 	before := meter()
-	f, err := store.Stream(ctx, path)
-	if err != nil {
-		return Result{}, err
-	}
-	defer f.Close()
 	r := Result{Name: "sequential"}
 	buf := make([]byte, 1<<20)
 	start := time.Now()
-	for ctx.Err() == nil && (lim.Duration == 0 || time.Since(start) < lim.Duration) {
-		n, err := f.Read(buf)
-		r.Bytes += int64(n)
-		r.Reads++
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
+	for _, path := range paths {
+		if err := sequentialOne(ctx, store, path, buf, &r, lim, start); err != nil {
 			return r, err
 		}
 	}
@@ -165,6 +155,26 @@ func Sequential(ctx context.Context, path string, recordSize int, lim Limit) (Re
 	r.Records = r.Bytes / int64(max(1, recordSize))
 	r.DevBytes = since(meter, before)
 	return r, ctx.Err()
+}
+
+func sequentialOne(ctx context.Context, store *storage.Router, path string, buf []byte, r *Result, lim Limit, start time.Time) error {
+	f, err := store.Stream(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for ctx.Err() == nil && (lim.Duration == 0 || time.Since(start) < lim.Duration) {
+		n, err := f.Read(buf)
+		r.Bytes += int64(n)
+		r.Reads++
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // store is the one store the benchmarks read through, so that an object

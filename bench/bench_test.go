@@ -34,7 +34,7 @@ func BenchmarkShuffle(b *testing.B) {
 			ctx := context.Background()
 			// Several epochs, so buffers are reused and the figure is steady state.
 			lim := bench.Limit{Records: 8 * n, Duration: 3 * time.Second}
-			bench.Sequential(ctx, path, size, bench.Limit{}) // warm the cache
+			bench.Sequential(ctx, []string{path}, size, bench.Limit{}) // warm the cache
 			var rf, pr, sq bench.Result
 			for b.Loop() {
 				if rf, err = bench.Riffle(ctx, ds, sampler.Global{N: ds.Len(), Seed: 1}, loader.Options{}, lim); err != nil {
@@ -43,7 +43,7 @@ func BenchmarkShuffle(b *testing.B) {
 				if pr, err = bench.Pread(ctx, ds, 1, lim); err != nil {
 					b.Fatal(err)
 				}
-				if sq, err = bench.Sequential(ctx, path, size, bench.Limit{Duration: time.Minute}); err != nil {
+				if sq, err = bench.Sequential(ctx, []string{path}, size, bench.Limit{Duration: time.Minute}); err != nil {
 					b.Fatal(err)
 				}
 			}

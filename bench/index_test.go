@@ -21,7 +21,7 @@ func BenchmarkIndexBuild(b *testing.B) {
 	var ix, sq bench.Result
 	var err error
 	for b.Loop() {
-		if sq, err = bench.Sequential(ctx, path, 1, bench.Limit{}); err != nil {
+		if sq, err = bench.Sequential(ctx, []string{path}, 1, bench.Limit{}); err != nil {
 			b.Fatal(err)
 		}
 		if ix, err = bench.Index(ctx, dataset.Options{}, path); err != nil {

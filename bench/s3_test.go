@@ -79,7 +79,7 @@ func BenchmarkS3(b *testing.B) {
 					return bench.Pread(ctx, ds, 1, bench.Limit{Records: n, Duration: 5 * time.Second})
 				})
 				seq = measure(srv.Endpoint, 0, func(dataset.Dataset) (bench.Result, error) {
-					return bench.Sequential(ctx, url, rec, bench.Limit{})
+					return bench.Sequential(ctx, []string{url}, rec, bench.Limit{})
 				})
 				// Through the proxy both ways, so that the ratio is the
 				// latency's alone, not the proxy's own cost.

@@ -89,7 +89,7 @@ records (--record-size, default 4096) is written first.`,
 					if mode == "cold" {
 						return bench.DropCaches()
 					}
-					_, err := bench.Sequential(ctx, path, recSize, bench.Limit{})
+					_, err := bench.Sequential(ctx, inf.Paths, recSize, bench.Limit{})
 					return err
 				}
 				run := func(f func() (bench.Result, error)) error {
@@ -128,7 +128,7 @@ records (--record-size, default 4096) is written first.`,
 				if err := run(func() (bench.Result, error) { return bench.Pread(ctx, ds, sf.Seed, lim) }); err != nil {
 					return err
 				}
-				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, path, recSize, lim) }); err != nil {
+				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, inf.Paths, recSize, lim) }); err != nil {
 					return err
 				}
 				if mode == "cold" && !noFio && !storage.IsS3(path) {
