@@ -163,13 +163,13 @@ def riffle_env(peer: str) -> dict:
 
 
 def run_one(peer: str, config: str, mode: str, data: str, size: int, args, *, cold: bool = False, ids: bool = False,
-            rank: int = 0, world: int = 1, timeout: float = 600) -> Run:
+            rank: int = 0, world: int = 1, timeout: float = 600, extra: list[str] = ()) -> Run:
     return run_ranks(peer, config, mode, data, size, args, cold=cold, ids=ids, ranks=[rank], world=world,
-                     timeout=timeout)[0]
+                     timeout=timeout, extra=extra)[0]
 
 
 def run_ranks(peer: str, config: str, mode: str, data: str, size: int, args, *, cold: bool = False, ids: bool = False,
-              ranks: list[int] = (0,), world: int = 1, timeout: float = 600) -> list[Run]:
+              ranks: list[int] = (0,), world: int = 1, timeout: float = 600, extra: list[str] = ()) -> list[Run]:
     """Runs ranks of a loader at once (DDP-like: one process per rank, on
     one machine, one riffle daemon for them all), each its own Run."""
     env_name = PEERS[peer][0]
@@ -188,6 +188,7 @@ def run_ranks(peer: str, config: str, mode: str, data: str, size: int, args, *, 
                "--seconds", str(args.seconds), "--rank", str(rank), "--world", str(world), "--seed", "1"]
         if ids:
             cmd.append("--ids")
+        cmd += list(extra)
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=dict(env, RANK=str(rank)), start_new_session=True))
     peaks = [Peak(p.pid, [daemon.proc.pid] if daemon else []) for p in procs]
@@ -338,6 +339,49 @@ def truncated_copy(fmt: str, path: str, size: int) -> str:
     return str(dst)
 
 
+def part_jpeg(args, peers, emit, lines_of, raw) -> None:
+    """A JPEG directory through decode, Resize(256), CenterCrop(224) in
+    every loader: riffle's daemon transform, torchvision's ImageFolder,
+    tf.image, Pillow in the others' own map stages."""
+    from common import make_jpegs
+    root = Path(args.data) / "jpeg"
+    src = root / "raw"
+    make_jpegs(src, args.images)
+    files = [p for p in src.rglob("*.jpg")]
+    mean = sum(p.stat().st_size for p in files) // len(files)
+    stamp = f"{len(files)} {mean}"
+    paths = {"raw": str(src)}
+    for fmt, env in WRITER_ENV.items():
+        out, mark = root / fmt, root / f".{fmt}.source"
+        if not out.exists() or not mark.exists() or mark.read_text() != stamp:
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"writing {out}", file=sys.stderr, flush=True)
+            subprocess.run([python(env), str(HERE / "write.py"), fmt, str(src), "0", str(out)], check=True)
+            mark.write_text(stamp)
+        paths[fmt] = str(out)
+    emit()
+    emit(f"### {len(files)} JPEGs (about 500x375, mean {mean >> 10} KiB): decode, Resize(256), CenterCrop(224)")
+    emit()
+    emit("| loader | configuration | cold samples/s | warm samples/s | peak RSS MiB | device/record bytes (cold) "
+         "| first batch s (cold) | user lines | flags |")
+    emit("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for peer in peers:
+        env, fmt, cfgs = PEERS[peer]
+        for cfg in cfgs:
+            if (peer, cfg) == ("riffle", "fast"):
+                continue  # the transform runs in the daemon either way
+            cold = run_one(peer, cfg, "speed", paths[fmt], mean, args, cold=True, extra=["--image"])
+            warm_up(paths[fmt])
+            warm = run_one(peer, cfg, "speed", paths[fmt], mean, args, extra=["--image"])
+            fl = flags(cold) + flags(warm)
+            raw.append({"peer": peer, "config": cfg, "jpeg": True, "cold": cold.__dict__ | {"ids": []},
+                        "warm": warm.__dict__ | {"ids": []}})
+            f = lambda r: f"{r.n / max(r.seconds, 1e-9):.0f} ({r.rate:.0f})"  # noqa: E731
+            emit(f"| {peer} | {CONFIGS[(peer, cfg)]} | {f(cold)} | {f(warm)} | {max(cold.rss, warm.rss) >> 20} "
+                 f"| {cold.device / max(1, cold.n * mean):.2f} | {cold.first or 0:.2f} | {lines_of.get(peer, '-')} "
+                 f"| {'; '.join(fl) or 'ok'} |")
+
+
 # --- the table ---
 
 def main() -> None:
@@ -348,7 +392,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="4096,131072")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--peers", default=",".join(PEERS))
-    ap.add_argument("--parts", default="speed,order,ranks,resume,truncated")
+    ap.add_argument("--parts", default="speed,order,ranks,resume,truncated,jpeg")
+    ap.add_argument("--images", type=int, default=2000, help="JPEGs for the jpeg part")
     ap.add_argument("--out", default=str(HERE / "results.md"))
     args = ap.parse_args()
     peers = args.peers.split(",")
@@ -368,7 +413,7 @@ def main() -> None:
         lines_of[peer] = parse_run(r.stdout)["lines"] if r.returncode == 0 else 0
     emit(f"machine: {os.cpu_count()} cores; each run at most {args.seconds:.0f}s or one epoch; batch 256; "
          f"samples/s over the run (first batch included), and after the first batch in parentheses")
-    for size in map(int, args.sizes.split(",")):
+    for size in (map(int, args.sizes.split(",")) if set(parts) - {"jpeg"} else []):
         big = prepare(args, size, parse_size(args.bytes), "big") if "speed" in parts else None
         small = prepare(args, size, parse_size(args.small), "small")
         n_small = parse_size(args.small) // size
@@ -439,6 +484,8 @@ def main() -> None:
                      f"| {fmtv(row.get('rss'), 'd')} | {fmtv(row.get('dev'), '.2f')} | {fmtv(row.get('first'), '.2f')} "
                      f"| {row.get('rl', '-')} | {row.get('nb', '-')} | {row.get('disp', '-')} | {row.get('ranks', '-')} | {row.get('resume', '-')} "
                      f"| {row.get('trunc', '-')} | {lines_of.get(peer, '-')} | {'; '.join(row['flags']) or 'ok'} |")
+    if "jpeg" in parts:
+        part_jpeg(args, peers, emit, lines_of, raw)
     Path(args.out).write_text("\n".join(lines) + "\n")
     Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1))
 

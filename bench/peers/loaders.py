@@ -39,6 +39,21 @@ def ids_of_rows(rows) -> list[int]:
     return [int.from_bytes(bytes(r[:8]), "little") for r in rows]
 
 
+def prep(b) -> np.ndarray:
+    """Decode a JPEG, resize its shorter side to 256, crop the center
+    224x224: torchvision's Resize(256) + CenterCrop(224), with Pillow."""
+    import io
+
+    from PIL import Image
+    im = Image.open(io.BytesIO(bytes(b))).convert("RGB")
+    w, h = im.size
+    s = 256 / min(w, h)
+    im = im.resize((max(256, round(w * s)), max(256, round(h * s))), Image.BILINEAR)
+    w, h = im.size
+    l, t = (w - 224) // 2, (h - 224) // 2
+    return np.asarray(im.crop((l, t, l + 224, t + 224)))
+
+
 def files(d: str, pattern: str) -> list[str]:
     fs = sorted(glob.glob(os.path.join(d, pattern)))
     if not fs:
@@ -55,13 +70,16 @@ def riffle_(a):
     # blocks spread over 8 batches): whole blocks at the device's
     # sequential rate, for a lower randomization level.
     kw = {"sampler": "block", "block_size": 65536, "window": 8} if a.config == "fast" else {}
+    if a.image:
+        kw = {"transform": "image:size=256,crop=224"}
+    else:
+        kw["record_size"] = a.size
     # user
-    ld = riffle.Loader(a.data, batch_size=BATCH, record_size=a.size, seed=a.seed, rank=a.rank, world_size=a.world, **kw)
+    ld = riffle.Loader(a.data, batch_size=BATCH, seed=a.seed, rank=a.rank, world_size=a.world, **kw)
     # end user
 
     def restore(state):
-        ld2 = riffle.Loader(a.data, batch_size=BATCH, record_size=a.size, seed=a.seed, rank=a.rank, world_size=a.world,
-                            **kw)
+        ld2 = riffle.Loader(a.data, batch_size=BATCH, seed=a.seed, rank=a.rank, world_size=a.world, **kw)
         ld2.load_state_dict(state)
         return iter(ld2)
     return ld, lambda b: b.ids.tolist(), lambda it: ld.state_dict(), restore
@@ -91,12 +109,26 @@ def _collate(rows):
     return np.stack(rows)
 
 
+def _dataset(a):
+    if a.image:
+        from torchvision import datasets, transforms
+        tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.PILToTensor()])
+        return datasets.ImageFolder(a.data, transform=tf)
+    return _Records(a.data, a.size)
+
+
+def _collate_any(rows):
+    if isinstance(rows[0], tuple):  # ImageFolder's (image, label)
+        return [r[0] for r in rows]
+    return np.stack(rows)
+
+
 def torch_(a):
     import torch.utils.data as tud
     # user
-    ds = _Records(a.data, a.size)
+    ds = _dataset(a)
     sampler = tud.DistributedSampler(ds, a.world, a.rank, seed=a.seed) if a.world > 1 else None
-    dl = tud.DataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate,
+    dl = tud.DataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate_any,
                         num_workers=WORKERS if a.config == "fast" else 0)
     # end user
     return dl, ids_of_rows, None, None
@@ -106,14 +138,14 @@ def torchdata_(a):
     import torch.utils.data as tud
     from torchdata.stateful_dataloader import StatefulDataLoader
     # user
-    ds = _Records(a.data, a.size)
+    ds = _dataset(a)
     sampler = tud.DistributedSampler(ds, a.world, a.rank, seed=a.seed) if a.world > 1 else None
-    dl = StatefulDataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate,
+    dl = StatefulDataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate_any,
                             num_workers=WORKERS if a.config == "fast" else 0)
     # end user
 
     def restore(state):
-        dl2 = StatefulDataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate,
+        dl2 = StatefulDataLoader(ds, batch_size=BATCH, shuffle=sampler is None, sampler=sampler, collate_fn=_collate_any,
                                  num_workers=WORKERS if a.config == "fast" else 0)
         dl2.load_state_dict(state)
         return iter(dl2)
@@ -131,6 +163,9 @@ def hf_(a):
         ds = ds.shuffle(seed=a.seed)
         batches = ds.iter(batch_size=BATCH)
         # end user
+        if a.image:
+            batches = ([prep(x) for x in b["data"]] for b in batches)
+            return batches, None, None, None
         return batches, lambda b: ids_of_rows(b["data"]), None, None
     import torch.utils.data as tud
     from datasets.distributed import split_dataset_by_node
@@ -138,7 +173,8 @@ def hf_(a):
     ids = datasets.load_from_disk(path).to_iterable_dataset(num_shards=64)
     ids = split_dataset_by_node(ids, a.rank, a.world) if a.world > 1 else ids
     ids = ids.shuffle(seed=a.seed, buffer_size=1000)
-    dl = tud.DataLoader(ids, batch_size=BATCH, num_workers=WORKERS, collate_fn=lambda rows: [r["data"] for r in rows])
+    dl = tud.DataLoader(ids, batch_size=BATCH, num_workers=WORKERS,
+                        collate_fn=lambda rows: [prep(r["data"]) if a.image else r["data"] for r in rows])
     # end user
     return dl, ids_of_rows, None, None
 
@@ -147,12 +183,22 @@ def tf_(a):
     import tensorflow as tf
     fs = files(a.data, "*.tfrecord")
     ids = lambda b: tf.io.decode_raw(tf.strings.substr(b, 0, 8), tf.int64)[:, 0]  # noqa: E731
+
+    def decode(b):  # decode, Resize(256), CenterCrop(224)
+        im = tf.io.decode_jpeg(b, channels=3)
+        s = 256 / tf.cast(tf.minimum(tf.shape(im)[0], tf.shape(im)[1]), tf.float32)
+        hw = tf.cast(tf.round(tf.cast(tf.shape(im)[:2], tf.float32) * s), tf.int32)
+        im = tf.image.resize(im, tf.maximum(hw, 256))
+        return tf.cast(tf.image.resize_with_crop_or_pad(im, 224, 224), tf.uint8)
+
     if a.config == "full":
         # user
         ds = tf.data.TFRecordDataset(fs)
         ds = ds.shard(a.world, a.rank) if a.world > 1 else ds
         n = sum(os.path.getsize(f) for f in fs) // (a.size + 16)  # every record in the buffer
-        ds = ds.shuffle(n, seed=a.seed).batch(BATCH).map(ids).prefetch(tf.data.AUTOTUNE)
+        ds = ds.shuffle(n, seed=a.seed)
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE) if a.image else ds
+        ds = (ds.batch(BATCH) if a.image else ds.batch(BATCH).map(ids)).prefetch(tf.data.AUTOTUNE)
         # end user
     else:
         # user
@@ -160,7 +206,9 @@ def tf_(a):
         ds = ds.shard(a.world, a.rank) if a.world > 1 else ds
         ds = ds.shuffle(len(fs), seed=a.seed).interleave(tf.data.TFRecordDataset, cycle_length=8,
                                                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-        ds = ds.shuffle(10000, seed=a.seed).batch(BATCH).map(ids).prefetch(tf.data.AUTOTUNE)
+        ds = ds.shuffle(10000, seed=a.seed)
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE) if a.image else ds
+        ds = (ds.batch(BATCH) if a.image else ds.batch(BATCH).map(ids)).prefetch(tf.data.AUTOTUNE)
         # end user
 
     def state(it):
@@ -183,7 +231,7 @@ def grain_(a):
         src = grain.sources.ArrayRecordDataSource(fs)
         ds = grain.MapDataset.source(src)
         ds = ds[a.rank::a.world] if a.world > 1 else ds
-        ds = ds.shuffle(seed=a.seed).map(lambda r: np.frombuffer(r, np.uint8)).batch(BATCH)
+        ds = ds.shuffle(seed=a.seed).map(prep if a.image else lambda r: np.frombuffer(r, np.uint8)).batch(BATCH)
         it = ds.to_iter_dataset(grain.ReadOptions(num_threads=16, prefetch_buffer_size=500))
         if a.config == "fast":
             it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=WORKERS))
@@ -202,7 +250,8 @@ def wds_(a):
     fs = files(a.data, "*.tar")
     # user
     ds = wds.WebDataset(fs, shardshuffle=len(fs), seed=a.seed, nodesplitter=wds.split_by_node, empty_check=False)
-    ds = ds.shuffle(1000).to_tuple("bin").batched(BATCH)
+    ds = ds.shuffle(1000).to_tuple("bin")
+    ds = (ds.map_tuple(prep) if a.image else ds).batched(BATCH)
     dl = wds.WebLoader(ds, batch_size=None, num_workers=WORKERS if a.config == "fast" else 0)
     # end user
     return dl, lambda b: ids_of_rows(b[0]), None, None
@@ -221,7 +270,8 @@ def mosaic_(a):
         ds = StreamingDataset(local=a.data, shuffle=True, shuffle_seed=a.seed, batch_size=BATCH,
                               shuffle_algo="naive" if a.config == "full" else "py1e")
         dl = StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS if a.config == "fast" else 0,
-                                 collate_fn=lambda rows: {"data": [r["data"] for r in rows]})
+                                 collate_fn=lambda rows: {"data": [prep(r["data"]) if a.image else r["data"]
+                                                                   for r in rows]})
         # end user
         return dl
     dl = build()
@@ -249,6 +299,9 @@ def ray_(a):
         ds = ray.data.read_parquet(fs, shuffle="files")
         batches = ds.iter_batches(batch_size=BATCH, batch_format="numpy", local_shuffle_buffer_size=10000)
         # end user
+    if a.image:
+        batches = ([prep(x) for x in b["data"]] for b in batches)
+        return batches, None, None, None
     return batches, lambda b: ids_of_rows(b["data"]), None, None
 
 
@@ -295,6 +348,7 @@ def main() -> None:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--ids", action="store_true")
+    p.add_argument("--image", action="store_true", help="records are JPEGs: decode, resize, crop")
     p.add_argument("--tmp", default="/tmp/riffle-peers-tmp")
     a = p.parse_args()
     os.makedirs(a.tmp, exist_ok=True)
@@ -303,6 +357,22 @@ def main() -> None:
         return
     t0 = time.time()
     loader, ids_of, state, restore = PEERS[a.peer](a)
+    if a.image:
+        # Images carry no id to check: count the decoded samples, and the
+        # harness checks no order.
+        def ids_of(b, counter=[0]):
+            if hasattr(b, "ids"):
+                k = len(b.ids)
+            elif isinstance(b, dict):
+                k = len(next(iter(b.values())))
+            elif isinstance(b, (tuple, list)) and len(getattr(b[0], "shape", ())) == 4:
+                k = b[0].shape[0]  # a collated batch of images, wrapped
+            elif isinstance(b, tuple):
+                k = len(b[0])
+            else:
+                k = len(b)
+            counter[0] += k
+            return list(range(counter[0] - k, counter[0]))
     if a.mode == "resume":
         if state is None:
             finish({"resume": "none"})

@@ -18,9 +18,24 @@ import tarfile
 from pathlib import Path
 
 
+def jpegs(src: str) -> list[str]:
+    """The files of an ImageFolder directory, in a stable order."""
+    return sorted(str(p) for p in Path(src).rglob("*") if p.is_file())
+
+
+def count(src: str, size: int) -> int:
+    return len(jpegs(src)) if os.path.isdir(src) else os.path.getsize(src) // size
+
+
 def records(src: str, size: int, lo: int = 0, hi: int | None = None):
-    n = os.path.getsize(src) // size
-    hi = n if hi is None else hi
+    """Records lo..hi of the source: fixed-size records of a file, or the
+    files of a JPEG directory (each file's bytes one record)."""
+    hi = count(src, size) if hi is None else hi
+    if os.path.isdir(src):
+        for f in jpegs(src)[lo:hi]:
+            with open(f, "rb") as fh:
+                yield fh.read()
+        return
     with open(src, "rb") as f:
         f.seek(lo * size)
         for _ in range(lo, hi):
@@ -35,7 +50,7 @@ def shards(n: int, k: int):
 def main() -> None:
     fmt, src, size, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     k = int(sys.argv[5]) if len(sys.argv) > 5 else 16
-    n = os.path.getsize(src) // size
+    n = count(src, size)
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
         import shutil
@@ -79,7 +94,7 @@ def main() -> None:
         import pyarrow.parquet as pq
         for i, (lo, hi) in enumerate(shards(n, k)):
             t = pa.table({"data": pa.array(list(records(src, size, lo, hi)), pa.binary())})
-            pq.write_table(t, tmp / f"part-{i:03d}.parquet", row_group_size=max(1, (1 << 20) // size))
+            pq.write_table(t, tmp / f"part-{i:03d}.parquet", row_group_size=max(1, (1 << 20) // max(size, 1 << 17)))
     else:
         raise SystemExit(f"unknown format {fmt}")
     os.sync()
