@@ -305,11 +305,15 @@ def prepare(args, size: int, total: int, tag: str) -> dict[str, str]:
     root = Path(args.data) / f"{tag}-{size}"
     src = root / "raw" / "records.bin"
     make_source(src, total, size)
-    stamp = f"{src.stat().st_size} {src.stat().st_mtime_ns}"
+    return write_formats(root, src, size, f"{src.stat().st_size} {src.stat().st_mtime_ns}")
+
+
+def write_formats(root: Path, src: Path, size: int, stamp: str) -> dict[str, str]:
+    """Every peer's format of src under root, each written by the peer's
+    own writer unless it was written from this same source (stamp)."""
     paths = {"raw": str(src)}
     for fmt, env in WRITER_ENV.items():
-        out = root / fmt
-        mark = root / f".{fmt}.source"
+        out, mark = root / fmt, root / f".{fmt}.source"
         if not out.exists() or not mark.exists() or mark.read_text() != stamp:
             shutil.rmtree(out, ignore_errors=True)
             print(f"writing {out}", file=sys.stderr, flush=True)
@@ -349,16 +353,7 @@ def part_jpeg(args, peers, emit, lines_of, raw) -> None:
     make_jpegs(src, args.images)
     files = [p for p in src.rglob("*.jpg")]
     mean = sum(p.stat().st_size for p in files) // len(files)
-    stamp = f"{len(files)} {mean}"
-    paths = {"raw": str(src)}
-    for fmt, env in WRITER_ENV.items():
-        out, mark = root / fmt, root / f".{fmt}.source"
-        if not out.exists() or not mark.exists() or mark.read_text() != stamp:
-            shutil.rmtree(out, ignore_errors=True)
-            print(f"writing {out}", file=sys.stderr, flush=True)
-            subprocess.run([python(env), str(HERE / "write.py"), fmt, str(src), "0", str(out)], check=True)
-            mark.write_text(stamp)
-        paths[fmt] = str(out)
+    paths = write_formats(root, src, 0, f"{len(files)} {mean}")
     emit()
     emit(f"### {len(files)} JPEGs (about 500x375, mean {mean >> 10} KiB): decode, Resize(256), CenterCrop(224)")
     emit()
