@@ -151,22 +151,13 @@ func openArrowFile(ctx context.Context, r storage.Reader, opts Options) (*arrowF
 	if err != nil {
 		return nil, &FormatError{Path: r.Name(), Err: err}
 	}
-	err = loadOrBuildIndex(ctx, r, arrowVariant, opts, 64*r.Size()+1<<20,
-		func(path string, b []byte, key indexKey) error {
-			p, err := unframeIndex(path, b, key)
-			if err != nil {
-				return err
-			}
-			if err := f.decode(p, full); err != nil {
-				return &FormatError{Path: path, Offset: indexFrame, Err: fmt.Errorf("%v: %w", err, ErrCorrupt)}
-			}
-			return nil
-		},
-		func(key indexKey) ([]byte, error) {
+	err = loadOrBuildFramed(ctx, r, arrowVariant, opts,
+		func(p []byte) error { return f.decode(p, full) },
+		func() ([]byte, error) {
 			if err := f.scan(ctx, full, schemaAt, opts); err != nil {
 				return nil, err
 			}
-			return frameIndex(key, f.encode()), nil
+			return f.encode(), nil
 		})
 	if err != nil {
 		return nil, err

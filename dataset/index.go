@@ -251,6 +251,32 @@ func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts O
 	return t, err
 }
 
+// loadOrBuildFramed is loadOrBuildIndex for formats whose index is a
+// payload of their own inside the common frame (Arrow, Parquet): decode
+// takes the payload, and one it refuses is a corrupt index; build returns
+// a new payload.
+func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, opts Options,
+	decode func(payload []byte) error, build func() ([]byte, error)) error {
+	return loadOrBuildIndex(ctx, src, variant, opts, 64*src.Size()+1<<20,
+		func(path string, b []byte, key indexKey) error {
+			p, err := unframeIndex(path, b, key)
+			if err != nil {
+				return err
+			}
+			if err := decode(p); err != nil {
+				return &FormatError{Path: path, Offset: indexFrame, Err: fmt.Errorf("%v: %w", err, ErrCorrupt)}
+			}
+			return nil
+		},
+		func(key indexKey) ([]byte, error) {
+			p, err := build()
+			if err != nil {
+				return nil, err
+			}
+			return frameIndex(key, p), nil
+		})
+}
+
 // loadOrBuildIndex loads source's sidecar with decode, or builds it with
 // build (which returns the framed sidecar) and saves it. The cache
 // directory is the process's own and read as a local file; beside the

@@ -370,22 +370,13 @@ func openParquetFile(ctx context.Context, r storage.Reader, opts Options) (*pqFi
 	for rg := range meta.NumRowGroups() {
 		f.rgRows = append(f.rgRows, f.rgRows[rg]+meta.RowGroup(rg).NumRows())
 	}
-	err = loadOrBuildIndex(ctx, r, parquetVariant, opts, 64*r.Size()+1<<20,
-		func(path string, b []byte, key indexKey) error {
-			p, err := unframeIndex(path, b, key)
-			if err != nil {
-				return err
-			}
-			if err := f.decode(p, cols); err != nil {
-				return &FormatError{Path: path, Offset: indexFrame, Err: fmt.Errorf("%v: %w", err, ErrCorrupt)}
-			}
-			return nil
-		},
-		func(key indexKey) ([]byte, error) {
+	err = loadOrBuildFramed(ctx, r, parquetVariant, opts,
+		func(p []byte) error { return f.decode(p, cols) },
+		func() ([]byte, error) {
 			if err := f.scan(ctx, cols, opts); err != nil {
 				return nil, err
 			}
-			return frameIndex(key, f.encode()), nil
+			return f.encode(), nil
 		})
 	if err != nil {
 		return nil, nil, err
