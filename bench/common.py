@@ -84,6 +84,26 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def status(sock: str) -> dict:
+    """The status of the daemon at sock (riffle status)."""
+    from riffle import client
+    c = client.Connection(sock, autostart=False)
+    try:
+        return c.request({"op": "status"})[0]["status"]
+    finally:
+        c.close()
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 class Daemon:
     """riffle serve on a private socket, in a memory cgroup (v1) if asked."""
 
@@ -109,12 +129,7 @@ class Daemon:
         self.env = dict(os.environ, RIFFLE_SOCKET=self.sock)
 
     def status(self) -> dict:
-        from riffle import client
-        c = client.Connection(self.sock, autostart=False)
-        try:
-            return c.request({"op": "status"})[0]["status"]
-        finally:
-            c.close()
+        return status(self.sock)
 
     def cpu(self) -> float:
         return cpu_seconds(self.proc.pid)

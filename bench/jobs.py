@@ -29,6 +29,8 @@ sys.path.insert(0, str(REPO / "python"))
 
 import numpy as np  # noqa: E402
 
+from common import device_of, make_file, parse_size  # noqa: E402
+
 CLIENT = """
 import sys, time
 sys.path.insert(0, {py!r})
@@ -40,40 +42,6 @@ for b in ld:
     n += b.n
 print(n, time.time() - start, flush=True)
 """
-
-
-def parse_size(s: str) -> int:
-    m = re.fullmatch(r"([\d.]+)\s*([KMGT]i?B?)?", s)
-    if not m:
-        raise SystemExit(f"size {s!r}")
-    mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[(m.group(2) or "")[:1]]
-    return int(float(m.group(1)) * mult)
-
-
-def make_file(path: Path, size: int, rs: int) -> None:
-    if path.exists() and path.stat().st_size == size // rs * rs:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    n = size // rs
-    per = (64 << 20) // rs
-    with open(path, "wb") as f:
-        for lo in range(0, n, per):
-            k = min(per, n - lo)
-            block = np.zeros((k, rs), np.uint8)
-            block[:, :8] = np.arange(lo, lo + k, dtype="<u8").view(np.uint8).reshape(k, 8)
-            f.write(block.tobytes())
-
-
-def device_of(path: Path) -> str:
-    dev = os.stat(path).st_dev
-    major, minor = os.major(dev), os.minor(dev)
-    for d in glob.glob("/sys/block/*/dev"):
-        if open(d).read().strip() == f"{major}:{minor}":
-            return d.split("/")[3]
-    for d in glob.glob("/sys/block/*/*/dev"):
-        if open(d).read().strip() == f"{major}:{minor}":
-            return d.split("/")[3]
-    return "vda"
 
 
 def read_sectors(dev: str) -> int:

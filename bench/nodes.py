@@ -15,15 +15,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import REPO, make_file, parse_size
+from common import REPO, free_port, make_file, parse_size, status
 
-sys.path.insert(0, str(REPO / "python"))
 from riffle import client  # noqa: E402
 
 NODES = 4
@@ -41,22 +39,6 @@ for e in range({epochs}):
     print(json.dumps({{"epoch": e, "n": n, "s": time.time() - t}}), flush=True)
     sys.stdin.readline()
 """
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def status(sock: str) -> dict:
-    c = client.Connection(sock, autostart=False)
-    try:
-        return c.request({"op": "status"})[0]["status"]
-    finally:
-        c.close()
 
 
 def main() -> None:
