@@ -295,10 +295,9 @@ func (c *Cluster) owned(ctx context.Context, r storage.Reader, version string, i
 			use(it.Bytes())
 			it.Done(true)
 			return nil
-		case cache.Loading, cache.Claimed:
-			if st == cache.Claimed { // reserved by nobody's reader: fill it
-				return c.fill(ctx, r, index, it, use)
-			}
+		case cache.Claimed: // reserved with no reader yet: this one fills it
+			return c.fill(ctx, r, index, it, use)
+		case cache.Loading:
 			done := make(chan error, 1)
 			it.OnReady(func(err error) { done <- err })
 			select {

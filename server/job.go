@@ -41,7 +41,8 @@ type job struct {
 	sets *datasets
 	// persisted says the job reads its transform's outputs from a pack.
 	persisted bool
-	unfuture  func() // stops telling the disk tier when blocks are next used
+	unfuture  func()         // stops telling the disk tier when blocks are next used
+	objects   map[string]int // the dataset's objects by name, for nextUse
 	smp       sampler.Sampler
 	l         *loader.Loader
 	arena     *Arena
@@ -259,6 +260,12 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	}
 	if t := s.tier.Load(); t != nil {
 		// Tell the disk tier when this job next wants each block.
+		// (nextUse runs under the tier's lock for every block it touches:
+		// find the object by name once per job, not per block.)
+		j.objects = map[string]int{}
+		for i, p := range j.ds.ds.Info().Paths {
+			j.objects[p] = i
+		}
 		j.unfuture = t.AddFuture(j.nextUse)
 	}
 	return j, nil
@@ -578,15 +585,8 @@ func (j *job) nextUse(object string, off, n int64) int64 {
 	if !ok {
 		return cache.Never
 	}
-	paths := ds.Info().Paths
-	obj := -1
-	for i, p := range paths {
-		if p == object {
-			obj = i
-			break
-		}
-	}
-	if obj < 0 {
+	obj, ok := j.objects[object]
+	if !ok {
 		return cache.Never
 	}
 	lo, hi, ok := r.RecordsIn(obj, off, n)
