@@ -245,14 +245,20 @@ type s3Object struct {
 	lim               *limiter
 }
 
-func (o *s3Object) Size() int64  { return o.size }
-func (o *s3Object) Name() string { return o.name }
-func (o *s3Object) Close() error { return nil }
-func (o *s3Object) Version() string {
-	if o.etag == "" {
-		return o.modified.UTC().Format(time.RFC3339Nano) + ":" + fmt.Sprint(o.size)
+func (o *s3Object) Size() int64     { return o.size }
+func (o *s3Object) Name() string    { return o.name }
+func (o *s3Object) Close() error    { return nil }
+func (o *s3Object) Version() string { return s3Version(o.etag, o.modified, o.size) }
+
+// s3Version names one version of an object: its ETag and size, or where
+// the store gives no ETag its modification time and size. Open, Stat and
+// Walk all say it so, so that what a catalogue recorded from a listing
+// matches what a read pins.
+func s3Version(etag string, modified time.Time, size int64) string {
+	if etag == "" {
+		return modified.UTC().Format(time.RFC3339Nano) + ":" + fmt.Sprint(size)
 	}
-	return o.etag + ":" + fmt.Sprint(o.size)
+	return etag + ":" + fmt.Sprint(size)
 }
 func (o *s3Object) Hints() Hints { return o.s.Hints() }
 
@@ -326,7 +332,7 @@ func (s *S3) Stat(ctx context.Context, name string) (ObjectInfo, error) {
 			return err
 		})
 		if err == nil {
-			return ObjectInfo{Name: name, Size: st.Size, ModTime: st.LastModified, Version: st.ETag + ":" + fmt.Sprint(st.Size)}, nil
+			return ObjectInfo{Name: name, Size: st.Size, ModTime: st.LastModified, Version: s3Version(st.ETag, st.LastModified, st.Size)}, nil
 		}
 		if !notFound(err) {
 			return ObjectInfo{}, &Error{Op: "stat", Object: name, Err: err}
@@ -442,7 +448,7 @@ func (s *S3) Walk(ctx context.Context, root string, fn func(name string, info Ob
 			continue
 		}
 		if err := fn("s3://"+bucket+"/"+o.Key, ObjectInfo{Name: o.Key, Size: o.Size, ModTime: o.LastModified,
-			Version: o.ETag + ":" + fmt.Sprint(o.Size)}); err != nil {
+			Version: s3Version(o.ETag, o.LastModified, o.Size)}); err != nil {
 			return err
 		}
 	}
