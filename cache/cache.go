@@ -2,6 +2,7 @@ package cache
 
 import (
 	"container/heap"
+	"fmt"
 	"sync"
 )
 
@@ -79,6 +80,39 @@ func (it *Item) Key() Key { return it.key }
 // Bytes are the item's bytes: for its reader, to fill; for others, to
 // read once the item is ready. Valid until Done.
 func (it *Item) Bytes() []byte { return it.buf }
+
+// SizeError says bytes did not fit an item: a copy into or out of it
+// whose length is not the item's. The item was reserved for a record of
+// another size, so the copy would cut the record or leave part of it
+// stale; the caller fails the record instead.
+type SizeError struct {
+	Key        Key
+	Item, Copy int
+}
+
+func (e *SizeError) Error() string {
+	return fmt.Sprintf("cache: item %d of space %x holds %d bytes, the copy has %d", e.Key.ID, e.Key.Space, e.Item, e.Copy)
+}
+
+// Put fills the item's bytes from src, for the item's reader. src must be
+// exactly the item's length: whoever reserved it stated the size.
+func (it *Item) Put(src []byte) error {
+	if len(src) != len(it.buf) {
+		return &SizeError{Key: it.key, Item: len(it.buf), Copy: len(src)}
+	}
+	copy(it.buf, src)
+	return nil
+}
+
+// CopyTo copies a ready item's bytes into dst, which must be exactly the
+// item's length.
+func (it *Item) CopyTo(dst []byte) error {
+	if len(dst) != len(it.buf) {
+		return &SizeError{Key: it.key, Item: len(it.buf), Copy: len(dst)}
+	}
+	copy(dst, it.buf)
+	return nil
+}
 
 // Status says what Get found.
 type Status int

@@ -100,8 +100,12 @@ func (l *Loader) copyDone(j *job, i int, err error) {
 	en := &j.ents[u.lo]
 	it := en.item
 	if err == nil && !j.failed.Load() {
-		copy(j.out(en), it.Bytes())
-		l.hits.Add(1)
+		if cerr := it.CopyTo(j.out(en)); cerr != nil {
+			// The item was sized for another record: never a cut record.
+			j.fail(l.recordError(en, cerr))
+		} else {
+			l.hits.Add(1)
+		}
 	}
 	en.item = nil
 	it.Done(err == nil)
@@ -175,12 +179,16 @@ func (l *Loader) settleUnit(j *job, u *unit, err error) {
 		en := &j.ents[k]
 		if it := en.item; it != nil {
 			// Only items this batch claimed sit in a read unit.
-			if err == nil {
-				copy(it.Bytes(), j.out(en))
+			ierr := err
+			if ierr == nil {
+				if ierr = it.Put(j.out(en)); ierr != nil {
+					ierr = l.recordError(en, ierr)
+					j.fail(ierr)
+				}
 			}
-			l.cache.Fill(it, err)
+			l.cache.Fill(it, ierr)
 			en.item, en.claim = nil, false
-			it.Done(err == nil)
+			it.Done(ierr == nil)
 		}
 	}
 	if err != nil {
@@ -188,13 +196,14 @@ func (l *Loader) settleUnit(j *job, u *unit, err error) {
 	}
 }
 
-// recordError names the record a transform failed on: its id, object and
-// offset.
+// recordError names the record an error is about (a transform that failed
+// on it, a cache item of another size): its id, object and offset.
 func (l *Loader) recordError(en *entry, err error) error {
 	return &RecordError{ID: en.id, Object: l.ds.Object(en.obj).Name(), Offset: en.off, Err: err}
 }
 
-// RecordError is an error about one record: a transform that failed on it.
+// RecordError is an error about one record: a transform that failed on
+// it, or a shared copy of it that was not its size.
 type RecordError struct {
 	ID     int
 	Object string

@@ -59,6 +59,21 @@ func (b *barrier) wait() {
 	}
 }
 
+// leave takes one party out of the barrier for good: the others no
+// longer wait for it.
+func (b *barrier) leave() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n == 0 {
+		return
+	}
+	b.n--
+	if b.waiting >= b.n && b.waiting > 0 {
+		b.waiting, b.gen = 0, b.gen+1
+		b.cond.Broadcast()
+	}
+}
+
 // Two jobs of one group over one dataset, consuming at one pace: each sees
 // every record once per epoch, records are read from storage about once
 // for both, and a shared transform runs about once per record.
@@ -171,5 +186,114 @@ func TestTransformErrorNamesTheRecord(t *testing.T) {
 	var re *loader.RecordError
 	if !errors.As(err, &re) || re.Object != p || re.Offset != ds.Locate(re.ID).Off {
 		t.Fatalf("error %v: want a RecordError naming %s and the record's offset", err, p)
+	}
+}
+
+// sharedRun runs jobs members of one group over ds for two epochs at one
+// pace, each item sized by size, and returns each job's first error and
+// how many delivered records were not the bytes a solo read gives.
+func sharedRun(t *testing.T, ds dataset.Dataset, jobs int, size func(int) int) ([]error, []int) {
+	t.Helper()
+	n := ds.Len()
+	c := cache.New(cache.Options{Budget: 64 << 20, DropUnreferenced: true})
+	key := func(id int) cache.Key { return cache.Key{Space: 9, ID: int64(id)} }
+	g := share.NewGroup(share.Options{Records: n, Cache: c, Key: key, Size: size, Seed: 5})
+	solo := make([][]byte, n)
+	for id := range n {
+		loc := ds.Locate(id)
+		solo[id] = make([]byte, loc.Len)
+		if err := ds.Object(loc.Object).ReadAt(context.Background(), solo[id], loc.Off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	pace := newBarrier(jobs)
+	errs, wrong := make([]error, jobs), make([]int, jobs)
+	for k := range jobs {
+		m, err := g.Join(nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer m.Leave()
+			// A job that ends or fails leaves the pace: the others go on.
+			defer pace.leave()
+			l, err := loader.New(context.Background(), ds, m, loader.Options{BatchSize: 64, Cache: c, CacheSpace: 9, Epochs: 2})
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			defer l.Close()
+			for {
+				b, err := l.Next(context.Background())
+				if errors.Is(err, io.EOF) {
+					return
+				}
+				if err != nil {
+					errs[k] = err
+					return
+				}
+				for i, id := range b.IDs {
+					if !slices.Equal(b.Record(i), solo[id]) {
+						wrong[k]++
+					}
+				}
+				b.Release()
+				pace.wait()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs, wrong
+}
+
+// Three sharing jobs over variable-size records (issue 22's first silent
+// failure): every delivered record is the bytes a solo read gives.
+func TestSharedVariableSizeRecords(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.jsonl")
+	synth.WriteLines(p, "jsonl", 2000, false)
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	errs, wrong := sharedRun(t, ds, 3, func(id int) int { return ds.Locate(id).Len })
+	for k := range errs {
+		if errs[k] != nil || wrong[k] != 0 {
+			t.Fatalf("job %d: %d records wrong, error %v", k, wrong[k], errs[k])
+		}
+	}
+}
+
+// A shared item reserved at another size than its record's (the mean, as
+// once) is an error naming the record, never a cut record.
+func TestSharedItemOfAnotherSizeFails(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.jsonl")
+	synth.WriteLines(p, "jsonl", 2000, false)
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	mean := int(ds.Info().Bytes / int64(ds.Len()))
+	errs, wrong := sharedRun(t, ds, 3, func(int) int { return mean })
+	failed := 0
+	for k := range errs {
+		if wrong[k] != 0 {
+			t.Fatalf("job %d delivered %d wrong records", k, wrong[k])
+		}
+		var re *loader.RecordError
+		var se *cache.SizeError
+		if errs[k] != nil {
+			if !errors.As(errs[k], &re) || !errors.As(errs[k], &se) || re.Object != p {
+				t.Fatalf("job %d: error %v, want a RecordError naming %s with a cache.SizeError", k, errs[k], p)
+			}
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no job noticed items of the wrong size")
 	}
 }

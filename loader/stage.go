@@ -110,7 +110,7 @@ func (l *Loader) loadStage(ids []int) {
 					e = l.framed.Verify(id, buf[at-int64(l.head):at+int64(loc.Len)+int64(l.tail)])
 				}
 				if e == nil {
-					copy(it.Bytes(), buf[at:at+int64(loc.Len)])
+					e = it.Put(buf[at : at+int64(loc.Len)])
 				}
 				l.cache.Fill(it, e)
 				it.Done(false)

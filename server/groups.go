@@ -35,14 +35,14 @@ type groupEntry struct {
 func newGroups() *groups { return &groups{all: map[string]*groupEntry{}} }
 
 // join puts j in its source's group, making the group if need be.
-func (gs *groups) join(j *job, c *cache.Cache, key func(int) cache.Key, size int, subset *roaring.Bitmap, epoch int) (*share.Member, *groupEntry, error) {
+func (gs *groups) join(j *job, c *cache.Cache, key func(int) cache.Key, size func(int) int, mean int, subset *roaring.Bitmap, epoch int) (*share.Member, *groupEntry, error) {
 	k := fmt.Sprintf("%s|%s", j.ds.key, j.transform)
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	ge, ok := gs.all[k]
 	if !ok {
 		ge = &groupEntry{key: k, source: j.ds.desc(), jobs: map[*job]bool{},
-			g: share.NewGroup(share.Options{Records: j.ds.ds.Len(), Cache: c, Key: key, Size: func(int) int { return size }})}
+			g: share.NewGroup(share.Options{Records: j.ds.ds.Len(), Cache: c, Key: key, Size: size, MeanSize: mean})}
 		gs.all[k] = ge
 	}
 	m, err := ge.g.Join(subset, epoch)

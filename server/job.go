@@ -297,14 +297,17 @@ func (s *Server) order(j *job, cfg jobConfig, subset *roaring.Bitmap, key func(i
 		// id: a shared order is no function of position to cut.
 		stride := max(1, cfg.ld.BatchStride)
 		mine := part(subset, ds.Len(), smpCfg.Rank*stride+cfg.ld.BatchOffset, max(1, smpCfg.World)*stride)
-		size := ds.Info().RecordSize
+		// Whoever holds the bytes states their size: a shared record's
+		// item is the record's own length (its locator's), or the
+		// transform's output size; never a mean, which cuts the longer
+		// records of a variable-size dataset.
+		size := func(id int) int { return ds.Locate(id).Len }
+		mean := int(ds.Info().Bytes / int64(max(1, ds.Len())))
 		if tf != nil {
-			size = tf.Size()
+			out := tf.Size()
+			size, mean = func(int) int { return out }, out
 		}
-		if size == 0 {
-			size = int(ds.Info().Bytes / int64(max(1, ds.Len())))
-		}
-		m, ge, err := s.groups.join(j, s.cache, key, size, mine, cfg.ld.Epoch)
+		m, ge, err := s.groups.join(j, s.cache, key, size, mean, mine, cfg.ld.Epoch)
 		if err == nil {
 			j.member, j.group = m, ge
 			if mine != nil && mine.IsEmpty() {

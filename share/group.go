@@ -28,9 +28,14 @@ type Options struct {
 	// Cache holds the records shared jobs will read; nil shares no reads
 	// (the order is still dependent, for tests).
 	Cache *cache.Cache
-	// Key names record id in the cache, Size its bytes there.
+	// Key names record id in the cache, Size its exact bytes there (the
+	// record's length, or its transform's output size): a shared record's
+	// item is reserved at that size, and a copy of any other length fails.
 	Key  func(id int) cache.Key
 	Size func(id int) int
+	// MeanSize is a record's mean size, for sizing queues (QueueCap's
+	// default); 0 takes Size(0).
+	MeanSize int
 	// QueueCap bounds the records a job was given but has not taken yet:
 	// a job whose queue is full sits out rounds. Default: four fifths of
 	// what the cache holds (the jobs behind the leader are mostly given the
@@ -265,7 +270,11 @@ func (g *Group) queueCap() int {
 	// the leader hold more than it can, RefCnt evicts and they read again.
 	q := 64
 	if c := g.opts.Cache; c != nil && g.opts.Records > 0 {
-		per := int64(g.opts.Size(0)) + 64
+		mean := g.opts.MeanSize
+		if mean == 0 {
+			mean = g.opts.Size(0)
+		}
+		per := int64(mean) + 64
 		q = int(c.Budget() * 4 / 5 / per)
 	}
 	return max(64, q)
