@@ -112,7 +112,49 @@ func (s *tfScanner) feed(off int64, b []byte) error {
 	}
 }
 
+// CompressedError is a TFRecord file written compressed (TensorFlow's
+// TFRecordOptions compression "GZIP" or "ZLIB") under a plain TFRecord
+// name: it has no random access to its records. It is ErrUnsupported.
+type CompressedError struct {
+	Path  string
+	Codec string // "GZIP" or "ZLIB"
+}
+
+func (e *CompressedError) Error() string {
+	tool := "gzip -dc"
+	if e.Codec == "ZLIB" {
+		tool = "pigz -dz"
+	}
+	return fmt.Sprintf("%s: a %s-compressed TFRecord file, which has no random access to its records: %v; decompress it first (%s < %s > plain.tfrecord)",
+		e.Path, e.Codec, ErrUnsupported, tool, e.Path)
+}
+
+func (e *CompressedError) Unwrap() error { return ErrUnsupported }
+
+// tfCompression tells a compressed TFRecord file by its first bytes: a
+// gzip member (1f 8b) or a zlib stream (78 and a level byte) where a
+// plain file's first frame fails its length CRC; "" for a plain file.
+func tfCompression(head []byte) string {
+	if len(head) >= tfHead && binary.LittleEndian.Uint32(head[8:]) == maskedCRC(head[:8]) {
+		return ""
+	}
+	switch {
+	case len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b:
+		return "GZIP"
+	case len(head) >= 2 && head[0] == 0x78 && (head[1] == 0x01 || head[1] == 0x5e || head[1] == 0x9c || head[1] == 0xda):
+		return "ZLIB"
+	}
+	return ""
+}
+
 func openTFRecord(ctx context.Context, f storage.Reader, opts Options) (Part, error) {
+	head := make([]byte, min(tfHead, f.Size()))
+	if err := f.ReadAt(ctx, head, 0); err != nil {
+		return nil, err
+	}
+	if codec := tfCompression(head); codec != "" {
+		return nil, &CompressedError{Path: f.Name(), Codec: codec}
+	}
 	variant := uint32(4)
 	if opts.DropPartialTail {
 		variant |= 1 << 8
