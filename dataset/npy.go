@@ -241,6 +241,9 @@ func trunc(s string) string {
 
 // dtypeSize returns the item size of a simple numpy dtype string.
 func dtypeSize(d string) (int, error) {
+	if strings.TrimLeft(d, "<>|=") == "O" {
+		return 0, fmt.Errorf("dtype %q is an object array: numpy pickles its elements (Python objects), so its rows have no fixed size to read one by one (np.load needs allow_pickle=True for it); save a fixed-size dtype instead (fixed-width 'S' or 'U' strings, or padded numbers): %w", d, ErrUnsupported)
+	}
 	if len(d) < 2 {
 		return 0, fmt.Errorf("dtype %q: %w", d, ErrUnsupported)
 	}
