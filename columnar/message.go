@@ -198,6 +198,55 @@ func ParseFooter(b []byte) (*Footer, error) {
 	return f, nil
 }
 
+// FooterSchema returns the schema an IPC file's footer holds, as the
+// metadata of a Schema message (what ParseSchemaMessage and arrow-go's
+// stream reader take). The footer is where the file format keeps its
+// schema: Polars (write_ipc) and apache-arrow's JavaScript writer put no
+// schema message after the magic, only record batches.
+//
+// The message is a small flatbuffer table placed before a copy of the
+// footer, its header field pointing at the footer's schema table: flatbuffer
+// offsets are relative and point forward, so the schema is not rebuilt.
+func FooterSchema(footer []byte) ([]byte, error) {
+	t, err := root(footer)
+	if err != nil {
+		return nil, err
+	}
+	version, err := t.int16(0, 0)
+	if err != nil {
+		return nil, err
+	}
+	at, ok, err := t.offset(1)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: footer without a schema", errFB)
+	}
+	if _, err := tableAt(footer, at); err != nil {
+		return nil, err
+	}
+	const (
+		vt    = 4  // the Message's vtable: 4 fields
+		tab   = 16 // the Message table
+		start = 32 // the footer's copy, 8-byte aligned as it was
+	)
+	b := make([]byte, start+len(footer))
+	binary.LittleEndian.PutUint32(b, tab)
+	binary.LittleEndian.PutUint16(b[vt:], 12)   // vtable bytes
+	binary.LittleEndian.PutUint16(b[vt+2:], 12) // table bytes
+	binary.LittleEndian.PutUint16(b[vt+4:], 4)  // version
+	binary.LittleEndian.PutUint16(b[vt+6:], 6)  // header_type
+	binary.LittleEndian.PutUint16(b[vt+8:], 8)  // header
+	binary.LittleEndian.PutUint16(b[vt+10:], 0) // bodyLength: 0
+	binary.LittleEndian.PutUint32(b[tab:], tab-vt)
+	binary.LittleEndian.PutUint16(b[tab+4:], uint16(version))
+	b[tab+6] = headerSchema
+	binary.LittleEndian.PutUint32(b[tab+8:], uint32(start+at-(tab+8)))
+	copy(b[start:], footer)
+	return b, nil
+}
+
 // SchemaInfo is what riffle reads of a schema flatbuffer itself: its
 // endianness and the dictionary id of each dictionary-encoded field, in
 // the pre-order of the fields.

@@ -2,6 +2,7 @@ package columnar
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -71,14 +72,15 @@ type Layout struct {
 }
 
 // NewLayout lays out every column of schema riffle can read, skipping the
-// others (their names are returned). dictIDs are the schema's dictionary
+// others (their fields are returned: a caller opening every column refuses
+// them with an UnreadError rather than dropping them unseen). dictIDs are the schema's dictionary
 // ids in pre-order of its fields (ParseSchema). Every Var node is numbered:
 // an index keeps the row starts of all of them, whichever columns a job
 // then reads (Project).
-func NewLayout(schema *arrow.Schema, dictIDs []int64) (*Layout, []string, error) {
+func NewLayout(schema *arrow.Schema, dictIDs []int64) (*Layout, []arrow.Field, error) {
 	l := &Layout{Schema: schema, dicts: dictIDs}
 	c := &counter{dictIDs: dictIDs}
-	var skipped []string
+	var skipped []arrow.Field
 	for _, f := range schema.Fields() {
 		saved := *c
 		n, err := c.node(f, true, 0)
@@ -88,7 +90,7 @@ func NewLayout(schema *arrow.Schema, dictIDs []int64) (*Layout, []string, error)
 			if _, err := c.node(f, false, 0); err != nil {
 				return nil, nil, err
 			}
-			skipped = append(skipped, f.Name)
+			skipped = append(skipped, f)
 			continue
 		}
 		l.Columns = append(l.Columns, n)
@@ -135,6 +137,66 @@ func (l *Layout) Project(names []string) (*Layout, error) {
 		p.NumCells += n.Cells()
 	}
 	return p, nil
+}
+
+// UnreadError is a dataset opened with every column (no list of columns)
+// whose schema holds columns riffle cannot read yet. It is refused whole:
+// a column left out unseen would look, to a training job, like a dataset
+// without it. The message names each such column and its type, and the
+// list of columns that reads the others.
+type UnreadError struct {
+	Unread   []arrow.Field
+	Readable []string
+}
+
+func (e *UnreadError) Error() string {
+	var b strings.Builder
+	b.WriteString("column")
+	if len(e.Unread) > 1 {
+		b.WriteString("s")
+	}
+	for i, f := range e.Unread {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %q (%s)", f.Name, TypeBrief(f.Type))
+	}
+	b.WriteString(" cannot be read yet")
+	if len(e.Readable) == 0 {
+		b.WriteString(", and no other column can")
+		return b.String()
+	}
+	b.WriteString("; pass columns=[")
+	for i, n := range e.Readable {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", n)
+	}
+	b.WriteString("] to read the others")
+	return b.String()
+}
+
+// TypeBrief names a type for a message: Arrow's name, but a struct by its
+// fields' names alone (struct<bytes, path>), as a user knows it.
+func TypeBrief(t arrow.DataType) string {
+	if st, ok := t.(*arrow.StructType); ok {
+		names := make([]string, st.NumFields())
+		for i, f := range st.Fields() {
+			names[i] = f.Name
+		}
+		return "struct<" + strings.Join(names, ", ") + ">"
+	}
+	return t.String()
+}
+
+// Names are the names of the layout's columns.
+func (l *Layout) Names() []string {
+	out := make([]string, len(l.Columns))
+	for i, n := range l.Columns {
+		out[i] = n.Name
+	}
+	return out
 }
 
 func fieldNames(s *arrow.Schema) []string {

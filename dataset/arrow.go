@@ -94,10 +94,14 @@ func openArrow(ctx context.Context, names []string, opts Options) (Dataset, erro
 		d.inf.Versions = append(d.inf.Versions, version(r))
 	}
 	f0 := d.files[0]
-	full, _, err := columnar.NewLayout(f0.schema, f0.sinfo.DictIDs)
+	full, unread, err := columnar.NewLayout(f0.schema, f0.sinfo.DictIDs)
 	if err != nil {
 		d.Close()
 		return nil, &FormatError{Path: names[0], Err: err}
+	}
+	if len(unread) > 0 && len(opts.Columns) == 0 {
+		d.Close()
+		return nil, fmt.Errorf("%s: %w: %w", describe(names), &columnar.UnreadError{Unread: unread, Readable: full.Names()}, ErrUnsupported)
 	}
 	d.full = full
 	if d.lay, err = full.Project(opts.Columns); err != nil {
@@ -139,11 +143,7 @@ func openArrowFile(ctx context.Context, r storage.Reader, opts Options) (*arrowF
 		return nil, err
 	}
 	schemaAt := int64(0)
-	if bytes.HasPrefix(head, arrowMagic) {
-		schemaAt = 8
-	} else {
-		f.stream = true
-	}
+	f.stream = !bytes.HasPrefix(head, arrowMagic)
 	if err := f.readSchema(ctx, schemaAt); err != nil {
 		return nil, err
 	}
@@ -200,17 +200,36 @@ func (f *arrowFile) message(ctx context.Context, off int64) (meta []byte, headLe
 	return meta, int64(plen) + int64(n), false, nil
 }
 
-// readSchema reads the schema message at off, with riffle's own parser
-// for what it checks (endianness, dictionary ids) and arrow-go's for the
-// types.
+// readSchema reads a stream's schema, the message at off, or a file's,
+// from its footer: the schema message after a file's magic is optional
+// (Polars and Arrow JS write none).
 func (f *arrowFile) readSchema(ctx context.Context, off int64) error {
-	meta, hl, eos, err := f.message(ctx, off)
+	if !f.stream {
+		fb, at, err := f.footer(ctx)
+		if err != nil {
+			return err
+		}
+		meta, err := columnar.FooterSchema(fb)
+		if err != nil {
+			return f.bad(at, "footer: %v", err)
+		}
+		return f.parseSchema(meta, at)
+	}
+	meta, _, eos, err := f.message(ctx, off)
 	if err != nil {
 		return err
 	}
 	if eos {
 		return f.bad(off, "stream ends before its schema")
 	}
+	return f.parseSchema(meta, off)
+}
+
+// parseSchema reads a Schema message's metadata (found at off, for
+// errors), with riffle's own parser for what it checks (endianness,
+// dictionary ids) and arrow-go's for the types.
+func (f *arrowFile) parseSchema(meta []byte, off int64) error {
+	var err error
 	if f.sinfo, err = columnar.ParseSchemaMessage(meta); err != nil {
 		return f.bad(off, "schema: %v", err)
 	}
@@ -230,7 +249,6 @@ func (f *arrowFile) readSchema(ctx context.Context, off int64) error {
 	}
 	f.schema = rd.Schema()
 	rd.Release()
-	_ = hl
 	return nil
 }
 
@@ -294,29 +312,39 @@ func (f *arrowFile) scan(ctx context.Context, full *columnar.Layout, schemaAt in
 	return nil
 }
 
-func (f *arrowFile) scanFooter(ctx context.Context, add func(off int64, meta []byte, hl int64) (int64, error)) error {
+// footer reads a file's footer flatbuffer, and where it starts.
+func (f *arrowFile) footer(ctx context.Context) ([]byte, int64, error) {
 	size := f.r.Size()
 	if size < 16 {
-		return f.bad(0, "Arrow file of %d bytes, too short for a footer", size)
+		return nil, 0, f.bad(0, "Arrow file of %d bytes, too short for a footer", size)
 	}
 	tail := make([]byte, 10)
 	if err := f.r.ReadAt(ctx, tail, size-10); err != nil {
-		return err
+		return nil, 0, err
 	}
 	if !bytes.Equal(tail[4:], arrowMagic) {
-		return f.bad(size-6, "no ARROW1 magic at the end: the file is cut short or not an Arrow file (a stream file? name it .arrows)")
+		return nil, 0, f.bad(size-6, "no ARROW1 magic at the end: the file is cut short or not an Arrow file (a stream file? name it .arrows)")
 	}
 	n := int64(int32(binary.LittleEndian.Uint32(tail)))
 	if n <= 0 || n > size-18 {
-		return f.bad(size-10, "footer of %d bytes in a file of %d", n, size)
+		return nil, 0, f.bad(size-10, "footer of %d bytes in a file of %d", n, size)
 	}
 	fb := make([]byte, n)
 	if err := f.r.ReadAt(ctx, fb, size-10-n); err != nil {
+		return nil, 0, err
+	}
+	return fb, size - 10 - n, nil
+}
+
+func (f *arrowFile) scanFooter(ctx context.Context, add func(off int64, meta []byte, hl int64) (int64, error)) error {
+	size := f.r.Size()
+	fb, at, err := f.footer(ctx)
+	if err != nil {
 		return err
 	}
 	foot, err := columnar.ParseFooter(fb)
 	if err != nil {
-		return f.bad(size-10-n, "footer: %v", err)
+		return f.bad(at, "footer: %v", err)
 	}
 	for _, list := range [][]columnar.Block{foot.Dictionaries, foot.Batches} {
 		for _, b := range list {
@@ -324,7 +352,7 @@ func (f *arrowFile) scanFooter(ctx context.Context, add func(off int64, meta []b
 				return err
 			}
 			if b.Offset < 8 || b.Offset >= size || b.MetaLen <= 0 {
-				return f.bad(size-10-n, "footer block at %d with %d bytes of metadata", b.Offset, b.MetaLen)
+				return f.bad(at, "footer block at %d with %d bytes of metadata", b.Offset, b.MetaLen)
 			}
 			meta, hl, eos, err := f.message(ctx, b.Offset)
 			if err != nil {

@@ -139,15 +139,16 @@ func (a *readerAt) Seek(off int64, whence int) (int64, error) {
 	return a.off, nil
 }
 
-// columnsOf lays out the file's readable top-level columns.
-func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []string, error) {
+// columnsOf lays out the file's readable top-level columns, and returns
+// the fields of the others.
+func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []arrow.Field, error) {
 	kv := meta.KeyValueMetadata()
 	man, err := pqarrow.NewSchemaManifest(meta.Schema, kv, &pqarrow.ArrowReadProperties{})
 	if err != nil {
 		return nil, nil, err
 	}
 	var cols []*pqColumn
-	var skipped []string
+	var skipped []arrow.Field
 	root := meta.Schema.Root()
 	for i, f := range man.Fields {
 		leaves := 0
@@ -164,7 +165,7 @@ func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []string, error) {
 		}
 		walk(&man.Fields[i])
 		if leaves != 1 {
-			skipped = append(skipped, f.Field.Name)
+			skipped = append(skipped, *f.Field)
 			continue
 		}
 		field := *f.Field
@@ -176,7 +177,7 @@ func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []string, error) {
 		one := arrow.NewSchema([]arrow.Field{field}, nil)
 		lay, bad, err := columnar.NewLayout(one, nil)
 		if err != nil || len(bad) > 0 {
-			skipped = append(skipped, f.Field.Name)
+			skipped = append(skipped, *f.Field)
 			continue
 		}
 		g, err := schema.NewGroupNode("schema", parquet.Repetitions.Repeated, schema.FieldList{root.Field(i)}, -1)
@@ -323,48 +324,61 @@ func sameFields(a, b []*pqColumn) bool {
 // reader sizes what it allocates by the counts the footer claims.
 const maxFooter = 16 << 20
 
-// parquetMeta reads a file's footer and readable columns, with arrow-go,
-// after checking the footer's length; its panics on a malformed footer
-// are errors.
-func parquetMeta(ctx context.Context, r storage.Reader) (meta *metadata.FileMetaData, cols []*pqColumn, err error) {
+// parquetMeta reads a file's footer and readable columns.
+func parquetMeta(ctx context.Context, r storage.Reader) (*metadata.FileMetaData, []*pqColumn, error) {
+	meta, cols, _, err := parquetFooter(ctx, r)
+	return meta, cols, err
+}
+
+// parquetFooter reads a file's footer, its readable columns and the fields
+// of the others, with arrow-go, after checking the footer's length; its
+// panics on a malformed footer are errors.
+func parquetFooter(ctx context.Context, r storage.Reader) (meta *metadata.FileMetaData, cols []*pqColumn, unread []arrow.Field, err error) {
 	size := r.Size()
 	bad := func(off int64, format string, args ...any) error {
 		return &FormatError{Path: r.Name(), Offset: off, Err: fmt.Errorf(format+": %w", append(args, ErrCorrupt)...)}
 	}
 	if size < 12 {
-		return nil, nil, bad(0, "Parquet file of %d bytes", size)
+		return nil, nil, nil, bad(0, "Parquet file of %d bytes", size)
 	}
 	tail := make([]byte, 8)
 	if err := r.ReadAt(ctx, tail, size-8); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if string(tail[4:]) != "PAR1" {
-		return nil, nil, bad(size-4, "no PAR1 magic at the end: cut short, or not a Parquet file (an encrypted one?)")
+		return nil, nil, nil, bad(size-4, "no PAR1 magic at the end: cut short, or not a Parquet file (an encrypted one?)")
 	}
 	if n := int64(binary.LittleEndian.Uint32(tail)); n > size-12 || n > maxFooter {
-		return nil, nil, bad(size-8, "footer of %d bytes in a file of %d", n, size)
+		return nil, nil, nil, bad(size-8, "footer of %d bytes in a file of %d", n, size)
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			meta, cols, err = nil, nil, bad(size-8, "footer: %v", p)
+			meta, cols, unread, err = nil, nil, nil, bad(size-8, "footer: %v", p)
 		}
 	}()
 	pr, err := file.NewParquetReader(&readerAt{ctx: ctx, r: r})
 	if err != nil {
-		return nil, nil, bad(size-8, "footer: %v", err)
+		return nil, nil, nil, bad(size-8, "footer: %v", err)
 	}
 	meta = pr.MetaData()
 	pr.Close()
-	if cols, _, err = columnsOf(meta); err != nil {
-		return nil, nil, bad(size-8, "schema: %v", err)
+	if cols, unread, err = columnsOf(meta); err != nil {
+		return nil, nil, nil, bad(size-8, "schema: %v", err)
 	}
-	return meta, cols, nil
+	return meta, cols, unread, nil
 }
 
 func openParquetFile(ctx context.Context, r storage.Reader, opts Options) (*pqFile, []*pqColumn, error) {
-	meta, cols, err := parquetMeta(ctx, r)
+	meta, cols, unread, err := parquetFooter(ctx, r)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(unread) > 0 && len(opts.Columns) == 0 {
+		names := make([]string, len(cols))
+		for i, c := range cols {
+			names[i] = c.name
+		}
+		return nil, nil, fmt.Errorf("%s: %w: %w", r.Name(), &columnar.UnreadError{Unread: unread, Readable: names}, ErrUnsupported)
 	}
 	f := &pqFile{r: r, meta: meta, rgRows: []int64{0}}
 	for rg := range meta.NumRowGroups() {
