@@ -92,6 +92,21 @@ func (l *Loader) Count() int {
 	return mine
 }
 
+// Left is how many batches this loader delivers of an epoch from batch
+// index from on: Count when from is 0. A client counts its requests by it
+// instead of working out the stride, windows and shares again.
+func (l *Loader) Left(from int) int {
+	bs := l.Batches()
+	step := l.window()
+	left := 0
+	for i := max(0, from); i < bs.Count(); i++ {
+		if (i/step-l.opts.BatchOffset)%max(1, l.opts.BatchStride) == 0 {
+			left++
+		}
+	}
+	return left
+}
+
 // take receives the next planned job, or says why there is none.
 func (l *Loader) take(ctx context.Context) (*job, error) {
 	select {

@@ -375,7 +375,7 @@ func (j *job) opened() *wire.Msg {
 	inf := j.ds.ds.Info()
 	m := &wire.Msg{
 		Op: wire.OpOpened, Job: j.id, Records: j.ds.ds.Len(), Positions: j.smp.Len(),
-		Batches: j.l.Count(), MemoryBytes: j.memory,
+		Batches: j.l.Count(), Left: j.l.Left(j.cfg.ld.Batch), MemoryBytes: j.memory,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: j.member != nil,
 			Columns: wireColumns(inf.Columns), Schema: inf.Schema},

@@ -72,7 +72,11 @@ type Msg struct {
 	// opened
 	Records     int   `json:"records,omitempty"`   // records in the dataset
 	Positions   int   `json:"positions,omitempty"` // positions per epoch for this job (its shard)
-	Batches     int   `json:"batches,omitempty"`   // batches per epoch
+	Batches     int   `json:"batches,omitempty"`   // batches per epoch this job delivers
+	// Left is how many batches the job delivers of the epoch it opened at,
+	// from the batch it opened at: a client counts by it and Batches, and
+	// never works them out again.
+	Left int `json:"left,omitempty"`
 	Info        *Info `json:"info,omitempty"`
 	ArenaSize   int64 `json:"arena_size,omitempty"`   // bytes of the shared arena; 0 means batches come inline
 	MemoryBytes int64 `json:"memory_bytes,omitempty"` // the job's bound on batches in flight and held

@@ -441,6 +441,12 @@ class _Job:
         self.conn, self.reply, self.mm = conn, reply, mm
         self.id = reply["job"]
         self.epoch, self.batch = epoch, batch  # the next batch it delivers
+        # Batches it delivers of its first epoch from where it opened, then
+        # of each whole epoch: the daemon's counts, never worked out here
+        # (the stride of a shared job is the daemon's to decide).
+        self.left_first = int(reply.get("left", 0))
+        self.per_epoch = int(reply.get("batches", 0))
+        self.opened_at = (epoch, batch)
         # The daemon keeps a growing sampler state to itself; ask for it.
         self.stream = bool(reply.get("stream"))
 
@@ -667,13 +673,14 @@ class Loader:
         reply, _, _ = j.conn.request({"op": wire.OP_LOCATE, "job": j.id, "ids": [int(i) for i in ids]})
         return list(zip(reply.get("paths") or [], reply.get("offsets") or [0] * len(ids)))
 
-    def _mine(self, m: dict, start: int) -> int:
-        """How many of this epoch's batches from ``start`` on are this loader's."""
-        bs, n = self.spec["batch_size"], int(m.get("positions", 0))
-        total = n // bs if self.spec.get("drop_last") else (n + bs - 1) // bs
-        step = max(1, int(self.spec.get("opportunistic") or 1))
-        stride, offset = max(1, int(self.spec.get("batch_stride") or 1)), int(self.spec.get("batch_offset") or 0)
-        return sum(1 for i in range(start, total) if ((i // step) - offset) % stride == 0)
+    def _left(self, j: "_Job") -> int:
+        """How many batches the job delivers from this loader's place to the epoch's end, as the daemon counts."""
+        if (self.epoch, self._batch) == j.opened_at:
+            return j.left_first
+        if self._batch == 0:
+            return j.per_epoch
+        raise RiffleError(f"the job opened at {j.opened_at} cannot say how many batches follow "
+                          f"epoch {self.epoch} batch {self._batch}")
 
     def __iter__(self) -> Iterator[Batch]:
         j = self._open()
@@ -682,7 +689,7 @@ class Loader:
         # Up to `pipeline` requests stay ahead of the user, so the next
         # batches' round trips overlap the training step on this one; none
         # goes past this epoch, so the job stays at the next epoch's start.
-        left = self._mine(j.reply, self._batch)
+        left = self._left(j)
         tags: collections.deque[int] = collections.deque()
         size = 0  # bytes of the last batch: the estimate for those in flight
         done = False

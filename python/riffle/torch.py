@@ -80,6 +80,28 @@ def _dist() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+def _draw_seed(world: int) -> int:
+    """A seed from torch's default generator, as RandomSampler draws one, the same on every rank.
+
+    ``torch.manual_seed`` then decides the data order, as it does for
+    ``DataLoader(shuffle=True)``. Ranks must shard one order, so with a
+    process group rank 0's draw is broadcast to all (every rank builds its
+    loader, as every rank builds its DistributedSampler). Without one there
+    is no way to agree, and ranks that seeded torch differently would
+    shard different orders: a seed must then be given.
+    """
+    seed = int(torch.empty((), dtype=torch.int64).random_().item())
+    if world <= 1:
+        return seed
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        raise ValueError(f"riffle.torch: world_size is {world} but no torch.distributed process group is initialized "
+                         "to agree on a drawn seed: pass seed= (the same on every rank), or build the loader after "
+                         "init_process_group")
+    box = [seed]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return int(box[0])
+
+
 # A batch and the place after it, from a worker, for the loader's state.
 _Stamped = collections.namedtuple("_Stamped", "data worker state")
 
@@ -101,7 +123,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     is then its outputs, one uint8 or float32 tensor.
     """
 
-    def __init__(self, paths: str | Sequence[str], batch_size: int = 256, *, shuffle: bool = True, seed: int = 0,
+    def __init__(self, paths: str | Sequence[str], batch_size: int = 256, *, shuffle: bool = True, seed: int | None = None,
                  decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None, shape: Sequence[int] | None = None,
                  n_features: int | None = None, transform: Callable | None = None,
                  batch_transform: Callable | None = None, rank: int | None = None, world_size: int | None = None,
@@ -114,10 +136,22 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 import PIL.Image  # noqa: F401
             except ImportError:
                 raise ValueError('decode="image" needs Pillow (pip install pillow)') from None
+        self.rank, self.world_size = rank, world_size
+        # Rank and world size are resolved here, in the main process, and
+        # again as each epoch begins there; DataLoader workers take them
+        # from the main process (a worker of mp.spawn's rank sees no
+        # process group and no RANK), as DistributedSampler reads them once.
+        self._topology = (0, 1)
+        self._where()
+        # No seed: drawn from torch's default generator (torch.manual_seed
+        # decides it), the same on every rank; state_dict() records it.
+        self._seed_drawn = seed is None
+        if seed is None:
+            seed = _draw_seed(self._topology[1])
         self.paths, self.batch_size, self.shuffle, self.seed = paths, batch_size, shuffle, seed
         self.decode, self.dtype, self.shape, self.n_features = decode, dtype, shape, n_features
         self.transform, self.batch_transform = transform, batch_transform
-        self.rank, self.world_size, self.drop_last, self.shard_drop_last = rank, world_size, drop_last, shard_drop_last
+        self.drop_last, self.shard_drop_last = drop_last, shard_drop_last
         if isinstance(transform, str):
             loader_kwargs["transform"], transform = transform, None
             self.transform = None
@@ -161,13 +195,27 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if self._iterated and not self._explicit:
             self._epoch.value += 1
         self._explicit, self._iterated = False, True
+        self._where()
+        if self._resume is None:
+            # A new epoch: every worker's role starts at its beginning, and
+            # worker 0 plays role 0, as in a run never interrupted.
+            self._states, self._shift.value, self._next = {}, 0, 0
+
+    def _where(self) -> tuple[int, int]:
+        """This rank and world size: resolved in the main process, carried to workers."""
+        if torch.utils.data.get_worker_info() is None:
+            r, w = _dist()
+            self._topology = (r if self.rank is None else self.rank, w if self.world_size is None else self.world_size)
+        return self._topology
 
     # --- state ---
     def state_dict(self) -> dict[str, Any]:
         """The place after the last batch delivered: per worker with DataLoader workers."""
         if self._workers:
+            # A role that has delivered nothing this epoch is at its start.
+            start = {"epoch": self.epoch, "batch": 0, "seed": self.seed}
             return {"epoch": self.epoch, "seed": self.seed, "num_workers": self._workers, "next_worker": self._next,
-                    "workers": {str(w): dict(s) for w, s in self._states.items()}}
+                    "workers": {str(w): dict(self._states.get(w, start)) for w in range(self._workers)}}
         if self._ld is not None:
             return self._ld.state_dict()
         return {"epoch": self.epoch, "batch": 0, "seed": self.seed}
@@ -175,10 +223,15 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a place state_dict() returned: the next iteration continues there."""
         if state.get("seed", self.seed) != self.seed:
-            raise RiffleError(f"state was saved with seed {state['seed']}, this dataset has seed {self.seed}")
+            if not self._seed_drawn:
+                raise ValueError(f"state was saved with seed {state['seed']}, this dataset has seed {self.seed}")
+            self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
         self._epoch.value = int(state["epoch"])
         self._explicit = True
         self._resume = dict(state)
+        self._ld = None  # a loader of another seed, or place, is not this one
+        if "workers" in state:
+            self._states = {int(w): dict(st) for w, st in state["workers"].items()}
         # DataLoader asks worker 0 first: give worker 0 the role whose batch is next.
         self._shift.value = int(state.get("next_worker", 0))
         self._next = self._shift.value
@@ -191,9 +244,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
 
     # --- loading ---
     def _loader(self) -> Loader:
-        r, w = _dist()
-        rank = r if self.rank is None else self.rank
-        world = w if self.world_size is None else self.world_size
+        rank, world = self._where()
         info = torch.utils.data.get_worker_info()
         kw = dict(self.loader_kwargs)
         worker = 0
@@ -240,7 +291,24 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return {c: i for i, c in enumerate(self.classes)}
 
     def __len__(self) -> int:
-        return len(self._loader())
+        """Batches per epoch for this rank, all workers' together, as the daemon counts them."""
+        if not self._workers or torch.utils.data.get_worker_info() is not None:
+            return len(self._loader())
+        # Each worker's share is its own job's count: the daemon's, for each
+        # role (a shared job's roles split records by a hash, not batches).
+        total = 0
+        for role in range(self._workers):
+            ld = self._role_loader(role)
+            total += len(ld)
+            ld.close()
+        return total
+
+    def _role_loader(self, role: int) -> Loader:
+        rank, world = self._where()
+        return Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=self.seed, rank=rank, world_size=world,
+                      drop_last=self.drop_last, shard_drop_last=self.shard_drop_last, dtype=self.dtype,
+                      shape=self.shape, **dict(self.loader_kwargs, batch_stride=self._workers, batch_offset=role)
+                      if self._workers > 1 else self.loader_kwargs)
 
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
@@ -384,7 +452,12 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
     def __iter__(self):
         ds = self.dataset
         ds._begin()
-        for item in super().__iter__():
+        it = super().__iter__()
+        if ds._workers:
+            # The workers started with the resume state, if any, by value;
+            # it is spent now, so the next workers start the next epoch.
+            ds._resume = None
+        for item in it:
             if isinstance(item, _Stamped):
                 ds._record(item.worker, item.state)
                 yield item.data
@@ -398,6 +471,9 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a place state_dict() returned."""
         self.dataset.load_state_dict(state)
+        # Persistent workers hold the dataset as it was when they started:
+        # new ones take the state.
+        self._iterator = None
 
 
 def loader(paths: str | Sequence[str], batch_size: int = 256, **kwargs: Any) -> RiffleDataLoader:

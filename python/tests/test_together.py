@@ -1,0 +1,180 @@
+"""Features combined the way PyTorch users combine them (issue 22's five
+silent failures), each run as a user runs it, and every record's bytes
+compared with a solo read of the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import riffle
+import riffle.torch as rt
+from conftest import REPO, free_port
+
+
+def write_files(root, n: int = 2000, lo: int = 100, hi: int = 1000) -> dict[str, bytes]:
+    """A directory of n files of lo to hi bytes in two class folders, each file's bytes its own."""
+    rng = np.random.default_rng(7)
+    out = {}
+    for i in range(n):
+        d = root / f"c{i % 2}"
+        d.mkdir(parents=True, exist_ok=True)
+        p = d / f"{i:05d}.bin"
+        data = f"{i:05d}".encode() + rng.integers(0, 256, int(rng.integers(lo, hi + 1)) - 5, dtype=np.uint8).tobytes()
+        p.write_bytes(data)
+        out[str(p)] = data
+    return out
+
+
+SHARE_JOB = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {py!r})
+    import riffle
+    ld = riffle.Loader({root!r}, batch_size=64, share=True, seed={seed})
+    files = json.load(open({index!r}))
+    wrong, counts = 0, []
+    for epoch in range(3):
+        seen = []
+        for b in ld:
+            where = ld.locate([int(i) for i in b.ids])
+            for i in range(b.n):
+                seen.append(int(b.ids[i]))
+                if bytes(b.record(i)) != bytes.fromhex(files[where[i][0]]):
+                    wrong += 1
+        counts.append([len(seen), len(set(seen))])
+    print(json.dumps({{"wrong": wrong, "counts": counts, "shared": ld.info().get("shared")}}))
+""")
+
+
+def test_share_variable_size_records_three_jobs(daemon, tmp_path):
+    """Failure 1: three sharing jobs over files of 100 to 1000 bytes, at once."""
+    files = write_files(tmp_path / "tree")
+    index = tmp_path / "files.json"
+    index.write_text(json.dumps({p: d.hex() for p, d in files.items()}))
+    procs = [subprocess.Popen([sys.executable, "-c", SHARE_JOB.format(py=str(REPO / "python"), root=str(tmp_path / "tree"),
+                                                                      seed=seed, index=str(index))],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2, 3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        got = json.loads(out)
+        assert got["shared"], "the job did not join the group"
+        assert got["wrong"] == 0, got
+        assert got["counts"] == [[len(files), len(files)]] * 3, got
+
+
+def write_ids(path, n: int) -> str:
+    np.save(path, np.arange(n, dtype=np.int64).reshape(n, 1))
+    return str(path)
+
+
+def epoch_ids(dl) -> list[int]:
+    return [int(i) for t in dl for i in t.reshape(-1)]
+
+
+def test_share_with_workers_delivers_every_record(daemon, tmp_path):
+    """Failure 2: share=True with num_workers=2 delivers each of 1,000 ids once per epoch, and len() says how many batches."""
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    dl = rt.loader(path, 100, num_workers=2, share=True, seed=3)
+    for _ in range(2):
+        batches = list(dl)
+        ids = [int(i) for t in batches for i in t.reshape(-1)]
+        assert sorted(ids) == list(range(1000))
+        assert len(batches) == len(dl)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_resume_with_workers_then_whole_epochs(daemon, tmp_path, workers):
+    """Failure 3: 3 of 10 batches, state_dict, a new loader resumes: epochs hold 700, 1000, 1000 samples."""
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    dl = rt.loader(path, 100, num_workers=workers, seed=5)
+    it = iter(dl)
+    head = [int(i) for _ in range(3) for i in next(it).reshape(-1)]
+    state = dl.state_dict()
+    del it
+    dl2 = rt.loader(path, 100, num_workers=workers, seed=5)
+    dl2.load_state_dict(state)
+    rest = epoch_ids(dl2)
+    assert len(rest) == 700 and sorted(head + rest) == list(range(1000))
+    for _ in range(2):
+        assert sorted(epoch_ids(dl2)) == list(range(1000))
+    # The same with persistent workers, whose dataset copy must take the state too.
+    dl3 = rt.loader(path, 100, num_workers=workers, seed=5, persistent_workers=True)
+    epoch_ids(dl3)
+    dl3.load_state_dict(state)
+    rest3 = epoch_ids(dl3)
+    assert sorted(head + rest3) == list(range(1000))
+    assert sorted(epoch_ids(dl3)) == list(range(1000))
+
+
+SPAWN = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, {py!r})
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+    import riffle.torch as rt
+
+    def run(rank, world, port, path, out):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=rank, world_size=world)
+        torch.manual_seed(rank)  # per-rank seeds, as for augmentation: the drawn data seed is still shared
+        dl = rt.loader(path, 50, num_workers=2)
+        res = {{"len": len(dl), "epochs": []}}
+        for epoch in range(2):
+            batches = [[int(i) for i in t.reshape(-1)] for t in dl]
+            res["epochs"].append(batches)
+        with open(f"{{out}}.{{rank}}", "w") as f:
+            json.dump(res, f)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(run, args=(2, {port}, {path!r}, {out!r}), nprocs=2)
+""")
+
+
+def test_mp_spawn_ddp_with_workers(daemon, tmp_path):
+    """Failure 4: DDP by mp.spawn with num_workers=2: each rank reads its half, and len() is what arrives."""
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    out = str(tmp_path / "rank")
+    script = tmp_path / "spawn.py"
+    script.write_text(SPAWN.format(py=str(REPO / "python"), port=free_port(), path=path, out=out))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    ranks = [json.load(open(f"{out}.{r}")) for r in range(2)]
+    for e in range(2):
+        parts = [[i for b in r["epochs"][e] for i in b] for r in ranks]
+        assert len(parts[0]) == len(parts[1]) == 500
+        assert sorted(parts[0] + parts[1]) == list(range(1000))
+    for r in ranks:
+        assert r["len"] == len(r["epochs"][0]) == 10
+
+
+def test_seed_follows_torch_manual_seed(daemon, tmp_path):
+    """Failure 5: with no seed=, torch.manual_seed decides the order; the drawn seed is in state_dict and follows it."""
+    path = write_ids(tmp_path / "ids.npy", 1000)
+
+    def first_epoch(s):
+        torch.manual_seed(s)
+        dl = rt.loader(path, 100)
+        return epoch_ids(dl), dl
+
+    a, dla = first_epoch(1)
+    b, _ = first_epoch(1)
+    c, _ = first_epoch(2)
+    assert a == b and a != c
+    assert sorted(c) == list(range(1000))
+    st = dla.state_dict()
+    assert st["seed"] == dla.dataset.seed
+    # A resumed run seeded otherwise takes the checkpoint's seed: the next epoch is the same.
+    torch.manual_seed(99)
+    dlr = rt.loader(path, 100)
+    dlr.load_state_dict(st)
+    assert epoch_ids(dlr) == epoch_ids(dla)
+    # An explicit seed that disagrees with the checkpoint is refused.
+    with pytest.raises(ValueError):
+        rt.loader(path, 100, seed=st["seed"] + 1).load_state_dict(st)
