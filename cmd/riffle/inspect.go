@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -30,9 +31,23 @@ func inspectCmd() *cobra.Command {
 			}
 			defer ds.Close()
 			inf := ds.Info()
-			fmt.Fprintf(cmd.OutOrStdout(), "format:   %s\nfiles:    %d (%s)\nrecords:  %d\nbytes:    %s\n", inf.Format, len(inf.Paths), strings.Join(inf.Paths[:min(3, len(inf.Paths))], ", "), ds.Len(), human(float64(inf.Bytes)))
-			if rows, ok := ds.(dataset.Rows); ok {
+			rows, isRows := ds.(dataset.Rows)
+			files := len(inf.Paths)
+			if !isRows {
+				// A directory's Paths is its root: count the objects
+				// its records live in.
+				files = objects(ds)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "format:   %s\nfiles:    %d (%s)\nrecords:  %d\nbytes:    %s\n", inf.Format, files, strings.Join(inf.Paths[:min(3, len(inf.Paths))], ", "), ds.Len(), human(float64(inf.Bytes)))
+			if isRows {
 				return inspectRows(cmd, rows, first)
+			}
+			if framed, ok := ds.(dataset.Framed); ok && framed.Checks() {
+				n, err := checkFrames(cmd.Context(), ds, framed)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "checked:  every record's frame (%d records: TFRecord length and data CRCs, a pack's CRC32C)\n", n)
 			}
 			if inf.RecordSize > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "record:   %d bytes", inf.RecordSize)
@@ -113,6 +128,49 @@ func readRecord(ctx context.Context, ds dataset.Dataset, framed dataset.Framed, 
 		}
 	}
 	return b[head : head+loc.Len], nil
+}
+
+// objects is the number of objects ds's records live in.
+func objects(ds dataset.Dataset) int {
+	n := 0
+	for id := range ds.Len() {
+		n = max(n, ds.Locate(id).Object+1)
+	}
+	return n
+}
+
+// checkFrames reads every record in its frame and verifies it, in reads
+// of about a MiB over the records of one object that lie together: a bad
+// CRC anywhere in the dataset is an error, not only in the first records.
+// It returns the number of records checked.
+func checkFrames(ctx context.Context, ds dataset.Dataset, framed dataset.Framed) (int, error) {
+	const window = 1 << 20
+	head, tail := framed.Frame()
+	var buf []byte
+	obj, at := -1, int64(0) // buf holds object obj's bytes from at
+	for id := range ds.Len() {
+		if err := ctx.Err(); err != nil {
+			return id, err
+		}
+		loc := ds.Locate(id)
+		from, to := loc.Off-int64(head), loc.Off+int64(loc.Len+tail)
+		if loc.Object != obj || from < at || to > at+int64(len(buf)) {
+			r := ds.Object(loc.Object)
+			n := min(max(to-from, window), r.Size()-from)
+			if n < to-from {
+				n = to - from // past the end: the read reports it
+			}
+			buf = slices.Grow(buf[:0], int(n))[:n]
+			if err := r.ReadAt(ctx, buf, from); err != nil {
+				return id, err
+			}
+			obj, at = loc.Object, from
+		}
+		if err := framed.Verify(id, buf[from-at:to-at]); err != nil {
+			return id, err
+		}
+	}
+	return ds.Len(), nil
 }
 
 // preview shows text as text and anything else as hex.
