@@ -27,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,7 +215,8 @@ func (o *object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
-	if off < 0 || off+int64(len(p)) > size {
+	// off > size-len, not off+len > size: an offset near 2^63 would wrap.
+	if off < 0 || int64(len(p)) > size || off > size-int64(len(p)) {
 		return o.Reader.ReadAt(ctx, p, off) // the store's own error
 	}
 	bs := o.c.opts.Block
@@ -333,16 +335,29 @@ func (c *Cluster) owned(ctx context.Context, r storage.Reader, version string, i
 	}
 }
 
-func (c *Cluster) fill(ctx context.Context, r storage.Reader, index int64, it *cache.Item, use func([]byte)) error {
-	err := r.ReadAt(ctx, it.Bytes(), index*c.opts.Block)
+func (c *Cluster) fill(ctx context.Context, r storage.Reader, index int64, it *cache.Item, use func([]byte)) (err error) {
+	filled, done := false, false
+	defer func() {
+		// A panic below (Serve recovers it) must not leave the item
+		// claimed and pinned: readers waiting on it would wait for ever.
+		if !filled {
+			c.mem.Fill(it, fmt.Errorf("peer: reading block %d of %s failed", index, r.Name()))
+		}
+		if !done {
+			it.Done(false)
+		}
+	}()
+	err = r.ReadAt(ctx, it.Bytes(), index*c.opts.Block)
 	if err == nil {
 		c.st.fetched.Add(int64(len(it.Bytes())))
 	}
 	c.mem.Fill(it, err)
+	filled = true
 	if err == nil {
 		use(it.Bytes())
 	}
 	it.Done(err == nil)
+	done = true
 	return err
 }
 
@@ -353,7 +368,21 @@ var errChanged = errors.New("the object changed")
 // object at version (n 0: the rest of the block): from memory, or fetched
 // (and kept, if this node owns the block). Only s3:// objects are served:
 // a peer never reads this node's files.
-func (c *Cluster) Serve(ctx context.Context, object, version string, index, at, n int64) ([]byte, error) {
+//
+// Every number of the request is checked against the object before any
+// arithmetic on it, in forms that cannot overflow (a block index near 2^62
+// would wrap index*Block to another block, an offset near 2^63 would wrap
+// at+n past the check). A panic while serving (a bug, not the request's
+// fault) ends this request with an error wrapping ErrPanic and is logged;
+// it never takes the daemon down.
+func (c *Cluster) Serve(ctx context.Context, object, version string, index, at, n int64) (out []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			slog.Error("peer: serving a block request panicked", "object", object, "block", index, "offset", at, "length", n,
+				"panic", p, "stack", string(debug.Stack()))
+			out, err = nil, fmt.Errorf("%w: block %d of %s: %v", ErrPanic, index, object, p)
+		}
+	}()
 	if !storage.IsS3(object) {
 		return nil, fmt.Errorf("peer: %q is not an object-store name", object)
 	}
@@ -361,17 +390,21 @@ func (c *Cluster) Serve(ctx context.Context, object, version string, index, at, 
 	if err != nil {
 		return nil, err
 	}
-	if index < 0 || index*c.opts.Block >= r.Size() {
-		return nil, fmt.Errorf("peer: block %d of %s (%d bytes) is past its end", index, object, r.Size())
+	size, bs := r.Size(), c.opts.Block
+	if index < 0 || index >= blocks(size, bs) {
+		return nil, fmt.Errorf("peer: block %d of %s (%d bytes, %d blocks) is past its end", index, object, size, blocks(size, bs))
 	}
-	blen := c.blockLen(r.Size(), index)
+	blen := c.blockLen(size, index) // index*bs < size: no overflow
+	if at < 0 || at >= blen {
+		return nil, fmt.Errorf("peer: offset %d in block %d of %s, which has %d bytes", at, index, object, blen)
+	}
 	if n == 0 {
 		n = blen - at
 	}
-	if at < 0 || n < 0 || at+n > blen {
-		return nil, fmt.Errorf("peer: bytes %d-%d of block %d of %s, which has %d", at, at+n, index, object, blen)
+	if n < 0 || n > blen-at {
+		return nil, fmt.Errorf("peer: %d bytes from %d of block %d of %s, which has %d", n, at, index, object, blen)
 	}
-	out := make([]byte, n)
+	out = make([]byte, n)
 	if Owner(c.opts.Peers, object, index) == c.opts.Self {
 		err = c.owned(ctx, r, version, index, func(b []byte) { copy(out, b[at:]) })
 	} else {
@@ -385,6 +418,20 @@ func (c *Cluster) Serve(ctx context.Context, object, version string, index, at, 
 	}
 	return out, err
 }
+
+// blocks is the number of blocks of an object of size bytes, computed
+// without overflow for any size.
+func blocks(size, block int64) int64 {
+	nb := size / block
+	if size%block != 0 {
+		nb++
+	}
+	return nb
+}
+
+// ErrPanic says serving a request panicked: the request failed, the
+// daemon lives on.
+var ErrPanic = errors.New("peer: internal error while serving a request")
 
 // opened is object at version, opened once for all peers' requests.
 func (c *Cluster) opened(ctx context.Context, object, version string) (storage.Reader, error) {
@@ -426,10 +473,20 @@ type remote struct {
 }
 
 type pconn struct {
-	c net.Conn
-	r *bufio.Reader
-	w *bufio.Writer
+	c    net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
+	idle time.Time // when it went back to the pool
 }
+
+// IdleTimeout bounds how long an authenticated peer connection may sit
+// with no request. Each one holds a socket and a reader goroutine on the
+// serving daemon, and a node that went away without closing them (killed,
+// partitioned) would otherwise hold them for ever; two minutes is far
+// longer than the gap between a training job's reads, so a busy pool never
+// notices. The asking side drops pooled connections idle for half of it,
+// so it never writes a request into one the serving side is closing.
+const IdleTimeout = 2 * time.Minute
 
 func (p *remote) up() bool {
 	p.mu.Lock()
@@ -478,10 +535,20 @@ func (p *remote) close() {
 // conn takes a pooled connection, or dials one if fewer than the pool's
 // size are open, or waits for one.
 func (p *remote) conn(ctx context.Context) (*pconn, error) {
-	select {
-	case pc := <-p.pool:
-		return pc, nil
-	default:
+	for {
+		var pc *pconn
+		select {
+		case pc = <-p.pool:
+		default:
+		}
+		if pc == nil {
+			break
+		}
+		if time.Since(pc.idle) < IdleTimeout/2 {
+			return pc, nil
+		}
+		pc.c.Close()
+		p.open.Add(-1)
 	}
 	if int(p.open.Add(1)) <= cap(p.pool) {
 		pc, err := p.dial(ctx)
@@ -535,6 +602,7 @@ func (p *remote) get(ctx context.Context, object, version string, index, at, n i
 		p.open.Add(-1)
 		return nil, err
 	}
+	pc.idle = time.Now()
 	p.pool <- pc
 	p.healthy()
 	return b, nil
