@@ -174,6 +174,13 @@ func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []arrow.Field, error) 
 			// be the page's, not the file's.
 			field.Type = dt.ValueType
 		}
+		var origin arrow.DataType
+		if man.OriginSchema != nil {
+			if fs, ok := man.OriginSchema.FieldsByName(field.Name); ok && len(fs) == 1 {
+				origin = fs[0].Type
+			}
+		}
+		field.Type = timestampsAsPyarrow(field.Type, origin, meta.Schema.Column(leaf).PhysicalType() == parquet.Types.Int96)
 		one := arrow.NewSchema([]arrow.Field{field}, nil)
 		lay, bad, err := columnar.NewLayout(one, nil)
 		if err != nil || len(bad) > 0 {
@@ -277,6 +284,41 @@ func openParquet(ctx context.Context, names []string, opts Options) (Dataset, er
 		return nil, fmt.Errorf("%s: %w", describe(names), ErrEmpty)
 	}
 	return d, nil
+}
+
+// timestampsAsPyarrow gives a column's timestamps the type pyarrow reads
+// them as where arrow-go's differs (Arrow C++'s parquet/arrow/schema.cc,
+// ApplyOriginalStorageMetadata): an INT96 timestamp is timestamp[ns] with
+// no zone (arrow-go says UTC), and a UTC-adjusted timestamp takes the zone
+// its stored Arrow schema (origin, the ARROW:schema key) gave it even when
+// its unit was coerced on write (arrow-go keeps the zone only when the
+// unit is the same). The values are the same int64s either way.
+func timestampsAsPyarrow(t, origin arrow.DataType, int96 bool) arrow.DataType {
+	elem := func(e arrow.Field, o arrow.DataType) arrow.Field {
+		if ol, ok := o.(arrow.ListLikeType); ok {
+			o = ol.Elem()
+		} else {
+			o = nil
+		}
+		e.Type = timestampsAsPyarrow(e.Type, o, int96)
+		return e
+	}
+	switch tt := t.(type) {
+	case *arrow.TimestampType:
+		if int96 {
+			return &arrow.TimestampType{Unit: arrow.Nanosecond}
+		}
+		if ot, ok := origin.(*arrow.TimestampType); ok && tt.TimeZone == "UTC" && ot.TimeZone != "" {
+			return &arrow.TimestampType{Unit: tt.Unit, TimeZone: ot.TimeZone}
+		}
+	case *arrow.ListType:
+		return arrow.ListOfField(elem(tt.ElemField(), origin))
+	case *arrow.LargeListType:
+		return arrow.LargeListOfField(elem(tt.ElemField(), origin))
+	case *arrow.FixedSizeListType:
+		return arrow.FixedSizeListOfField(tt.Len(), elem(tt.ElemField(), origin))
+	}
+	return t
 }
 
 // decodeType is the type a page of type t is decoded as: t, but for
