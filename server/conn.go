@@ -138,7 +138,7 @@ func (cn *conn) reply(m *wire.Msg, payload ...[]byte) error {
 }
 
 func (cn *conn) fail(tag uint64, err error) error {
-	m := &wire.Msg{Op: wire.OpError, Tag: tag, Message: err.Error()}
+	m := &wire.Msg{Op: wire.OpError, Tag: tag, Message: err.Error(), Kind: errorKind(err)}
 	where(err, m)
 	return cn.reply(m)
 }
@@ -163,6 +163,18 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		cn.authed = true
 		cn.c.SetReadDeadline(time.Time{})
 		return cn.reply(&wire.Msg{Op: wire.OpHello, Tag: m.Tag, Version: wire.Version, Server: cn.s.Version}) == nil
+	case wire.OpCheck:
+		select {
+		case cn.opens <- struct{}{}:
+		default:
+			return cn.fail(m.Tag, fmt.Errorf("%d opens already in flight on this connection", maxOpens)) == nil
+		}
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			defer func() { <-cn.opens }()
+			cn.check(m)
+		}()
 	case wire.OpOpen:
 		select {
 		case cn.opens <- struct{}{}:
@@ -271,8 +283,25 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 }
 
 // open opens a job and starts its worker.
+// check answers what an open of m's spec would: the job is made, lazy so
+// that it reads nothing, described and closed.
+func (cn *conn) check(m *wire.Msg) {
+	j, err := cn.s.openJob(cn.ctx, m.Spec, false, true)
+	if err != nil {
+		if cn.ctx.Err() == nil {
+			cn.fail(m.Tag, err)
+		}
+		return
+	}
+	r := j.opened()
+	r.Tag, r.Job = m.Tag, 0
+	close(j.done) // no worker serves it
+	j.close()
+	cn.reply(r)
+}
+
 func (cn *conn) open(m *wire.Msg) {
-	j, err := cn.s.openJob(cn.ctx, m.Spec, cn.unix != nil)
+	j, err := cn.s.openJob(cn.ctx, m.Spec, cn.unix != nil, false)
 	if err != nil {
 		if cn.ctx.Err() == nil {
 			cn.fail(m.Tag, err)
@@ -326,7 +355,7 @@ func (cn *conn) work(j *job) {
 			r, payload, err := j.next(j.ctx)
 			if err != nil {
 				if j.ctx.Err() != nil {
-					cn.fail(tag, fmt.Errorf("job %d closed", j.id))
+					cn.fail(tag, fmt.Errorf("job %d: %w", j.id, errClosing))
 					continue
 				}
 				cn.fail(tag, err)
@@ -344,7 +373,7 @@ func (cn *conn) work(j *job) {
 			for {
 				select {
 				case tag := <-j.reqs:
-					cn.fail(tag, fmt.Errorf("job %d closed", j.id))
+					cn.fail(tag, fmt.Errorf("job %d: %w", j.id, errClosing))
 				default:
 					return
 				}

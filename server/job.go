@@ -139,7 +139,9 @@ func (h *int64Heap) Pop() any {
 	return x
 }
 
-func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*job, error) {
+// openJob makes a job of spec: its batches in shared memory with shm, and
+// reading nothing until its first batch is asked with lazy.
+func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm, lazy bool) (*job, error) {
 	cfg, err := configure(spec)
 	if err != nil {
 		return nil, err
@@ -246,6 +248,7 @@ func (s *Server) openJob(ctx context.Context, spec *wire.JobSpec, shm bool) (*jo
 	}
 	lopts.MemoryBytes = mem
 	lopts.Alloc = j.arena
+	lopts.Lazy = lopts.Lazy || lazy
 	lopts.Engine = s.engineFor(ds.Object(0))
 	lopts.Cache, lopts.CacheKey = s.cache, key
 	if tf != nil {

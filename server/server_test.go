@@ -367,3 +367,42 @@ func TestFailuresAreSpaced(t *testing.T) {
 		}
 	}
 }
+
+// Every error frame says what it is about, and a check answers as an
+// open would without making a job.
+func TestErrorKindsAndCheck(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "d.bin")
+	synth.WriteFixed(data, 100, 64, 0)
+	odd := filepath.Join(dir, "odd.bin")
+	synth.WriteFixed(odd, 10, 100, 0)
+	s := &Server{Socket: sockPath(t)}
+	stop := serve(t, s)
+	defer stop()
+	cl := dial(t, s.Socket)
+	defer cl.c.Close()
+	for _, c := range []struct {
+		name string
+		spec *wire.JobSpec
+		kind string
+	}{
+		{"missing", &wire.JobSpec{Paths: []string{filepath.Join(dir, "nope.bin")}, RecordSize: 64, BatchSize: 4}, wire.KindNotFound},
+		{"batch 0", &wire.JobSpec{Paths: []string{data}, RecordSize: 64}, wire.KindSpec},
+		{"sampler", &wire.JobSpec{Paths: []string{data}, RecordSize: 64, BatchSize: 4, Sampler: "bogus"}, wire.KindSpec},
+		{"partial", &wire.JobSpec{Paths: []string{odd}, RecordSize: 64, BatchSize: 4}, wire.KindData},
+	} {
+		for _, op := range []string{wire.OpCheck, wire.OpOpen} {
+			m := cl.req(t, &wire.Msg{Op: op, Spec: c.spec})
+			if m.Op != wire.OpError || m.Kind != c.kind {
+				t.Errorf("%s of %s: %+v, want an error of kind %q", op, c.name, m, c.kind)
+			}
+		}
+	}
+	m := cl.req(t, &wire.Msg{Op: wire.OpCheck, Spec: &wire.JobSpec{Paths: []string{data}, RecordSize: 64, BatchSize: 8, World: 1}})
+	if m.Op != wire.OpOpened || m.Job != 0 || m.Records != 100 || m.Batches != 13 || m.Left != 13 {
+		t.Fatalf("check: %+v", m)
+	}
+	if st := cl.req(t, &wire.Msg{Op: wire.OpStats}); st.Jobs != 0 {
+		t.Fatalf("a check left %d jobs open", st.Jobs)
+	}
+}

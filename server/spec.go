@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -48,9 +47,6 @@ type jobConfig struct {
 	share     bool
 	memory    int64 // 0: the daemon picks
 }
-
-// errSpec marks an error in what the client asked for.
-var errSpec = errors.New("invalid job spec")
 
 func specErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errSpec}, args...)...)

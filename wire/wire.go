@@ -46,9 +46,24 @@ const (
 	OpLocate  = "locate"
 	OpState   = "state"
 	OpError   = "error"
+	// OpCheck asks what an open would answer, without a job: the spec is
+	// checked and the dataset opened, and the reply is an "opened" with
+	// job 0 (or the error the open would give). A client checks its
+	// arguments when it is built, not at its first batch.
+	OpCheck = "check"
 	// OpBlock is one daemon asking another for a block of an object-store
 	// object it owns (package peer); the answer's payload is the block.
 	OpBlock = "block"
+)
+
+// Error kinds: what an error frame is about.
+const (
+	KindSpec     = "spec"      // the request asked for something invalid (a bad option, a bound)
+	KindNotFound = "not_found" // a path names nothing
+	KindData     = "data"      // the data is bad: corrupt, truncated, a CRC mismatch, a record a transform refused
+	KindChanged  = "changed"   // the data changed since the job opened it
+	KindClosed   = "closed"    // the job or the daemon is closing
+	KindInternal = "internal"  // anything else: the daemon's own failure
 )
 
 // Msg is every message: Op says which fields matter.
@@ -70,13 +85,13 @@ type Msg struct {
 	Job int `json:"job,omitempty"`
 
 	// opened
-	Records     int   `json:"records,omitempty"`   // records in the dataset
-	Positions   int   `json:"positions,omitempty"` // positions per epoch for this job (its shard)
-	Batches     int   `json:"batches,omitempty"`   // batches per epoch this job delivers
+	Records   int `json:"records,omitempty"`   // records in the dataset
+	Positions int `json:"positions,omitempty"` // positions per epoch for this job (its shard)
+	Batches   int `json:"batches,omitempty"`   // batches per epoch this job delivers
 	// Left is how many batches the job delivers of the epoch it opened at,
 	// from the batch it opened at: a client counts by it and Batches, and
 	// never works them out again.
-	Left int `json:"left,omitempty"`
+	Left        int   `json:"left,omitempty"`
 	Info        *Info `json:"info,omitempty"`
 	ArenaSize   int64 `json:"arena_size,omitempty"`   // bytes of the shared arena; 0 means batches come inline
 	MemoryBytes int64 `json:"memory_bytes,omitempty"` // the job's bound on batches in flight and held
@@ -125,8 +140,11 @@ type Msg struct {
 
 	// error (and block: where in the block)
 	Message string `json:"message,omitempty"`
-	Path    string `json:"path,omitempty"`
-	Offset  int64  `json:"offset,omitempty"`
+	// Kind says what an error is about, so a client raises the exception
+	// its user catches: one of the Kind constants.
+	Kind   string `json:"kind,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
 }
 
 // JobSpec is what a client asks the daemon to load. Fields left out take

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import base64
+import errno
 import collections
 import gc
 import mmap
@@ -48,8 +49,48 @@ class RiffleError(Exception):
         self.offset = offset
 
 
+class InvalidSpec(RiffleError, ValueError):
+    """An argument the daemon refuses (an option out of bounds, a format it cannot read): also a ``ValueError``."""
+
+
+class PathNotFound(RiffleError, FileNotFoundError):
+    """A path names nothing: also a ``FileNotFoundError``, as ImageFolder raises."""
+
+    def __init__(self, message: str, path: str | None = None, offset: int | None = None):
+        super().__init__(message, path, offset)
+        self.errno, self.strerror, self.filename = errno.ENOENT, message, path
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class DataError(RiffleError):
+    """The data is bad: corrupt, truncated, a CRC mismatch, a record a transform refused."""
+
+
+class DataChanged(DataError):
+    """The data changed since the job opened it: build a new loader to read it as it is now."""
+
+
+class JobClosed(RiffleError):
+    """The job, or the daemon, was closing."""
+
+
 class DaemonGone(RiffleError):
     """The daemon closed the connection or stopped answering."""
+
+
+# The error frame's kind (wire.KIND_*) and the exception it raises.
+_KINDS: dict[str, type[RiffleError]] = {
+    wire.KIND_SPEC: InvalidSpec, wire.KIND_NOT_FOUND: PathNotFound, wire.KIND_DATA: DataError,
+    wire.KIND_CHANGED: DataChanged, wire.KIND_CLOSED: JobClosed,
+}
+
+
+def error_from(reply: dict[str, Any]) -> RiffleError:
+    """The exception an error frame stands for."""
+    cls = _KINDS.get(reply.get("kind") or "", RiffleError)
+    return cls(reply.get("message", "error"), reply.get("path") or None, reply.get("offset"))
 
 
 class UnsafeSocket(RiffleError):
@@ -303,7 +344,7 @@ class Connection:
         if reply["op"] == wire.OP_ERROR:
             for fd in fds:
                 os.close(fd)
-            raise RiffleError(reply.get("message", "error"), reply.get("path") or None, reply.get("offset"))
+            raise error_from(reply)
         return reply, payload, fds
 
     def drop(self, tag: int) -> None:
@@ -479,6 +520,20 @@ def _subset(s) -> dict | None:
     return {"ids": [int(i) for i in s]}
 
 
+def _check_args(paths: Sequence, batch_size: Any) -> None:
+    """What can be checked without the daemon, with the errors DataLoader and ImageFolder raise."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size!r}")
+    if not paths:
+        raise ValueError("paths: none given")
+    for p in paths:
+        p = os.fspath(p)
+        if "://" in p or any(c in p for c in "*?["):
+            continue  # an object or a glob: the daemon says
+        if not os.path.exists(p):
+            raise PathNotFound(f"No such file or directory: {p!r}", p)
+
+
 def _abspath(p) -> str:
     p = os.fspath(p)
     return p if "://" in p else os.path.abspath(p)
@@ -532,6 +587,7 @@ class Loader:
                  batch_stride: int | None = None, batch_offset: int | None = None):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
+        _check_args(paths, batch_size)
         subset = _subset(subset)
         given = {
             "format": format, "record_size": record_size, "header_bytes": header_bytes, "csv_header": csv_header,
@@ -559,6 +615,7 @@ class Loader:
         self._held = 0
         self._job: _Job | None = None
         self._finalizer = None
+        self._check()
 
     # --- epochs and checkpoints ---
     def set_epoch(self, epoch: int) -> None:
@@ -605,6 +662,20 @@ class Loader:
     # --- the job ---
     def _conn(self) -> Connection:
         return connect(*self._conn_args)
+
+    def _check(self) -> None:
+        """Ask the daemon what opening this loader's job would answer: a bad option or path fails here, when the
+        loader is built, as the exception a PyTorch user catches (ValueError, FileNotFoundError)."""
+        spec = dict(self.spec, epoch=self.epoch, batch=self._batch, epochs=-1)
+        msg = {"op": wire.OP_CHECK, "spec": spec}
+        conn = self._conn()
+        try:
+            # An index may be built on the way, as for an open.
+            reply, _, _ = conn.request(msg, timeout=max(conn.timeout, 600.0))
+        except DaemonGone:
+            conn = self._conn()  # a daemon restarted since this process last spoke to it
+            reply, _, _ = conn.request(msg, timeout=max(conn.timeout, 600.0))
+        self._meta = reply
 
     def _open(self) -> _Job:
         """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""

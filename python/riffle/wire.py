@@ -30,6 +30,15 @@ OP_STATUS = "status"
 OP_LOCATE = "locate"
 OP_STATE = "state"
 OP_ERROR = "error"
+OP_CHECK = "check"
+
+# Error kinds: what an error frame is about.
+KIND_SPEC = "spec"
+KIND_NOT_FOUND = "not_found"
+KIND_DATA = "data"
+KIND_CHANGED = "changed"
+KIND_CLOSED = "closed"
+KIND_INTERNAL = "internal"
 
 _LEN = struct.Struct("<I")
 

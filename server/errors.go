@@ -1,0 +1,48 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/wire"
+)
+
+// Errors are part of the protocol: each error frame says what it is about
+// (wire's Kind constants), and the client raises the exception a PyTorch
+// user catches for it (ValueError for a spec, FileNotFoundError for a
+// path). The kinds are decided here, in one place, in this order: a spec
+// error that wraps a missing file is about the file.
+
+// errSpec marks an error in what the client asked for.
+var errSpec = errors.New("invalid job spec")
+
+// errorKind says what err is about.
+func errorKind(err error) string {
+	var fe *dataset.FormatError
+	var se *storage.Error
+	var re *loader.RecordError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return wire.KindNotFound
+	case errors.Is(err, storage.ErrChanged), errors.Is(err, storage.ErrShrunk), errors.Is(err, dataset.ErrStaleIndex):
+		return wire.KindChanged
+	case errors.Is(err, errSpec), errors.Is(err, dataset.ErrUnknownFormat), errors.Is(err, dataset.ErrEmpty),
+		errors.Is(err, dataset.ErrUnsupported), errors.Is(err, storage.ErrOutsideRoots), errors.Is(err, storage.ErrNotRegular),
+		errors.Is(err, storage.ErrTooLarge):
+		return wire.KindSpec
+	case errors.As(err, &fe), errors.As(err, &se), errors.As(err, &re), errors.Is(err, dataset.ErrCorrupt),
+		errors.Is(err, dataset.ErrCRC), errors.Is(err, dataset.ErrPartial):
+		return wire.KindData
+	case errors.Is(err, context.Canceled), errors.Is(err, errClosing):
+		return wire.KindClosed
+	}
+	return wire.KindInternal
+}
+
+// errClosing is the error of requests a closing job or daemon leaves
+// unanswered.
+var errClosing = errors.New("closing")
