@@ -15,6 +15,9 @@ import (
 	"path/filepath"
 	"sort"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -22,14 +25,16 @@ import (
 // as NAME.ridx (or in the cache directory when the data's directory is
 // read-only) and reused while the data is unchanged. Its frame ties it to
 // the source's size and version (its store's version: device, inode and
-// mtime of a local file, the ETag of an object) and ends in a CRC32C; what
-// it holds depends on the format:
+// mtime of a local file, the ETag of an object; for a local file its ctime
+// too, see sourceKey) and ends in a CRC32C; what it holds depends on the
+// format:
 //
 //	0  magic "RFLIDX01"
 //	8  version uint32
 //	12 variant uint32 (format and options that change what it holds)
 //	16 source size uint64
-//	24 source version hash uint64 (FNV-1a of the version string)
+//	24 source version hash uint64 (FNV-1a of the version string, and
+//	   since version 4 of a local file's ctime)
 //	32 payload
 //	.. crc32c uint32 of all bytes before it
 //
@@ -45,7 +50,9 @@ import (
 //	.. exceptions [exceptions](record uint64, end uint64), by record
 const (
 	indexMagic   = "RFLIDX01"
-	indexVersion = 3
+	// indexVersion 4: the source version hash covers a local file's
+	// ctime; a version 3 index is stale (ErrStaleIndex) and rebuilt.
+	indexVersion = 4
 	indexFrame   = 32
 	indexHeader  = indexFrame + 16 // an offset table's header
 	// IndexExt is the sidecar file's extension.
@@ -84,10 +91,36 @@ func (t *table) end(i int) (int64, bool) {
 	return 0, false
 }
 
+// sourceKey is what an index of r must have been built for. A local
+// file's store version (device, inode, mtime, size) does not see an edit
+// in place that restores the size and the mtime (rsync --inplace -t,
+// cp -p onto the file, a tool that calls utime afterwards): an index
+// reused then points every record at the wrong bytes, and nothing fails.
+// The ctime is set by the kernel on every change and utime cannot set it
+// back, so it goes into the key too, read from the open file (fstat) so
+// it is the ctime of the bytes being indexed. A chmod or a hard link
+// changes it as well: that costs one rebuild, never a wrong record.
 func sourceKey(r storage.Reader, variant uint32) indexKey {
 	h := fnv.New64a()
 	h.Write([]byte(version(r)))
+	if ct, ok := changeTime(r); ok {
+		fmt.Fprintf(h, "\x00ctime %d", ct)
+	}
 	return indexKey{variant: variant, size: r.Size(), version: h.Sum64()}
+}
+
+// changeTime is the ctime, in nanoseconds, of a reader of a local file
+// (one with a descriptor).
+func changeTime(r storage.Reader) (int64, bool) {
+	f, ok := r.(interface{ Fd() int })
+	if !ok {
+		return 0, false
+	}
+	var st unix.Stat_t
+	if unix.Fstat(f.Fd(), &st) != nil {
+		return 0, false
+	}
+	return st.Ctim.Nano(), true
 }
 
 // frameIndex puts a payload in the sidecar's frame.
@@ -279,24 +312,43 @@ func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, 
 
 // loadOrBuildIndex loads source's sidecar with decode, or builds it with
 // build (which returns the framed sidecar) and saves it. The cache
-// directory is the process's own and read as a local file; beside the
-// data, the sidecar is read through the data's store (and its
-// confinement), as a regular file of at most limit bytes.
+// directory is the process's own, read and written through privdir: it
+// must be owned by this user and writable by no one else (another user
+// could plant an index that reads records wrong), it is made 0700 (its
+// listing names the datasets indexed) and its files 0600, opened with
+// O_NOFOLLOW. Beside the data, the sidecar is read through the data's
+// store (and its confinement), as a regular file of at most limit bytes.
 func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, opts Options, limit int64,
 	decode func(path string, b []byte, key indexKey) error, build func(key indexKey) ([]byte, error)) error {
 	key := sourceKey(src, variant)
 	paths := IndexPaths(src.Name(), opts.IndexDir, opts.IndexInDirOnly)
-	local, _ := storage.NewLocal(false, nil)
-	storeOf := func(p string) storage.Store {
-		if !opts.IndexInDirOnly && p == paths[0] {
-			return opts.Store
+	beside := func(p string) bool { return !opts.IndexInDirOnly && p == paths[0] }
+	read := func(p string) ([]byte, error) {
+		if beside(p) {
+			return opts.Store.ReadFile(ctx, p, limit)
 		}
-		return local
+		d, err := privdir.Open(filepath.Dir(p))
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		return d.ReadFile(filepath.Base(p), limit)
+	}
+	write := func(p string, b []byte) error {
+		if beside(p) {
+			return opts.Store.WriteFile(ctx, p, b)
+		}
+		d, err := privdir.Open(filepath.Dir(p))
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return d.WriteFile(filepath.Base(p), b)
 	}
 	if opts.Index != IndexRebuild {
 		var firstErr error
 		for _, p := range paths {
-			b, err := storeOf(p).ReadFile(ctx, p, limit)
+			b, err := read(p)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -325,7 +377,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	}
 	var saveErr error
 	for _, p := range paths {
-		if saveErr = storeOf(p).WriteFile(ctx, p, b); saveErr == nil {
+		if saveErr = write(p, b); saveErr == nil {
 			return nil
 		}
 	}
