@@ -177,15 +177,27 @@ func (e *UnreadError) Error() string {
 	return b.String()
 }
 
-// TypeBrief names a type for a message: Arrow's name, but a struct by its
-// fields' names alone (struct<bytes, path>), as a user knows it.
+// TypeBrief names a type for a message as pyarrow prints it, which is
+// what a user knows (arrow-go says utf8 for string), with a struct by its
+// fields' names alone: struct<bytes, path>.
 func TypeBrief(t arrow.DataType) string {
-	if st, ok := t.(*arrow.StructType); ok {
-		names := make([]string, st.NumFields())
-		for i, f := range st.Fields() {
+	switch tt := t.(type) {
+	case *arrow.StructType:
+		names := make([]string, tt.NumFields())
+		for i, f := range tt.Fields() {
 			names[i] = f.Name
 		}
 		return "struct<" + strings.Join(names, ", ") + ">"
+	case *arrow.MapType:
+		return "map<" + TypeBrief(tt.KeyType()) + ", " + TypeBrief(tt.ItemType()) + ">"
+	case *arrow.ListType:
+		return "list<" + TypeBrief(tt.Elem()) + ">"
+	case *arrow.LargeListType:
+		return "large_list<" + TypeBrief(tt.Elem()) + ">"
+	case *arrow.StringType:
+		return "string"
+	case *arrow.LargeStringType:
+		return "large_string"
 	}
 	return t.String()
 }
