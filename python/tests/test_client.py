@@ -193,8 +193,27 @@ def test_bad_input_names_file_and_offset(daemon, tmp_path):
 
 
 def test_missing_file(daemon, tmp_path):
-    with pytest.raises(riffle.RiffleError, match="no such file"):
-        next(iter(riffle.Loader(tmp_path / "nope.bin", batch_size=10, record_size=64)))
+    # When the loader is built, as ImageFolder raises: a FileNotFoundError naming the path.
+    with pytest.raises(FileNotFoundError, match="No such file") as e:
+        riffle.Loader(tmp_path / "nope.bin", batch_size=10, record_size=64)
+    assert isinstance(e.value, riffle.RiffleError) and e.value.filename == str(tmp_path / "nope.bin")
+    # A glob that matches nothing, which only the daemon expands.
+    with pytest.raises(FileNotFoundError, match="matches no file"):
+        riffle.Loader(str(tmp_path / "*.nothing"), batch_size=10, record_size=64)
+
+
+@pytest.mark.parametrize("bad", [0, -1, None, 2.5, True])
+def test_bad_batch_size_is_a_value_error_at_once(daemon, fixed_file, bad):
+    with pytest.raises(ValueError, match="batch_size should be a positive integer"):
+        riffle.Loader(fixed_file, batch_size=bad, record_size=64)
+
+
+def test_bad_option_is_a_value_error_at_once(daemon, fixed_file):
+    # Checked by the daemon, in one place, when the loader is built: no batch is asked for.
+    with pytest.raises(ValueError, match="sampler"):
+        riffle.Loader(fixed_file, batch_size=10, record_size=64, sampler="bogus")
+    with pytest.raises(ValueError, match="memory_bytes"):
+        riffle.Loader(fixed_file, batch_size=10, record_size=64, memory=1)
 
 
 def test_last_line_without_newline_is_a_record(daemon, tmp_path):

@@ -108,7 +108,7 @@ def test_drop_last_and_shard_drop_last_mean_what_torch_means(daemon, tmp_path):
             share = len(ref)  # 334 padded, 333 dropped
             for drop_last in (False, True):
                 want = share // 64 * 64 if drop_last else share
-                dl = rt.loader(str(p), 64, record_size=64, dtype=np.int64, shape=(8,), rank=rank, world_size=3,
+                dl = rt.loader(str(p), 64, record_size=64, dtype=np.int64, shape=(8,), rank=rank, world_size=3, seed=4,
                                drop_last=drop_last, shard_drop_last=shard_drop_last)
                 got = sum(len(t) for t in dl)
                 assert got == want, f"rank {rank} shard_drop_last={shard_drop_last} drop_last={drop_last}"
