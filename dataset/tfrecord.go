@@ -1,10 +1,15 @@
 package dataset
 
 import (
+	"bufio"
+	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 
 	"github.com/riffle-ml/riffle/storage"
 )
@@ -179,4 +184,113 @@ func openTFRecord(ctx context.Context, f storage.Reader, opts Options) (Part, er
 		return nil, err
 	}
 	return &tfPart{offsetPart{t: t, head: tfHead, tail: tfTail}}, nil
+}
+
+// TFRecordStream reads a TFRecord object's records one after another, from
+// its start to its end, decompressing a GZIP or ZLIB one, and checks both
+// CRCs of each: the one way to read a compressed TFRecord file, which has
+// no random access (riffle pack rewrites it into shards that do).
+type TFRecordStream struct {
+	Path    string
+	Codec   string // "GZIP", "ZLIB", or "" for a plain file
+	Version string // the store's version of the object, as Info.Versions has it
+	obj     storage.Reader
+	z       io.Closer // the decompressor, if any
+	r       *bufio.Reader
+	off     int64 // of the next frame, in the decompressed bytes
+	buf     []byte
+}
+
+// OpenTFRecordStream opens a TFRecord object for reading start to end.
+// The caller closes it.
+func OpenTFRecordStream(ctx context.Context, opts Options, name string) (*TFRecordStream, error) {
+	obj, err := opts.store().Open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	s := &TFRecordStream{Path: obj.Name(), Version: version(obj), obj: obj}
+	head := make([]byte, min(tfHead, obj.Size()))
+	if err := obj.ReadAt(ctx, head, 0); err != nil {
+		obj.Close()
+		return nil, err
+	}
+	s.Codec = tfCompression(head)
+	var src io.Reader = bufio.NewReaderSize(&readerAt{ctx: ctx, r: obj}, 1<<20)
+	switch s.Codec {
+	case "GZIP":
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			obj.Close()
+			return nil, &FormatError{Path: s.Path, Err: fmt.Errorf("gzip: %v: %w", err, ErrCorrupt)}
+		}
+		s.z, src = zr, zr
+	case "ZLIB":
+		zr, err := zlib.NewReader(src)
+		if err != nil {
+			obj.Close()
+			return nil, &FormatError{Path: s.Path, Err: fmt.Errorf("zlib: %v: %w", err, ErrCorrupt)}
+		}
+		s.z, src = zr, zr
+	}
+	s.r = bufio.NewReaderSize(src, 1<<20)
+	return s, nil
+}
+
+// Next returns the next record's data, valid until the next call, or
+// io.EOF after the last. An error names the offset in the decompressed
+// bytes.
+func (s *TFRecordStream) Next() ([]byte, error) {
+	bad := func(off int64, err error) error {
+		where := "decompressed "
+		if s.Codec == "" {
+			where = ""
+		}
+		return &FormatError{Path: s.Path, Offset: off, Err: fmt.Errorf("(%sbytes) %w", where, err)}
+	}
+	var h [tfHead]byte
+	if n, err := io.ReadFull(s.r, h[:]); err != nil {
+		if n == 0 && errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, bad(s.off, s.cut(err))
+	}
+	if got, want := binary.LittleEndian.Uint32(h[8:]), maskedCRC(h[:8]); got != want {
+		return nil, bad(s.off+8, fmt.Errorf("TFRecord length CRC %08x, computed %08x: %w", got, want, ErrCRC))
+	}
+	n := binary.LittleEndian.Uint64(h[:])
+	if n > 1<<31 {
+		return nil, bad(s.off, fmt.Errorf("TFRecord length %d is implausible: %w", n, ErrCorrupt))
+	}
+	if uint64(cap(s.buf)) < n+tfTail {
+		s.buf = make([]byte, n+tfTail)
+	}
+	s.buf = s.buf[:n+tfTail]
+	if _, err := io.ReadFull(s.r, s.buf); err != nil {
+		return nil, bad(s.off, s.cut(err))
+	}
+	data := s.buf[:n]
+	if got, want := binary.LittleEndian.Uint32(s.buf[n:]), maskedCRC(data); got != want {
+		return nil, bad(s.off+tfHead+int64(n), fmt.Errorf("TFRecord data CRC %08x, computed %08x: %w", got, want, ErrCRC))
+	}
+	s.off += tfHead + int64(n) + tfTail
+	return data, nil
+}
+
+// cut says what a short read of a frame means.
+func (s *TFRecordStream) cut(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("last TFRecord is cut short: %w", ErrPartial)
+	}
+	if s.Codec != "" {
+		return fmt.Errorf("%s: %v: %w", s.Codec, err, ErrCorrupt)
+	}
+	return err
+}
+
+func (s *TFRecordStream) Close() error {
+	var errs []error
+	if s.z != nil {
+		errs = append(errs, s.z.Close())
+	}
+	return errors.Join(append(errs, s.obj.Close())...)
 }

@@ -74,10 +74,25 @@ func Pack(ctx context.Context, ds dataset.Dataset, dir string, opts Options) (Su
 		return Summary{}, err
 	}
 	m := &dataset.PackManifestFile{Version: 1, Source: src, Transform: canon, ShardBytes: opts.ShardBytes, Records: int64(ds.Len())}
+	sum, start, err := resume(dir, m)
+	if err != nil {
+		return sum, err
+	}
+	if !m.Complete && start < int64(ds.Len()) {
+		if err := write(ctx, ds, dir, m, start, tf, canon, opts); err != nil {
+			return sum, err
+		}
+	}
+	return finish(dir, m, sum)
+}
+
+// resume keeps the whole shards of an earlier pack of the same source in
+// dir, and returns the first record left to pack.
+func resume(dir string, m *dataset.PackManifestFile) (Summary, int64, error) {
 	sum := Summary{}
 	if old, err := readManifest(dir); err == nil {
 		if !sameSource(old, m) {
-			return Summary{}, fmt.Errorf("pack: %s holds a pack of another source or transform (%s %v, %q): remove it first", dir, old.Source.Format, old.Source.Paths, old.Transform)
+			return Summary{}, 0, fmt.Errorf("pack: %s holds a pack of another source or transform (%s %v, %q): remove it first", dir, old.Source.Format, old.Source.Paths, old.Transform)
 		}
 		// Resume after the last shard that is whole.
 		for _, s := range old.Shards {
@@ -91,7 +106,7 @@ func Pack(ctx context.Context, ds dataset.Dataset, dir string, opts Options) (Su
 			m.Complete = true
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return Summary{}, err
+		return Summary{}, 0, err
 	}
 	// Whatever a killed run left under temporary names goes.
 	if tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmps) > 0 {
@@ -104,11 +119,11 @@ func Pack(ctx context.Context, ds dataset.Dataset, dir string, opts Options) (Su
 		last := m.Shards[n-1]
 		start = last.First + last.Count
 	}
-	if !m.Complete && start < int64(ds.Len()) {
-		if err := write(ctx, ds, dir, m, start, tf, canon, opts); err != nil {
-			return sum, err
-		}
-	}
+	return sum, start, nil
+}
+
+// finish marks the pack complete in its manifest.
+func finish(dir string, m *dataset.PackManifestFile, sum Summary) (Summary, error) {
 	m.Complete = true
 	if err := writeManifest(dir, m); err != nil {
 		return sum, err
@@ -292,59 +307,31 @@ func write(ctx context.Context, ds dataset.Dataset, dir string, m *dataset.PackM
 		return err
 	}
 	defer l.Close()
-	var w *shardWriter
+	out := &sink{dir: dir, m: m, h: h, shardBytes: opts.ShardBytes}
 	done := int(start)
-	flush := func() error {
-		if w == nil {
-			return nil
-		}
-		size, err := w.finish(dir)
-		if err != nil {
-			return err
-		}
-		m.Shards = append(m.Shards, dataset.PackShard{Name: w.name, First: h.First, Count: int64(len(w.ents)), Bytes: size})
-		w = nil
-		// The shard is whole: name it, so a resumed pack keeps it.
-		return writeManifest(dir, m)
-	}
 	for {
 		b, err := l.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			if w != nil {
-				w.abort(dir)
-			}
+			out.abort()
 			return err
 		}
 		for i, id := range b.IDs {
 			if i < skip {
 				continue
 			}
-			if w == nil {
-				h.First = int64(id)
-				if w, err = newShard(dir, fmt.Sprintf("shard-%05d%s", len(m.Shards), dataset.ShardExt), h); err != nil {
-					b.Release()
-					return err
-				}
-			}
 			label := -1
 			if b.Labels != nil {
 				label = b.Labels[i]
 			}
-			if err := w.add(b.Record(i), label); err != nil {
+			if err := out.add(int64(id), b.Record(i), label); err != nil {
 				b.Release()
-				w.abort(dir)
+				out.abort()
 				return err
 			}
 			done++
-			if w.at >= opts.ShardBytes {
-				if err := flush(); err != nil {
-					b.Release()
-					return err
-				}
-			}
 		}
 		skip = 0
 		b.Release()
@@ -352,7 +339,141 @@ func write(ctx context.Context, ds dataset.Dataset, dir string, m *dataset.PackM
 			opts.Progress(done, n)
 		}
 	}
-	return flush()
+	return out.flush()
+}
+
+// sink cuts records into shards of about shardBytes, naming each in the
+// manifest once it is whole.
+type sink struct {
+	dir        string
+	m          *dataset.PackManifestFile
+	h          dataset.ShardHeader
+	shardBytes int64
+	w          *shardWriter
+}
+
+// add appends record id; rec is not kept after it returns.
+func (s *sink) add(id int64, rec []byte, label int) error {
+	if s.w == nil {
+		s.h.First = id
+		w, err := newShard(s.dir, fmt.Sprintf("shard-%05d%s", len(s.m.Shards), dataset.ShardExt), s.h)
+		if err != nil {
+			return err
+		}
+		s.w = w
+	}
+	if err := s.w.add(rec, label); err != nil {
+		return err
+	}
+	if s.w.at >= s.shardBytes {
+		return s.flush()
+	}
+	return nil
+}
+
+// flush finishes the open shard, if any, and names it in the manifest, so
+// that a resumed pack keeps it.
+func (s *sink) flush() error {
+	w := s.w
+	if w == nil {
+		return nil
+	}
+	s.w = nil
+	size, err := w.finish(s.dir)
+	if err != nil {
+		return err
+	}
+	s.m.Shards = append(s.m.Shards, dataset.PackShard{Name: w.name, First: s.h.First, Count: int64(len(w.ents)), Bytes: size})
+	return writeManifest(s.dir, s.m)
+}
+
+// abort drops the open shard.
+func (s *sink) abort() {
+	if s.w != nil {
+		s.w.abort(s.dir)
+		s.w = nil
+	}
+}
+
+// PackTFRecordStreams packs TFRecord files that are read start to end
+// (dataset.TFRecordStream: a GZIP or ZLIB file, which has no random access
+// and so does not open as a dataset) into dir, as Pack packs a dataset:
+// records in file order, shards of about opts.ShardBytes, no labels. A
+// pack killed half way resumes: the records of its whole shards are read
+// again and skipped. Transforms read records by id and are not taken.
+func PackTFRecordStreams(ctx context.Context, dopts dataset.Options, names []string, dir string, opts Options) (Summary, error) {
+	if opts.Transform != "" {
+		return Summary{}, fmt.Errorf("pack: a transform reads records by id; pack the compressed files first, then pack the result with --transform")
+	}
+	if opts.ShardBytes <= 0 {
+		opts.ShardBytes = DefaultShardBytes
+	}
+	src := dataset.PackSource{Format: "tfrecord"}
+	for _, name := range names {
+		st, err := dataset.OpenTFRecordStream(ctx, dopts, name)
+		if err != nil {
+			return Summary{}, err
+		}
+		src.Paths, src.Versions = append(src.Paths, st.Path), append(src.Versions, st.Version)
+		st.Close()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Summary{}, err
+	}
+	m := &dataset.PackManifestFile{Version: 1, Source: src, ShardBytes: opts.ShardBytes}
+	if old, err := readManifest(dir); err == nil && slices.Equal(old.Source.Paths, src.Paths) && slices.Equal(old.Source.Versions, src.Versions) {
+		// The count is known only once the streams are read: an earlier
+		// pack of the same files knows it.
+		m.Source.Records, m.Source.Bytes, m.Records = old.Source.Records, old.Source.Bytes, old.Records
+	}
+	sum, start, err := resume(dir, m)
+	if err != nil || m.Complete {
+		if err == nil {
+			sum, err = finish(dir, m, sum)
+		}
+		return sum, err
+	}
+	out := &sink{dir: dir, m: m, h: dataset.ShardHeader{Version: 1}, shardBytes: opts.ShardBytes}
+	id, bytes := int64(0), int64(0)
+	for _, name := range names {
+		st, err := dataset.OpenTFRecordStream(ctx, dopts, name)
+		if err != nil {
+			out.abort()
+			return sum, err
+		}
+		for {
+			if err = ctx.Err(); err != nil {
+				break
+			}
+			var rec []byte
+			if rec, err = st.Next(); err != nil {
+				break
+			}
+			if id >= start {
+				if err = out.add(id, rec, -1); err != nil {
+					break
+				}
+			}
+			id++
+			bytes += int64(len(rec))
+			if opts.Progress != nil && id%1024 == 0 {
+				opts.Progress(int(id), 0)
+			}
+		}
+		st.Close()
+		if !errors.Is(err, io.EOF) {
+			out.abort()
+			return sum, err
+		}
+	}
+	if err := out.flush(); err != nil {
+		return sum, err
+	}
+	if id == 0 {
+		return sum, fmt.Errorf("pack: %v: %w", names, dataset.ErrEmpty)
+	}
+	m.Records, m.Source.Records, m.Source.Bytes = id, id, bytes
+	return finish(dir, m, sum)
 }
 
 // Stale reports whether a pack's source has changed since it was packed:
