@@ -103,7 +103,7 @@ def _draw_seed(world: int) -> int:
 
 
 # A batch and the place after it, from a worker, for the loader's state.
-_Stamped = collections.namedtuple("_Stamped", "data worker state")
+_Stamped = collections.namedtuple("_Stamped", "data worker state epoch index")
 
 
 class RiffleDataset(torch.utils.data.IterableDataset):
@@ -170,6 +170,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._states: dict[int, dict] = {}
         self._workers = 0
         self._next = 0  # the role of the worker whose batch comes next
+        self._place: dict | None = None  # the rank's place after the last batch delivered, with workers
         self._ld: Loader | None = None
         self._ld_owner: tuple[int, int] | None = None
         self._info: dict | None = None
@@ -199,7 +200,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if self._resume is None:
             # A new epoch: every worker's role starts at its beginning, and
             # worker 0 plays role 0, as in a run never interrupted.
-            self._states, self._shift.value, self._next = {}, 0, 0
+            self._states, self._shift.value, self._next, self._place = {}, 0, 0, None
 
     def _where(self) -> tuple[int, int]:
         """This rank and world size: resolved in the main process, carried to workers."""
@@ -213,8 +214,14 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         """The place after the last batch delivered: per worker with DataLoader workers."""
         if self._workers:
             # A role that has delivered nothing this epoch is at its start.
+            # DataLoader hands batches over in order, so what was delivered
+            # is the rank's batches before `batch`: a place any number of
+            # workers resumes from, for an order that is a function of
+            # position.
             start = {"epoch": self.epoch, "batch": 0, "seed": self.seed}
-            return {"epoch": self.epoch, "seed": self.seed, "num_workers": self._workers, "next_worker": self._next,
+            place = self._place or {"epoch": self.epoch, "batch": 0}
+            return {"epoch": place["epoch"], "batch": place["batch"], "seed": self.seed, "num_workers": self._workers,
+                    "next_worker": self._next,
                     "workers": {str(w): dict(self._states.get(w, start)) for w in range(self._workers)}}
         if self._ld is not None:
             return self._ld.state_dict()
@@ -226,21 +233,53 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             if not self._seed_drawn:
                 raise ValueError(f"state was saved with seed {state['seed']}, this dataset has seed {self.seed}")
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
+        if "workers" in state and int(state.get("num_workers", 0)) != max(1, self._workers):
+            state = self._merged(state)
         self._epoch.value = int(state["epoch"])
         self._explicit = True
         self._resume = dict(state)
         self._ld = None  # a loader of another seed, or place, is not this one
+        self._place = None
         if "workers" in state:
             self._states = {int(w): dict(st) for w, st in state["workers"].items()}
-        # DataLoader asks worker 0 first: give worker 0 the role whose batch is next.
-        self._shift.value = int(state.get("next_worker", 0))
+            # DataLoader asks worker 0 first: give worker 0 the role whose batch is next.
+            self._shift.value = int(state.get("next_worker", 0))
+            self._place = {"epoch": int(state["epoch"]), "batch": int(state.get("batch", 0))}
+        else:
+            # One place for the rank: every role starts from it, and worker
+            # 0 plays the role of its batch.
+            self._states = {w: dict(state) for w in range(self._workers)}
+            self._shift.value = int(state.get("batch", 0)) % max(1, self._workers)
+            self._place = {"epoch": int(state["epoch"]), "batch": int(state.get("batch", 0))}
         self._next = self._shift.value
 
-    def _record(self, worker: int, state: dict) -> None:
-        """A batch from ``worker`` reached the user: its role's place is after it."""
+    def _merged(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state saved with other workers, as the rank's one place: for orders that are functions of position."""
+        stream = any(st.get("sampler_state") or st.get("skip") for st in state["workers"].values())
+        kw = self.loader_kwargs
+        if stream or kw.get("share") or (kw.get("opportunistic") or 1) > 1:
+            raise ValueError(
+                f"this state was saved with {state.get('num_workers')} DataLoader workers, and this loader's order "
+                "(shared, opportunistic, buffered or reservoir) resumes only with as many; a global, block or "
+                "sequential order resumes with any number")
+        if "batch" not in state:
+            raise ValueError("this state was saved by an older riffle with DataLoader workers: resume with as many")
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        # The place after an epoch's last batch is the next epoch's start.
+        rank, world = self._where()
+        probe = Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=int(state.get("seed", self.seed)),
+                       rank=rank, world_size=world, drop_last=self.drop_last, shard_drop_last=self.shard_drop_last,
+                       dtype=self.dtype, shape=self.shape, **kw)
+        if batch >= len(probe):
+            epoch, batch = epoch + 1, 0
+        return {"epoch": epoch, "batch": batch, "seed": state.get("seed", self.seed)}
+
+    def _record(self, worker: int, state: dict, epoch: int, index: int) -> None:
+        """Batch ``index`` of ``epoch`` from ``worker`` reached the user: its role's place is after it."""
         role = (worker + self._shift.value) % max(1, self._workers)
         self._states[role] = state
         self._next = (role + 1) % max(1, self._workers)
+        self._place = {"epoch": epoch, "batch": index + 1}
 
     # --- loading ---
     def _loader(self) -> Loader:
@@ -264,9 +303,10 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             self._ld, self._ld_owner = ld, owner
         epoch = self.epoch
         res = self._resume
-        if res is not None and "workers" in res and info is not None:
-            if int(res.get("num_workers", 0)) != info.num_workers:
-                raise RiffleError(f"state was saved with {res.get('num_workers')} workers, this DataLoader has {info.num_workers}")
+        if res is not None and "workers" in res:
+            if int(res.get("num_workers", 0)) != (info.num_workers if info is not None else 1):
+                raise RiffleError(f"state was saved with {res.get('num_workers')} workers, this DataLoader has "
+                                  f"{info.num_workers if info is not None else 0}: load it through riffle.torch.loader")
             res = res["workers"].get(str(worker))
         if res is not None and "batch" in res:
             ld.load_state_dict(res)
@@ -320,7 +360,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         worker = info.id if info is not None else 0
         for batch in ld:
             out = self._convert(batch, ld, shared=info is not None)
-            yield _Stamped(out, worker, batch.state) if stamp else out
+            yield _Stamped(out, worker, batch.state, batch.epoch, batch.index) if stamp else out
             del batch, out
 
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
@@ -459,7 +499,7 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
             ds._resume = None
         for item in it:
             if isinstance(item, _Stamped):
-                ds._record(item.worker, item.state)
+                ds._record(item.worker, item.state, item.epoch, item.index)
                 yield item.data
             else:
                 yield item

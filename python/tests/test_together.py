@@ -178,3 +178,35 @@ def test_seed_follows_torch_manual_seed(daemon, tmp_path):
     # An explicit seed that disagrees with the checkpoint is refused.
     with pytest.raises(ValueError):
         rt.loader(path, 100, seed=st["seed"] + 1).load_state_dict(st)
+
+
+@pytest.mark.parametrize("before,after", [(2, 0), (2, 3), (0, 2), (3, 1), (1, 2)])
+@pytest.mark.parametrize("sampler", ["global", "block", "sequential"])
+def test_resume_on_another_worker_count(daemon, tmp_path, before, after, sampler):
+    """A state saved with some DataLoader workers resumes with others: the epoch's rest exactly once, in the
+    uninterrupted run's batches, then whole epochs."""
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    kw = dict(seed=9, sampler=sampler, block_size=800 if sampler == "block" else None)
+    kw = {k: v for k, v in kw.items() if v is not None}
+    whole = [[int(i) for i in t.reshape(-1)] for t in rt.loader(path, 100, num_workers=after, **kw)]
+    dl = rt.loader(path, 100, num_workers=before, **kw)
+    it = iter(dl)
+    head = [[int(i) for i in next(it).reshape(-1)] for _ in range(4)]
+    state = dl.state_dict()
+    del it
+    dl2 = rt.loader(path, 100, num_workers=after, **kw)
+    dl2.load_state_dict(state)
+    rest = [[int(i) for i in t.reshape(-1)] for t in dl2]
+    assert head + rest == whole
+    assert sorted(epoch_ids(dl2)) == list(range(1000))
+
+
+def test_resume_on_another_worker_count_refused_for_shared(daemon, tmp_path):
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    dl = rt.loader(path, 100, num_workers=2, share=True, seed=3)
+    it = iter(dl)
+    next(it)
+    state = dl.state_dict()
+    del it
+    with pytest.raises(ValueError, match="resumes only with as many"):
+        rt.loader(path, 100, num_workers=3, share=True, seed=3).load_state_dict(state)
