@@ -9,14 +9,16 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
-	"os"
-	"path/filepath"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/internal/privdir"
 )
 
 // Tier keeps blocks of a remote store's objects on local disk, under a
@@ -33,18 +35,38 @@ import (
 // epoch's order follows from (seed, epoch), so each job says when it next
 // wants a range of an object (AddFuture); without one, the least recently
 // used block goes first.
+//
+// Its directory is private to the daemon's user (internal/privdir): made
+// 0700, refused if another user owns it or anyone else may write it, since
+// a block planted there with a valid CRC would be served; blocks are files
+// of mode 0600, opened relative to the checked directory with O_NOFOLLOW.
+// The directory stays open for as long as the tier is used.
+//
+// Two readers that miss one block fetch it once: the first claims it in
+// flight (a cache.Cache used only for blocks being fetched, the claim /
+// fill / wait of every other layer that waits for bytes another reader is
+// fetching) and the second waits for its fill.
 type Tier struct {
 	inner  Store
 	opts   TierOptions
+	dir    *privdir.Dir
 	mu     sync.Mutex
 	blocks map[tierKey]*tierBlock
 	used   int64
 	clock  int64
 	future []*futureFn
-	flight map[tierKey]*tierFetch
+	// flight holds blocks being fetched from the store, from the claim
+	// until their fetcher has kept them on disk and every waiter has
+	// copied them; then they leave it (DropUnreferenced).
+	flight *cache.Cache
 
-	hits, misses, fetched atomic.Int64
+	hits, misses, shared, fetched atomic.Int64
 }
+
+// tierFlightBlocks bounds the blocks in flight at once, in blocks: a reader
+// that finds no room fetches for itself alone, as if no other reader
+// wanted the block.
+const tierFlightBlocks = 256
 
 // TierOptions configure a Tier.
 type TierOptions struct {
@@ -71,11 +93,6 @@ type tierBlock struct {
 	ready bool // written whole
 }
 
-type tierFetch struct {
-	done chan struct{}
-	err  error
-}
-
 type futureFn struct {
 	fn func(object string, off, n int64) int64
 }
@@ -89,39 +106,66 @@ func NewTier(inner Store, opts TierOptions) (*Tier, error) {
 	if opts.Policy == nil {
 		opts.Policy = cache.Belady{}
 	}
-	t := &Tier{inner: inner, opts: opts, blocks: map[tierKey]*tierBlock{}, flight: map[tierKey]*tierFetch{}}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, err
-	}
-	err := filepath.WalkDir(opts.Dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		if strings.HasSuffix(p, ".tmp") {
-			os.Remove(p) // a block a crash cut short
-			return nil
-		}
-		idx, err := strconv.ParseInt(strings.TrimSuffix(d.Name(), ".blk"), 10, 64)
-		if err != nil || !strings.HasSuffix(d.Name(), ".blk") {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		k := tierKey{filepath.Base(filepath.Dir(p)), idx}
-		t.clock++
-		t.blocks[k] = &tierBlock{size: info.Size(), meta: cache.Meta{NextUse: cache.Never, LastUse: 0, Seq: t.clock}, ready: true}
-		t.used += info.Size()
-		return nil
-	})
+	dir, err := privdir.Open(opts.Dir)
 	if err != nil {
+		return nil, fmt.Errorf("tier: %w", err)
+	}
+	t := &Tier{inner: inner, opts: opts, dir: dir, blocks: map[tierKey]*tierBlock{},
+		flight: cache.New(cache.Options{Budget: tierFlightBlocks * opts.Block, Policy: cache.LRU{}, DropUnreferenced: true})}
+	if err := t.load(); err != nil {
+		dir.Close()
 		return nil, err
 	}
 	t.mu.Lock()
 	t.evict(0)
 	t.mu.Unlock()
 	return t, nil
+}
+
+// load takes in the blocks an earlier run left: regular files named
+// INDEX.blk in one directory per object. Anything else a block's place
+// holds (a symlink, a FIFO) is removed, never followed, and so are the
+// temporary files of blocks a crash cut short.
+func (t *Tier) load() error {
+	objs, err := t.dir.ReadDir()
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if !o.IsDir() {
+			continue
+		}
+		sub, err := t.dir.OpenDir(o.Name())
+		if err != nil {
+			slog.Warn("tier: skipping a directory that is not private", "err", err)
+			continue
+		}
+		ents, err := sub.ReadDir()
+		for _, e := range ents {
+			name := e.Name()
+			if strings.HasSuffix(name, ".tmp") || (strings.HasSuffix(name, ".blk") && !e.Type().IsRegular()) {
+				sub.Remove(name)
+				continue
+			}
+			idx, perr := strconv.ParseInt(strings.TrimSuffix(name, ".blk"), 10, 64)
+			if perr != nil || idx < 0 || !strings.HasSuffix(name, ".blk") {
+				continue
+			}
+			info, ierr := e.Info()
+			if ierr != nil {
+				continue
+			}
+			t.clock++
+			t.blocks[tierKey{o.Name(), idx}] = &tierBlock{size: info.Size(),
+				meta: cache.Meta{NextUse: cache.Never, LastUse: 0, Seq: t.clock}, ready: true}
+			t.used += info.Size()
+		}
+		sub.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AddFuture registers a job's oracle of next uses: fn(object, off, n) is
@@ -147,15 +191,19 @@ func (t *Tier) AddFuture(fn func(object string, off, n int64) int64) (remove fun
 // TierStats count a tier's work.
 type TierStats struct {
 	Hits, Misses int64 // blocks read from disk, blocks fetched
-	Fetched      int64 // bytes read from the store behind
-	Bytes        int64 // bytes of blocks kept
-	Blocks       int
+	// Shared counts blocks a reader found in flight, fetched by another
+	// reader, and took from that fetch instead of fetching them again.
+	Shared  int64
+	Fetched int64 // bytes read from the store behind
+	Bytes   int64 // bytes of blocks kept
+	Blocks  int
 }
 
 func (t *Tier) Stats() TierStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return TierStats{Hits: t.hits.Load(), Misses: t.misses.Load(), Fetched: t.fetched.Load(), Bytes: t.used, Blocks: len(t.blocks)}
+	return TierStats{Hits: t.hits.Load(), Misses: t.misses.Load(), Shared: t.shared.Load(), Fetched: t.fetched.Load(),
+		Bytes: t.used, Blocks: len(t.blocks)}
 }
 
 // Unwrap is the store behind the tier.
@@ -186,16 +234,29 @@ func (t *Tier) Open(ctx context.Context, name string) (Reader, error) {
 	if vr, ok := r.(Versioned); ok {
 		v = vr.Version()
 	}
+	if f, ok := r.(*File); ok {
+		// A local file's version (device, inode, mtime, size) survives an
+		// edit in place that restores size and mtime; its ctime, which
+		// utime cannot set back, does not (dataset's sourceKey does the
+		// same for indexes).
+		var st unix.Stat_t
+		if unix.Fstat(f.fd, &st) == nil {
+			v += fmt.Sprintf("\x00ctime %d", st.Ctim.Nano())
+		}
+	}
 	h := sha256.Sum256([]byte(name + "\x00" + v))
-	return &tierObject{Reader: r, t: t, name: name, id: hex.EncodeToString(h[:10])}, nil
+	o := &tierObject{Reader: r, t: t, name: name, id: hex.EncodeToString(h[:10])}
+	copy(o.idSum[:], h[:])
+	return o, nil
 }
 
 // tierObject reads one object through the tier.
 type tierObject struct {
 	Reader
-	t    *Tier
-	name string
-	id   string
+	t     *Tier
+	name  string
+	id    string  // its blocks' directory: a hash of its name and version
+	idSum [8]byte // the hash's first bytes, its blocks' space in flight
 }
 
 func (o *tierObject) Hints() Hints {
@@ -211,9 +272,8 @@ func (o *tierObject) Version() string {
 	return ""
 }
 
-func (t *Tier) blockPath(k tierKey) string {
-	return filepath.Join(t.opts.Dir, k.obj, strconv.FormatInt(k.index, 10)+".blk")
-}
+// blockName is a block's file name in its object's directory (k.obj).
+func blockName(k tierKey) string { return strconv.FormatInt(k.index, 10) + ".blk" }
 
 // ReadAt reads the blocks the range covers: from disk those kept (their
 // CRC checked), from the store the others, consecutive ones in one read.
@@ -222,7 +282,8 @@ func (o *tierObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 		return nil
 	}
 	size := o.Size()
-	if off < 0 || off+int64(len(p)) > size {
+	// off > size-len, not off+len > size: an offset near 2^63 would wrap.
+	if off < 0 || int64(len(p)) > size || off > size-int64(len(p)) {
 		return o.Reader.ReadAt(ctx, p, off) // the store's own error
 	}
 	t := o.t
@@ -237,16 +298,101 @@ func (o *tierObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 			i++
 			continue
 		}
-		// Fetch this block and the missing ones after it, up to 8, in one read.
-		j := i + 1
-		for j <= last && j < i+8 && !t.has(tierKey{o.id, j}) {
-			j++
-		}
-		if err := o.fetch(ctx, i, j, p, off); err != nil {
+		n, err := o.miss(ctx, i, last, p, off)
+		if err != nil {
 			return err
 		}
-		i = j
+		i += n
 	}
+	return nil
+}
+
+func (o *tierObject) flightKey(i int64) cache.Key {
+	return cache.Key{Space: binary.LittleEndian.Uint64(o.idSum[:]), ID: i}
+}
+
+func (o *tierObject) blockLen(i int64) int64 {
+	return min((i+1)*o.t.opts.Block, o.Size()) - i*o.t.opts.Block
+}
+
+// miss reads block i, which is not on disk, into what p wants, and says
+// how many blocks from i it has read (more than one when it fetched a run
+// of missing blocks, up to 8 and not past last, in one read). A block
+// another reader is fetching is waited for, not fetched again.
+func (o *tierObject) miss(ctx context.Context, i, last int64, p []byte, off int64) (int64, error) {
+	t := o.t
+	key := o.flightKey(i)
+	for {
+		it, st := t.flight.Get(key)
+		if st == cache.Miss {
+			var ok bool
+			if it, ok = t.flight.Reserve(key, int(o.blockLen(i)), 1, cache.Never, true); ok {
+				st = cache.Claimed
+			} else if it, st = t.flight.Get(key); st == cache.Miss {
+				// No room in flight: fetch it for this reader alone.
+				return 1, o.fetch(ctx, i, nil, p, off)
+			}
+		}
+		switch st {
+		case cache.Ready:
+			t.shared.Add(1)
+			err := o.copyItem(it, i, p, off)
+			it.Done(false)
+			return 1, err
+		case cache.Loading:
+			t.shared.Add(1)
+			done := make(chan error, 1)
+			it.OnReady(func(err error) { done <- err })
+			select {
+			case err := <-done:
+				if err == nil {
+					err = o.copyItem(it, i, p, off)
+					it.Done(false)
+					return 1, err
+				}
+				it.Done(false)
+				// The fetch failed: this reader tries again itself (the
+				// block is a Miss now) rather than take the error, which
+				// may be the fetcher's own (its context cancelled); if the
+				// store is failing, its own fetch will say so.
+			case <-ctx.Done():
+				it.Done(false)
+				return 0, ctx.Err()
+			}
+		case cache.Claimed:
+			// This reader fetches the block. It may have reached the disk
+			// between the miss and the claim (its fetcher kept it and left
+			// flight): then it is read from there.
+			if b, err := t.readBlock(tierKey{o.id, i}, o.blockLen(i), o.name, i*t.opts.Block); err == nil {
+				t.hits.Add(1)
+				copyRange(p, off, b, i*t.opts.Block)
+				err = it.Put(b)
+				t.flight.Fill(it, err)
+				it.Done(err == nil)
+				return 1, nil
+			}
+			// Claim the missing blocks after it too, to fetch in one read;
+			// a run stops at a block on disk or in another reader's flight.
+			items := []*cache.Item{it}
+			for j := i + 1; j <= last && j < i+8 && !t.has(tierKey{o.id, j}); j++ {
+				jt, ok := t.flight.Reserve(o.flightKey(j), int(o.blockLen(j)), 1, cache.Never, true)
+				if !ok {
+					break
+				}
+				items = append(items, jt)
+			}
+			return int64(len(items)), o.fetch(ctx, i, items, p, off)
+		}
+	}
+}
+
+// copyItem copies what p wants of block i from its item in flight.
+func (o *tierObject) copyItem(it *cache.Item, i int64, p []byte, off int64) error {
+	b := it.Bytes()
+	if int64(len(b)) != o.blockLen(i) {
+		return fmt.Errorf("tier: block %d of %s in flight holds %d bytes, want %d", i, o.name, len(b), o.blockLen(i))
+	}
+	copyRange(p, off, b, i*o.t.opts.Block)
 	return nil
 }
 
@@ -282,7 +428,7 @@ func (t *Tier) readBlock(k tierKey, n int64, name string, off int64) ([]byte, er
 		b.inUse--
 		t.mu.Unlock()
 	}()
-	raw, err := os.ReadFile(t.blockPath(k))
+	raw, err := t.readFile(k, 4+n)
 	if err == nil && (int64(len(raw)) != 4+n || binary.LittleEndian.Uint32(raw) != crc32.Checksum(raw[4:], castagnoliTab)) {
 		err = errors.New("torn or damaged block")
 	}
@@ -293,7 +439,7 @@ func (t *Tier) readBlock(k tierKey, n int64, name string, off int64) ([]byte, er
 			t.used -= b.size
 		}
 		t.mu.Unlock()
-		os.Remove(t.blockPath(k))
+		t.remove(k)
 		return nil, err
 	}
 	return raw[4:], nil
@@ -313,24 +459,48 @@ func (t *Tier) touch(b *tierBlock, name string, off, n int64) {
 	}
 }
 
-// fetch reads blocks [i, j) from the store in one read, keeps them, and
-// copies what p wants.
-func (o *tierObject) fetch(ctx context.Context, i, j int64, p []byte, off int64) error {
+// fetch reads blocks from i in one read, one per item claimed in flight
+// (or block i alone, with none), copies what p wants, keeps them on disk
+// and then fills the items, so that a reader who finds a block gone from
+// flight finds it on disk (or fetches it, if the budget kept it out).
+// Whatever happens, every item is filled (with the error, if the read
+// failed) and released: a waiter never waits for ever.
+func (o *tierObject) fetch(ctx context.Context, i int64, items []*cache.Item, p []byte, off int64) (err error) {
 	t := o.t
+	filled := false
+	defer func() {
+		if filled {
+			return
+		}
+		ferr := err
+		if ferr == nil {
+			ferr = fmt.Errorf("tier: fetching block %d of %s failed", i, o.name)
+		}
+		for _, it := range items {
+			t.flight.Fill(it, ferr)
+			it.Done(false)
+		}
+	}()
+	n := max(int64(len(items)), 1)
 	bs := t.opts.Block
-	size := o.Size()
-	lo, hi := i*bs, min(j*bs, size)
+	lo, hi := i*bs, min((i+n)*bs, o.Size())
 	buf := make([]byte, hi-lo)
 	if err := o.Reader.ReadAt(ctx, buf, lo); err != nil {
 		return err
 	}
 	t.fetched.Add(hi - lo)
 	copyRange(p, off, buf, lo)
-	for k := i; k < j; k++ {
+	for k := range n {
 		t.misses.Add(1)
-		blo, bhi := k*bs-lo, min((k+1)*bs, size)-lo
-		t.keep(tierKey{o.id, k}, buf[blo:bhi], o.name, k*bs)
+		blo, bhi := k*bs, min((k+1)*bs, hi-lo)
+		t.keep(tierKey{o.id, i + k}, buf[blo:bhi], o.name, (i+k)*bs)
 	}
+	for k, it := range items {
+		blo, bhi := int64(k)*bs, min(int64(k+1)*bs, hi-lo)
+		t.flight.Fill(it, it.Put(buf[blo:bhi]))
+		it.Done(true)
+	}
+	filled = true
 	return nil
 }
 
@@ -368,13 +538,14 @@ func (t *Tier) keep(k tierKey, data []byte, name string, off int64) {
 }
 
 func (t *Tier) write(k tierKey, data []byte) error {
-	path := t.blockPath(k)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	sub, err := t.dir.Mkdir(k.obj)
 	if err != nil {
-		return err
+		return fmt.Errorf("tier: keeping a block: %w", err)
+	}
+	defer sub.Close()
+	f, tmp, err := sub.CreateTemp(blockName(k))
+	if err != nil {
+		return fmt.Errorf("tier: keeping a block: %w", err)
 	}
 	var crc [4]byte
 	binary.LittleEndian.PutUint32(crc[:], crc32.Checksum(data, castagnoliTab))
@@ -386,13 +557,32 @@ func (t *Tier) write(k tierKey, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), path)
+		err = sub.Rename(tmp, blockName(k))
 	}
 	if err != nil {
-		os.Remove(f.Name())
+		sub.Remove(tmp)
 		return fmt.Errorf("tier: keeping a block: %w", err)
 	}
 	return nil
+}
+
+// readFile reads a block's file, of at most max bytes, never through a
+// symlink.
+func (t *Tier) readFile(k tierKey, max int64) ([]byte, error) {
+	sub, err := t.dir.OpenDir(k.obj)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	return sub.ReadFile(blockName(k), max)
+}
+
+// remove removes a block's file.
+func (t *Tier) remove(k tierKey) {
+	if sub, err := t.dir.OpenDir(k.obj); err == nil {
+		sub.Remove(blockName(k))
+		sub.Close()
+	}
 }
 
 // evict makes room for size more bytes, evicting by the policy blocks not
@@ -414,7 +604,7 @@ func (t *Tier) evict(size int64) bool {
 		}
 		delete(t.blocks, vk)
 		t.used -= victim.size
-		os.Remove(t.blockPath(vk))
+		t.remove(vk)
 	}
 	return true
 }

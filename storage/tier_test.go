@@ -3,15 +3,25 @@ package storage_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/internal/s3test"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
@@ -249,5 +259,280 @@ func BenchmarkTierPolicies(b *testing.B) {
 			b.ReportMetric(rate["lru"], "lru-hit-rate")
 			b.Logf("%d records per block, room for half, 3 epochs: hit rate belady %.3f, lru %.3f", perBlock, rate["belady"], rate["lru"])
 		})
+	}
+}
+
+// countingStore is a real store (the local file system) whose reads are
+// counted, and held at a gate until the test opens it.
+type countingStore struct {
+	storage.Store
+	reads atomic.Int64
+	gate  chan struct{}
+}
+
+type countingReader struct {
+	storage.Reader
+	s *countingStore
+}
+
+func (s *countingStore) Open(ctx context.Context, name string) (storage.Reader, error) {
+	r, err := s.Store.Open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &countingReader{r, s}, nil
+}
+
+func (r *countingReader) ReadAt(ctx context.Context, p []byte, off int64) error {
+	r.s.reads.Add(1)
+	select {
+	case <-r.s.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return r.Reader.ReadAt(ctx, p, off)
+}
+
+// Readers that miss one block at once fetch it once: the first fetches,
+// the others wait for its fill (the store's read is held until they all
+// do), and every one gets the block's bytes.
+func TestTierFetchesAMissOnce(t *testing.T) {
+	ctx := context.Background()
+	const block = 64 << 10
+	data := randomBytes(4*block+100, 8)
+	path := filepath.Join(t.TempDir(), "d.bin")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := storage.NewLocal(false, nil)
+	st := &countingStore{Store: local, gate: make(chan struct{})}
+	tier, err := storage.NewTier(st, storage.TierOptions{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := tier.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const readers = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	for i := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each reads a different range of block 2.
+			off, n := int64(2*block+i*100), 1000+i
+			p := make([]byte, n)
+			if err := r.ReadAt(ctx, p, off); err != nil {
+				errs <- err
+				return
+			}
+			if !bytes.Equal(p, data[off:off+int64(n)]) {
+				errs <- fmt.Errorf("reader %d: bytes differ", i)
+			}
+		}()
+	}
+	// Hold the store's read until every other reader waits on it (or,
+	// were they not coalesced, until a second read reaches the store).
+	for deadline := time.Now().Add(10 * time.Second); tier.Stats().Shared < readers-1 && st.reads.Load() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("readers waiting %d, store reads %d", tier.Stats().Shared, st.reads.Load())
+		}
+		runtime.Gosched()
+	}
+	close(st.gate)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := st.reads.Load(); n != 1 {
+		t.Fatalf("%d readers of one missing block read the store %d times, want once", readers, n)
+	}
+	// The block is on disk now: another reader reads no store.
+	if err := r.ReadAt(ctx, make([]byte, 10), 2*block+5); err != nil || st.reads.Load() != 1 {
+		t.Fatalf("a read after the fill: %v, %d store reads", err, st.reads.Load())
+	}
+}
+
+// A reader waiting on another's fetch that fails (its context cancelled)
+// fetches the block itself and gets it.
+func TestTierWaiterRetriesAFailedFetch(t *testing.T) {
+	const block = 64 << 10
+	data := randomBytes(2*block, 9)
+	path := filepath.Join(t.TempDir(), "d.bin")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := storage.NewLocal(false, nil)
+	st := &countingStore{Store: local, gate: make(chan struct{})}
+	tier, err := storage.NewTier(st, storage.TierOptions{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := tier.Open(context.Background(), path)
+	first, cancel := context.WithCancel(context.Background())
+	firstErr := make(chan error, 1)
+	go func() { firstErr <- r.ReadAt(first, make([]byte, 10), 0) }()
+	for st.reads.Load() < 1 {
+		runtime.Gosched()
+	}
+	second := make(chan error, 1)
+	p := make([]byte, 100)
+	go func() { second <- r.ReadAt(context.Background(), p, 50) }()
+	for tier.Stats().Shared < 1 {
+		runtime.Gosched()
+	}
+	cancel() // the fetcher gives up; the waiter must not take its error
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled reader: %v", err)
+	}
+	close(st.gate)
+	if err := <-second; err != nil || !bytes.Equal(p, data[50:150]) {
+		t.Fatalf("the waiter: %v", err)
+	}
+}
+
+// The tier's directory is the daemon user's own: another user's, or one
+// anyone may write, is refused; blocks are files of mode 0600 in
+// directories of 0700; a symlink planted in a block's place is not read
+// through (the block is fetched again and the link's target left alone).
+func TestTierDirPrivate(t *testing.T) {
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	ctx := context.Background()
+	const block = 16 << 10
+	data := randomBytes(4*block, 10)
+	path := filepath.Join(t.TempDir(), "d.bin")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := storage.NewLocal(false, nil)
+	world := filepath.Join(t.TempDir(), "world")
+	os.Mkdir(world, 0o777)
+	bad := []string{world}
+	if os.Geteuid() == 0 {
+		foreign := filepath.Join(t.TempDir(), "foreign")
+		os.Mkdir(foreign, 0o700)
+		if err := os.Chown(foreign, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		bad = append(bad, foreign)
+	}
+	for _, d := range bad {
+		if _, err := storage.NewTier(local, storage.TierOptions{Dir: d, Budget: 1 << 20, Block: block}); !errors.Is(err, privdir.ErrNotPrivate) ||
+			!strings.Contains(err.Error(), d) {
+			t.Fatalf("a tier in %s: %v", d, err)
+		}
+	}
+
+	dir := filepath.Join(t.TempDir(), "tier")
+	tier, err := storage.NewTier(local, storage.TierOptions{Dir: dir, Budget: 1 << 20, Block: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := tier.Open(ctx, path)
+	if err := r.ReadAt(ctx, make([]byte, len(data)), 0); err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := os.FileMode(0o600)
+		if info.IsDir() {
+			want = 0o700 | os.ModeDir
+		} else {
+			blocks = append(blocks, p)
+		}
+		if info.Mode() != want {
+			t.Fatalf("%s: mode %v, want %v", p, info.Mode(), want)
+		}
+		return nil
+	})
+	if len(blocks) != 4 {
+		t.Fatalf("%d blocks kept, want 4", len(blocks))
+	}
+	// Plant a symlink to a forged block (a valid CRC of other bytes) in
+	// place of a kept one, for this tier and for one started afresh.
+	forged := filepath.Join(t.TempDir(), "forged")
+	fb := make([]byte, 4+block)
+	binary.LittleEndian.PutUint32(fb, crc32.Checksum(fb[4:], crc32.MakeTable(crc32.Castagnoli)))
+	os.WriteFile(forged, fb, 0o644)
+	for _, b := range blocks[:2] {
+		os.Remove(b)
+		if err := os.Symlink(forged, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := storage.NewTier(local, storage.TierOptions{Dir: dir, Budget: 1 << 20, Block: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []*storage.Tier{tier, again} {
+		r, _ := tr.Open(ctx, path)
+		got := make([]byte, len(data))
+		if err := r.ReadAt(ctx, got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatal("a planted block was served")
+		}
+		for _, b := range blocks[:2] {
+			os.Remove(b)
+			os.Symlink(forged, b)
+		}
+	}
+	if b, _ := os.ReadFile(forged); !bytes.Equal(b, fb) {
+		t.Fatal("a block was written through a symlink")
+	}
+}
+
+// A local file edited in place with its size and mtime put back is not
+// read from the blocks of its old bytes.
+func TestTierSeesInPlaceEdit(t *testing.T) {
+	ctx := context.Background()
+	const block = 16 << 10
+	before, after := randomBytes(4*block, 11), randomBytes(4*block, 12)
+	path := filepath.Join(t.TempDir(), "d.bin")
+	if err := os.WriteFile(path, before, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := storage.NewLocal(false, nil)
+	tier, err := storage.NewTier(local, storage.TierOptions{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := tier.Open(ctx, path)
+	if err := r.ReadAt(ctx, make([]byte, len(before)), 0); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	info, _ := os.Stat(path)
+	var st unix.Stat_t
+	unix.Stat(path, &st)
+	f, _ := os.OpenFile(path, os.O_WRONLY, 0)
+	f.WriteAt(after, 0)
+	f.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		os.Chtimes(path, info.ModTime(), info.ModTime())
+		var now unix.Stat_t
+		unix.Stat(path, &now)
+		if now.Ctim != st.Ctim {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ctime did not change")
+		}
+	}
+	r, _ = tier.Open(ctx, path)
+	got := make([]byte, len(after))
+	if err := r.ReadAt(ctx, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, after) {
+		t.Fatal("the old bytes were served from the tier")
 	}
 }
