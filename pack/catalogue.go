@@ -3,9 +3,11 @@ package pack
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/privdir"
 )
 
 // A catalogue is a directory of persisted transform outputs, one pack
@@ -20,6 +23,13 @@ import (
 // Its packs record the versions of the files they were made from (device,
 // inode, mtime, size): an output whose source has changed since is stale,
 // and never served; riffle cache gc removes it.
+//
+// The daemon serves what it finds there as the transform's output, so the
+// directory must be its user's alone (internal/privdir): made 0700,
+// refused if another user owns it or anyone else may write it (that user
+// could plant shards with valid CRCs); an output is served only if its
+// directory passes the same check and its manifest and shards are regular
+// files, read without following a symlink.
 type Catalogue struct{ Dir string }
 
 // DefaultCatalogue is $RIFFLE_CACHE_DIR/outputs, else the user's cache
@@ -48,17 +58,100 @@ func Key(paths []string, transform string) string {
 // Path is where key's pack lives.
 func (c Catalogue) Path(key string) string { return filepath.Join(c.Dir, key) }
 
+// open opens the catalogue's directory, making it if it is not there.
+func (c Catalogue) open() (*privdir.Dir, error) {
+	d, err := privdir.Open(c.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("catalogue of outputs: %w", err)
+	}
+	return d, nil
+}
+
+// isKey says a name in the catalogue is an output's (Key's form): nothing
+// else there is listed or removed.
+func isKey(name string) bool {
+	if len(name) != 20 {
+		return false
+	}
+	for _, r := range name {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxManifest bounds a manifest's size (a pack of millions of shards has
+// a manifest of a few hundred MiB at most).
+const maxManifest = 1 << 30
+
+// manifestIn reads the manifest of the output directory d.
+func manifestIn(d *privdir.Dir) (*dataset.PackManifestFile, error) {
+	b, err := d.ReadFile(dataset.PackManifest, maxManifest)
+	if err != nil {
+		return nil, err
+	}
+	var m dataset.PackManifestFile
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("pack: %s: %w", filepath.Join(d.Path(), dataset.PackManifest), err)
+	}
+	return &m, nil
+}
+
+// Prepare makes the catalogue's directory and the directory of key's
+// output, both 0700, checking that they are private, and returns the
+// output's path for Pack to write into.
+func (c Catalogue) Prepare(key string) (string, error) {
+	if !isKey(key) {
+		return "", fmt.Errorf("cache: %q is not a key", key)
+	}
+	d, err := c.open()
+	if err != nil {
+		return "", err
+	}
+	defer d.Close()
+	sub, err := d.Mkdir(key)
+	if err != nil {
+		return "", fmt.Errorf("catalogue of outputs: %w", err)
+	}
+	sub.Close()
+	return c.Path(key), nil
+}
+
 // Lookup finds a whole, current output of transform over the source whose
-// files and versions are given.
+// files and versions are given. An output in a directory that is not
+// private, or whose manifest or shards are not regular files of the sizes
+// the manifest says (a symlink planted in a shard's place), is not found.
 func (c Catalogue) Lookup(paths, versions []string, transform string) (string, bool) {
-	dir := c.Path(Key(paths, transform))
-	m, err := readManifest(dir)
+	key := Key(paths, transform)
+	d, err := c.open()
+	if err != nil {
+		slog.Warn("not reading persisted outputs", "err", err)
+		return "", false
+	}
+	defer d.Close()
+	sub, err := d.OpenDir(key)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			slog.Warn("not reading a persisted output", "err", err)
+		}
+		return "", false
+	}
+	defer sub.Close()
+	m, err := manifestIn(sub)
 	if err != nil || !m.Complete || m.Transform != transform || Stale(m, versions) {
 		return "", false
 	}
-	now := time.Now()
-	os.Chtimes(filepath.Join(dir, dataset.PackManifest), now, now) // last used, for gc
-	return dir, true
+	for _, s := range m.Shards {
+		mode, size, err := sub.Lstat(s.Name)
+		if err != nil || !mode.IsRegular() || size != s.Bytes {
+			slog.Warn("not reading a persisted output: a shard is not the regular file its manifest says",
+				"dir", sub.Path(), "shard", s.Name, "mode", mode, "size", size, "want", s.Bytes, "err", err)
+			return "", false
+		}
+	}
+	sub.Touch(dataset.PackManifest) // last used, for gc
+	return c.Path(key), true
 }
 
 // Entry is one output of a catalogue.
@@ -74,41 +167,48 @@ type Entry struct {
 // List lists the catalogue's outputs; versions says a path's current
 // version ("" if it is gone), for staleness.
 func (c Catalogue) List(versions func(path string) string) ([]Entry, error) {
-	des, err := os.ReadDir(c.Dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(c.Dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	d, err := c.open()
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	des, err := d.ReadDir()
 	if err != nil {
 		return nil, err
 	}
 	var out []Entry
 	for _, de := range des {
-		if !de.IsDir() {
+		if !de.IsDir() || !isKey(de.Name()) {
 			continue
 		}
-		dir := filepath.Join(c.Dir, de.Name())
-		e := Entry{Key: de.Name(), Dir: dir}
-		if m, err := readManifest(dir); err == nil {
+		e := Entry{Key: de.Name(), Dir: c.Path(de.Name()), Stale: true}
+		sub, err := d.OpenDir(de.Name())
+		if err != nil {
+			// Not private: never served, so stale; gc removes it.
+			out = append(out, e)
+			continue
+		}
+		if m, err := manifestIn(sub); err == nil {
 			e.Manifest = m
 			var now []string
 			for _, p := range m.Source.Paths {
 				now = append(now, versions(p))
 			}
 			e.Stale = Stale(m, now) || !m.Complete
-		} else {
-			e.Stale = true
 		}
-		if st, err := os.Stat(filepath.Join(dir, dataset.PackManifest)); err == nil {
-			e.Used = st.ModTime()
-		}
-		filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				if info, err := d.Info(); err == nil {
-					e.Bytes += info.Size()
+		files, _ := sub.ReadDir()
+		for _, f := range files {
+			if info, err := f.Info(); err == nil && f.Type().IsRegular() {
+				e.Bytes += info.Size()
+				if f.Name() == dataset.PackManifest {
+					e.Used = info.ModTime()
 				}
 			}
-			return nil
-		})
+		}
+		sub.Close()
 		out = append(out, e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Used.After(out[j].Used) })
@@ -120,20 +220,25 @@ func (c Catalogue) Remove(key string) error {
 	if key == "" || strings.ContainsAny(key, "/\\.") {
 		return fmt.Errorf("cache: %q is not a key", key)
 	}
-	des, err := os.ReadDir(c.Dir)
+	d, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	des, err := d.ReadDir()
 	if err != nil {
 		return err
 	}
 	var match []string
 	for _, de := range des {
-		if strings.HasPrefix(de.Name(), key) {
+		if isKey(de.Name()) && strings.HasPrefix(de.Name(), key) {
 			match = append(match, de.Name())
 		}
 	}
 	if len(match) != 1 {
 		return fmt.Errorf("cache: %q names %d outputs", key, len(match))
 	}
-	return os.RemoveAll(c.Path(match[0]))
+	return d.RemoveAll(match[0])
 }
 
 // GC removes stale outputs, then the least recently used, until the rest
@@ -141,15 +246,20 @@ func (c Catalogue) Remove(key string) error {
 // removed.
 func (c Catalogue) GC(maxBytes int64, versions func(path string) string) ([]Entry, error) {
 	es, err := c.List(versions)
+	if err != nil || len(es) == 0 {
+		return nil, err
+	}
+	d, err := c.open()
 	if err != nil {
 		return nil, err
 	}
+	defer d.Close()
 	var removed []Entry
 	var keep []Entry
 	total := int64(0)
 	for _, e := range es {
 		if e.Stale {
-			if err := os.RemoveAll(e.Dir); err != nil {
+			if err := d.RemoveAll(e.Key); err != nil {
 				return removed, err
 			}
 			removed = append(removed, e)
@@ -162,7 +272,7 @@ func (c Catalogue) GC(maxBytes int64, versions func(path string) string) ([]Entr
 	for maxBytes >= 0 && total > maxBytes && len(keep) > 0 {
 		e := keep[len(keep)-1]
 		keep = keep[:len(keep)-1]
-		if err := os.RemoveAll(e.Dir); err != nil {
+		if err := d.RemoveAll(e.Key); err != nil {
 			return removed, err
 		}
 		removed = append(removed, e)

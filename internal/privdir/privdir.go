@@ -345,3 +345,16 @@ func (d *Dir) Lstat(name string) (fs.FileMode, int64, error) {
 	}
 	return mode, st.Size, nil
 }
+
+// Touch sets the entry name's access and modification times to now,
+// without following a symlink.
+func (d *Dir) Touch(name string) error {
+	if err := d.entry("touch", name); err != nil {
+		return err
+	}
+	now := unix.NsecToTimespec(time.Now().UnixNano())
+	if err := unix.UtimesNanoAt(d.fd, name, []unix.Timespec{now, now}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "touch", Path: d.join(name), Err: err}
+	}
+	return nil
+}
