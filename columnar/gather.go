@@ -81,8 +81,11 @@ func (l *Layout) Plan(rows []RowRef) (*Plan, error) {
 	build = func(n *Node) int {
 		i := len(p.nodes)
 		o := out{n: n, kind: n.Kind, width: n.Width}
-		if n.Kind == KDict {
+		switch n.Kind {
+		case KDict:
 			o.kind, o.width = n.Values.Kind, n.Values.Width
+		case KView:
+			o.kind, o.width = KBinary, 4 // written as a string (binary) column
 		}
 		p.nodes = append(p.nodes, o)
 		for _, c := range n.Children {
@@ -143,6 +146,8 @@ func (p *Plan) count(n *Node, on int, s *Source, lo, hi, row int64) error {
 	case KBinary:
 		t := s.Starts[n.Var]
 		o.data += t[row+1] - t[row]
+	case KView:
+		o.data += s.Starts[n.Var][2*row+1]
 	case KList:
 		t := s.Starts[n.Var]
 		return p.count(n.Children[0], o.kids[0], s, t[row], t[row+1], row)
@@ -312,6 +317,15 @@ func (a *assembler) row(n *Node, on int, s *Source, lo, hi, row int64) error {
 		}
 		copy(a.buf(o, 2)[o.wdata:], data)
 		o.wdata += int64(len(data))
+	case KView:
+		a.validity(o, lo, cnt)
+		data := a.cell()
+		if want := s.Starts[n.Var][2*row+1]; int64(len(data)) != want {
+			return fmt.Errorf("column %q: value cell of %d bytes, its view says %d", n.Name, len(data), want)
+		}
+		copy(a.buf(o, 2)[o.wdata:], data)
+		o.wdata += int64(len(data))
+		a.endValue(o, o.wrote)
 	case KList:
 		a.validity(o, lo, cnt)
 		c := &a.p.nodes[o.kids[0]]

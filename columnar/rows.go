@@ -28,7 +28,7 @@ type Range struct{ Off, Len int64 }
 type Source struct {
 	Body   int64
 	Meta   *BatchMeta
-	Starts [][]int64 // [Var][row]: rows+1 child starts of each KBinary and KList node
+	Starts [][]int64 // [Var][row]: rows+1 child starts of each KBinary and KList node; a KView's 2*rows (body offset, length) pairs
 	Dicts  map[int64]*Dict
 }
 
@@ -75,6 +75,13 @@ func (s *Source) cells(n *Node, lo, hi, row int64, dst []Range) []Range {
 	case KBinary:
 		t := s.Starts[n.Var]
 		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)), bytes(2, t[row], t[row+1]))
+	case KView:
+		t := s.Starts[n.Var]
+		v := Range{}
+		if t[2*row+1] > 0 {
+			v = Range{s.Body + t[2*row], t[2*row+1]}
+		}
+		dst = append(dst, bits(0), v)
 	case KList:
 		t := s.Starts[n.Var]
 		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)))
@@ -118,10 +125,16 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 	if fn.Length != length {
 		return fmt.Errorf("column %q: node of %d elements where its parent makes %d", n.Name, fn.Length, length)
 	}
-	nb := map[Kind]int{KFixed: 2, KBool: 2, KDict: 2, KBinary: 3, KList: 2, KFixedList: 1, KStruct: 1}[n.Kind]
+	nb := map[Kind]int{KFixed: 2, KBool: 2, KDict: 2, KBinary: 3, KList: 2, KFixedList: 1, KStruct: 1, KView: 2}[n.Kind]
 	last := n.buf + nb - 1
 	for _, c := range s.Meta.Variadic[:min(n.views, len(s.Meta.Variadic))] {
 		last += int(c)
+	}
+	if n.Kind == KView {
+		if n.views >= len(s.Meta.Variadic) || s.Meta.Variadic[n.views] < 0 || s.Meta.Variadic[n.views] > int64(len(s.Meta.Buffers)) {
+			return fmt.Errorf("column %q: no count of its data buffers in the batch", n.Name)
+		}
+		last += int(s.Meta.Variadic[n.views])
 	}
 	if nb > 0 && last >= len(s.Meta.Buffers) {
 		return fmt.Errorf("column %q: %d buffers in the batch, want more", n.Name, len(s.Meta.Buffers))
@@ -166,6 +179,29 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 			return fmt.Errorf("column %q: offsets reach element %d of a child of %d", n.Name, t[len(t)-1], cl)
 		}
 		return s.check(c, s.Meta.Nodes[c.node].Length, depth+1)
+	case KView:
+		if err := need(1, length*16, "views"); err != nil {
+			return err
+		}
+		t := s.Starts[n.Var]
+		if int64(len(t)) != 2*length {
+			return fmt.Errorf("column %q: %d value ranges for %d rows", n.Name, len(t)/2, length)
+		}
+		// Every range lies inside one of the column's buffers.
+		for i := 0; i < len(t); i += 2 {
+			if t[i+1] == 0 {
+				continue
+			}
+			in := false
+			for k := 1; k < 2+int(s.Meta.Variadic[n.views]) && !in; k++ {
+				b := s.buffer(n, k)
+				in = t[i] >= b.Offset && t[i+1] > 0 && t[i+1] <= b.Length && t[i]-b.Offset <= b.Length-t[i+1]
+			}
+			if !in {
+				return fmt.Errorf("column %q: row %d's value outside its buffers", n.Name, i/2)
+			}
+		}
+		return nil
 	case KFixedList:
 		return s.check(n.Children[0], length*int64(n.Size), depth+1)
 	case KStruct:
@@ -195,9 +231,20 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 	for i := range rows {
 		rows[i] = int64(i)
 	}
+	src := &Source{Meta: m}
 	var walk func(n *Node, s []int64) error
 	walk = func(n *Node, s []int64) error {
 		switch n.Kind {
+		case KView:
+			b, err := offsets(n)
+			if err != nil {
+				return err
+			}
+			t, err := viewRanges(src, n, b, s)
+			if err != nil {
+				return err
+			}
+			starts[n.Var] = t
 		case KBinary, KList:
 			b, err := offsets(n)
 			if err != nil {
@@ -242,9 +289,56 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 	return starts, nil
 }
 
-// OffsetsBuffer is a Var node's offsets buffer in s.
+// viewRanges finds where each element's bytes are in a KView node's batch
+// (elems are its rows' elements, one each, and one past the last): inline
+// in its 16-byte view when it is 12 bytes or shorter, else at the view's
+// buffer index and offset (Arrow's columnar format, "Variable-size Binary
+// View Layout"). The ranges are body offsets and lengths, two per row.
+func viewRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, error) {
+	m := s.Meta
+	if n.views >= len(m.Variadic) {
+		return nil, fmt.Errorf("column %q: no count of its data buffers in the batch", n.Name)
+	}
+	nbuf := m.Variadic[n.views]
+	first := n.buf
+	for _, c := range m.Variadic[:n.views] {
+		first += int(c)
+	}
+	if nbuf < 0 || int64(first)+2+nbuf > int64(len(m.Buffers)) {
+		return nil, fmt.Errorf("column %q: %d data buffers, the batch has %d buffers", n.Name, nbuf, len(m.Buffers))
+	}
+	vb := s.buffer(n, 1)
+	t := make([]int64, 0, 2*(len(elems)-1))
+	for _, e := range elems[:len(elems)-1] {
+		if e < 0 || (e+1)*16 > int64(len(views)) {
+			return nil, fmt.Errorf("column %q: views buffer of %d bytes, element %d asked", n.Name, len(views), e)
+		}
+		v := views[e*16:]
+		size := int64(int32(binary.LittleEndian.Uint32(v)))
+		switch {
+		case size < 0:
+			return nil, fmt.Errorf("column %q: view of %d bytes at element %d", n.Name, size, e)
+		case size <= 12:
+			t = append(t, vb.Offset+e*16+4, size)
+		default:
+			k := int64(int32(binary.LittleEndian.Uint32(v[8:])))
+			off := int64(int32(binary.LittleEndian.Uint32(v[12:])))
+			if k < 0 || k >= nbuf {
+				return nil, fmt.Errorf("column %q: view of element %d in data buffer %d of %d", n.Name, e, k, nbuf)
+			}
+			db := s.buffer(n, 2+int(k))
+			if off < 0 || off > db.Length || size > db.Length-off {
+				return nil, fmt.Errorf("column %q: view of element %d (%d bytes at %d) outside its data buffer of %d bytes", n.Name, e, size, off, db.Length)
+			}
+			t = append(t, db.Offset+off, size)
+		}
+	}
+	return t, nil
+}
+
+// OffsetsBuffer is a Var node's offsets buffer in s (a KView's views).
 func (s *Source) OffsetsBuffer(n *Node) (BufferLoc, bool) {
-	if n.Kind != KBinary && n.Kind != KList {
+	if n.Kind != KBinary && n.Kind != KList && n.Kind != KView {
 		return BufferLoc{}, false
 	}
 	i := n.buf + 1

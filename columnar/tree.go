@@ -19,6 +19,7 @@ const (
 	KFixedList             // validity, one child of Size elements per element
 	KStruct                // validity, children
 	KDict                  // validity, indices (Width bytes); values from a dictionary batch
+	KView                  // validity, views of 16 bytes, variadic data buffers; read as KBinary (Width 4)
 )
 
 // Node is one array of a column's tree, as a record batch lays it out:
@@ -31,8 +32,9 @@ type Node struct {
 	Type     arrow.DataType // the source's type
 	Name     string
 	Nullable bool
-	// Var numbers the KBinary and KList nodes of the projection: their
-	// rows' child starts are kept in the index.
+	// Var numbers the KBinary, KList and KView nodes of the projection:
+	// their rows' child starts (a KView's rows' byte ranges) are kept in
+	// the index.
 	Var    int
 	DictID int64
 	// Values is KDict's value node (KFixed, KBool or KBinary).
@@ -52,6 +54,8 @@ func (n *Node) Cells() int {
 		c = 2
 	case KBinary:
 		c = 3
+	case KView:
+		c = 2 // validity, the value's bytes
 	case KFixedList, KStruct:
 		c = 1
 	}
@@ -220,7 +224,7 @@ func fieldNames(s *arrow.Schema) []string {
 }
 
 func (l *Layout) numberVars(n *Node) {
-	if n.Kind == KBinary || n.Kind == KList {
+	if n.Kind == KBinary || n.Kind == KList || n.Kind == KView {
 		n.Var = l.Vars
 		l.Vars++
 	}
@@ -234,6 +238,7 @@ func (l *Layout) numberVars(n *Node) {
 type counter struct {
 	nodes, bufs, views, dicts int
 	dictIDs                   []int64
+	inList                    int // lists around the node: a view there is not read
 }
 
 func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
@@ -309,9 +314,15 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 		n.Kind, kids = KStruct, tt.Fields()
 		c.bufs++
 	case *arrow.StringViewType, *arrow.BinaryViewType:
+		// A row holds one view where no list is around it: its bytes are
+		// one range (inside the view, or in a data buffer), found when the
+		// file is indexed. Under a list, a row's views are many.
 		c.bufs += 2
 		c.views++
-		return unsupported()
+		if c.inList > 0 {
+			return unsupported()
+		}
+		n.Kind, n.Width = KView, 4
 	case *arrow.ListViewType, *arrow.LargeListViewType:
 		c.bufs += 3
 		if _, err := c.node(tt.(arrow.ListLikeType).ElemField(), false, depth+1); err != nil {
@@ -346,6 +357,10 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 	default:
 		return nil, fmt.Errorf("column %q: type %s has no layout riffle knows (not even to skip it)", f.Name, f.Type)
 	}
+	if n.Kind == KList || n.Kind == KFixedList {
+		c.inList++
+		defer func() { c.inList-- }()
+	}
 	for _, k := range kids {
 		kn, err := c.node(k, build, depth+1)
 		if err != nil {
@@ -379,6 +394,15 @@ func (n *Node) OutputType() arrow.DataType {
 			return m
 		}
 		return arrow.ListOfField(el)
+	case KView:
+		t := n.Type
+		if ext, ok := t.(arrow.ExtensionType); ok {
+			t = ext.StorageType()
+		}
+		if t.ID() == arrow.STRING_VIEW {
+			return arrow.BinaryTypes.String
+		}
+		return arrow.BinaryTypes.Binary
 	case KFixedList:
 		return arrow.FixedSizeListOfField(int32(n.Size), n.Children[0].outputField())
 	case KStruct:
@@ -437,6 +461,9 @@ func (n *Node) describe() Column {
 	kind, width := n.Kind, n.Width
 	if kind == KDict {
 		kind, width = n.Values.Kind, n.Values.Width
+	}
+	if kind == KView {
+		kind = KBinary
 	}
 	switch kind {
 	case KNull:

@@ -5,8 +5,11 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -81,22 +84,23 @@ func writeRecord(t *testing.T, path string, sc *arrow.Schema, rows string) {
 	}
 }
 
-// A column riffle does not read (a view type, a struct holding one, a
-// Parquet struct of several leaves) is never left out unseen: with no
-// columns given the dataset is refused, naming the column, its type and
+// A column riffle does not read (views under a list, a struct holding
+// them, a Parquet struct of several leaves) is never left out unseen: with
+// no columns given the dataset is refused, naming the column, its type and
 // the columns that read the others; with those columns it opens.
 func TestUnreadColumnsRefused(t *testing.T) {
 	dir := t.TempDir()
 	sc := arrow.NewSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "s", Type: arrow.BinaryTypes.StringView},
+		{Name: "tags", Type: arrow.ListOf(arrow.BinaryTypes.StringView)},
 		{Name: "text", Type: arrow.BinaryTypes.String},
 		{Name: "image", Type: arrow.StructOf(
-			arrow.Field{Name: "bytes", Type: arrow.BinaryTypes.BinaryView},
-			arrow.Field{Name: "path", Type: arrow.BinaryTypes.String})},
+			arrow.Field{Name: "bytes", Type: arrow.BinaryTypes.Binary},
+			arrow.Field{Name: "path", Type: arrow.ListOf(arrow.BinaryTypes.StringView)})},
 	}, nil)
 	arrowPath := filepath.Join(dir, "views.arrow")
-	writeRecord(t, arrowPath, sc, `[{"id":1,"s":"a","text":"x","image":{"bytes":"AQI=","path":"p"}},{"id":2,"s":"b","text":"y","image":{"bytes":"","path":"q"}}]`)
+	writeRecord(t, arrowPath, sc, `[{"id":1,"s":"a","tags":["x"],"text":"x","image":{"bytes":"AQI=","path":["p"]}},{"id":2,"s":"b","tags":[],"text":"y","image":{"bytes":"","path":[]}}]`)
 
 	pqPath := filepath.Join(dir, "struct.parquet")
 	psc := arrow.NewSchema([]arrow.Field{
@@ -130,7 +134,7 @@ func TestUnreadColumnsRefused(t *testing.T) {
 		want    []string
 		columns []string
 	}{
-		{arrowPath, []string{`columns "s" (string_view), "image" (struct<bytes, path>) cannot be read yet`, `pass columns=["id", "text"] to read the others`}, []string{"id", "text"}},
+		{arrowPath, []string{`columns "tags" (list<string_view>), "image" (struct<bytes, path>) cannot be read yet`, `pass columns=["id", "s", "text"] to read the others`}, []string{"id", "s", "text"}},
 		{pqPath, []string{`column "image" (struct<bytes, path>) cannot be read yet`, `pass columns=["label", "text"] to read the others`}, []string{"label", "text"}},
 	} {
 		t.Run(filepath.Base(c.path), func(t *testing.T) {
@@ -152,6 +156,79 @@ func TestUnreadColumnsRefused(t *testing.T) {
 				t.Fatalf("%d columns", n)
 			}
 		})
+	}
+}
+
+// Arrow's view types (what Polars writes strings as) read as strings and
+// binaries: every row, inline (12 bytes or less) or in a data buffer, in
+// a stream and a file of several batches, equals arrow-go's reading.
+func TestArrowViewsRead(t *testing.T) {
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "s", Type: arrow.BinaryTypes.StringView, Nullable: true},
+		{Name: "b", Type: arrow.BinaryTypes.BinaryView, Nullable: true},
+		{Name: "rec", Type: arrow.StructOf(arrow.Field{Name: "v", Type: arrow.BinaryTypes.StringView, Nullable: true}), Nullable: true},
+	}, nil)
+	dir := t.TempDir()
+	for _, stream := range []bool{true, false} {
+		p := filepath.Join(dir, fmt.Sprintf("views-%v.arrow", stream))
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w interface {
+			Write(arrow.RecordBatch) error
+			Close() error
+		}
+		if stream {
+			w = ipc.NewWriter(f, ipc.WithSchema(sc))
+		} else if w, err = ipc.NewFileWriter(f, ipc.WithSchema(sc)); err != nil {
+			t.Fatal(err)
+		}
+		id := 0
+		for _, n := range []int{40, 0, 75} {
+			var rows []string
+			for range n {
+				s := strings.Repeat("ab", id%17)
+				row := map[string]any{"id": id, "s": s, "b": base64.StdEncoding.EncodeToString([]byte(s + "!")), "rec": map[string]any{"v": s + "é"}}
+				switch id % 7 {
+				case 3:
+					row["s"] = nil
+				case 5:
+					row["b"], row["rec"] = nil, nil
+				}
+				b, _ := json.Marshal(row)
+				rows = append(rows, string(b))
+				id++
+			}
+			rec, _, err := array.RecordFromJSON(memory.DefaultAllocator, sc, strings.NewReader("["+strings.Join(rows, ",")+"]"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Write(rec); err != nil {
+				t.Fatal(err)
+			}
+			rec.Release()
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		want := readArrowRows(t, p, stream)
+		ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := readAllRows(t, ds)
+		ds.Close()
+		if len(got) != len(want) || len(want) != 115 {
+			t.Fatalf("%d rows, want %d", len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != canon(t, want[i]) {
+				t.Fatalf("stream=%v row %d:\n got %s\nwant %s", stream, i, got[i], want[i])
+			}
+		}
 	}
 }
 
