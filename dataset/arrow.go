@@ -30,6 +30,14 @@ import (
 // of 1000, that is 1/1000 of Rinas's bytes. Rows that share pages still
 // coalesce into one read (the loader's rule), which is the whole record
 // batch when a block-aware order asks for all of its rows.
+//
+// A file's schema is taken from its footer (the schema message after the
+// magic is optional, and Polars and Arrow JS write none); a stream's from
+// its first message. string_view and binary_view columns are read, each
+// row's value located in the index, and reach the user as string and
+// binary; a column of a type riffle does not read (a view under a list,
+// run-end encoded, list views, unions) refuses the dataset unless
+// columns= leaves it out.
 
 func init() {
 	RegisterFormat(Format{Name: "arrow", Extensions: []string{".arrow", ".feather", ".arrows", ".ipc"}, Indexed: true,

@@ -45,7 +45,9 @@ import (
 // its pages are read. Pages are decoded by arrow-go's Parquet reader (all
 // codecs, encodings and logical types), given a one-column, one-page file
 // made of the page's bytes. A column of several leaves (a struct, a map)
-// is not read yet.
+// is not read yet: a file holding one opens only with columns= leaving it
+// out, never with it dropped unseen. Types are pyarrow's reading of the
+// file (timestampsAsPyarrow), the reference riffle is tested against.
 
 func init() {
 	RegisterFormat(Format{Name: "parquet", Extensions: []string{".parquet", ".pq"}, Indexed: true, OpenFiles: openParquet})
