@@ -219,10 +219,14 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             # workers resumes from, for an order that is a function of
             # position.
             start = {"epoch": self.epoch, "batch": 0, "seed": self.seed}
-            place = self._place or {"epoch": self.epoch, "batch": 0}
+            roles = {str(w): dict(self._states.get(w, start)) for w in range(self._workers)}
+            place = dict(self._place or {"epoch": self.epoch, "batch": 0})
+            # The epoch is over once every role is past it.
+            first = min(int(st["epoch"]) for st in roles.values())
+            if first > place["epoch"]:
+                place = {"epoch": first, "batch": 0}
             return {"epoch": place["epoch"], "batch": place["batch"], "seed": self.seed, "num_workers": self._workers,
-                    "next_worker": self._next,
-                    "workers": {str(w): dict(self._states.get(w, start)) for w in range(self._workers)}}
+                    "next_worker": self._next if place["batch"] else 0, "workers": roles}
         if self._ld is not None:
             return self._ld.state_dict()
         return {"epoch": self.epoch, "batch": 0, "seed": self.seed}

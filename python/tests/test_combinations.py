@@ -1,0 +1,277 @@
+"""Features combined: a property test that draws cases from format x sampler
+x share (1-3 concurrent jobs) x DataLoader workers (0-3) x ranks (1-3, by
+environment or by mp.spawn) x a stop and resume at a random batch with
+another worker count x transform, runs each as a user would (real
+processes, the real daemon), and checks that every delivered record's bytes
+equal a solo read's and that every epoch is exactly once across the ranks.
+
+RIFFLE_COMBINATIONS sets how many cases are drawn (default 8, so CI stays
+within minutes) and RIFFLE_COMBINATIONS_SEED which. A failing draw is kept
+in combinations.json beside this file and runs first from then on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import riffle
+from conftest import REPO, free_port
+
+N = 600  # records: a multiple of every world size drawn, so no rank is padded
+EPOCHS = 2
+REGRESSIONS = Path(__file__).with_name("combinations.json")
+
+FORMATS = ("fixed", "lines", "dir", "arrow", "tar", "libsvm")
+SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic")
+# Orders that are functions of (seed, epoch, position): they resume on any number of workers.
+POSITIONAL = ("global", "block", "sequential")
+
+
+def draw(rng: random.Random) -> dict:
+    """One case; combinations the loader refuses by design are drawn again."""
+    while True:
+        c = {
+            "format": rng.choice(FORMATS),
+            "sampler": rng.choice(SAMPLERS),
+            "jobs": rng.choice((1, 1, 2, 3)),
+            "share": rng.random() < 0.5,
+            "workers": rng.randint(0, 3),
+            "world": rng.randint(1, 3),
+            "launch": rng.choice(("env", "spawn")),
+            "stop": rng.randint(1, 4),
+            "transform": rng.random() < 0.5,
+            "batch": rng.choice((16, 50, 64)),
+        }
+        c["resume_workers"] = rng.randint(0, 3) if c["sampler"] in POSITIONAL and not c["share"] else c["workers"]
+        if c["transform"] and c["format"] != "libsvm":
+            c["transform"] = False
+        if c["format"] == "arrow" and (c["share"] or c["sampler"] == "opportunistic"):
+            continue  # rows are not shared or opportunistic yet (issue 23)
+        if not c["share"]:
+            c["jobs"] = 1
+        if c["jobs"] * c["world"] > 4:
+            continue  # two cores
+        return c
+
+
+def make_data(fmt: str, root: Path) -> str:
+    rng = np.random.default_rng(11)
+    root.mkdir(parents=True, exist_ok=True)
+    if fmt == "fixed":
+        p = root / "d.bin"
+        p.write_bytes(rng.integers(0, 256, N * 64, dtype=np.uint8).tobytes())
+        return str(p)
+    if fmt == "lines":
+        p = root / "d.jsonl"
+        with open(p, "w") as f:
+            for i in range(N):
+                f.write(json.dumps({"id": i, "text": "x" * int(rng.integers(1, 400))}) + "\n")
+        return str(p)
+    if fmt == "libsvm":
+        p = root / "d.svm"
+        with open(p, "w") as f:
+            for i in range(N):
+                feats = sorted(set(int(k) for k in rng.integers(1, 20, int(rng.integers(1, 8)))))
+                f.write(f"{i % 3} " + " ".join(f"{k}:{rng.random():.4f}" for k in feats) + "\n")
+        return str(p)
+    if fmt == "dir":
+        for i in range(N):
+            d = root / "tree" / f"c{i % 3}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{i:04d}.bin").write_bytes(rng.integers(0, 256, int(rng.integers(20, 600)), dtype=np.uint8).tobytes())
+        return str(root / "tree")
+    if fmt == "tar":
+        p = root / "d.tar"
+        with tarfile.open(p, "w") as t:
+            for i in range(N):
+                for ext, n in (("cls", 2), ("bin", int(rng.integers(10, 900)))):
+                    data = str(i % 5).encode() if ext == "cls" else rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+                    info = tarfile.TarInfo(f"s{i:05d}.{ext}")
+                    info.size = len(data)
+                    import io
+                    t.addfile(info, io.BytesIO(data))
+        return str(p)
+    if fmt == "arrow":
+        pa = pytest.importorskip("pyarrow")
+        p = root / "d.arrow"
+        table = pa.table({"id": pa.array(range(N), pa.int64()),
+                          "text": pa.array(["y" * int(k) for k in rng.integers(0, 300, N)]),
+                          "v": pa.array(rng.random(N))})
+        with pa.ipc.new_file(str(p), table.schema) as w:
+            for b in table.to_batches(max_chunksize=97):
+                w.write_batch(b)
+        return str(p)
+    raise ValueError(fmt)
+
+
+def options(c: dict) -> dict:
+    kw: dict = {}
+    if c["format"] == "fixed":
+        kw["record_size"] = 64
+    if c["transform"]:
+        kw["transform"] = "libsvm_dense:n_features=20"
+    s = c["sampler"]
+    if s == "opportunistic":
+        kw.update(sampler="global", opportunistic=2)
+    elif s == "block":
+        kw.update(sampler="block", block_size=4096, window=4)
+    elif s == "buffered":
+        kw.update(sampler="buffered", block_size=4096, buffer=128)
+    elif s == "reservoir":
+        kw.update(sampler="reservoir", reservoir=128)
+    else:
+        kw["sampler"] = s
+    if c["share"]:
+        kw["share"] = True
+    return kw
+
+
+def digest(b: bytes) -> str:
+    return hashlib.blake2b(b, digest_size=8).hexdigest()
+
+
+def reference(path: str, c: dict) -> dict[int, str]:
+    """Each record's digest from a solo, sequential read of one job alone."""
+    kw = {k: v for k, v in options(c).items() if k in ("record_size", "transform")}
+    out: dict[int, str] = {}
+    for b in riffle.Loader(path, 64, sampler="sequential", **kw):
+        for i, d in zip(b.ids, digests(b)):
+            out[int(i)] = d
+    return out
+
+
+def digests(b) -> list[str]:
+    if b.arrow is not None:
+        return [digest(json.dumps(r, sort_keys=True).encode()) for r in b.data.to_pylist()]
+    return [digest(bytes(b.record(i))) for i in range(b.n)]
+
+
+RANK = textwrap.dedent("""
+    import hashlib, json, os, sys
+    sys.path.insert(0, {py!r})
+    sys.path.insert(0, {tests!r})
+    import torch
+    import riffle.torch as rt
+    from test_combinations import digests
+
+    def decode(b):
+        return [(int(i), d) for i, d in zip(b.ids, digests(b))]
+
+    def unlabel(batch):
+        # (records, labels) where the dataset has labels; DataLoader may make the pair a list.
+        if len(batch) == 2 and isinstance(batch[1], torch.Tensor):
+            batch = batch[0]
+        return [(int(i), str(d)) for i, d in batch]
+
+    def run(rank, world, out):
+        case, path, opts, seed = json.load(open({case!r}))
+        if case["launch"] == "spawn" and world > 1:
+            import torch.distributed as dist
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        kw = dict(opts, seed=seed, decode=decode, rank=rank, world_size=world)
+        dl = rt.loader(path, case["batch"], num_workers=case["workers"], **kw)
+        epochs = [[], []]
+        n0 = len(dl)
+        it = iter(dl)
+        for _ in range(case["stop"]):
+            try:
+                epochs[0].append(unlabel(next(it)))
+            except StopIteration:
+                break
+        state = dl.state_dict()
+        del it, dl
+        # Resumed as after a kill: a new loader, maybe with another worker count.
+        dl = rt.loader(path, case["batch"], num_workers=case["resume_workers"], **kw)
+        dl.load_state_dict(state)
+        # A stop after the epoch's last batch resumes at the next epoch.
+        for e in range(0 if len(epochs[0]) < n0 else 1, 2):
+            for batch in dl:
+                epochs[e].append(unlabel(batch))
+        with open(f"{{out}}.{{rank}}", "w") as f:
+            json.dump(epochs, f)
+
+    if __name__ == "__main__":
+        case = json.load(open({case!r}))[0]
+        if case["launch"] == "spawn" and case["world"] > 1:
+            import torch.multiprocessing as mp
+            mp.spawn(run, args=(case["world"], {out!r}), nprocs=case["world"])
+        else:
+            run(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), {out!r})
+""")
+
+
+def run_case(c: dict, tmp: Path) -> None:
+    path = make_data(c["format"], tmp / "data")
+    ref = reference(path, c)
+    assert len(ref) == N
+    procs, outs = [], []
+    for job in range(c["jobs"]):
+        case = tmp / f"case{job}.json"
+        case.write_text(json.dumps([c, path, options(c), 100 + job]))
+        out = str(tmp / f"out{job}")
+        script = tmp / f"job{job}.py"
+        script.write_text(RANK.format(py=str(REPO / "python"), tests=str(Path(__file__).parent), case=str(case),
+                                      port=free_port(), out=out))
+        outs.append(out)
+        if c["launch"] == "spawn" and c["world"] > 1:
+            procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        else:
+            for r in range(c["world"]):
+                procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True,
+                                              env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(c["world"]))))
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, f"{c}: {err[-3000:]}"
+    for job, out in enumerate(outs):
+        for e in range(EPOCHS):
+            seen: dict[int, int] = {}
+            for r in range(c["world"]):
+                for batch in json.load(open(f"{out}.{r}"))[e]:
+                    for rid, d in batch:
+                        assert d == ref[rid], f"{c}: job {job} epoch {e} rank {r}: record {rid}'s bytes are not a solo read's"
+                        seen[rid] = seen.get(rid, 0) + 1
+            dup = [i for i, k in seen.items() if k > 1]
+            lost = sorted(set(range(N)) - set(seen))
+            assert not dup and not lost, f"{c}: job {job} epoch {e}: {len(dup)} repeated, {len(lost)} lost"
+
+
+def cases() -> list[dict]:
+    kept = json.loads(REGRESSIONS.read_text()) if REGRESSIONS.exists() else []
+    rng = random.Random(int(os.environ.get("RIFFLE_COMBINATIONS_SEED", "22")))
+    return kept + [draw(rng) for _ in range(int(os.environ.get("RIFFLE_COMBINATIONS", "8")))]
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: "-".join(f"{v}" for v in c.values()))
+def test_combination(daemon, tmp_path, case):
+    try:
+        run_case(case, tmp_path)
+    except Exception:
+        kept = json.loads(REGRESSIONS.read_text()) if REGRESSIONS.exists() else []
+        if case not in kept and not os.environ.get("CI"):
+            REGRESSIONS.write_text(json.dumps(kept + [case], indent=1) + "\n")
+        raise
+
+
+def test_draws_cover_every_value():
+    """The draw reaches every value of every dimension (over enough draws)."""
+    rng = random.Random(1)
+    seen: dict[str, set] = {}
+    for _ in range(2000):
+        for k, v in draw(rng).items():
+            seen.setdefault(k, set()).add(v)
+    assert seen["format"] == set(FORMATS) and seen["sampler"] == set(SAMPLERS)
+    assert seen["jobs"] == {1, 2, 3} and seen["workers"] == {0, 1, 2, 3} and seen["world"] == {1, 2, 3}
+    assert seen["share"] == seen["transform"] == {True, False} and seen["launch"] == {"env", "spawn"}
