@@ -249,7 +249,7 @@ func openParquet(ctx context.Context, names []string, opts Options) (Dataset, er
 		if !ok {
 			err := fmt.Errorf("%s: no column %q", describe(names), name)
 			if rootHas(d.files[0].meta, name) {
-				err = fmt.Errorf("%s: column %q has several leaves (a struct or a map), which riffle does not read yet: leave it out of columns=", describe(names), name)
+				err = fmt.Errorf("%s: column %q has several leaves (a struct or a map), which riffle does not read yet: leave it out of columns=: %w", describe(names), name, ErrUnsupported)
 			}
 			d.Close()
 			return nil, err
