@@ -460,47 +460,64 @@ func (t *Tier) touch(b *tierBlock, name string, off, n int64) {
 }
 
 // fetch reads blocks from i in one read, one per item claimed in flight
-// (or block i alone, with none), copies what p wants, keeps them on disk
-// and then fills the items, so that a reader who finds a block gone from
-// flight finds it on disk (or fetches it, if the budget kept it out).
-// Whatever happens, every item is filled (with the error, if the read
-// failed) and released: a waiter never waits for ever.
+// (or block i alone, with none), copies what p wants, fills the items (the
+// waiters go on at once), keeps the blocks on disk, and only then releases
+// the items, so that a reader who finds a block gone from flight finds it
+// on disk (or fetches it, if the budget kept it out). Whatever happens,
+// every item is filled (with the error, if the read failed) and released:
+// a waiter never waits for ever.
 func (o *tierObject) fetch(ctx context.Context, i int64, items []*cache.Item, p []byte, off int64) (err error) {
 	t := o.t
-	filled := false
+	filled, released := false, false
 	defer func() {
-		if filled {
-			return
-		}
 		ferr := err
 		if ferr == nil {
 			ferr = fmt.Errorf("tier: fetching block %d of %s failed", i, o.name)
 		}
 		for _, it := range items {
-			t.flight.Fill(it, ferr)
-			it.Done(false)
+			if !filled {
+				t.flight.Fill(it, ferr)
+			}
+			if !released {
+				it.Done(false)
+			}
 		}
 	}()
 	n := max(int64(len(items)), 1)
 	bs := t.opts.Block
 	lo, hi := i*bs, min((i+n)*bs, o.Size())
-	buf := make([]byte, hi-lo)
+	var buf []byte
+	if len(items) == 1 {
+		buf = items[0].Bytes() // one block: read into its item, no copy
+	} else {
+		buf = make([]byte, hi-lo)
+	}
+	if int64(len(buf)) != hi-lo {
+		return fmt.Errorf("tier: block %d of %s in flight holds %d bytes, want %d", i, o.name, len(buf), hi-lo)
+	}
 	if err := o.Reader.ReadAt(ctx, buf, lo); err != nil {
 		return err
 	}
 	t.fetched.Add(hi - lo)
 	copyRange(p, off, buf, lo)
+	for k, it := range items {
+		var err error
+		if len(items) > 1 {
+			blo, bhi := int64(k)*bs, min(int64(k+1)*bs, hi-lo)
+			err = it.Put(buf[blo:bhi])
+		}
+		t.flight.Fill(it, err)
+	}
+	filled = true
 	for k := range n {
 		t.misses.Add(1)
 		blo, bhi := k*bs, min((k+1)*bs, hi-lo)
 		t.keep(tierKey{o.id, i + k}, buf[blo:bhi], o.name, (i+k)*bs)
 	}
-	for k, it := range items {
-		blo, bhi := int64(k)*bs, min(int64(k+1)*bs, hi-lo)
-		t.flight.Fill(it, it.Put(buf[blo:bhi]))
+	for _, it := range items {
 		it.Done(true)
 	}
-	filled = true
+	released = true
 	return nil
 }
 
