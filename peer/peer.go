@@ -481,11 +481,13 @@ type pconn struct {
 
 // IdleTimeout bounds how long an authenticated peer connection may sit
 // with no request. Each one holds a socket and a reader goroutine on the
-// serving daemon, and a node that went away without closing them (killed,
-// partitioned) would otherwise hold them for ever; two minutes is far
+// serving daemon, and one whose asking node went away without closing it
+// (killed, partitioned) would hold them for ever; two minutes is far
 // longer than the gap between a training job's reads, so a busy pool never
-// notices. The asking side drops pooled connections idle for half of it,
-// so it never writes a request into one the serving side is closing.
+// notices. The asking side (remote.conn) closes pooled connections idle
+// for half of it rather than reuse them, so a serving side that closes
+// connections idle for IdleTimeout never has a request written into one
+// it is closing.
 const IdleTimeout = 2 * time.Minute
 
 func (p *remote) up() bool {
