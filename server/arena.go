@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/job"
 )
 
 // Arena is a job's shared memory: a memfd mapped by the daemon, whose
@@ -39,8 +41,8 @@ var ErrArenaClosed = errors.New("arena closed")
 
 // NewArena makes a shared arena of size bytes.
 func NewArena(name string, size int64) (*Arena, error) {
-	if size <= 0 || size > maxJobMemory()*2 {
-		return nil, fmt.Errorf("shared memory of %d bytes: want 1 to %d", size, maxJobMemory()*2)
+	if size <= 0 || size > job.MaxMemory()*3 {
+		return nil, fmt.Errorf("shared memory of %d bytes: want 1 to %d", size, job.MaxMemory()*3)
 	}
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {

@@ -238,20 +238,18 @@ func TestJobsOnOneConnectionDoNotWaitForEachOther(t *testing.T) {
 // Opening one dataset (a long index build) does not hold up opens of
 // others, and two jobs on one dataset share one open.
 func TestOpensDoNotWaitForEachOther(t *testing.T) {
-	s := &Server{}
-	cl, data := daemon(t, s)
 	slow := filepath.Join(t.TempDir(), "slow.bin")
 	synth.WriteFixed(slow, 10, 128, 0)
 	release := make(chan struct{})
 	var opens atomic.Int64
-	open := s.sets.opener
-	s.sets.opener = func(ctx context.Context, o dataset.Options, paths ...string) (dataset.Dataset, error) {
+	s := &Server{opener: func(ctx context.Context, o dataset.Options, paths ...string) (dataset.Dataset, error) {
 		opens.Add(1)
 		if paths[0] == slow {
 			<-release
 		}
-		return open(ctx, o, paths...)
-	}
+		return dataset.Open(ctx, o, paths...)
+	}}
+	cl, data := daemon(t, s)
 	second := dial(t, s.Addr())
 	defer second.c.Close()
 	first := cl.send(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{slow}, RecordSize: 128, BatchSize: 4}})

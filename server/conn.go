@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/wire"
 )
@@ -36,7 +37,7 @@ type conn struct {
 	w   *bufio.Writer
 
 	mu     sync.Mutex
-	jobs   map[int]*job
+	jobs   map[int]*handle
 	nextID int
 	opens  chan struct{} // opens in flight
 	blocks chan struct{} // peers' block requests in flight
@@ -57,7 +58,7 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 		s.clients.Add(-1)
 		s.poke()
 	}()
-	cn := &conn{s: s, c: c, w: bufio.NewWriter(c), jobs: map[int]*job{}, opens: make(chan struct{}, maxOpens),
+	cn := &conn{s: s, c: c, w: bufio.NewWriter(c), jobs: map[int]*handle{}, opens: make(chan struct{}, maxOpens),
 		blocks: make(chan struct{}, maxBlocks)}
 	cn.ctx, cn.cancel = context.WithCancel(parent)
 	if uc, ok := c.(*net.UnixConn); ok {
@@ -115,7 +116,7 @@ func (cn *conn) closeAll() {
 	cn.cancel()
 	cn.mu.Lock()
 	jobs := cn.jobs
-	cn.jobs = map[int]*job{}
+	cn.jobs = map[int]*handle{}
 	cn.mu.Unlock()
 	for _, j := range jobs {
 		j.close()
@@ -138,7 +139,7 @@ func (cn *conn) reply(m *wire.Msg, payload ...[]byte) error {
 }
 
 func (cn *conn) fail(tag uint64, err error) error {
-	m := &wire.Msg{Op: wire.OpError, Tag: tag, Message: err.Error(), Kind: errorKind(err)}
+	m := &wire.Msg{Op: wire.OpError, Tag: tag, Message: err.Error(), Kind: job.Kind(err)}
 	where(err, m)
 	return cn.reply(m)
 }
@@ -244,7 +245,7 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		if !ok {
 			return cn.fail(m.Tag, fmt.Errorf("no job %d", m.Job)) == nil
 		}
-		st, err := j.l.StateAt(m.Epoch, m.Index)
+		st, err := j.j.StateAt(m.Epoch, m.Index)
 		if err != nil {
 			return cn.fail(m.Tag, err) == nil
 		}
@@ -286,22 +287,22 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 // check answers what an open of m's spec would: the job is made, lazy so
 // that it reads nothing, described and closed.
 func (cn *conn) check(m *wire.Msg) {
-	j, err := cn.s.openJob(cn.ctx, m.Spec, false, true)
+	h, err := cn.s.openHandle(cn.ctx, m.Spec, false, true)
 	if err != nil {
 		if cn.ctx.Err() == nil {
 			cn.fail(m.Tag, err)
 		}
 		return
 	}
-	r := j.opened()
+	r := h.opened()
 	r.Tag, r.Job = m.Tag, 0
-	close(j.done) // no worker serves it
-	j.close()
+	close(h.done) // no worker serves it
+	h.close()
 	cn.reply(r)
 }
 
 func (cn *conn) open(m *wire.Msg) {
-	j, err := cn.s.openJob(cn.ctx, m.Spec, cn.unix != nil, false)
+	j, err := cn.s.openHandle(cn.ctx, m.Spec, cn.unix != nil, false)
 	if err != nil {
 		if cn.ctx.Err() == nil {
 			cn.fail(m.Tag, err)
@@ -319,7 +320,6 @@ func (cn *conn) open(m *wire.Msg) {
 	cn.jobs[j.id] = j
 	cn.s.jobs.Add(1)
 	cn.s.track(j)
-	cn.s.groups.show(j)
 	cn.mu.Unlock()
 	cn.wg.Add(1)
 	go func() {
@@ -347,7 +347,7 @@ func (cn *conn) open(m *wire.Msg) {
 
 // work serves a job's next requests in order until the job closes; the
 // requests still queued then are answered with an error.
-func (cn *conn) work(j *job) {
+func (cn *conn) work(j *handle) {
 	defer close(j.done)
 	for {
 		select {
@@ -355,7 +355,7 @@ func (cn *conn) work(j *job) {
 			r, payload, err := j.next(j.ctx)
 			if err != nil {
 				if j.ctx.Err() != nil {
-					cn.fail(tag, fmt.Errorf("job %d: %w", j.id, errClosing))
+					cn.fail(tag, fmt.Errorf("job %d: %w", j.id, job.ErrClosed))
 					continue
 				}
 				cn.fail(tag, err)
@@ -373,7 +373,7 @@ func (cn *conn) work(j *job) {
 			for {
 				select {
 				case tag := <-j.reqs:
-					cn.fail(tag, fmt.Errorf("job %d: %w", j.id, errClosing))
+					cn.fail(tag, fmt.Errorf("job %d: %w", j.id, job.ErrClosed))
 				default:
 					return
 				}

@@ -15,9 +15,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
-	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
-	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/pack"
 	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
@@ -82,27 +81,22 @@ type Server struct {
 	helloWait                         time.Duration // helloTimeout, shorter in tests
 	metricsAddr                       string
 
-	store     *storage.Router
-	cache     *cache.Cache
-	sets      *datasets
-	outputs   *datasets // packs of persisted transform outputs
-	tier      atomic.Pointer[storage.Tier]
-	cluster   atomic.Pointer[peer.Cluster]
-	catalogue pack.Catalogue
-	groups    *groups
-	workers   *loader.Workers
-	statMu    sync.Mutex
-	live      map[*job]bool
-	doneRead  int64 // bytes read and served by jobs that ended
-	doneServ  int64
-	fails     failures
-	engMu     sync.Mutex
-	engines   map[uint64]*storage.Engine
-	clients   atomic.Int64
-	jobs      atomic.Int64
-	jobSeq    atomic.Int64
-	idle      chan struct{}
-	openOnce  sync.Once
+	store   *storage.Router
+	env     *job.Env
+	tier    atomic.Pointer[storage.Tier]
+	cluster atomic.Pointer[peer.Cluster]
+	// opener, if set, opens datasets in place of dataset.Open (a test
+	// holds an open with it).
+	opener   func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)
+	statMu   sync.Mutex
+	live     map[*handle]bool
+	doneRead int64 // bytes read and served by jobs that ended
+	doneServ int64
+	fails    failures
+	clients  atomic.Int64
+	jobs     atomic.Int64
+	idle     chan struct{}
+	openOnce sync.Once
 }
 
 // DefaultSocket is $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock, or
@@ -209,27 +203,24 @@ func (s *Server) Serve(ctx context.Context) error {
 	if budget <= 0 {
 		budget = availableMemory() / 4
 	}
-	s.cache = cache.New(cache.Options{Budget: budget, DropUnreferenced: true})
-	s.sets = newDatasets(s.store, dataset.Options{IndexDir: s.IndexDir, IndexInDirOnly: len(s.Roots) == 0})
-	defer s.sets.closeAll()
 	// The catalogue is the daemon's own directory, outside any root.
-	s.catalogue = pack.DefaultCatalogue()
+	cat := pack.DefaultCatalogue()
 	if s.Outputs != "" {
-		s.catalogue = pack.Catalogue{Dir: s.Outputs}
+		cat = pack.Catalogue{Dir: s.Outputs}
 	}
 	own, err := storage.NewLocal(false, nil)
 	if err != nil {
 		return err
 	}
 	defer own.Close()
-	s.outputs = newDatasets(own, dataset.Options{IndexDir: s.IndexDir, IndexInDirOnly: true})
-	defer s.outputs.closeAll()
-	s.groups = newGroups()
-	s.live = map[*job]bool{}
-	s.workers = loader.NewWorkers(0)
-	defer s.workers.Close()
-	s.engines = map[uint64]*storage.Engine{}
-	defer s.closeEngines()
+	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: budget, IndexDir: s.IndexDir,
+		IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.tier.Load, Open: s.opener})
+	if err != nil {
+		return err
+	}
+	s.env = env
+	defer env.Close()
+	s.live = map[*handle]bool{}
 	s.idle = make(chan struct{}, 1)
 	if err := privateDir(filepath.Dir(s.socket)); err != nil {
 		return err
@@ -368,29 +359,6 @@ func (s *Server) poke() {
 	select {
 	case s.idle <- struct{}{}:
 	default:
-	}
-}
-
-// engineFor returns the read engine of the device r's object lives on:
-// jobs reading one disk share one queue.
-func (s *Server) engineFor(r storage.Reader) *storage.Engine {
-	dev := storage.DeviceOf(r)
-	s.engMu.Lock()
-	defer s.engMu.Unlock()
-	e, ok := s.engines[dev]
-	if !ok {
-		e = storage.NewEngine(storage.EngineOptions{Depth: storage.HintsOf(r).Depth})
-		s.engines[dev] = e
-	}
-	return e
-}
-
-func (s *Server) closeEngines() {
-	s.engMu.Lock()
-	defer s.engMu.Unlock()
-	for k, e := range s.engines {
-		e.Close()
-		delete(s.engines, k)
 	}
 }
 

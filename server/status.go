@@ -1,17 +1,22 @@
 package server
 
-import "github.com/riffle-ml/riffle/wire"
+import (
+	"fmt"
+
+	"github.com/riffle-ml/riffle/job"
+	"github.com/riffle-ml/riffle/wire"
+)
 
 // track counts a job as live, for status.
-func (s *Server) track(j *job) {
+func (s *Server) track(j *handle) {
 	s.statMu.Lock()
 	s.live[j] = true
 	s.statMu.Unlock()
 }
 
 // retire moves a closed job's counts into the daemon's totals.
-func (s *Server) retire(j *job) {
-	st := j.l.Stats()
+func (s *Server) retire(j *handle) {
+	st := j.j.Stats()
 	s.statMu.Lock()
 	if s.live[j] {
 		delete(s.live, j)
@@ -27,7 +32,7 @@ func (s *Server) traffic() (read, served int64) {
 	defer s.statMu.Unlock()
 	read, served = s.doneRead, s.doneServ
 	for j := range s.live {
-		st := j.l.Stats()
+		st := j.j.Stats()
 		read += st.Bytes + st.Staged
 		served += j.bytes.Load()
 	}
@@ -36,13 +41,13 @@ func (s *Server) traffic() (read, served int64) {
 
 // status describes the daemon for `riffle status`.
 func (s *Server) status() *wire.Status {
-	st := s.cache.Stats()
+	st := s.env.Cache().Stats()
 	read, served := s.traffic()
 	out := &wire.Status{
 		Clients: int(s.clients.Load()),
 		Cache: wire.CacheStatus{Bytes: st.Bytes, Budget: st.Budget, Items: st.Items, Hits: st.Hits, Misses: st.Misses,
 			Evictions: st.Evictions},
-		Groups:      s.groups.status(),
+		Groups:      s.groupStatus(),
 		ReadBytes:   read,
 		ServedBytes: served,
 	}
@@ -63,11 +68,38 @@ func (s *Server) status() *wire.Status {
 	}
 	// Jobs outside any group are listed as groups of one.
 	s.statMu.Lock()
-	for j := range s.live {
-		if j.member == nil {
-			out.Groups = append(out.Groups, wire.GroupStatus{Source: j.ds.desc(), Records: j.ds.ds.Len(), Jobs: []wire.JobStatus{j.status()}})
+	for h := range s.live {
+		if st := h.j.Status(h.records.Load()); !st.Shared {
+			out.Groups = append(out.Groups, wire.GroupStatus{Source: st.Source, Records: st.Records, Jobs: []wire.JobStatus{jobStatus(st)}})
 		}
 	}
 	s.statMu.Unlock()
 	return out
+}
+
+// groupStatus lists the share groups and their jobs.
+func (s *Server) groupStatus() []wire.GroupStatus {
+	records := map[*job.Job]int64{}
+	s.statMu.Lock()
+	for h := range s.live {
+		records[h.j] = h.records.Load()
+	}
+	s.statMu.Unlock()
+	var out []wire.GroupStatus
+	for _, g := range s.env.Groups() {
+		gs := wire.GroupStatus{Source: g.Source, Records: g.Records, Shared: g.Stats.Shared, Rounds: g.Stats.Rounds,
+			Given: g.Stats.Given, Saved: g.Stats.Saved}
+		for _, j := range g.Jobs {
+			if n, ok := records[j]; ok { // open, not a check
+				gs.Jobs = append(gs.Jobs, jobStatus(j.Status(n)))
+			}
+		}
+		out = append(out, gs)
+	}
+	return out
+}
+
+func jobStatus(st job.Status) wire.JobStatus {
+	return wire.JobStatus{ID: fmt.Sprint(st.ID), Subset: st.Subset, Epoch: st.Epoch, Position: st.Position,
+		SamplesSec: st.SamplesSec, Transform: st.Transform}
 }

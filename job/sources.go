@@ -1,4 +1,4 @@
-package server
+package job
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/riffle-ml/riffle/storage"
 )
 
-// datasets shares opened datasets between jobs: jobs on the same files with
+// sources shares opened datasets between jobs: jobs on the same files with
 // the same options use one Dataset, its index loaded once. An unused
 // dataset stays open for keepOpen, so a client that opens a job per epoch
 // does not reload its index each time.
@@ -26,19 +26,33 @@ import (
 // the registry is checked first against its objects' versions now (size,
 // inode, mtime): a file rewritten in place is opened anew, never served
 // stale.
-type datasets struct {
+type sources struct {
 	store storage.Store
 	opts  dataset.Options // defaults every job's options start from
 
 	mu   sync.Mutex
-	open map[string]*dsEntry
+	open map[sourceKey]*source
 
-	// opener opens a dataset; a test replaces it to hold an open.
 	opener func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)
 }
 
-type dsEntry struct {
-	key   string
+// sourceKey is a source's identity: its files and every option that
+// decides its records' bytes. A struct, not a string to parse back.
+type sourceKey struct {
+	paths string // the files, quoted
+	opts  string // the options
+}
+
+// String is the whole identity, for naming the source's records.
+func (k sourceKey) String() string { return k.paths + " " + k.opts }
+
+// Options is the identity's options part: with one file's version, it
+// names that file's records, so jobs whose file lists overlap share them.
+func (k sourceKey) Options() string { return k.opts }
+
+// source is one opened dataset and the jobs using it.
+type source struct {
+	key   sourceKey
 	ds    dataset.Dataset
 	err   error
 	ready chan struct{} // closed once the open finished
@@ -52,18 +66,19 @@ type dsEntry struct {
 
 const keepOpen = 30 * time.Second
 
-func newDatasets(store storage.Store, opts dataset.Options) *datasets {
-	return &datasets{store: store, opts: opts, open: map[string]*dsEntry{}, opener: dataset.Open}
+func newSources(store storage.Store, opts dataset.Options, open func(context.Context, dataset.Options, ...string) (dataset.Dataset, error)) *sources {
+	return &sources{store: store, opts: opts, open: map[sourceKey]*source{}, opener: open}
 }
 
-func (d *datasets) get(ctx context.Context, paths []string, opts dataset.Options) (*dsEntry, error) {
+func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options) (*source, error) {
 	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
-	key := fmt.Sprintf("%q %s %d %d %v %v %v %v %q %q", paths, opts.Format, opts.RecordSize, opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct, opts.Columns, opts.Split)
+	key := sourceKey{paths: fmt.Sprintf("%q", paths), opts: fmt.Sprintf("%s %d %d %v %v %v %v %q %q", opts.Format, opts.RecordSize,
+		opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct, opts.Columns, opts.Split)}
 	for {
 		d.mu.Lock()
 		e, ok := d.open[key]
 		if !ok {
-			e = &dsEntry{key: key, ready: make(chan struct{}), refs: 1}
+			e = &source{key: key, ready: make(chan struct{}), refs: 1}
 			d.open[key] = e
 			d.mu.Unlock()
 			e.ds, e.err = d.safeOpen(ctx, opts, paths)
@@ -108,7 +123,7 @@ func (d *datasets) get(ctx context.Context, paths []string, opts dataset.Options
 // safeOpen opens a dataset. A parser's panic on a malformed file is a bug,
 // but one job's file must not take the daemon and every other job with
 // it: it becomes this job's error.
-func (d *datasets) safeOpen(ctx context.Context, opts dataset.Options, paths []string) (ds dataset.Dataset, err error) {
+func (d *sources) safeOpen(ctx context.Context, opts dataset.Options, paths []string) (ds dataset.Dataset, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			slog.Error("panic opening a dataset", "paths", paths, "panic", p, "stack", string(debug.Stack()))
@@ -124,7 +139,7 @@ func isCanceled(err error) bool {
 
 // current reports whether e's objects are still the versions it was
 // opened from.
-func (d *datasets) current(ctx context.Context, e *dsEntry) bool {
+func (d *sources) current(ctx context.Context, e *source) bool {
 	inf := e.ds.Info()
 	names := inf.Paths
 	if inf.Format == "dir" && len(inf.Classes) > 0 {
@@ -148,7 +163,7 @@ func (d *datasets) current(ctx context.Context, e *dsEntry) bool {
 
 // retire takes a stale entry out of the registry; it is closed when its
 // last job ends.
-func (d *datasets) retire(e *dsEntry) {
+func (d *sources) retire(e *source) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.open[e.key] == e {
@@ -157,7 +172,7 @@ func (d *datasets) retire(e *dsEntry) {
 	e.stale = true
 }
 
-func (d *datasets) put(e *dsEntry) {
+func (d *sources) put(e *source) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e.refs--
@@ -178,7 +193,7 @@ func (d *datasets) put(e *dsEntry) {
 	})
 }
 
-func (d *datasets) closeAll() {
+func (d *sources) closeAll() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for k, e := range d.open {
@@ -193,19 +208,19 @@ func (d *datasets) closeAll() {
 }
 
 // keys lists the datasets open now, for tests.
-func (d *datasets) keys() []string {
+func (d *sources) keys() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []string
 	for k := range d.open {
-		out = append(out, k)
+		out = append(out, k.String())
 	}
 	slices.Sort(out)
 	return out
 }
 
 // desc names the dataset for people: its files and format.
-func (e *dsEntry) desc() string {
+func (e *source) desc() string {
 	inf := e.ds.Info()
 	name := inf.Paths[0]
 	if len(inf.Paths) > 1 {

@@ -1,4 +1,4 @@
-package server
+package job
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 // errSpec marks an error in what the client asked for.
 var errSpec = errors.New("invalid job spec")
 
-// errorKind says what err is about.
-func errorKind(err error) string {
+// Kind says what err is about: one of wire's Kind constants.
+func Kind(err error) string {
 	var fe *dataset.FormatError
 	var se *storage.Error
 	var re *loader.RecordError
@@ -37,12 +37,12 @@ func errorKind(err error) string {
 	case errors.As(err, &fe), errors.As(err, &se), errors.As(err, &re), errors.Is(err, dataset.ErrCorrupt),
 		errors.Is(err, dataset.ErrCRC), errors.Is(err, dataset.ErrPartial):
 		return wire.KindData
-	case errors.Is(err, context.Canceled), errors.Is(err, errClosing):
+	case errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):
 		return wire.KindClosed
 	}
 	return wire.KindInternal
 }
 
-// errClosing is the error of requests a closing job or daemon leaves
+// ErrClosed is the error of requests a closing job or daemon leaves
 // unanswered.
-var errClosing = errors.New("closing")
+var ErrClosed = errors.New("closing")

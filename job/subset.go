@@ -1,113 +1,15 @@
-package server
+package job
 
 import (
 	"fmt"
 	"hash/fnv"
-	"slices"
-	"sync"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/sampler"
-	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/wire"
 )
-
-// groups holds the daemon's share groups: jobs on the same source (files
-// and options) naming the same transform, that asked to share, sample
-// dependently in one group (package share) and read each record once for
-// all of them into the one cache.
-type groups struct {
-	mu  sync.Mutex
-	all map[string]*groupEntry
-}
-
-type groupEntry struct {
-	key    string
-	g      *share.Group
-	space  uint64
-	source string
-	jobs   map[*job]bool
-}
-
-func newGroups() *groups { return &groups{all: map[string]*groupEntry{}} }
-
-// join puts j in its source's group, making the group if need be.
-func (gs *groups) join(j *job, c *cache.Cache, key func(int) cache.Key, size func(int) int, mean int, subset *roaring.Bitmap, epoch int) (*share.Member, *groupEntry, error) {
-	k := fmt.Sprintf("%s|%s", j.ds.key, j.transform)
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	ge, ok := gs.all[k]
-	if !ok {
-		ge = &groupEntry{key: k, source: j.ds.desc(), jobs: map[*job]bool{},
-			g: share.NewGroup(share.Options{Records: j.ds.ds.Len(), Cache: c, Key: key, Size: size, MeanSize: mean})}
-		gs.all[k] = ge
-	}
-	m, err := ge.g.Join(subset, epoch)
-	if err != nil {
-		if len(ge.jobs) == 0 && ge.g.Stats().Members == 0 {
-			delete(gs.all, k)
-		}
-		return nil, nil, err
-	}
-	return m, ge, nil
-}
-
-// show lists j among its group's jobs, once it is open.
-func (gs *groups) show(j *job) {
-	if j.group == nil {
-		return
-	}
-	gs.mu.Lock()
-	j.group.jobs[j] = true
-	gs.mu.Unlock()
-}
-
-// leave takes j out of its group, and the group away after its last job.
-func (gs *groups) leave(j *job) {
-	if j.member == nil {
-		return
-	}
-	j.member.Leave()
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	ge := j.group
-	delete(ge.jobs, j)
-	if ge.g.Stats().Members == 0 && gs.all[ge.key] == ge {
-		delete(gs.all, ge.key)
-	}
-}
-
-// status describes the groups and their jobs.
-func (gs *groups) status() []wire.GroupStatus {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	var out []wire.GroupStatus
-	for _, ge := range gs.all {
-		st := ge.g.Stats()
-		g := wire.GroupStatus{Source: ge.source, Shared: st.Shared, Rounds: st.Rounds, Given: st.Given, Saved: st.Saved}
-		for j := range ge.jobs {
-			g.Records = j.ds.ds.Len()
-			g.Jobs = append(g.Jobs, j.status())
-		}
-		slices.SortFunc(g.Jobs, func(a, b wire.JobStatus) int { return compareStrings(a.ID, b.ID) })
-		out = append(out, g)
-	}
-	slices.SortFunc(out, func(a, b wire.GroupStatus) int { return compareStrings(a.Source, b.Source) })
-	return out
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 // subsetOf builds a job's subset of a dataset: the union of its ranges,
 // ids and the records whose label is listed. nil means every record.

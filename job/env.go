@@ -1,0 +1,140 @@
+package job
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// EnvOptions configures an Env. The zero value works: local files only,
+// a 256 MiB record cache, no persisted outputs.
+type EnvOptions struct {
+	// Store is where paths are read from; default local files, with no
+	// root.
+	Store storage.Store
+	// CacheBytes is the record cache's budget (shared records, and the
+	// stages of buffered and reservoir orders); default 256 MiB.
+	CacheBytes int64
+	// IndexDir is where indexes go when a dataset's own directory is
+	// read-only; IndexInDirOnly keeps them there always.
+	IndexDir       string
+	IndexInDirOnly bool
+	// Catalogue, if set, is where persisted transform outputs are found
+	// (riffle pack --transform): a job naming a transform reads them
+	// instead of transforming. Outputs is the store they are read from.
+	Catalogue Catalogue
+	Outputs   storage.Store
+	// Tier, if set, is the disk tier in front of the object store: each
+	// job tells it when it next reads each block.
+	Tier func() *storage.Tier
+	// Open opens a dataset; default dataset.Open (a test holds an open
+	// with its own).
+	Open func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)
+}
+
+// Catalogue finds the persisted outputs of a transform over a source at
+// its versions: the directory of their pack, if they are there and
+// current.
+type Catalogue interface {
+	Lookup(paths, versions []string, transform string) (dir string, ok bool)
+}
+
+// Env is what the jobs of one process share: the opened datasets, the
+// record cache, the share groups, the read engines (one queue per device)
+// and the transform workers. A daemon has one; a Go program that loads
+// without a daemon makes its own. It is safe for concurrent use.
+type Env struct {
+	opts    EnvOptions
+	store   storage.Store
+	cache   *cache.Cache
+	sets    *sources
+	outputs *sources
+	groups  *groups
+	workers *loader.Workers
+	engMu   sync.Mutex
+	engines map[uint64]*storage.Engine
+	seq     atomic.Int64
+	owned   []func() error
+}
+
+// NewEnv makes an Env; Close ends it once its jobs are closed.
+func NewEnv(opts EnvOptions) (*Env, error) {
+	e := &Env{opts: opts, store: opts.Store, engines: map[uint64]*storage.Engine{}, groups: newGroups()}
+	if e.store == nil {
+		local, err := storage.NewLocal(false, nil)
+		if err != nil {
+			return nil, err
+		}
+		e.store = local
+		e.owned = append(e.owned, local.Close)
+	}
+	budget := opts.CacheBytes
+	if budget <= 0 {
+		budget = 256 << 20
+	}
+	e.cache = cache.New(cache.Options{Budget: budget, DropUnreferenced: true})
+	open := opts.Open
+	if open == nil {
+		open = dataset.Open
+	}
+	e.sets = newSources(e.store, dataset.Options{IndexDir: opts.IndexDir, IndexInDirOnly: opts.IndexInDirOnly}, open)
+	if opts.Catalogue != nil {
+		out := opts.Outputs
+		if out == nil {
+			local, err := storage.NewLocal(false, nil)
+			if err != nil {
+				return nil, err
+			}
+			out = local
+			e.owned = append(e.owned, local.Close)
+		}
+		e.outputs = newSources(out, dataset.Options{IndexDir: opts.IndexDir, IndexInDirOnly: true}, open)
+	}
+	e.workers = loader.NewWorkers(0)
+	return e, nil
+}
+
+// Cache is the record cache the Env's jobs share.
+func (e *Env) Cache() *cache.Cache { return e.cache }
+
+// Close closes the datasets kept open, the engines and the workers. Jobs
+// must be closed first.
+func (e *Env) Close() error {
+	e.sets.closeAll()
+	if e.outputs != nil {
+		e.outputs.closeAll()
+	}
+	e.workers.Close()
+	e.engMu.Lock()
+	for k, en := range e.engines {
+		en.Close()
+		delete(e.engines, k)
+	}
+	e.engMu.Unlock()
+	var first error
+	for _, c := range e.owned {
+		if err := c(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// engineFor returns the read engine of the device r's object lives on:
+// jobs reading one disk share one queue.
+func (e *Env) engineFor(r storage.Reader) *storage.Engine {
+	dev := storage.DeviceOf(r)
+	e.engMu.Lock()
+	defer e.engMu.Unlock()
+	en, ok := e.engines[dev]
+	if !ok {
+		en = storage.NewEngine(storage.EngineOptions{Depth: storage.HintsOf(r).Depth})
+		e.engines[dev] = en
+	}
+	return en
+}

@@ -1,0 +1,95 @@
+package job
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/share"
+)
+
+// groups holds the daemon's share groups: jobs on the same source (files
+// and options) naming the same transform, that asked to share, sample
+// dependently in one group (package share) and read each record once for
+// all of them into the one cache.
+type groups struct {
+	mu  sync.Mutex
+	all map[string]*groupEntry
+}
+
+type groupEntry struct {
+	key    string
+	g      *share.Group
+	source string
+	jobs   map[*Job]bool
+}
+
+func newGroups() *groups { return &groups{all: map[string]*groupEntry{}} }
+
+// join puts j in its source's group, making the group if need be.
+func (gs *groups) join(j *Job, c *cache.Cache, key func(int) cache.Key, size func(int) int, mean int, subset *roaring.Bitmap, epoch int) (*share.Member, *groupEntry, error) {
+	k := fmt.Sprintf("%s|%s", j.src.key, j.transform)
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	ge, ok := gs.all[k]
+	if !ok {
+		ge = &groupEntry{key: k, source: j.src.desc(), jobs: map[*Job]bool{},
+			g: share.NewGroup(share.Options{Records: j.src.ds.Len(), Cache: c, Key: key, Size: size, MeanSize: mean})}
+		gs.all[k] = ge
+	}
+	m, err := ge.g.Join(subset, epoch)
+	if err != nil {
+		if len(ge.jobs) == 0 && ge.g.Stats().Members == 0 {
+			delete(gs.all, k)
+		}
+		return nil, nil, err
+	}
+	ge.jobs[j] = true
+	return m, ge, nil
+}
+
+// leave takes j out of its group, and the group away after its last job.
+func (gs *groups) leave(j *Job) {
+	if j.member == nil {
+		return
+	}
+	j.member.Leave()
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	ge := j.group
+	delete(ge.jobs, j)
+	if ge.g.Stats().Members == 0 && gs.all[ge.key] == ge {
+		delete(gs.all, ge.key)
+	}
+}
+
+// Groups lists the Env's share groups and their jobs, for status.
+func (env *Env) Groups() []GroupStatus {
+	gs := env.groups
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	var out []GroupStatus
+	for _, ge := range gs.all {
+		g := GroupStatus{Source: ge.source, Stats: ge.g.Stats()}
+		for j := range ge.jobs {
+			g.Records = j.src.ds.Len()
+			g.Jobs = append(g.Jobs, j)
+		}
+		slices.SortFunc(g.Jobs, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b GroupStatus) int { return cmp.Compare(a.Source, b.Source) })
+	return out
+}
+
+// GroupStatus is a share group: its source, its counts and its jobs.
+type GroupStatus struct {
+	Source  string
+	Records int
+	Stats   share.Stats
+	Jobs    []*Job
+}

@@ -1,0 +1,310 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/columnar"
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/share"
+	"github.com/riffle-ml/riffle/transform"
+)
+
+// Job is one training job: a Plan's batches, epoch after epoch. Next and
+// Close may be called from different goroutines; Next from one at a time.
+type Job struct {
+	ID   int64 // in its Env
+	env  *Env
+	plan Plan
+	src  *source
+	// sets is the registry src came from: the Env's datasets, or its
+	// persisted outputs.
+	sets *sources
+	// persisted says the job reads its transform's outputs from a pack.
+	persisted bool
+	tf        transform.Transform
+	transform string // canonical, with version; "" for none
+	unfuture  func() // stops telling the disk tier when blocks are next used
+	objects   map[string]int
+	smp       sampler.Sampler
+	l         *loader.Loader
+	memory    int64
+	member    *share.Member // set when the job samples dependently in a group
+	group     *groupEntry
+	subset    int // records this job reads per epoch (before sharding)
+	started   time.Time
+	once      sync.Once
+}
+
+// Alloc gives a job the memory its batches live in, once Open knows how
+// much: size bytes. A daemon gives shared memory (an arena a client
+// maps); nil gives the Go heap.
+type Alloc func(size int64) (loader.Allocator, error)
+
+// Open opens a job of plan in env: the dataset (shared with other jobs on
+// it), its order (shared with a group, with share), and a loader reading
+// ahead within the job's memory bound, into memory from alloc. ctx bounds
+// the open only; the job runs until Close.
+func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) {
+	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
+	if err != nil {
+		return nil, err
+	}
+	src, err := env.sets.get(ctx, paths, plan.Dataset)
+	if err != nil {
+		return nil, err
+	}
+	j := &Job{ID: env.seq.Add(1), env: env, plan: plan, src: src, sets: env.sets, started: time.Now()}
+	fail := func(err error) (*Job, error) {
+		env.groups.leave(j)
+		j.sets.put(j.src)
+		return nil, err
+	}
+	ds := src.ds
+	inf := ds.Info()
+	if plan.Transform != "" {
+		if j.tf, j.transform, err = transform.New(plan.Transform); err != nil {
+			return fail(fmt.Errorf("%w: %w", errSpec, err))
+		}
+		j.usePersisted(ctx)
+		ds, inf = j.src.ds, j.src.ds.Info()
+	}
+	subset, err := subsetOf(plan.Subset, ds)
+	if err != nil {
+		return fail(err)
+	}
+	j.subset = ds.Len()
+	if subset != nil {
+		j.subset = int(subset.GetCardinality())
+	}
+	lopts := plan.Loader
+	key := cacheKey(j.src, j.transform)
+	if j.smp, err = j.order(subset, key); err != nil {
+		return fail(err)
+	}
+	if j.member != nil {
+		// A member covers its own part (rank and worker): no stride.
+		lopts.BatchStride, lopts.BatchOffset = 1, 0
+		if lopts.Prefetch == 0 {
+			// A shared job reads ahead little, and not before it is asked:
+			// records it is given while ahead of its consumer, before
+			// others join or while they lag, are records it reads alone.
+			lopts.Prefetch = sharedPrefetch
+		}
+		lopts.Lazy = true
+	}
+	_, rows := ds.(dataset.Rows)
+	if rows && (j.tf != nil || j.member != nil || plan.Loader.Opportunistic > 1) {
+		return fail(specErr("a dataset of rows (%s) is read without transform=, share= or opportunistic=: "+
+			"its rows are put together per batch, not cached or transformed one by one (yet)", inf.Format))
+	}
+	size, err := j.size(rows)
+	if err != nil {
+		return fail(err)
+	}
+	if alloc != nil {
+		if lopts.Alloc, err = alloc(size); err != nil {
+			return fail(err)
+		}
+	}
+	lopts.MemoryBytes = j.memory
+	lopts.Engine = env.engineFor(ds.Object(0))
+	lopts.Cache, lopts.CacheKey = env.cache, key
+	if j.tf != nil {
+		lopts.Transform, lopts.Workers = j.tf, env.workers
+	}
+	if j.l, err = loader.New(context.Background(), ds, j.smp, lopts); err != nil {
+		return fail(fmt.Errorf("%w: %w", errSpec, err))
+	}
+	if env.opts.Tier != nil {
+		if t := env.opts.Tier(); t != nil {
+			j.objects = map[string]int{}
+			for i, p := range inf.Paths {
+				j.objects[p] = i
+			}
+			j.unfuture = t.AddFuture(j.nextUse)
+		}
+	}
+	return j, nil
+}
+
+// usePersisted switches the job to its transform's persisted outputs
+// (OneAccess §3) when the catalogue has them for this source and they are
+// current: the job then reads them instead of transforming.
+func (j *Job) usePersisted(ctx context.Context) {
+	env := j.env
+	if env.opts.Catalogue == nil || env.outputs == nil {
+		return
+	}
+	inf := j.src.ds.Info()
+	dir, ok := env.opts.Catalogue.Lookup(inf.Paths, inf.Versions, j.transform)
+	if !ok {
+		return
+	}
+	pe, err := env.outputs.get(ctx, []string{dir}, dataset.Options{})
+	if err != nil {
+		slog.Warn("persisted outputs not read", "dir", dir, "err", err)
+		return
+	}
+	if pe.ds.Len() != j.src.ds.Len() {
+		env.outputs.put(pe)
+		return
+	}
+	j.sets.put(j.src)
+	j.src, j.sets, j.persisted, j.tf = pe, env.outputs, true, nil
+}
+
+// sharedPrefetch is how many batches a sharing job reads ahead by default.
+const sharedPrefetch = 2
+
+// Next returns the job's next batch, or io.EOF after its last epoch. The
+// batch is the caller's until its Release.
+func (j *Job) Next(ctx context.Context) (*loader.Batch, error) { return j.l.Next(ctx) }
+
+// Place is the job's place (the next batch it delivers) without the
+// sampler's state; stream says whether the order has a state to save.
+func (j *Job) Place() (st loader.State, stream bool) { return j.l.Place() }
+
+// State is the job's place with the order's state, and StateAt the state
+// at the place after one of the last batches delivered.
+func (j *Job) State() loader.State { return j.l.State() }
+func (j *Job) StateAt(epoch, batch int) (loader.State, error) {
+	return j.l.StateAt(epoch, batch)
+}
+
+// SmallState says the order's state is small enough to send with every
+// batch.
+func (j *Job) SmallState() bool { return sampler.SmallState(j.smp) }
+
+// Stats are the job's loader's counts.
+func (j *Job) Stats() loader.Stats { return j.l.Stats() }
+
+// Location is where a record is: its object (file) and byte offset.
+type Location struct {
+	Path   string
+	Offset int64
+}
+
+// Locate says where records are, for errors a client reports about one.
+func (j *Job) Locate(ids []int) ([]Location, error) {
+	ds := j.src.ds
+	out := make([]Location, 0, len(ids))
+	for _, id := range ids {
+		if id < 0 || id >= ds.Len() {
+			return nil, fmt.Errorf("%w: record %d is not in [0, %d)", errSpec, id, ds.Len())
+		}
+		loc := ds.Locate(id)
+		out = append(out, Location{Path: ds.Object(loc.Object).Name(), Offset: loc.Off})
+	}
+	return out, nil
+}
+
+// Description is what a client is told when a job opens: the dataset and
+// the counts it iterates by.
+type Description struct {
+	Records   int // in the dataset
+	Positions int // per epoch for this job (its shard, its part of a group)
+	Batches   int // it delivers per epoch
+	// Left is how many batches it delivers of the epoch it opened at, from
+	// the batch it opened at.
+	Left      int
+	Memory    int64 // its bound on batches in flight and held
+	Info      dataset.Info
+	Transform string // canonical, with version
+	Persisted bool
+	Shared    bool
+	// Stream says the order has a state batches do not carry (ask StateAt).
+	Stream bool
+	// Output is the transform's output record: its size, dtype and shape.
+	OutputSize  int
+	OutputDtype string
+	OutputShape []int
+	Columns     []columnar.Column
+}
+
+// Describe describes the job as it opened.
+func (j *Job) Describe() Description {
+	inf := j.src.ds.Info()
+	d := Description{Records: j.src.ds.Len(), Positions: j.smp.Len(), Batches: j.l.Count(), Left: j.l.Left(j.plan.Loader.Batch),
+		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: j.member != nil,
+		Columns: inf.Columns}
+	if j.plan.Transform != "" {
+		t, _, _ := transform.New(j.plan.Transform)
+		d.OutputSize = t.Size()
+		d.OutputDtype, d.OutputShape = t.Shape()
+	}
+	_, stream := j.l.Place()
+	d.Stream = stream && !sampler.SmallState(j.smp)
+	return d
+}
+
+// Status is a job's line in `riffle status`.
+type Status struct {
+	ID         int64
+	Source     string
+	Subset     int
+	Epoch      int
+	Position   int
+	SamplesSec float64
+	Transform  string
+	Shared     bool
+	Records    int
+}
+
+// Status describes the job now; records is how many it delivered.
+func (j *Job) Status(records int64) Status {
+	st, _ := j.l.Place()
+	el := time.Since(j.started).Seconds()
+	return Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
+		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: j.member != nil, Records: j.src.ds.Len()}
+}
+
+// Group is the share group the job samples in, nil if none.
+func (j *Job) Group() *share.Group {
+	if j.group == nil {
+		return nil
+	}
+	return j.group.g
+}
+
+// Close stops the job's loader and leaves its group. The loader's reads
+// end before Close returns, so the memory alloc gave may go after it.
+func (j *Job) Close() {
+	j.once.Do(func() {
+		j.l.Close()
+		if j.unfuture != nil {
+			j.unfuture()
+		}
+		j.env.groups.leave(j)
+		j.sets.put(j.src)
+	})
+}
+
+// cacheKey names the dataset's records in the cache by the file each
+// lives in and its index there, so jobs whose file lists overlap share the
+// files they have in common.
+func cacheKey(src *source, tf string) func(int) cache.Key {
+	ds := src.ds
+	inf := ds.Info()
+	o, ok := ds.(dataset.Originer)
+	if !ok || len(inf.Versions) != len(inf.Paths) {
+		space := spaceOf(inf, src.key.String(), tf)
+		return func(id int) cache.Key { return cache.Key{Space: space, ID: int64(id)} }
+	}
+	spaces := make([]uint64, len(inf.Paths))
+	for k := range spaces {
+		fi := inf
+		fi.Versions = inf.Versions[k : k+1]
+		spaces[k] = spaceOf(fi, src.key.Options(), tf)
+	}
+	return func(id int) cache.Key {
+		k, idx := o.Origin(id)
+		return cache.Key{Space: spaces[k], ID: int64(idx)}
+	}
+}

@@ -1,0 +1,107 @@
+package job
+
+import (
+	"container/heap"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// jobMemory is a job's bound on batches in flight and held when the plan
+// does not give one: room for 16 batches of meanRecord-byte records and
+// two of the largest, at least 64 MiB, at most what one job may have.
+func jobMemory(meanRecord int64, batch int, maxBatch int64) int64 {
+	m := max(64<<20, mulSat(16, mulSat(int64(batch), meanRecord)), mulSat(2, maxBatch))
+	return min(m, MaxMemory())
+}
+
+// metaBytes is the room for a batch's ids, offsets, lengths and labels:
+// four int64 arrays, as a daemon sends them.
+func metaBytes(batch int) int64 { return 32 * int64(batch) }
+
+// size sets the job's memory bound and returns the bytes its batches
+// need from its allocator: twice the bound, so fragmentation never blocks
+// the loader for long, plus the metadata of as many batches as the bound
+// lets a client hold.
+func (j *Job) size(rows bool) (int64, error) {
+	ds := j.src.ds
+	inf := ds.Info()
+	bs := j.plan.Loader.BatchSize
+	mean := max(1, inf.Bytes/int64(max(1, ds.Len())))
+	biggest := j.src.maxBatchBytes(bs)
+	if rows {
+		// Cells land in a staging buffer before the rows are put together,
+		// with offsets and validity bits added: twice the bytes, and some.
+		biggest = mulSat(2, biggest) + mulSat(int64(bs), 64) + 1<<16
+		mean = 2*mean + 64
+	}
+	if j.tf != nil {
+		// Outputs of the transform, and the records read for them.
+		mean += int64(j.tf.Size())
+		biggest += mulSat(int64(bs), int64(j.tf.Size()))
+	}
+	mem := j.plan.Memory
+	if mem == 0 {
+		mem = jobMemory(mean, bs, biggest)
+	}
+	if mem < biggest {
+		return 0, specErr("memory_bytes %d is smaller than one batch (up to %d bytes for batch_size %d of this dataset): raise memory_bytes or lower batch_size",
+			mem, biggest, bs)
+	}
+	j.memory = mem
+	batches := mem/max(1, mulSat(int64(bs), mean)) + 16
+	return mulSat(2, mem) + mulSat(batches, metaBytes(bs)+64), nil
+}
+
+// maxBatchBytes is the size of the largest batch the dataset can make:
+// the sum of its batch largest records, each padded to the alignment and
+// with its frame. It is a scan of every record's length, once per dataset
+// and batch size.
+func (e *source) maxBatchBytes(batch int) int64 {
+	if v, ok := e.maxBatch.Load(batch); ok {
+		return v.(int64)
+	}
+	n := maxBatchBytes(e.ds, batch)
+	e.maxBatch.Store(batch, n)
+	return n
+}
+
+func maxBatchBytes(ds dataset.Dataset, batch int) int64 {
+	head, tail := 0, 0
+	if f, ok := ds.(dataset.Framed); ok {
+		head, tail = f.Frame()
+	}
+	align := int64(storage.AlignmentOf(ds.Object(0)))
+	pad := func(n int) int64 { return (int64(n+head+tail) + 2*align - 2) / align * align }
+	if rs := ds.Info().RecordSize; rs > 0 {
+		return mulSat(int64(min(batch, ds.Len())), pad(rs))
+	}
+	h := &int64Heap{}
+	for id := range ds.Len() {
+		n := pad(ds.Locate(id).Len)
+		if h.Len() < batch {
+			heap.Push(h, n)
+		} else if n > (*h)[0] {
+			(*h)[0] = n
+			heap.Fix(h, 0)
+		}
+	}
+	var sum int64
+	for _, n := range *h {
+		sum += n
+	}
+	return sum
+}
+
+type int64Heap []int64
+
+func (h int64Heap) Len() int           { return len(h) }
+func (h int64Heap) Less(i, j int) bool { return h[i] < h[j] }
+func (h int64Heap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *int64Heap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *int64Heap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

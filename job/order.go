@@ -1,0 +1,83 @@
+package job
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// defaultPageWindow is the block window of a dataset's own blocks.
+const defaultPageWindow = 16
+
+// order makes the job's sampler, in this one place: a member of its
+// source's group when it asks to share a global shuffle (Joader's
+// dependent sampling), else its own sampler (by default block-aware over a
+// dataset's own blocks, Parquet's pages), over its subset if it has one.
+func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sampler, error) {
+	ds := j.src.ds
+	plan := j.plan
+	smpCfg := plan.Sampler
+	smpCfg.RecordSize = ds.Info().RecordSize
+	smpCfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
+	if b, ok := ds.(dataset.Blocker); ok && smpCfg.BlockSize == 0 && (smpCfg.Kind == "" || smpCfg.Kind == "block") {
+		// A dataset with blocks of its own (Parquet pages) is read a block
+		// at a time unless a job asks for another order; by default the
+		// rows of 16 blocks are spread over 16 batches, so a batch mixes
+		// 16 pages while each page is still read and decoded once.
+		smpCfg.Kind, smpCfg.Bounds = "block", b.Blocks()
+		if smpCfg.Window == 0 {
+			smpCfg.Window = defaultPageWindow
+		}
+	}
+	if plan.Share && (smpCfg.Kind == "" || smpCfg.Kind == "global") {
+		// Ranks and DataLoader workers split the subset by a hash of the
+		// id: a shared order is no function of position to cut.
+		stride := max(1, plan.Loader.BatchStride)
+		mine := part(subset, ds.Len(), smpCfg.Rank*stride+plan.Loader.BatchOffset, max(1, smpCfg.World)*stride)
+		// Whoever holds the bytes states their size: a shared record's
+		// item is the record's own length (its locator's), or the
+		// transform's output size; never a mean, which cuts the longer
+		// records of a variable-size dataset.
+		size := func(id int) int { return ds.Locate(id).Len }
+		mean := int(ds.Info().Bytes / int64(max(1, ds.Len())))
+		if j.tf != nil {
+			out := j.tf.Size()
+			size, mean = func(int) int { return out }, out
+		}
+		m, ge, err := j.env.groups.join(j, j.env.cache, key, size, mean, mine, plan.Loader.Epoch)
+		if err == nil {
+			j.member, j.group = m, ge
+			if mine != nil && mine.IsEmpty() {
+				return nil, fmt.Errorf("%w: this rank's part of the subset holds no record", dataset.ErrEmpty)
+			}
+			return m, nil
+		}
+		slog.Info("job not shared", "reason", err)
+	}
+	if subset == nil {
+		smp, _, err := smpCfg.Build(ds.Len(), dataset.Locator(ds))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errSpec, err)
+		}
+		return smp, nil
+	}
+	ids := subset.ToArray()
+	locate := func(i int) (int, int64, int) {
+		l := ds.Locate(int(ids[i]))
+		return l.Object, l.Off, l.Len
+	}
+	smp, err := newSubsetSampler(func(n int) (sampler.Sampler, error) {
+		b, _, err := smpCfg.Build(n, locate)
+		return b, err
+	}, subset)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSpec, err)
+	}
+	return smp, nil
+}

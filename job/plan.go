@@ -1,0 +1,279 @@
+package job
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/wire"
+)
+
+//go:generate go run ./gen
+
+// A spec crosses the socket from any client, careless or hostile, so every
+// field is checked against its bounds here, once, before any arithmetic on
+// it; and here, once, the defaults are filled in. Options is the one table
+// of job options: python/riffle/spec.py and docs/protocol.md's table are
+// generated from it (go generate ./job), and a test fails when either is
+// stale.
+
+// Option is one job option.
+type Option struct {
+	// Name is the option's name in a spec (JSON) and, unless Python says
+	// otherwise, the Python keyword.
+	Name   string
+	Python string
+	// Kind is its type: int, bool, string, strings, ids, subset, bytes.
+	Kind string
+	// Min and Max bound an int.
+	Min, Max int64
+	// Default is what the daemon uses when the option is left out.
+	Default string
+	// Doc says what it means.
+	Doc string
+	// Group is the part of a job it decides: dataset, order, batches, place.
+	Group string
+	// int reads an int option's value from a spec.
+	int func(*wire.JobSpec) int64
+}
+
+// PythonName is the option's Python keyword.
+func (o Option) PythonName() string {
+	if o.Python != "" {
+		return o.Python
+	}
+	return o.Name
+}
+
+// Bounds on what a spec may ask.
+const (
+	maxPaths      = 1 << 17
+	maxPathLen    = 4096
+	maxRecordSize = 1 << 30
+	maxHeader     = 1 << 40
+	maxWorld      = 1 << 16
+	maxEpoch      = 1 << 40
+	maxEpochs     = 1 << 30
+	maxBuffer     = 1 << 26
+	maxBlockSize  = 1 << 30
+	maxSubsetIDs  = 1 << 24
+	maxColumns    = 1 << 12
+	maxName       = 1 << 12 // a column's or a split's
+	// minMemory is the least memory_bytes a client may ask for.
+	minMemory = 1 << 16
+	// DefaultBatchSize is a client's batch size when it names none: the
+	// one default batch size, used by the CLI and Python too.
+	DefaultBatchSize = 256
+)
+
+// Options is the table of job options, in the order the docs list them.
+var Options = []Option{
+	{Name: "paths", Kind: "strings", Group: "dataset", Max: maxPaths, Default: "(required)",
+		Doc: "files, globs, directories or s3:// URLs making one dataset"},
+	{Name: "format", Kind: "string", Group: "dataset", Default: "by extension or content",
+		Doc: "the dataset's format: " + strings.Join(dataset.Formats(), ", ")},
+	{Name: "record_size", Kind: "int", Group: "dataset", Max: maxRecordSize, Default: "0 (from the format)",
+		Doc: "bytes per record of a fixed-size file", int: func(s *wire.JobSpec) int64 { return int64(s.RecordSize) }},
+	{Name: "header_bytes", Kind: "int", Group: "dataset", Max: maxHeader, Default: "0",
+		Doc: "bytes before the first fixed-size record", int: func(s *wire.JobSpec) int64 { return s.HeaderBytes }},
+	{Name: "csv_header", Kind: "bool", Group: "dataset", Default: "false", Doc: "a CSV's first line is its header"},
+	{Name: "skip_crc", Kind: "bool", Group: "dataset", Default: "false", Doc: "skip TFRecord data CRCs on read"},
+	{Name: "drop_partial", Kind: "bool", Group: "dataset", Default: "false", Doc: "drop a fixed-size file's partial last record instead of refusing the file"},
+	{Name: "direct", Kind: "bool", Group: "dataset", Default: "false", Doc: "read with O_DIRECT, past the page cache"},
+	{Name: "columns", Kind: "strings", Group: "dataset", Max: maxColumns, Default: "every column", Doc: "the columns of a rows dataset (Arrow, Parquet, Hugging Face) to read"},
+	{Name: "split", Kind: "string", Group: "dataset", Default: "the only one", Doc: "the split of a Hugging Face DatasetDict"},
+	{Name: "subset", Kind: "subset", Group: "dataset", Max: maxSubsetIDs, Default: "every record",
+		Doc: "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"},
+	{Name: "transform", Kind: "string", Group: "dataset", Default: "none",
+		Doc: "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"},
+	{Name: "shuffle", Kind: "bool", Group: "order", Default: "true in clients (false: sequential)", Doc: "a global shuffle each epoch"},
+	{Name: "sampler", Kind: "string", Group: "order", Default: "global (Parquet: block over pages)",
+		Doc: "the order: " + strings.Join(sampler.Kinds, ", ")},
+	{Name: "block_size", Kind: "int", Group: "order", Max: maxBlockSize, Default: "the device's block",
+		Doc: "bytes per block of the block and buffered orders", int: func(s *wire.JobSpec) int64 { return int64(s.BlockSize) }},
+	{Name: "window", Kind: "int", Group: "order", Max: loader.MaxWindow, Default: "16 (pages: 16)",
+		Doc: "blocks whose records the block order spreads over as many batches", int: func(s *wire.JobSpec) int64 { return int64(s.Window) }},
+	{Name: "buffer", Kind: "int", Group: "order", Max: maxBuffer, Default: "the sampler's",
+		Doc: "records of the buffered order's shuffle buffer", int: func(s *wire.JobSpec) int64 { return int64(s.Buffer) }},
+	{Name: "reservoir", Kind: "int", Group: "order", Max: maxBuffer, Default: "the sampler's",
+		Doc: "records of the reservoir order's reservoir", int: func(s *wire.JobSpec) int64 { return int64(s.Reservoir) }},
+	{Name: "opportunistic", Kind: "int", Group: "order", Max: loader.MaxWindow, Default: "1 (off)",
+		Doc: "batches of whichever records of that many batches arrive first", int: func(s *wire.JobSpec) int64 { return int64(s.Opportunistic) }},
+	{Name: "seed", Kind: "int", Group: "order", Min: 0, Max: math.MaxInt64, Default: "0 (riffle.torch: drawn from torch's generator)",
+		Doc: "the order's seed: epochs are functions of (seed, epoch)", int: func(s *wire.JobSpec) int64 { return int64(s.Seed >> 1) }},
+	{Name: "rank", Kind: "int", Group: "order", Max: maxWorld - 1, Default: "0", Doc: "this rank, as DistributedSampler's",
+		int: func(s *wire.JobSpec) int64 { return int64(s.Rank) }},
+	{Name: "world", Python: "world_size", Kind: "int", Group: "order", Max: maxWorld, Default: "1", Doc: "ranks sharing each epoch",
+		int: func(s *wire.JobSpec) int64 { return int64(s.World) }},
+	{Name: "shard_drop_last", Kind: "bool", Group: "order", Default: "false", Doc: "DistributedSampler's drop_last: ranks drop the tail instead of padding"},
+	{Name: "share", Kind: "bool", Group: "order", Default: "false",
+		Doc: "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared"},
+	{Name: "batch_size", Kind: "int", Group: "batches", Min: 1, Max: loader.MaxBatchSize, Default: fmt.Sprint(DefaultBatchSize),
+		Doc: "records per batch", int: func(s *wire.JobSpec) int64 { return int64(s.BatchSize) }},
+	{Name: "drop_last", Kind: "bool", Group: "batches", Default: "false", Doc: "DataLoader's drop_last: drop the last short batch"},
+	{Name: "prefetch", Kind: "int", Group: "batches", Max: loader.MaxPrefetch, Default: "adaptive (sharing: 2)",
+		Doc: "batches read ahead", int: func(s *wire.JobSpec) int64 { return int64(s.Prefetch) }},
+	{Name: "depth", Kind: "int", Group: "batches", Max: loader.MaxDepth, Default: "the device's (64 local)",
+		Doc: "reads in flight", int: func(s *wire.JobSpec) int64 { return int64(s.Depth) }},
+	{Name: "memory_bytes", Python: "memory", Kind: "int", Group: "batches", Max: math.MaxInt64, Default: "room for 16 batches, at least 64 MiB",
+		Doc: "the bound on batches in flight and held", int: func(s *wire.JobSpec) int64 { return s.MemoryBytes }},
+	{Name: "ordered", Kind: "bool", Group: "batches", Default: "false when shuffling", Doc: "keep the sampler's order inside batches"},
+	{Name: "batch_stride", Kind: "int", Group: "batches", Max: maxWorld, Default: "1",
+		Doc: "deliver only batches offset, offset+stride, ... (DataLoader workers)", int: func(s *wire.JobSpec) int64 { return int64(s.BatchStride) }},
+	{Name: "batch_offset", Kind: "int", Group: "batches", Max: maxWorld - 1, Default: "0",
+		Doc: "see batch_stride", int: func(s *wire.JobSpec) int64 { return int64(s.BatchOffset) }},
+	{Name: "epoch", Kind: "int", Group: "place", Max: maxEpoch, Default: "0", Doc: "the epoch to start at",
+		int: func(s *wire.JobSpec) int64 { return int64(s.Epoch) }},
+	{Name: "batch", Kind: "int", Group: "place", Max: maxEpoch, Default: "0", Doc: "the batch to start at",
+		int: func(s *wire.JobSpec) int64 { return int64(s.Batch) }},
+	{Name: "epochs", Kind: "int", Group: "place", Min: -1, Max: maxEpochs, Default: "1 (negative: without end)",
+		Doc: "epochs to load", int: func(s *wire.JobSpec) int64 { return max(-1, int64(s.Epochs)) }},
+	{Name: "sampler_state", Kind: "bytes", Group: "place", Max: 1 << 28, Default: "none", Doc: "a stream order's saved state (from a batch's state)"},
+	{Name: "skip", Kind: "ids", Group: "place", Max: loader.MaxWindow * loader.MaxBatchSize, Default: "none",
+		Doc: "records of the opportunistic window already delivered"},
+}
+
+// Plan is a checked spec: what to open, in which order, how loaded.
+type Plan struct {
+	Paths     []string
+	Dataset   dataset.Options
+	Sampler   sampler.Config
+	Loader    loader.Options
+	Subset    *wire.Subset
+	Transform string
+	Share     bool
+	Memory    int64 // 0: Open picks
+}
+
+// ErrSpec marks an error in what a spec asked for.
+var ErrSpec = errSpec
+
+func specErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errSpec}, args...)...)
+}
+
+// Check checks spec against the table and fills in the defaults: the one
+// place a job's options become a Plan.
+func Check(spec *wire.JobSpec) (Plan, error) {
+	var c Plan
+	if spec == nil {
+		return c, specErr("open without a spec")
+	}
+	if len(spec.Paths) == 0 || len(spec.Paths) > maxPaths {
+		return c, specErr("paths: %d given, want 1 to %d", len(spec.Paths), maxPaths)
+	}
+	for _, p := range spec.Paths {
+		if p == "" || len(p) > maxPathLen || strings.ContainsRune(p, 0) {
+			return c, specErr("path %.80q: empty, longer than %d bytes or holding a NUL", p, maxPathLen)
+		}
+	}
+	for _, o := range Options {
+		if o.int == nil {
+			continue
+		}
+		v, hi := o.int(spec), o.Max
+		if o.Name == "memory_bytes" {
+			hi = MaxMemory()
+		}
+		if v < o.Min || v > hi {
+			return c, specErr("%s is %d, want %d to %d", o.Name, v, o.Min, hi)
+		}
+	}
+	world := max(1, spec.World)
+	if spec.Rank >= world {
+		return c, specErr("rank %d of world %d: want 0 <= rank < world", spec.Rank, world)
+	}
+	if spec.MemoryBytes != 0 && spec.MemoryBytes < minMemory {
+		return c, specErr("memory_bytes is %d, want at least %d (or 0 for the daemon's choice)", spec.MemoryBytes, minMemory)
+	}
+	if len(spec.Columns) > maxColumns {
+		return c, specErr("columns: %d given, at most %d", len(spec.Columns), maxColumns)
+	}
+	for _, name := range append(slices.Clone(spec.Columns), spec.Split) {
+		if len(name) > maxName {
+			return c, specErr("a column or split name of %d bytes, at most %d", len(name), maxName)
+		}
+	}
+	if len(spec.Skip) > loader.MaxWindow*loader.MaxBatchSize || len(spec.SamplerState) > 1<<28 {
+		return c, specErr("resume state too large")
+	}
+	if spec.Subset != nil {
+		n := len(spec.Subset.IDs) + len(spec.Subset.Ranges) + len(spec.Subset.Labels)
+		if n > maxSubsetIDs {
+			return c, specErr("subset: %d entries, at most %d", n, maxSubsetIDs)
+		}
+		for _, r := range spec.Subset.Ranges {
+			if r[0] < 0 || r[1] < r[0] {
+				return c, specErr("subset range [%d, %d)", r[0], r[1])
+			}
+		}
+		for _, id := range spec.Subset.IDs {
+			if id < 0 {
+				return c, specErr("subset id %d", id)
+			}
+		}
+		c.Subset = spec.Subset
+	}
+	if spec.Format != "" && !slices.Contains(dataset.Formats(), spec.Format) {
+		return c, specErr("format %q (known: %s)", spec.Format, strings.Join(dataset.Formats(), ", "))
+	}
+	kind := spec.Sampler
+	if kind == "" && !spec.Shuffle {
+		kind = "sequential"
+	}
+	if kind != "" && !slices.Contains(sampler.Kinds, kind) {
+		return c, specErr("sampler %q (known: %s)", kind, strings.Join(sampler.Kinds, ", "))
+	}
+	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {
+		return c, specErr("batch_offset %d of batch_stride %d: want offset < stride", spec.BatchOffset, spec.BatchStride)
+	}
+	c.Paths = spec.Paths
+	c.Dataset = dataset.Options{
+		Format: spec.Format, RecordSize: spec.RecordSize, HeaderBytes: spec.HeaderBytes, CSVHeader: spec.CSVHeader,
+		SkipCRC: spec.SkipCRC, DropPartialTail: spec.DropPartial, Direct: spec.Direct,
+		Columns: spec.Columns, Split: spec.Split,
+	}
+	c.Sampler = sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window,
+		Buffer: spec.Buffer, Reservoir: spec.Reservoir, Rank: spec.Rank, World: world,
+		ShardDropLast: spec.ShardDropLast, BatchSize: spec.BatchSize}
+	ordered := kind == "sequential"
+	if spec.Ordered != nil {
+		ordered = *spec.Ordered
+	}
+	c.Loader = loader.Options{
+		BatchSize: spec.BatchSize, DropLast: spec.DropLast, Depth: spec.Depth, Prefetch: spec.Prefetch,
+		Ordered: ordered, Seed: spec.Seed, Epoch: spec.Epoch, Batch: spec.Batch, Epochs: spec.Epochs,
+		SamplerState: spec.SamplerState, Skip: spec.Skip, Opportunistic: spec.Opportunistic,
+		BatchStride: spec.BatchStride, BatchOffset: spec.BatchOffset,
+	}
+	c.Memory = spec.MemoryBytes
+	c.Transform = spec.Transform
+	c.Share = spec.Share != nil && *spec.Share
+	return c, nil
+}
+
+// MaxMemory bounds one job's memory: half the machine's memory.
+func MaxMemory() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 1 << 34
+	}
+	return int64(si.Totalram) * int64(si.Unit) / 2
+}
+
+// mulSat multiplies non-negative numbers, saturating at MaxInt64 instead
+// of wrapping.
+func mulSat(a, b int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return int64(lo)
+}

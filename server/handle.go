@@ -1,0 +1,266 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/riffle-ml/riffle/columnar"
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/job"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/wire"
+)
+
+// handle is a client's hold on one job: the transport around it. The job
+// (package job) decides what the batches are; the handle puts them in the
+// arena the client maps, writes their frames, keeps the batches the
+// client holds until it releases them, and serves the client's next
+// requests in order on a goroutine of its own, so that a job waiting for
+// memory or reads never stalls another job's requests on the connection,
+// nor the reading of the connection (and so of its releases).
+type handle struct {
+	s      *Server
+	id     int // on its connection
+	j      *job.Job
+	arena  *Arena
+	inline bool
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	reqs chan uint64 // tags of next requests, served in order
+	done chan struct{}
+
+	mu   sync.Mutex
+	seq  uint64
+	held map[uint64]heldBatch // handed to the client, not yet released
+	once sync.Once
+
+	records, bytes atomic.Int64
+}
+
+// maxQueued bounds a job's next requests waiting to be served.
+const maxQueued = 64
+
+// openHandle opens spec's job with its batches in an arena: shared memory
+// passed to the client with shm, else bytes sent inline; lazy reads
+// nothing until the first batch is asked (a check).
+func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm, lazy bool) (*handle, error) {
+	plan, err := job.Check(spec)
+	if err != nil {
+		return nil, err
+	}
+	if lazy {
+		plan.Loader.Lazy = true
+	}
+	h := &handle{s: s, inline: !shm, held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	alloc := func(size int64) (loader.Allocator, error) {
+		a, err := NewArena("riffle-job", size)
+		h.arena = a
+		return a, err
+	}
+	if h.j, err = s.env.Open(ctx, plan, alloc); err != nil {
+		h.cancel()
+		if h.arena != nil {
+			h.arena.Close()
+		}
+		return nil, err
+	}
+	return h, nil
+}
+
+func pad8(n int) int { return (n + 7) &^ 7 }
+
+// opened is the job's "opened" frame.
+func (h *handle) opened() *wire.Msg {
+	d := h.j.Describe()
+	inf := d.Info
+	m := &wire.Msg{
+		Op: wire.OpOpened, Job: h.id, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
+		MemoryBytes: d.Memory, Stream: d.Stream,
+		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
+			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
+			Columns: wireColumns(d.Columns), Schema: inf.Schema},
+	}
+	if inf.Features != "" {
+		m.Info.Features = json.RawMessage(inf.Features)
+	}
+	if d.Transform != "" {
+		m.Info.Transform, m.Info.Persisted = d.Transform, d.Persisted
+		m.Info.RecordSize, m.Info.Dtype, m.Info.Shape = d.OutputSize, d.OutputDtype, d.OutputShape
+	}
+	if !h.inline {
+		m.ArenaSize = h.arena.Size()
+	}
+	return m
+}
+
+// next loads the next batch, writes its metadata into a region of its own
+// (the batches cut from one opportunistic window share their bytes, and a
+// pipelining client has several batches in flight) and returns its header
+// and, inline, the bytes to send after it.
+func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
+	b, err := h.j.Next(ctx)
+	if errors.Is(err, io.EOF) {
+		return &wire.Msg{Op: wire.OpEnd, Job: h.id}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(b.IDs)
+	metaLen := 8 * n * 3
+	if b.Labels != nil {
+		metaLen += 8 * n
+	}
+	data := b.Data
+	var arrow *wire.Arrow
+	if c := b.Columns; c != nil {
+		// A batch of rows: one Arrow message, and its table after the ids.
+		data = b.Data[:c.Len]
+		arrow = &wire.Arrow{Body: int64(c.Body), Nodes: len(c.Nodes), Buffers: len(c.Buffers)}
+		metaLen += 16 * (len(c.Nodes) + len(c.Buffers))
+	}
+	var meta []byte
+	if h.inline {
+		meta = make([]byte, metaLen)
+	} else if meta, err = h.arena.Alloc(ctx, metaLen, 64); err != nil {
+		b.Release()
+		return nil, nil, err
+	}
+	put := func(k int, vals []int) {
+		for i, v := range vals {
+			binary.LittleEndian.PutUint64(meta[8*(k*n+i):], uint64(v))
+		}
+	}
+	put(0, b.IDs)
+	put(1, b.Off)
+	put(2, b.Len)
+	at := 8 * 3 * n
+	if b.Labels != nil {
+		put(3, b.Labels)
+		at += 8 * n
+	}
+	if c := b.Columns; c != nil {
+		for _, pair := range append(slices.Clone(c.Nodes), c.Buffers...) {
+			binary.LittleEndian.PutUint64(meta[at:], uint64(pair[0]))
+			binary.LittleEndian.PutUint64(meta[at+8:], uint64(pair[1]))
+			at += 16
+		}
+	}
+	st, stream := h.j.Place()
+	if stream && h.j.SmallState() {
+		st = h.j.State()
+	}
+	h.mu.Lock()
+	h.seq++
+	seq := h.seq
+	h.held[seq] = heldBatch{b, meta}
+	h.mu.Unlock()
+	h.records.Add(int64(n))
+	h.bytes.Add(int64(len(data)))
+	m := &wire.Msg{Op: wire.OpBatch, Job: h.id, Seq: seq, Epoch: b.Epoch, Index: b.Index, Last: b.Last, N: n,
+		DataLen: int64(len(data)), Labels: b.Labels != nil, Arrow: arrow,
+		State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}
+	if h.inline {
+		// Bytes and metadata follow the header; the caller releases the
+		// batch once they are written, since the client keeps a copy.
+		metaAt := pad8(len(data))
+		m.DataOff, m.MetaOff = 0, int64(metaAt)
+		m.Payload = int64(metaAt + metaLen)
+		return m, [][]byte{data, make([]byte, metaAt-len(data)), meta}, nil
+	}
+	m.DataOff = h.arena.Offset(b.Data)
+	m.MetaOff = h.arena.Offset(meta)
+	return m, nil, nil
+}
+
+// locate says where records are: their object (file) and offset, for
+// errors a client reports about a record.
+func (h *handle) locate(ids []int) (*wire.Msg, error) {
+	locs, err := h.j.Locate(ids)
+	if err != nil {
+		return nil, err
+	}
+	m := &wire.Msg{Op: wire.OpLocate, Job: h.id, IDs: ids}
+	for _, l := range locs {
+		m.Paths = append(m.Paths, l.Path)
+		m.Offsets = append(m.Offsets, l.Offset)
+	}
+	return m, nil
+}
+
+// heldBatch is a batch handed to the client and the region of its metadata.
+type heldBatch struct {
+	b    *loader.Batch
+	meta []byte
+}
+
+func (hb heldBatch) release(a *Arena, inline bool) {
+	hb.b.Release()
+	if !inline {
+		a.Free(hb.meta)
+	}
+}
+
+// release gives back batches the client is done with.
+func (h *handle) release(seqs []uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range seqs {
+		if hb, ok := h.held[s]; ok {
+			hb.release(h.arena, h.inline)
+			delete(h.held, s)
+		}
+	}
+}
+
+// close stops the handle's worker and the job, then frees the arena: the
+// loader's reads must end before the memory they write into goes.
+func (h *handle) close() {
+	h.once.Do(func() {
+		h.cancel()
+		h.arena.stop() // wakes a loader waiting for space
+		<-h.done
+		h.j.Close()
+		h.mu.Lock()
+		for s, hb := range h.held {
+			hb.release(h.arena, h.inline)
+			delete(h.held, s)
+		}
+		h.mu.Unlock()
+		h.arena.Close()
+		h.s.retire(h)
+	})
+}
+
+// where copies the file and offset an error names into an error reply.
+func where(err error, m *wire.Msg) {
+	var fe *dataset.FormatError
+	var se *storage.Error
+	switch {
+	case errors.As(err, &fe):
+		m.Path, m.Offset = fe.Path, fe.Offset
+	case errors.As(err, &se):
+		m.Path, m.Offset = se.Object, se.Offset
+	}
+}
+
+// wireColumns copies column descriptions into the wire's form.
+func wireColumns(cs []columnar.Column) []wire.Column {
+	if cs == nil {
+		return nil
+	}
+	out := make([]wire.Column, len(cs))
+	for i, c := range cs {
+		out[i] = wire.Column{Name: c.Name, Type: c.Type, Layout: c.Layout, Dtype: c.Dtype, Width: c.Width, Size: c.Size,
+			Nullable: c.Nullable, Children: wireColumns(c.Children)}
+	}
+	return out
+}
