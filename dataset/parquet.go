@@ -44,16 +44,17 @@ import (
 // each row's values start in it, so that a batch's size is known before
 // its pages are read. Pages are decoded by arrow-go's Parquet reader (all
 // codecs, encodings and logical types), given a one-column, one-page file
-// made of the page's bytes. A column of several leaves (a struct, a map)
-// is not read yet: a file holding one opens only with columns= leaving it
-// out, never with it dropped unseen. Types are pyarrow's reading of the
-// file (timestampsAsPyarrow), the reference riffle is tested against.
+// made of the page's bytes. A column of several leaves (a struct, a map,
+// a list of structs) is read a row group at a time (the note above groupSpan says why).
+// A column whose type riffle cannot lay out is refused by name when no
+// columns= is given, never dropped unseen. Types are pyarrow's reading of
+// the file (timestampsAsPyarrow), the reference riffle is tested against.
 
 func init() {
 	RegisterFormat(Format{Name: "parquet", Extensions: []string{".parquet", ".pq"}, Indexed: true, OpenFiles: openParquet})
 }
 
-const parquetVariant = 0x50515231 // "PQR1"
+const parquetVariant = 0x50515232 // "PQR2": columns of several leaves are indexed too
 
 // pqPage is a group of pages of one column chunk holding whole rows.
 type pqPage struct {
@@ -71,11 +72,15 @@ type pqChunk struct {
 	codec            compress.Compression
 }
 
-// pqColumn is a top-level column riffle reads: a field of one leaf.
+// pqColumn is a top-level column riffle reads: a field of one leaf or
+// of several.
 type pqColumn struct {
 	name  string
 	leaf  int
 	field arrow.Field
+	// group lists the leaves of a column of several (a struct, a map, a
+	// list of structs), in the file's order; nil for a column of one.
+	group []int
 	lay   *columnar.Layout // the column alone
 	sub   *schema.Schema   // its Parquet schema alone
 	kv    metadata.KeyValueMetadata
@@ -153,36 +158,40 @@ func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []arrow.Field, error) 
 	var skipped []arrow.Field
 	root := meta.Schema.Root()
 	for i, f := range man.Fields {
-		leaves := 0
-		leaf := -1
+		var leaves []int // in the file's order, which is the type's pre-order
 		var walk func(s *pqarrow.SchemaField)
 		walk = func(s *pqarrow.SchemaField) {
 			if s.IsLeaf() {
-				leaves++
-				leaf = s.ColIndex
+				leaves = append(leaves, s.ColIndex)
 			}
 			for k := range s.Children {
 				walk(&s.Children[k])
 			}
 		}
 		walk(&man.Fields[i])
-		if leaves != 1 {
+		if len(leaves) == 0 {
 			skipped = append(skipped, *f.Field)
 			continue
 		}
-		field := *f.Field
-		if dt, ok := field.Type.(*arrow.DictionaryType); ok {
-			// Read dense, as every other column: a batch's dictionary would
-			// be the page's, not the file's.
-			field.Type = dt.ValueType
+		var group []int
+		if len(leaves) > 1 {
+			group = leaves
 		}
+		int96 := make([]bool, len(leaves))
+		for k, l := range leaves {
+			int96[k] = meta.Schema.Column(l).PhysicalType() == parquet.Types.Int96
+		}
+		field := *f.Field
+		// Read dense, as every other column: a batch's dictionary would be
+		// the page's, not the file's.
+		field.Type = denseType(field.Type)
 		var origin arrow.DataType
 		if man.OriginSchema != nil {
 			if fs, ok := man.OriginSchema.FieldsByName(field.Name); ok && len(fs) == 1 {
 				origin = fs[0].Type
 			}
 		}
-		field.Type = timestampsAsPyarrow(field.Type, origin, meta.Schema.Column(leaf).PhysicalType() == parquet.Types.Int96)
+		field.Type = timestampsAsPyarrow(field.Type, origin, &int96)
 		one := arrow.NewSchema([]arrow.Field{field}, nil)
 		lay, bad, err := columnar.NewLayout(one, nil)
 		if err != nil || len(bad) > 0 {
@@ -201,7 +210,7 @@ func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []arrow.Field, error) 
 		}
 		ckv := metadata.NewKeyValueMetadata()
 		ckv.Append("ARROW:schema", base64.StdEncoding.EncodeToString(sb[:len(sb)-8]))
-		cols = append(cols, &pqColumn{name: field.Name, leaf: leaf, field: field, lay: lay, sub: schema.NewSchema(g), kv: ckv})
+		cols = append(cols, &pqColumn{name: field.Name, leaf: leaves[0], group: group, field: field, lay: lay, sub: schema.NewSchema(g), kv: ckv})
 	}
 	return cols, skipped, nil
 }
@@ -249,7 +258,7 @@ func openParquet(ctx context.Context, names []string, opts Options) (Dataset, er
 		if !ok {
 			err := fmt.Errorf("%s: no column %q", describe(names), name)
 			if rootHas(d.files[0].meta, name) {
-				err = fmt.Errorf("%s: column %q has several leaves (a struct or a map), which riffle does not read yet: leave it out of columns=: %w", describe(names), name, ErrUnsupported)
+				err = fmt.Errorf("%s: column %q has a type riffle does not read yet: leave it out of columns=: %w", describe(names), name, ErrUnsupported)
 			}
 			d.Close()
 			return nil, err
@@ -294,55 +303,109 @@ func openParquet(ctx context.Context, names []string, opts Options) (Dataset, er
 // no zone (arrow-go says UTC), and a UTC-adjusted timestamp takes the zone
 // its stored Arrow schema (origin, the ARROW:schema key) gave it even when
 // its unit was coerced on write (arrow-go keeps the zone only when the
-// unit is the same). The values are the same int64s either way.
-func timestampsAsPyarrow(t, origin arrow.DataType, int96 bool) arrow.DataType {
-	elem := func(e arrow.Field, o arrow.DataType) arrow.Field {
-		if ol, ok := o.(arrow.ListLikeType); ok {
-			o = ol.Elem()
-		} else {
-			o = nil
-		}
+// unit is the same). The values are the same int64s either way. int96
+// says, for each leaf of t in pre-order (the file's order of its leaf
+// columns), whether it is stored as INT96; each leaf takes its own.
+func timestampsAsPyarrow(t, origin arrow.DataType, int96 *[]bool) arrow.DataType {
+	field := func(e arrow.Field, o arrow.DataType) arrow.Field {
 		e.Type = timestampsAsPyarrow(e.Type, o, int96)
 		return e
 	}
+	elem := func(o arrow.DataType) arrow.DataType {
+		if ol, ok := o.(arrow.ListLikeType); ok {
+			return ol.Elem()
+		}
+		return nil
+	}
 	switch tt := t.(type) {
-	case *arrow.TimestampType:
-		if int96 {
+	case *arrow.ListType:
+		return arrow.ListOfField(field(tt.ElemField(), elem(origin)))
+	case *arrow.LargeListType:
+		return arrow.LargeListOfField(field(tt.ElemField(), elem(origin)))
+	case *arrow.FixedSizeListType:
+		return arrow.FixedSizeListOfField(tt.Len(), field(tt.ElemField(), elem(origin)))
+	case *arrow.MapType:
+		var ok, oi arrow.DataType
+		if om, isMap := origin.(*arrow.MapType); isMap {
+			ok, oi = om.KeyType(), om.ItemType()
+		}
+		m := arrow.MapOfFields(field(tt.KeyField(), ok), field(tt.ItemField(), oi))
+		m.KeysSorted = tt.KeysSorted
+		return m
+	case *arrow.StructType:
+		os, _ := origin.(*arrow.StructType)
+		fs := make([]arrow.Field, tt.NumFields())
+		for k, f := range tt.Fields() {
+			var o arrow.DataType
+			if os != nil && os.NumFields() == len(fs) {
+				o = os.Field(k).Type
+			}
+			fs[k] = field(f, o)
+		}
+		return arrow.StructOf(fs...)
+	}
+	is96 := false
+	if len(*int96) > 0 {
+		is96, *int96 = (*int96)[0], (*int96)[1:]
+	}
+	if tt, ok := t.(*arrow.TimestampType); ok {
+		if is96 {
 			return &arrow.TimestampType{Unit: arrow.Nanosecond}
 		}
 		if ot, ok := origin.(*arrow.TimestampType); ok && tt.TimeZone == "UTC" && ot.TimeZone != "" {
 			return &arrow.TimestampType{Unit: tt.Unit, TimeZone: ot.TimeZone}
 		}
-	case *arrow.ListType:
-		return arrow.ListOfField(elem(tt.ElemField(), origin))
-	case *arrow.LargeListType:
-		return arrow.LargeListOfField(elem(tt.ElemField(), origin))
-	case *arrow.FixedSizeListType:
-		return arrow.FixedSizeListOfField(tt.Len(), elem(tt.ElemField(), origin))
 	}
 	return t
+}
+
+// mapLeaves rebuilds a nested type with fn applied to each of its leaf
+// types (those neither a list, a map nor a struct).
+func mapLeaves(t arrow.DataType, fn func(arrow.DataType) arrow.DataType) arrow.DataType {
+	field := func(f arrow.Field) arrow.Field {
+		f.Type = mapLeaves(f.Type, fn)
+		return f
+	}
+	switch tt := t.(type) {
+	case *arrow.ListType:
+		return arrow.ListOfField(field(tt.ElemField()))
+	case *arrow.LargeListType:
+		return arrow.LargeListOfField(field(tt.ElemField()))
+	case *arrow.FixedSizeListType:
+		return arrow.FixedSizeListOfField(tt.Len(), field(tt.ElemField()))
+	case *arrow.MapType:
+		m := arrow.MapOfFields(field(tt.KeyField()), field(tt.ItemField()))
+		m.KeysSorted = tt.KeysSorted
+		return m
+	case *arrow.StructType:
+		fs := make([]arrow.Field, tt.NumFields())
+		for k, f := range tt.Fields() {
+			fs[k] = field(f)
+		}
+		return arrow.StructOf(fs...)
+	}
+	return fn(t)
+}
+
+// denseType is t with every dictionary read as its values.
+func denseType(t arrow.DataType) arrow.DataType {
+	return mapLeaves(t, func(t arrow.DataType) arrow.DataType {
+		if dt, ok := t.(*arrow.DictionaryType); ok {
+			return dt.ValueType
+		}
+		return t
+	})
 }
 
 // decodeType is the type a page of type t is decoded as: t, but for
 // durations (read as the int64s they are stored as).
 func decodeType(t arrow.DataType) arrow.DataType {
-	switch tt := t.(type) {
-	case *arrow.DurationType:
-		return arrow.PrimitiveTypes.Int64
-	case *arrow.ListType:
-		e := tt.ElemField()
-		e.Type = decodeType(e.Type)
-		return arrow.ListOfField(e)
-	case *arrow.LargeListType:
-		e := tt.ElemField()
-		e.Type = decodeType(e.Type)
-		return arrow.LargeListOfField(e)
-	case *arrow.FixedSizeListType:
-		e := tt.ElemField()
-		e.Type = decodeType(e.Type)
-		return arrow.FixedSizeListOfField(tt.Len(), e)
-	}
-	return t
+	return mapLeaves(t, func(t arrow.DataType) arrow.DataType {
+		if _, ok := t.(*arrow.DurationType); ok {
+			return arrow.PrimitiveTypes.Int64
+		}
+		return t
+	})
 }
 
 func rootHas(meta *metadata.FileMetaData, name string) bool {
@@ -456,6 +519,14 @@ func (f *pqFile) scan(ctx context.Context, cols []*pqColumn, opts Options) error
 			if err := ctx.Err(); err != nil {
 				return err
 			}
+			if c.group != nil {
+				ch, err := f.scanGroup(ctx, c, rgm)
+				if err != nil {
+					return err
+				}
+				f.chunks[rg] = append(f.chunks[rg], ch)
+				continue
+			}
 			cm, err := rgm.ColumnChunk(c.leaf)
 			if err != nil {
 				return f.bad(0, "row group %d column %q: %v", rg, c.name, err)
@@ -474,10 +545,7 @@ func (f *pqFile) scan(ctx context.Context, cols []*pqColumn, opts Options) error
 }
 
 func (f *pqFile) scanChunk(ctx context.Context, c *pqColumn, cm *metadata.ColumnChunkMetaData, rows int64) (*pqChunk, error) {
-	start := cm.DataPageOffset()
-	if cm.HasDictionaryPage() && cm.DictionaryPageOffset() > 0 && cm.DictionaryPageOffset() < start {
-		start = cm.DictionaryPageOffset()
-	}
+	start := chunkStart(cm)
 	size := cm.TotalCompressedSize()
 	if start < 0 || size < 0 || start > f.r.Size() || size > f.r.Size()-start {
 		return nil, f.bad(start, "column %q chunk of %d bytes outside the file", c.name, size)
@@ -650,6 +718,12 @@ func decodePage(c *pqColumn, codec compress.Compression, dict, pages []byte, val
 	if err != nil {
 		return nil, err
 	}
+	return readColumn(rd)
+}
+
+// readColumn reads a file of one column (a page file or a group file)
+// whole, as one array.
+func readColumn(rd *file.Reader) (arrow.Array, error) {
 	defer rd.Close()
 	fr, err := pqarrow.NewFileReader(rd, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
 	if err != nil {
@@ -666,6 +740,150 @@ func decodePage(c *pqColumn, codec compress.Compression, dict, pages []byte, val
 		return chunks[0], nil
 	}
 	return array.Concatenate(chunks, memory.DefaultAllocator)
+}
+
+// A column of several leaves (a struct such as Hugging Face's Image,
+// struct<bytes, path>; a map; a list of structs) is read a row group at a
+// time: its leaves' column chunks, which a writer puts side by side in the
+// file, are one byte range, and that range is its one "page" in the row
+// group. Its leaves' pages start at rows of their own, so no smaller unit
+// holds whole rows of every leaf; and reassembling the rows from the
+// leaves' repetition and definition levels (Dremel's record assembly) is
+// what arrow-go's pqarrow does, given every leaf of the column, so riffle
+// hands it the row group's chunks as a file of one row group rather than
+// assemble records by hand. Writers of such columns keep row groups
+// small: the datasets library writes 100 rows a row group for images.
+
+// groupSpan is the byte range of column c's leaves' chunks in a row group.
+func groupSpan(c *pqColumn, rgm *metadata.RowGroupMetaData) (start, end int64, err error) {
+	start, end = -1, -1
+	for _, l := range c.group {
+		cm, err := rgm.ColumnChunk(l)
+		if err != nil {
+			return 0, 0, err
+		}
+		s := chunkStart(cm)
+		e := s + cm.TotalCompressedSize()
+		if s < 0 || cm.TotalCompressedSize() < 0 || e < s {
+			return 0, 0, fmt.Errorf("leaf %d chunk at %d of %d bytes", l, s, cm.TotalCompressedSize())
+		}
+		if start < 0 || s < start {
+			start = s
+		}
+		end = max(end, e)
+	}
+	return start, end, nil
+}
+
+// chunkStart is where a column chunk's first page (its dictionary's, if
+// any) begins.
+func chunkStart(cm *metadata.ColumnChunkMetaData) int64 {
+	start := cm.DataPageOffset()
+	if cm.HasDictionaryPage() && cm.DictionaryPageOffset() > 0 && cm.DictionaryPageOffset() < start {
+		start = cm.DictionaryPageOffset()
+	}
+	return start
+}
+
+// groupFile is a Parquet file of column c's leaves in one row group, from
+// span, their chunks' bytes, read from offset off of the file.
+func groupFile(c *pqColumn, rgm *metadata.RowGroupMetaData, span []byte, off int64) (*file.Reader, error) {
+	var b bytes.Buffer
+	b.WriteString("PAR1")
+	b.Write(span)
+	var props []parquet.WriterProperty
+	infos := make([]metadata.ChunkMetaInfo, len(c.group))
+	dicts := make([]bool, len(c.group))
+	for k, l := range c.group {
+		cm, err := rgm.ColumnChunk(l)
+		if err != nil {
+			return nil, err
+		}
+		start, data := chunkStart(cm), cm.DataPageOffset()
+		if start < off || data < off || start+cm.TotalCompressedSize() > off+int64(len(span)) {
+			return nil, fmt.Errorf("leaf %d chunk outside its column's bytes", l)
+		}
+		infos[k] = metadata.ChunkMetaInfo{NumValues: cm.NumValues(), IndexPageOffset: -1, DataPageOffset: 4 + data - off,
+			CompressedSize: cm.TotalCompressedSize(), UncompressedSize: cm.TotalUncompressedSize()}
+		if start < data {
+			infos[k].DictPageOffset, dicts[k] = 4+start-off, true
+		}
+		props = append(props, parquet.WithCompressionFor(c.sub.Column(k).ColumnPath().String(), cm.Compression()))
+	}
+	fmb := metadata.NewFileMetadataBuilder(c.sub, parquet.NewWriterProperties(append(props, parquet.WithStats(false))...), c.kv)
+	rgb := fmb.AppendRowGroup()
+	var total int64
+	for k := range c.group {
+		if err := rgb.NextColumnChunk().Finish(infos[k], dicts[k], false, metadata.EncodingStats{}); err != nil {
+			return nil, err
+		}
+		total += infos[k].CompressedSize
+	}
+	rgb.SetNumRows(int(rgm.NumRows()))
+	if err := rgb.Finish(total, 0); err != nil {
+		return nil, err
+	}
+	fm, err := fmb.Finish()
+	if err != nil {
+		return nil, err
+	}
+	at := b.Len()
+	if _, err := fm.WriteTo(&b, nil); err != nil {
+		return nil, err
+	}
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(b.Len()-at))
+	b.Write(n[:])
+	b.WriteString("PAR1")
+	rp := parquet.NewReaderProperties(memory.DefaultAllocator)
+	rp.BufferedStreamEnabled = false
+	return file.NewParquetReader(bytes.NewReader(b.Bytes()), file.WithReadProps(rp))
+}
+
+// decodeGroup decodes column c's leaves in a row group, from their bytes
+// span read at offset off.
+func decodeGroup(c *pqColumn, rgm *metadata.RowGroupMetaData, span []byte, off int64) (arr arrow.Array, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("decoding: %v", p)
+		}
+	}()
+	rd, err := groupFile(c, rgm, span, off)
+	if err != nil {
+		return nil, err
+	}
+	return readColumn(rd)
+}
+
+// scanGroup indexes column c (of several leaves) in row group rg: one page
+// of the whole row group.
+func (f *pqFile) scanGroup(ctx context.Context, c *pqColumn, rgm *metadata.RowGroupMetaData) (*pqChunk, error) {
+	start, end, err := groupSpan(c, rgm)
+	if err != nil {
+		return nil, f.bad(0, "column %q: %v", c.name, err)
+	}
+	if start > f.r.Size() || end > f.r.Size() {
+		return nil, f.bad(start, "column %q chunks of %d bytes outside the file", c.name, end-start)
+	}
+	span := make([]byte, end-start)
+	if err := f.r.ReadAt(ctx, span, start); err != nil {
+		return nil, err
+	}
+	arr, err := decodeGroup(c, rgm, span, start)
+	if err != nil {
+		return nil, f.bad(start, "column %q: %v", c.name, err)
+	}
+	src, _, err := pageSource(c, arr)
+	arr.Release()
+	if err != nil {
+		return nil, f.bad(start, "column %q: %v", c.name, err)
+	}
+	if src.Meta.Rows != rgm.NumRows() {
+		return nil, f.bad(start, "column %q: %d rows, the row group %d", c.name, src.Meta.Rows, rgm.NumRows())
+	}
+	p := pqPage{off: start, length: end - start, values: rgm.NumRows(), rows: src.Meta.Rows, starts: src.Starts}
+	p.skel = &columnar.Source{Starts: p.starts}
+	return &pqChunk{pages: []pqPage{p}}, nil
 }
 
 // pageSource lays a decoded page out as a one-column record batch body.
@@ -948,7 +1166,13 @@ func (b *pqRows) decode(key pageKey, dict, pages []byte) (*decoded, int, error) 
 	bad := func(err error) error {
 		return &FormatError{Path: d.files[key.file].r.Name(), Offset: p.off, Err: fmt.Errorf("column %q page: %v: %w", c.name, err, ErrCorrupt)}
 	}
-	arr, err := decodePage(c, ch.codec, dict, pages, p.values)
+	var arr arrow.Array
+	var err error
+	if c.group != nil {
+		arr, err = decodeGroup(c, d.files[key.file].meta.RowGroup(key.rg), pages, p.off)
+	} else {
+		arr, err = decodePage(c, ch.codec, dict, pages, p.values)
+	}
 	if err != nil {
 		return nil, 0, bad(err)
 	}

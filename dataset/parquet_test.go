@@ -25,17 +25,45 @@ import (
 	"github.com/riffle-ml/riffle/sampler"
 )
 
-// parquetSchema is arrowSchema's columns of one leaf each.
+// parquetSchema is arrowSchema's columns the Parquet writer takes as they
+// are, structs and maps among them, and a list of structs.
 func parquetSchema() *arrow.Schema {
 	var fs []arrow.Field
 	for _, f := range arrowSchema.Fields() {
 		switch f.Name {
-		case "rec", "kv", "nothing", "cat", "code", "vec":
-			continue // several leaves; types the writer takes otherwise
+		case "nothing", "cat", "code", "vec":
+			continue // types the writer takes otherwise
 		}
 		fs = append(fs, f)
 	}
+	fs = append(fs, arrow.Field{Name: "people", Type: arrow.ListOf(arrow.StructOf(
+		arrow.Field{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+		arrow.Field{Name: "tags", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+		arrow.Field{Name: "age", Type: arrow.PrimitiveTypes.Int32, Nullable: true})), Nullable: true})
 	return arrow.NewSchema(fs, nil)
+}
+
+// people is a random value of parquetSchema's list of structs, with nulls
+// at each level.
+func people(r *rand.Rand) any {
+	maybe := func(v any) any {
+		if r.IntN(6) == 0 {
+			return nil
+		}
+		return v
+	}
+	if r.IntN(6) == 0 {
+		return nil
+	}
+	out := make([]any, r.IntN(4))
+	for i := range out {
+		tags := make([]any, r.IntN(3))
+		for k := range tags {
+			tags[k] = maybe(fmt.Sprint("t", r.IntN(100)))
+		}
+		out[i] = maybe(map[string]any{"name": maybe(fmt.Sprint("p", r.IntN(1000))), "tags": maybe(tags), "age": maybe(r.Int32N(99))})
+	}
+	return out
 }
 
 // writeParquet writes n random rows with arrow-go's Parquet writer and
@@ -51,9 +79,10 @@ func writeParquet(t testing.TB, path string, n int, codec compress.Compression, 
 			buf.WriteByte(',')
 		}
 		row := arrowRow(r, i)
-		for _, k := range []string{"rec", "kv", "nothing", "cat", "code", "vec"} {
+		for _, k := range []string{"nothing", "cat", "code", "vec"} {
 			delete(row, k)
 		}
+		row["people"] = people(r)
 		b, _ := json.Marshal(row)
 		buf.Write(b)
 	}
@@ -125,6 +154,9 @@ func TestParquetRowsMatchArrowGo(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ds.Close()
+			if n, w := len(ds.Info().Columns), parquetSchema().NumFields(); n != w {
+				t.Fatalf("%d columns read, of %d", n, w)
+			}
 			blocks := ds.(dataset.Blocker).Blocks()
 			if len(blocks) < 4 || blocks[len(blocks)-1] != 600 {
 				t.Fatalf("page blocks %v", blocks)
