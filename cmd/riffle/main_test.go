@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
 )
 
@@ -193,5 +195,53 @@ func TestErrorsNameFlags(t *testing.T) {
 	_, err := run(t, inspectCmd(), p, "--record-size", "64")
 	if err == nil || !strings.Contains(err.Error(), "--drop-partial") || strings.Contains(err.Error(), "DropPartialTail") {
 		t.Fatalf("partial record: %v", err)
+	}
+}
+
+// riffle pack takes a GZIP-compressed TFRecord file (which does not open
+// as a dataset) by reading it start to end: the packed records are the
+// source's, in order.
+func TestPackCompressedTFRecord(t *testing.T) {
+	dir := t.TempDir()
+	var plain []byte
+	var recs [][]byte
+	for i := range 300 {
+		r := bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 1+(i*53)%900)
+		recs = append(recs, r)
+		plain = dataset.AppendTFRecord(plain, r)
+	}
+	var z bytes.Buffer
+	w := gzip.NewWriter(&z)
+	w.Write(plain)
+	w.Close()
+	src := filepath.Join(dir, "d.tfrecord")
+	if err := os.WriteFile(src, z.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "packed")
+	if _, err := run(t, packCmd(), src); err == nil || !strings.Contains(err.Error(), "--out") {
+		t.Fatalf("pack without --out: %v", err)
+	}
+	got, err := run(t, packCmd(), src, "--out", out, "--shard-bytes", "64KiB")
+	if err != nil || !strings.Contains(got, "300 records") {
+		t.Fatalf("pack: %v\n%s", err, got)
+	}
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	if ds.Len() != len(recs) {
+		t.Fatalf("%d records packed, want %d", ds.Len(), len(recs))
+	}
+	for id, want := range recs {
+		loc := ds.Locate(id)
+		b := make([]byte, loc.Len)
+		if err := ds.Object(loc.Object).ReadAt(context.Background(), b, loc.Off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, want) {
+			t.Fatalf("record %d differs from the source's", id)
+		}
 	}
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/pack"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/transform"
@@ -25,6 +27,9 @@ CSV, text, TFRecord, directories, WebDataset tars) into riffle's own shards
 (docs/format.md): records packed into pages so that none straddles a page
 it need not, a CRC32C and the label of each record, shards of about
 --shard-bytes. Packed shards open as any dataset (riffle inspect DIR).
+TFRecord files compressed with GZIP or ZLIB, which do not open as a
+dataset (no random access), are packed read start to end, checking both
+CRCs of every record.
 
 With --transform, the shards hold the transform's outputs (the daemon's
 transforms: image decode-resize-crop, libsvm_dense), and without --out
@@ -43,6 +48,12 @@ resumes after the last whole shard.`,
 				return err
 			}
 			ds, err := df.open(cmd.Context(), args)
+			var compressed *dataset.CompressedError
+			if errors.As(err, &compressed) {
+				// A GZIP or ZLIB TFRecord file does not open as a dataset
+				// (no random access): it is packed read start to end.
+				return packStreams(cmd, df.opts, args, out, pack.Options{ShardBytes: size, Transform: tf})
+			}
 			if err != nil {
 				return err
 			}
@@ -67,9 +78,7 @@ resumes after the last whole shard.`,
 			if err != nil {
 				return err
 			}
-			el := time.Since(start).Seconds()
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d records, %s in %d shards (%d found whole from an earlier run), %.1fs, %s/s\n",
-				out, sum.Records, human(float64(sum.Bytes)), sum.Shards, sum.Resumed, el, human(float64(sum.Bytes)/max(el, 1e-9)))
+			printPacked(cmd, out, sum, start)
 			return nil
 		},
 	}
@@ -79,6 +88,39 @@ resumes after the last whole shard.`,
 	fl.StringVar(&tf, "transform", "", "persist this transform's outputs (image:size=256,crop=224, libsvm_dense:n_features=N)")
 	fl.StringVar(&shardBytes, "shard-bytes", "256MiB", "cut shards at about this size")
 	return cmd
+}
+
+// packStreams packs TFRecord files read start to end (compressed ones).
+func packStreams(cmd *cobra.Command, opts dataset.Options, args []string, out string, po pack.Options) error {
+	if out == "" {
+		return fmt.Errorf("--out is required to pack compressed TFRecord files")
+	}
+	store := opts.Store
+	if store == nil {
+		local, err := storage.NewLocal(opts.Direct, nil)
+		if err != nil {
+			return err
+		}
+		store = storage.NewRouter(local, storage.S3Options{}, nil)
+	}
+	names, err := dataset.ExpandPaths(cmd.Context(), store, args)
+	if err != nil {
+		return err
+	}
+	opts.Store = store
+	start := time.Now()
+	sum, err := pack.PackTFRecordStreams(cmd.Context(), opts, names, out, po)
+	if err != nil {
+		return err
+	}
+	printPacked(cmd, out, sum, start)
+	return nil
+}
+
+func printPacked(cmd *cobra.Command, out string, sum pack.Summary, start time.Time) {
+	el := time.Since(start).Seconds()
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: %d records, %s in %d shards (%d found whole from an earlier run), %.1fs, %s/s\n",
+		out, sum.Records, human(float64(sum.Bytes)), sum.Shards, sum.Resumed, el, human(float64(sum.Bytes)/max(el, 1e-9)))
 }
 
 func cacheCmd() *cobra.Command {
