@@ -68,9 +68,8 @@ const (
 	maxName       = 1 << 12 // a column's or a split's
 	// minMemory is the least memory_bytes a client may ask for.
 	minMemory = 1 << 16
-	// DefaultBatchSize is a client's batch size when it names none: the
-	// one default batch size, used by the CLI and Python too.
-	DefaultBatchSize = 256
+	// DefaultBatchSize is a client's batch size when it names none.
+	DefaultBatchSize = loader.DefaultBatchSize
 )
 
 // Options is the table of job options, in the order the docs list them.

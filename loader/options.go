@@ -150,6 +150,9 @@ const (
 	MaxDepth     = 4096
 	MaxPrefetch  = 1024
 	MaxWindow    = 256
+	// DefaultBatchSize is the batch size when none is given: the one
+	// default, which job.Options, the CLI and Python (riffle/spec.py) take.
+	DefaultBatchSize = 256
 )
 
 func (o Options) withDefaults(h storage.Hints) (Options, error) {
@@ -162,7 +165,7 @@ func (o Options) withDefaults(h storage.Hints) (Options, error) {
 			o.BatchSize, MaxBatchSize, o.Depth, MaxDepth, o.Prefetch, MaxPrefetch, o.Opportunistic, MaxWindow)
 	}
 	if o.BatchSize == 0 {
-		o.BatchSize = 256
+		o.BatchSize = DefaultBatchSize
 	}
 	if o.BatchStride == 0 {
 		o.BatchStride = 1

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
 )
 
 // Version is the protocol version a hello carries.
@@ -210,6 +212,18 @@ type JobSpec struct {
 	Epochs       int    `json:"epochs,omitempty"`
 	SamplerState []byte `json:"sampler_state,omitempty"`
 	Skip         []int  `json:"skip,omitempty"`
+}
+
+// SpecFields lists JobSpec's fields by their JSON names, for the tables
+// that must name each of them (job.Options).
+func SpecFields() []string {
+	t := reflect.TypeFor[JobSpec]()
+	out := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		out = append(out, name)
+	}
+	return out
 }
 
 // State is a job's place: the next batch it delivers.

@@ -156,7 +156,7 @@ records (--record-size, default 4096) is written first.`,
 	fl.StringVar(&createFlag, "create", "", "size (like 4GiB) of fixed-size records to write first if PATH does not exist")
 	fl.StringSliceVar(&modes, "mode", []string{"cold", "warm"}, "cold, warm or both")
 	fl.DurationVar(&dur, "duration", 10*time.Second, "time per measurement")
-	fl.IntVar(&batch, "batch-size", 256, "records per batch")
+	fl.IntVar(&batch, "batch-size", loader.DefaultBatchSize, "records per batch")
 	fl.IntVar(&depth, "depth", 64, "riffle's reads in flight")
 	fl.IntVar(&fioDepth, "fio-depth", 64, "fio's queue depth")
 	fl.IntVar(&opportunistic, "opportunistic", 0, "make batches of whichever records of this many batches arrive first")

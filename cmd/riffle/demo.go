@@ -121,7 +121,7 @@ prints samples/s and MB/s.`,
 	fl.IntVar(&records, "records", 32768, "records in the sample dataset")
 	fl.IntVar(&size, "size", 4096, "bytes per record in the sample dataset")
 	fl.IntVar(&epochs, "epochs", 3, "epochs to load")
-	fl.IntVar(&batch, "batch-size", 256, "records per batch")
+	fl.IntVar(&batch, "batch-size", loader.DefaultBatchSize, "records per batch")
 	fl.IntVar(&depth, "depth", 64, "reads in flight")
 	fl.Uint64Var(&seed, "seed", 0, "shuffle seed")
 	fl.BoolVar(&keep, "keep", false, "keep the sample dataset")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/quality"
 )
 
@@ -66,7 +67,7 @@ over its first 1%.`,
 	fl := cmd.Flags()
 	fl.IntVar(&records, "records", 100000, "records in the dataset")
 	fl.IntVar(&size, "record-size", 256, "bytes per record (for the block sampler's blocks)")
-	fl.IntVar(&batch, "batch-size", 256, "records per batch")
+	fl.IntVar(&batch, "batch-size", loader.DefaultBatchSize, "records per batch")
 	fl.IntVar(&eps, "epochs", 5, "epochs to measure")
 	fl.StringVar(&svg, "svg", "", "write a plot of each sampler's order to this SVG file")
 	fl.StringVar(&ids, "ids", "", "measure the orders in this file instead (what a loader delivered): one epoch per line, record ids separated by spaces")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/train"
 )
 
@@ -95,7 +96,7 @@ a temporary directory and used.`,
 	fl := cmd.Flags()
 	fl.Float64Var(&cfg.LR, "lr", 0.5, "learning rate")
 	fl.Float64Var(&cfg.L2, "l2", 1e-4, "L2 penalty")
-	fl.IntVar(&cfg.BatchSize, "batch-size", 256, "examples per batch")
+	fl.IntVar(&cfg.BatchSize, "batch-size", loader.DefaultBatchSize, "examples per batch")
 	fl.IntVar(&cfg.MaxEpochs, "max-epochs", 20, "epochs at most")
 	fl.Float64Var(&cfg.Target, "target", 0, "target training loss (default: the global shuffle's best + --margin)")
 	fl.Float64Var(&margin, "margin", 0.01, "added to the global shuffle's best loss to make the default target")

@@ -37,7 +37,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import wire
+from . import spec, wire
 
 
 class RiffleError(Exception):
@@ -572,7 +572,7 @@ class Loader:
     loader) ends it.
     """
 
-    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int = 256, *,
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
                  shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
                  header_bytes: int | None = None, csv_header: bool = False, skip_crc: bool = False,
                  drop_partial: bool = False, direct: bool = False, columns: Sequence[str] | None = None,
@@ -589,17 +589,17 @@ class Loader:
             paths = [paths]
         _check_args(paths, batch_size)
         subset = _subset(subset)
-        given = {
-            "format": format, "record_size": record_size, "header_bytes": header_bytes, "csv_header": csv_header,
-            "skip_crc": skip_crc, "drop_partial": drop_partial, "direct": direct,
-            "columns": list(columns) if columns is not None else None, "split": split, "subset": subset,
-            "transform": transform, "rank": rank, "world": world_size, "drop_last": drop_last,
-            "shard_drop_last": shard_drop_last, "prefetch": prefetch, "depth": depth, "memory_bytes": memory,
-            "ordered": ordered, "sampler": sampler, "block_size": block_size, "window": window, "buffer": buffer,
-            "reservoir": reservoir, "opportunistic": opportunistic, "share": share, "batch_stride": batch_stride,
-            "batch_offset": batch_offset,
-        }
-        # Only what the user gave: every default lives in the daemon, in one place.
+        # The options as the user gave them, by their spec names (spec.py,
+        # generated from the daemon's one table): every default lives there.
+        given = {spec.BY_KEYWORD[k]: v for k, v in (
+            ("format", format), ("record_size", record_size), ("header_bytes", header_bytes),
+            ("csv_header", csv_header), ("skip_crc", skip_crc), ("drop_partial", drop_partial), ("direct", direct),
+            ("columns", list(columns) if columns is not None else None), ("split", split), ("subset", subset),
+            ("transform", transform), ("rank", rank), ("world_size", world_size), ("drop_last", drop_last),
+            ("shard_drop_last", shard_drop_last), ("prefetch", prefetch), ("depth", depth), ("memory", memory),
+            ("ordered", ordered), ("sampler", sampler), ("block_size", block_size), ("window", window),
+            ("buffer", buffer), ("reservoir", reservoir), ("opportunistic", opportunistic), ("share", share),
+            ("batch_stride", batch_stride), ("batch_offset", batch_offset))}
         self.spec = {"paths": [_abspath(p) for p in paths], "batch_size": batch_size, "shuffle": shuffle, "seed": seed}
         self.spec.update({k: v for k, v in given.items() if v is not None and v is not False})
         self.memory = memory

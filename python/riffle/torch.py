@@ -36,6 +36,7 @@ import torch
 import torch.utils.data
 
 from . import decode as _decode
+from . import spec
 from .client import Batch, Loader, RiffleError
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
@@ -123,7 +124,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     is then its outputs, one uint8 or float32 tensor.
     """
 
-    def __init__(self, paths: str | Sequence[str], batch_size: int = 256, *, shuffle: bool = True, seed: int | None = None,
+    def __init__(self, paths: str | Sequence[str], batch_size: int = spec.DEFAULT_BATCH_SIZE, *, shuffle: bool = True, seed: int | None = None,
                  decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None, shape: Sequence[int] | None = None,
                  n_features: int | None = None, transform: Callable | None = None,
                  batch_transform: Callable | None = None, rank: int | None = None, world_size: int | None = None,
@@ -520,7 +521,7 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
         self._iterator = None
 
 
-def loader(paths: str | Sequence[str], batch_size: int = 256, **kwargs: Any) -> RiffleDataLoader:
+def loader(paths: str | Sequence[str], batch_size: int = spec.DEFAULT_BATCH_SIZE, **kwargs: Any) -> RiffleDataLoader:
     """A DataLoader over a :class:`RiffleDataset`; DataLoader's own options (num_workers, pin_memory,
     prefetch_factor, persistent_workers, ...) are passed on, the rest go to the dataset."""
     for k, why in _REFUSED.items():

@@ -1,0 +1,83 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/job"
+	"github.com/riffle-ml/riffle/wire"
+)
+
+// Two jobs sharing their reads over a subset of one file, from Go with no
+// daemon and no socket: each reads records [0, 600) once per epoch, in its
+// own uniform order, and the records both want at once are read once.
+func Example() {
+	dir, _ := os.MkdirTemp("", "riffle-example")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "records.bin")
+	synth.WriteFixed(path, 1000, 256, 0) // 1000 records of 256 bytes, each carrying its id
+
+	env, err := job.NewEnv(job.EnvOptions{})
+	if err != nil {
+		panic(err)
+	}
+	defer env.Close()
+	yes := true
+	var wg sync.WaitGroup
+	seen := make([]map[int]int, 2)
+	for k := range 2 {
+		plan, err := job.Check(&wire.JobSpec{Paths: []string{path}, RecordSize: 256, BatchSize: 50, Shuffle: true,
+			Seed: uint64(k), Share: &yes, Subset: &wire.Subset{Ranges: [][2]int{{0, 600}}}, Epochs: 2})
+		if err != nil {
+			panic(err)
+		}
+		j, err := env.Open(context.Background(), plan, nil) // nil: batches on the Go heap
+		if err != nil {
+			panic(err)
+		}
+		seen[k] = map[int]int{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer j.Close()
+			for {
+				b, err := j.Next(context.Background())
+				if errors.Is(err, io.EOF) {
+					return
+				}
+				if err != nil {
+					panic(err)
+				}
+				for i, id := range b.IDs {
+					if synth.CheckRecord(b.Record(i), id) != nil {
+						panic(fmt.Sprintf("record %d: wrong bytes", id))
+					}
+					seen[k][id]++
+				}
+				b.Release()
+			}
+		}()
+		fmt.Println("job", k, "shared:", j.Describe().Shared)
+	}
+	wg.Wait()
+	for k := range 2 {
+		twice := 0
+		for _, n := range seen[k] {
+			if n == 2 {
+				twice++
+			}
+		}
+		fmt.Printf("job %d: %d records, each in both epochs: %d\n", k, len(seen[k]), twice)
+	}
+	// Output:
+	// job 0 shared: true
+	// job 1 shared: true
+	// job 0: 600 records, each in both epochs: 600
+	// job 1: 600 records, each in both epochs: 600
+}

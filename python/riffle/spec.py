@@ -1,0 +1,54 @@
+"""The job options, generated from Go's job.Options by `go generate ./job`: do not edit.
+
+Each option's spec name, Python keyword, kind, bounds, default and meaning.
+The daemon checks every option and fills every default (job.Check); a
+client sends only what its user gave and never works a default out.
+"""
+
+from __future__ import annotations
+
+DEFAULT_BATCH_SIZE = 256
+
+# name: (python keyword, kind, min, max, default, doc)
+OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
+    "paths": ("paths", "strings", None, None, "(required)", "files, globs, directories or s3:// URLs making one dataset"),
+    "format": ("format", "string", None, None, "by extension or content", "the dataset's format: arrow, dir, fixed, hf, libsvm, jsonl, csv, text, npy, parquet, riffle, tar, tfrecord"),
+    "record_size": ("record_size", "int", 0, 1073741824, "0 (from the format)", "bytes per record of a fixed-size file"),
+    "header_bytes": ("header_bytes", "int", 0, 1099511627776, "0", "bytes before the first fixed-size record"),
+    "csv_header": ("csv_header", "bool", None, None, "false", "a CSV's first line is its header"),
+    "skip_crc": ("skip_crc", "bool", None, None, "false", "skip TFRecord data CRCs on read"),
+    "drop_partial": ("drop_partial", "bool", None, None, "false", "drop a fixed-size file's partial last record instead of refusing the file"),
+    "direct": ("direct", "bool", None, None, "false", "read with O_DIRECT, past the page cache"),
+    "columns": ("columns", "strings", None, None, "every column", "the columns of a rows dataset (Arrow, Parquet, Hugging Face) to read"),
+    "split": ("split", "string", None, None, "the only one", "the split of a Hugging Face DatasetDict"),
+    "subset": ("subset", "subset", None, None, "every record", "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"),
+    "transform": ("transform", "string", None, None, "none", "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"),
+    "shuffle": ("shuffle", "bool", None, None, "true in clients (false: sequential)", "a global shuffle each epoch"),
+    "sampler": ("sampler", "string", None, None, "global (Parquet: block over pages)", "the order: global, sequential, block, buffered, reservoir"),
+    "block_size": ("block_size", "int", 0, 1073741824, "the device's block", "bytes per block of the block and buffered orders"),
+    "window": ("window", "int", 0, 256, "16 (pages: 16)", "blocks whose records the block order spreads over as many batches"),
+    "buffer": ("buffer", "int", 0, 67108864, "the sampler's", "records of the buffered order's shuffle buffer"),
+    "reservoir": ("reservoir", "int", 0, 67108864, "the sampler's", "records of the reservoir order's reservoir"),
+    "opportunistic": ("opportunistic", "int", 0, 256, "1 (off)", "batches of whichever records of that many batches arrive first"),
+    "seed": ("seed", "int", 0, 9223372036854775807, "0 (riffle.torch: drawn from torch's generator)", "the order's seed: epochs are functions of (seed, epoch)"),
+    "rank": ("rank", "int", 0, 65535, "0", "this rank, as DistributedSampler's"),
+    "world": ("world_size", "int", 0, 65536, "1", "ranks sharing each epoch"),
+    "shard_drop_last": ("shard_drop_last", "bool", None, None, "false", "DistributedSampler's drop_last: ranks drop the tail instead of padding"),
+    "share": ("share", "bool", None, None, "false", "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared"),
+    "batch_size": ("batch_size", "int", 1, 1048576, "256", "records per batch"),
+    "drop_last": ("drop_last", "bool", None, None, "false", "DataLoader's drop_last: drop the last short batch"),
+    "prefetch": ("prefetch", "int", 0, 1024, "adaptive (sharing: 2)", "batches read ahead"),
+    "depth": ("depth", "int", 0, 4096, "the device's (64 local)", "reads in flight"),
+    "memory_bytes": ("memory", "int", 0, 9223372036854775807, "room for 16 batches, at least 64 MiB", "the bound on batches in flight and held"),
+    "ordered": ("ordered", "bool", None, None, "false when shuffling", "keep the sampler's order inside batches"),
+    "batch_stride": ("batch_stride", "int", 0, 65536, "1", "deliver only batches offset, offset+stride, ... (DataLoader workers)"),
+    "batch_offset": ("batch_offset", "int", 0, 65535, "0", "see batch_stride"),
+    "epoch": ("epoch", "int", 0, 1099511627776, "0", "the epoch to start at"),
+    "batch": ("batch", "int", 0, 1099511627776, "0", "the batch to start at"),
+    "epochs": ("epochs", "int", -1, 1073741824, "1 (negative: without end)", "epochs to load"),
+    "sampler_state": ("sampler_state", "bytes", None, None, "none", "a stream order's saved state (from a batch's state)"),
+    "skip": ("skip", "ids", None, None, "none", "records of the opportunistic window already delivered"),
+}
+
+# Python keyword -> spec name.
+BY_KEYWORD = {v[0]: k for k, v in OPTIONS.items()}
