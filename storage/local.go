@@ -215,9 +215,14 @@ func statInfo(name string, st *unix.Stat_t) (ObjectInfo, error) {
 		return ObjectInfo{}, &Error{Op: "stat", Object: name, Err: ErrNotRegular}
 	}
 	mt := unixTime(st.Mtim)
+	// The ctime is in the version because the mtime can be put back: an
+	// edit in place that keeps the size and restores the mtime (cp -p,
+	// rsync --inplace -t, a utime call) leaves device, inode, mtime and
+	// size as they were, but every write and every utime sets the ctime to
+	// now, and no call sets it back.
 	return ObjectInfo{
 		Name: name, Size: st.Size, ModTime: mt, Dir: mode == unix.S_IFDIR,
-		Version: fmt.Sprintf("%d:%d:%d:%d", st.Dev, st.Ino, mt.UnixNano(), st.Size),
+		Version: fmt.Sprintf("%d:%d:%d:%d:%d", st.Dev, st.Ino, mt.UnixNano(), st.Size, unixTime(st.Ctim).UnixNano()),
 	}, nil
 }
 
@@ -317,7 +322,8 @@ func (l *Local) WriteFile(ctx context.Context, name string, b []byte) error {
 			return &Error{Op: "write", Object: name, Err: err}
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+	// Parents it makes are its user's alone: a listing names datasets.
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(filepath.Dir(name), filepath.Base(name)+".tmp*")

@@ -171,3 +171,79 @@ func TestConfinedWalk(t *testing.T) {
 		t.Fatalf("walked %v", names)
 	}
 }
+
+// A file rewritten in place with the same size and its mtime put back
+// (cp -p, rsync --inplace -t) has another version: its ctime moved, and
+// nothing can set a ctime back.
+func TestVersionSeesEditRestoringMtime(t *testing.T) {
+	l, err := NewLocal(false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := filepath.Join(t.TempDir(), "d.bin")
+	if err := os.WriteFile(p, []byte("first bytes!"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	before, err := l.Stat(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.OpenFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := f.Version()
+	f.Close()
+	if opened != before.Version {
+		t.Fatalf("an open file's version %q, its stat's %q", opened, before.Version)
+	}
+	var st0, st syscall.Stat_t
+	syscall.Stat(p, &st0)
+	// Rewrite until the ctime has moved: a file system whose clock ticks
+	// coarsely keeps the ctime of a rewrite in the same tick.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if err := os.WriteFile(p, []byte("other bytes!"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, before.ModTime, before.ModTime); err != nil {
+			t.Fatal(err)
+		}
+		syscall.Stat(p, &st)
+		if st.Ctim != st0.Ctim {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ctime did not move in 10s")
+		}
+	}
+	after, err := l.Stat(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Size != before.Size || !after.ModTime.Equal(before.ModTime) || st.Ino != st0.Ino {
+		t.Fatalf("the edit was not in place with size and mtime kept: %+v, was %+v", after, before)
+	}
+	if after.Version == before.Version {
+		t.Fatalf("an edit in place that restored size and mtime kept the version %q", after.Version)
+	}
+}
+
+// WriteFile makes missing parents private to its user.
+func TestWriteFileParentsPrivate(t *testing.T) {
+	l, err := NewLocal(false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	if err := l.WriteFile(context.Background(), filepath.Join(dir, "f"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
+			t.Fatalf("%s: %v %v, want mode 0700", d, st.Mode(), err)
+		}
+	}
+}
