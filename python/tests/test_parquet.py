@@ -1,8 +1,8 @@
 """Parquet files written by pyarrow.parquet (each codec, data pages v1 and
 v2, several row groups, small pages, lists, nulls, dictionary-encoded
-columns) read back through a real daemon in a shuffled order: every row
-equals what pyarrow reads for it; columns are projected; a corrupt page is
-an error naming the file and offset."""
+columns, structs and maps) read back through a real daemon in a shuffled
+order: every row equals what pyarrow reads for it; columns are projected; a
+corrupt page is an error naming the file and offset."""
 
 from __future__ import annotations
 
@@ -37,14 +37,12 @@ def test_every_row_equals_pyarrow(daemon, tmp_path, codec, version):
     p = tmp_path / f"t-{codec}.parquet"
     t = parquet_table(700, 2)
     pq.write_table(t, p, compression=codec, row_group_size=300, data_page_size=2048, data_page_version=version)
-    cols = [c for c in SINGLE_LEAF if c in t.column_names]
-    want = rows_of(p, cols)
-    # rec (a struct) and kv (a map) are not read yet: the file is refused whole, naming them, never served without them.
-    with pytest.raises(ValueError, match='"rec".*"kv".*columns='):
-        riffle.Loader(str(p), batch_size=64, seed=1, sampler="global")
-    ld = riffle.Loader(str(p), batch_size=64, seed=1, sampler="global", columns=cols)
+    want = rows_of(p)
+    # Every column, rec (a struct of two leaves) and kv (a map) among them.
+    ld = riffle.Loader(str(p), batch_size=64, seed=1, sampler="global")
     info = ld.info()
-    assert [c["name"] for c in info["columns"]] == cols
+    assert [c["name"] for c in info["columns"]] == t.column_names
+    assert {"rec", "kv"} <= set(t.column_names) - set(SINGLE_LEAF)
     seen = []
     for b in ld:
         got = b.data.to_pylist()
@@ -59,8 +57,16 @@ def test_projection_and_several_leaves(daemon, tmp_path):
     pq.write_table(parquet_table(200, 3), p, row_group_size=64)
     b = next(iter(riffle.Loader(str(p), batch_size=50, columns=["text", "id"])))
     assert b.data.schema.names == ["text", "id"]
-    with pytest.raises(ValueError, match="rec"):
-        riffle.Loader(str(p), batch_size=8, columns=["rec"])
+    # A column of several leaves is projected as any other.
+    want = rows_of(p, ["kv", "rec"])
+    ld = riffle.Loader(str(p), batch_size=30, seed=4, sampler="global", columns=["kv", "rec"])
+    seen = 0
+    for b in ld:
+        assert b.data.schema.names == ["kv", "rec"]
+        for rid, row in zip(b.ids.tolist(), b.data.to_pylist()):
+            assert row == want[rid], f"row {rid}"
+            seen += 1
+    assert seen == 200
 
 
 def status(sock: str) -> dict:

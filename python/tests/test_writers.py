@@ -1,6 +1,7 @@
 """Files as their writers mean them (issue 23): Arrow and Parquet written by
-pyarrow, Polars, DuckDB and fastparquet, TFRecords written compressed, .npy
-object arrays. What riffle reads equals, row by row over a shuffled epoch,
+pyarrow, Polars, DuckDB, fastparquet and Hugging Face's datasets (structs,
+maps, lists of structs, images), TFRecords written compressed, .npy object
+arrays. What riffle reads equals, row by row over a shuffled epoch,
 what pyarrow reads; what it cannot read yet is refused whole, with an error
 that names the column and the way around it, never left out unseen."""
 
@@ -23,10 +24,10 @@ import riffle
 polars = pytest.importorskip("polars")
 
 
-def one_epoch(path, **kw) -> tuple[pa.Schema, dict[int, dict]]:
+def one_epoch(path, seed: int = 3, **kw) -> tuple[pa.Schema, dict[int, dict]]:
     """Every row of a dataset, by id, read through the daemon in a shuffled
     order, and the schema of its batches."""
-    ld = riffle.Loader(str(path), batch_size=7, seed=3, sampler="global", **kw)
+    ld = riffle.Loader(str(path), batch_size=7, seed=seed, sampler="global", **kw)
     rows: dict[int, dict] = {}
     schema = None
     for b in ld:
@@ -52,22 +53,103 @@ def refused(path, *must: str, **kw) -> str:
     return msg
 
 
-# 1. A column riffle cannot read yet refuses the dataset, by name.
+# 1. Parquet columns of several leaves (structs, maps, lists of structs) read
+# as pyarrow reads them; a column riffle cannot read yet refuses the dataset,
+# by name.
 
-def test_parquet_struct_and_map_are_refused_by_name(daemon, tmp_path):
-    p = tmp_path / "images.parquet"
-    t = pa.table({
-        "label": pa.array([1, 2, 3], pa.int64()),
-        "image": pa.array([{"bytes": b"\x89PNG", "path": "a.png"}, {"bytes": b"", "path": "b.png"}, None],
-                          pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
-        "text": pa.array(["a", "b", None]),
-        "tags": pa.array([[("k", 1)], [], None], pa.map_(pa.string(), pa.int32())),
+def nested_table(n: int, seed: int) -> pa.Table:
+    """Structs, maps and lists of structs with a null at each level: the
+    column, a struct's field, a map's value, a list's element."""
+    import random
+    r = random.Random(seed)
+
+    def maybe(v, p=6):
+        return None if r.randrange(p) == 0 else v
+
+    words = ["", "a", "riffle", "ünïcode", "x" * 300]
+    people = pa.list_(pa.struct([("name", pa.string()), ("age", pa.int32()),
+                                 ("scores", pa.list_(pa.float64()))]))
+    return pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "image": pa.array([maybe({"bytes": maybe(bytes([i % 256]) * r.randrange(0, 900)), "path": maybe(f"{i}.png")})
+                           for i in range(n)], pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+        "meta": pa.array([maybe({"a": maybe(r.randrange(100)),
+                                 "inner": maybe({"x": maybe(r.random()), "y": maybe([maybe(r.choice(words))
+                                                                                     for _ in range(r.randrange(3))])})})
+                          for _ in range(n)],
+                         pa.struct([("a", pa.int32()), ("inner", pa.struct([("x", pa.float64()),
+                                                                            ("y", pa.list_(pa.string()))]))])),
+        "tags": pa.array([maybe([(r.choice(words) + "k", maybe(r.randrange(9))) for _ in range(r.randrange(4))])
+                          for _ in range(n)], pa.map_(pa.string(), pa.int32())),
+        "people": pa.array([maybe([maybe({"name": maybe(r.choice(words)), "age": maybe(r.randrange(99)),
+                                          "scores": maybe([r.random() for _ in range(r.randrange(3))])})
+                                   for _ in range(r.randrange(4))]) for _ in range(n)], people),
+        "text": pa.array([maybe(r.choice(words)) for _ in range(n)]),
     })
-    pq.write_table(t, p)
-    refused(p, 'column', '"image" (struct<bytes, path>)', '"tags" (map<string, int32', "cannot be read yet",
-            'pass columns=["label", "text"] to read the others')
-    _, got = one_epoch(p, columns=["label", "text"])
-    assert_rows_equal(got, pq.read_table(p, columns=["label", "text"]).to_pylist())
+
+
+@pytest.mark.parametrize("version,dictionary,codec", [("1.0", True, "snappy"), ("2.0", False, "zstd"),
+                                                      ("2.0", True, "none")])
+def test_parquet_nested_equals_pyarrow(daemon, tmp_path, version, dictionary, codec):
+    p = tmp_path / "nested.parquet"
+    pq.write_table(nested_table(300, 5), p, row_group_size=70, data_page_size=512, data_page_version=version,
+                   use_dictionary=dictionary, compression=codec)
+    schema, got = one_epoch(p, seed=1)
+    want = pq.read_table(p)
+    assert schema.names == want.column_names
+    assert_rows_equal(got, want.to_pylist())
+    # A column of several leaves alone, and beside one of one leaf.
+    _, got = one_epoch(p, seed=1, columns=["people", "text"])
+    assert_rows_equal(got, pq.read_table(p, columns=["people", "text"]).to_pylist())
+
+
+def test_polars_parquet_structs_equal_pyarrow(daemon, tmp_path):
+    t = nested_table(150, 6).select(["id", "image", "meta", "people"])
+    p = tmp_path / "polars-nested.parquet"
+    polars.from_arrow(t).write_parquet(p, row_group_size=40)
+    _, got = one_epoch(p, seed=1)
+    assert_rows_equal(got, pq.read_table(p).to_pylist())
+
+
+def image_bytes(i: int, fmt: str) -> bytes:
+    import io
+
+    from PIL import Image
+    im = Image.new("RGB", (8 + i % 5, 6 + i % 3), (i * 7 % 256, i * 13 % 256, i * 29 % 256))
+    buf = io.BytesIO()
+    im.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("batch_size", [None, 64])
+def test_hf_image_dataset_equals_pyarrow(daemon, tmp_path, batch_size):
+    """A Hugging Face image dataset in Parquet (datasets.Dataset.to_parquet,
+    as the Hub's files are written): its Image feature is
+    struct<bytes: binary, path: string>, and riffle serves each row with its
+    image's bytes."""
+    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("PIL")
+    n = 230
+    images = [None if i % 17 == 5 else {"bytes": image_bytes(i, "PNG" if i % 2 else "JPEG"),
+                                          "path": None if i % 3 else f"img/{i}.png"} for i in range(n)]
+    ds = datasets.Dataset.from_dict(
+        {"image": images, "label": [i % 4 for i in range(n)]},
+        features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=4)}))
+    p = tmp_path / "train-00000-of-00001.parquet"
+    ds.to_parquet(str(p), batch_size=batch_size)  # a row group a batch
+    t = pq.read_table(p)
+    assert t.schema.field("image").type == pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    assert pq.ParquetFile(p).metadata.num_row_groups == (1 if batch_size is None else 4)
+    schema, got = one_epoch(p, seed=1)
+    assert schema.names == ["image", "label"]
+    assert_rows_equal(got, t.to_pylist())
+    for i, im in enumerate(images):
+        assert got[i]["image"] == im, f"row {i}"
+    import io
+
+    from PIL import Image
+    assert Image.open(io.BytesIO(got[1]["image"]["bytes"])).format == "PNG"
+    assert Image.open(io.BytesIO(got[2]["image"]["bytes"])).format == "JPEG"
 
 
 @pytest.mark.parametrize("name", ["run_end_encoded", "list_view", "list<string_view>"])
