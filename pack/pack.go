@@ -9,6 +9,14 @@
 // synced and renamed, and only then named in the manifest, which is
 // itself replaced atomically. A pack killed at any moment leaves no shard
 // that looks whole, and packing again resumes after the last whole one.
+//
+// A pack's directory is its user's alone (internal/privdir): made 0700,
+// an existing one of ours narrowed to 0700 and refused if another user
+// owns it or anyone else may write it, its files made 0600, and every
+// name in it (manifest, shards, temporary files) opened through the
+// checked handle without following a symlink. Packing resumes from what
+// it finds there, and the daemon serves the outputs in its catalogue, so
+// a directory someone else can write would let them plant records.
 package pack
 
 import (
@@ -20,11 +28,13 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/transform"
@@ -70,33 +80,45 @@ func Pack(ctx context.Context, ds dataset.Dataset, dir string, opts Options) (Su
 	}
 	inf := ds.Info()
 	src := dataset.PackSource{Paths: inf.Paths, Versions: inf.Versions, Format: inf.Format, Records: int64(ds.Len()), Bytes: inf.Bytes}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	d, err := openDir(dir)
+	if err != nil {
 		return Summary{}, err
 	}
+	defer d.Close()
 	m := &dataset.PackManifestFile{Version: 1, Source: src, Transform: canon, ShardBytes: opts.ShardBytes, Records: int64(ds.Len())}
-	sum, start, err := resume(dir, m)
+	sum, start, err := resume(d, m)
 	if err != nil {
 		return sum, err
 	}
 	if !m.Complete && start < int64(ds.Len()) {
-		if err := write(ctx, ds, dir, m, start, tf, canon, opts); err != nil {
+		if err := write(ctx, ds, d, m, start, tf, canon, opts); err != nil {
 			return sum, err
 		}
 	}
-	return finish(dir, m, sum)
+	return finish(d, m, sum)
+}
+
+// openDir opens (or makes) a pack's directory, private to its user.
+func openDir(dir string) (*privdir.Dir, error) {
+	d, err := privdir.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("pack: %w", err)
+	}
+	return d, nil
 }
 
 // resume keeps the whole shards of an earlier pack of the same source in
-// dir, and returns the first record left to pack.
-func resume(dir string, m *dataset.PackManifestFile) (Summary, int64, error) {
+// d, and returns the first record left to pack.
+func resume(d *privdir.Dir, m *dataset.PackManifestFile) (Summary, int64, error) {
 	sum := Summary{}
-	if old, err := readManifest(dir); err == nil {
+	if old, err := manifestIn(d); err == nil {
 		if !sameSource(old, m) {
-			return Summary{}, 0, fmt.Errorf("pack: %s holds a pack of another source or transform (%s %v, %q): remove it first", dir, old.Source.Format, old.Source.Paths, old.Transform)
+			return Summary{}, 0, fmt.Errorf("pack: %s holds a pack of another source or transform (%s %v, %q): remove it first", d.Path(), old.Source.Format, old.Source.Paths, old.Transform)
 		}
-		// Resume after the last shard that is whole.
+		// Resume after the last shard that is whole: a regular file (not
+		// a link to one) of the size the manifest says.
 		for _, s := range old.Shards {
-			if st, err := os.Stat(filepath.Join(dir, s.Name)); err != nil || st.Size() != s.Bytes {
+			if mode, size, err := d.Lstat(s.Name); err != nil || !mode.IsRegular() || size != s.Bytes {
 				break
 			}
 			m.Shards = append(m.Shards, s)
@@ -109,9 +131,11 @@ func resume(dir string, m *dataset.PackManifestFile) (Summary, int64, error) {
 		return Summary{}, 0, err
 	}
 	// Whatever a killed run left under temporary names goes.
-	if tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmps) > 0 {
-		for _, t := range tmps {
-			os.Remove(t)
+	if des, err := d.ReadDir(); err == nil {
+		for _, de := range des {
+			if strings.HasSuffix(de.Name(), ".tmp") {
+				d.Remove(de.Name())
+			}
 		}
 	}
 	start := int64(0)
@@ -123,9 +147,9 @@ func resume(dir string, m *dataset.PackManifestFile) (Summary, int64, error) {
 }
 
 // finish marks the pack complete in its manifest.
-func finish(dir string, m *dataset.PackManifestFile, sum Summary) (Summary, error) {
+func finish(d *privdir.Dir, m *dataset.PackManifestFile, sum Summary) (Summary, error) {
 	m.Complete = true
-	if err := writeManifest(dir, m); err != nil {
+	if err := writeManifest(d, m); err != nil {
 		return sum, err
 	}
 	for _, s := range m.Shards {
@@ -141,59 +165,50 @@ func sameSource(a, b *dataset.PackManifestFile) bool {
 		a.Source.Format == b.Source.Format && a.Source.Records == b.Source.Records && a.Transform == b.Transform && a.ShardBytes == b.ShardBytes
 }
 
-func readManifest(dir string) (*dataset.PackManifestFile, error) {
-	b, err := os.ReadFile(filepath.Join(dir, dataset.PackManifest))
-	if err != nil {
-		return nil, err
-	}
-	var m dataset.PackManifestFile
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("pack: %s: %w", filepath.Join(dir, dataset.PackManifest), err)
-	}
-	return &m, nil
-}
-
 // writeManifest replaces the manifest atomically.
-func writeManifest(dir string, m *dataset.PackManifestFile) error {
+func writeManifest(d *privdir.Dir, m *dataset.PackManifestFile) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(dir, dataset.PackManifest), b)
+	return writeAtomic(d, dataset.PackManifest, b)
 }
 
-// writeAtomic writes a file under a temporary name, syncs it, renames it
-// into place and syncs the directory.
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+// writeAtomic writes the file name in d under a temporary name (mode
+// 0600, ending .tmp so that a resumed pack removes it), syncs it, renames
+// it into place and syncs the directory.
+func writeAtomic(d *privdir.Dir, name string, b []byte) error {
+	f, tmp, err := d.CreateTemp(name)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = d.Rename(tmp, name)
+	}
+	if err != nil {
+		d.Remove(tmp)
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return syncDir(d)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// syncDir makes d's renames durable. privdir keeps its descriptor to
+// itself, so the directory is opened by path: one renamed since would
+// only be synced in vain, nothing is read or written through it.
+func syncDir(d *privdir.Dir) error {
+	f, err := os.Open(d.Path())
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	defer f.Close()
+	return f.Sync()
 }
 
 // shardWriter writes one shard.
@@ -206,8 +221,10 @@ type shardWriter struct {
 	written int64
 }
 
-func newShard(dir, name string, h dataset.ShardHeader) (*shardWriter, error) {
-	f, err := os.Create(filepath.Join(dir, name+".tmp"))
+// newShard starts the shard name under a temporary name; a file already
+// there (a link planted, a second pack into the same directory) fails it.
+func newShard(d *privdir.Dir, name string, h dataset.ShardHeader) (*shardWriter, error) {
+	f, err := d.OpenFile(name+".tmp", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +268,7 @@ func (w *shardWriter) add(rec []byte, label int) error {
 }
 
 // finish writes the index and footer, syncs and renames the shard.
-func (w *shardWriter) finish(dir string) (int64, error) {
+func (w *shardWriter) finish(d *privdir.Dir) (int64, error) {
 	ib := make([]byte, len(w.ents)*dataset.ShardEntry)
 	for i, e := range w.ents {
 		b := ib[i*dataset.ShardEntry:]
@@ -277,20 +294,20 @@ func (w *shardWriter) finish(dir string) (int64, error) {
 		return 0, err
 	}
 	size := w.at + int64(len(ib)+len(foot))
-	if err := os.Rename(filepath.Join(dir, w.name+".tmp"), filepath.Join(dir, w.name)); err != nil {
+	if err := d.Rename(w.name+".tmp", w.name); err != nil {
 		return 0, err
 	}
-	return size, syncDir(dir)
+	return size, syncDir(d)
 }
 
-func (w *shardWriter) abort(dir string) {
+func (w *shardWriter) abort(d *privdir.Dir) {
 	w.f.Close()
-	os.Remove(filepath.Join(dir, w.name+".tmp"))
+	d.Remove(w.name + ".tmp")
 }
 
 // write packs records start... in order, a shard at a time, naming each
 // in the manifest once it is whole.
-func write(ctx context.Context, ds dataset.Dataset, dir string, m *dataset.PackManifestFile, start int64, tf transform.Transform, canon string, opts Options) error {
+func write(ctx context.Context, ds dataset.Dataset, d *privdir.Dir, m *dataset.PackManifestFile, start int64, tf transform.Transform, canon string, opts Options) error {
 	n := ds.Len()
 	inf := ds.Info()
 	h := dataset.ShardHeader{Version: 1, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape, Classes: inf.Classes,
@@ -307,7 +324,7 @@ func write(ctx context.Context, ds dataset.Dataset, dir string, m *dataset.PackM
 		return err
 	}
 	defer l.Close()
-	out := &sink{dir: dir, m: m, h: h, shardBytes: opts.ShardBytes}
+	out := &sink{d: d, m: m, h: h, shardBytes: opts.ShardBytes}
 	done := int(start)
 	for {
 		b, err := l.Next(ctx)
@@ -345,7 +362,7 @@ func write(ctx context.Context, ds dataset.Dataset, dir string, m *dataset.PackM
 // sink cuts records into shards of about shardBytes, naming each in the
 // manifest once it is whole.
 type sink struct {
-	dir        string
+	d          *privdir.Dir
 	m          *dataset.PackManifestFile
 	h          dataset.ShardHeader
 	shardBytes int64
@@ -356,7 +373,7 @@ type sink struct {
 func (s *sink) add(id int64, rec []byte, label int) error {
 	if s.w == nil {
 		s.h.First = id
-		w, err := newShard(s.dir, fmt.Sprintf("shard-%05d%s", len(s.m.Shards), dataset.ShardExt), s.h)
+		w, err := newShard(s.d, fmt.Sprintf("shard-%05d%s", len(s.m.Shards), dataset.ShardExt), s.h)
 		if err != nil {
 			return err
 		}
@@ -379,18 +396,18 @@ func (s *sink) flush() error {
 		return nil
 	}
 	s.w = nil
-	size, err := w.finish(s.dir)
+	size, err := w.finish(s.d)
 	if err != nil {
 		return err
 	}
 	s.m.Shards = append(s.m.Shards, dataset.PackShard{Name: w.name, First: s.h.First, Count: int64(len(w.ents)), Bytes: size})
-	return writeManifest(s.dir, s.m)
+	return writeManifest(s.d, s.m)
 }
 
 // abort drops the open shard.
 func (s *sink) abort() {
 	if s.w != nil {
-		s.w.abort(s.dir)
+		s.w.abort(s.d)
 		s.w = nil
 	}
 }
@@ -417,23 +434,25 @@ func PackTFRecordStreams(ctx context.Context, dopts dataset.Options, names []str
 		src.Paths, src.Versions = append(src.Paths, st.Path), append(src.Versions, st.Version)
 		st.Close()
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	d, err := openDir(dir)
+	if err != nil {
 		return Summary{}, err
 	}
+	defer d.Close()
 	m := &dataset.PackManifestFile{Version: 1, Source: src, ShardBytes: opts.ShardBytes}
-	if old, err := readManifest(dir); err == nil && slices.Equal(old.Source.Paths, src.Paths) && slices.Equal(old.Source.Versions, src.Versions) {
+	if old, err := manifestIn(d); err == nil && slices.Equal(old.Source.Paths, src.Paths) && slices.Equal(old.Source.Versions, src.Versions) {
 		// The count is known only once the streams are read: an earlier
 		// pack of the same files knows it.
 		m.Source.Records, m.Source.Bytes, m.Records = old.Source.Records, old.Source.Bytes, old.Records
 	}
-	sum, start, err := resume(dir, m)
+	sum, start, err := resume(d, m)
 	if err != nil || m.Complete {
 		if err == nil {
-			sum, err = finish(dir, m, sum)
+			sum, err = finish(d, m, sum)
 		}
 		return sum, err
 	}
-	out := &sink{dir: dir, m: m, h: dataset.ShardHeader{Version: 1}, shardBytes: opts.ShardBytes}
+	out := &sink{d: d, m: m, h: dataset.ShardHeader{Version: 1}, shardBytes: opts.ShardBytes}
 	id, bytes := int64(0), int64(0)
 	for _, name := range names {
 		st, err := dataset.OpenTFRecordStream(ctx, dopts, name)
@@ -473,11 +492,11 @@ func PackTFRecordStreams(ctx context.Context, dopts dataset.Options, names []str
 		return sum, fmt.Errorf("pack: %v: %w", names, dataset.ErrEmpty)
 	}
 	m.Records, m.Source.Records, m.Source.Bytes = id, id, bytes
-	return finish(dir, m, sum)
+	return finish(d, m, sum)
 }
 
 // Stale reports whether a pack's source has changed since it was packed:
-// its files' versions (device, inode, mtime, size) differ.
+// its files' versions (device, inode, mtime, size, ctime) differ.
 func Stale(m *dataset.PackManifestFile, versions []string) bool {
 	return !slices.Equal(m.Source.Versions, versions)
 }
