@@ -86,6 +86,8 @@ func (l *Layout) Plan(rows []RowRef) (*Plan, error) {
 			o.kind, o.width = n.Values.Kind, n.Values.Width
 		case KView:
 			o.kind, o.width = KBinary, 4 // written as a string (binary) column
+		case KRunEnd:
+			o.kind, o.width = n.Values.Kind, n.Values.Width // written as its values' column
 		}
 		p.nodes = append(p.nodes, o)
 		for _, c := range n.Children {
@@ -148,6 +150,9 @@ func (p *Plan) count(n *Node, on int, s *Source, lo, hi, row int64) error {
 		o.data += t[row+1] - t[row]
 	case KView:
 		o.data += s.Starts[n.Var][2*row+1]
+	case KRunEnd:
+		t := s.Starts[n.Var]
+		o.data += t[3*row+2] - t[3*row+1]
 	case KList:
 		t := s.Starts[n.Var]
 		return p.count(n.Children[0], o.kids[0], s, t[row], t[row+1], row)
@@ -326,6 +331,31 @@ func (a *assembler) row(n *Node, on int, s *Source, lo, hi, row int64) error {
 		copy(a.buf(o, 2)[o.wdata:], data)
 		o.wdata += int64(len(data))
 		a.endValue(o, o.wrote)
+	case KRunEnd:
+		// One row, one element (no list is around it): its run's value.
+		t := s.Starts[n.Var]
+		run := t[3*row]
+		a.validity(o, run, 1)
+		value := a.cell()
+		switch o.kind {
+		case KFixed:
+			if len(value) != o.width {
+				return fmt.Errorf("column %q: value cell of %d bytes, want %d", n.Name, len(value), o.width)
+			}
+			copy(a.buf(o, 1)[o.wrote*int64(o.width):], value)
+		case KBool:
+			if len(value) != 1 {
+				return fmt.Errorf("column %q: value cell of %d bytes, want 1", n.Name, len(value))
+			}
+			copyBits(a.buf(o, 1), o.wrote, value, run%8, 1)
+		case KBinary:
+			if want := t[3*row+2] - t[3*row+1]; int64(len(value)) != want {
+				return fmt.Errorf("column %q: value cell of %d bytes, its offsets say %d", n.Name, len(value), want)
+			}
+			copy(a.buf(o, 2)[o.wdata:], value)
+			o.wdata += int64(len(value))
+			a.endValue(o, o.wrote)
+		}
 	case KList:
 		a.validity(o, lo, cnt)
 		c := &a.p.nodes[o.kids[0]]

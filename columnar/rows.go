@@ -28,7 +28,7 @@ type Range struct{ Off, Len int64 }
 type Source struct {
 	Body   int64
 	Meta   *BatchMeta
-	Starts [][]int64 // [Var][row]: rows+1 child starts of each KBinary and KList node; a KView's 2*rows (body offset, length) pairs
+	Starts [][]int64 // [Var][row]: rows+1 child starts of each KBinary and KList node; a KView's 2*rows (body offset, length) pairs; a KRunEnd's 3*rows (run, value from, value to)
 	Dicts  map[int64]*Dict
 }
 
@@ -82,6 +82,26 @@ func (s *Source) cells(n *Node, lo, hi, row int64, dst []Range) []Range {
 			v = Range{s.Body + t[2*row], t[2*row+1]}
 		}
 		dst = append(dst, bits(0), v)
+	case KRunEnd:
+		t := s.Starts[n.Var]
+		v := n.Values
+		run := t[3*row]
+		valid := Range{}
+		if b := s.buffer(v, 0); b.Length > 0 {
+			valid = Range{s.Body + b.Offset + run/8, 1}
+		}
+		var value Range
+		switch v.Kind {
+		case KFixed:
+			value = Range{s.Body + s.buffer(v, 1).Offset + run*int64(v.Width), int64(v.Width)}
+		case KBool:
+			value = Range{s.Body + s.buffer(v, 1).Offset + run/8, 1}
+		case KBinary:
+			if t[3*row+2] > t[3*row+1] {
+				value = Range{s.Body + s.buffer(v, 2).Offset + t[3*row+1], t[3*row+2] - t[3*row+1]}
+			}
+		}
+		dst = append(dst, valid, value)
 	case KList:
 		t := s.Starts[n.Var]
 		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)))
@@ -124,6 +144,9 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 	fn := s.Meta.Nodes[n.node]
 	if fn.Length != length {
 		return fmt.Errorf("column %q: node of %d elements where its parent makes %d", n.Name, fn.Length, length)
+	}
+	if n.Kind == KRunEnd {
+		return s.checkRunEnd(n, length)
 	}
 	nb := map[Kind]int{KFixed: 2, KBool: 2, KDict: 2, KBinary: 3, KList: 2, KFixedList: 1, KStruct: 1, KView: 2}[n.Kind]
 	last := n.buf + nb - 1
@@ -214,6 +237,103 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 	return nil
 }
 
+// checkRunEnd checks a KRunEnd node of length rows: its run ends and
+// values nodes, and each row's run and value inside them.
+func (s *Source) checkRunEnd(n *Node, length int64) error {
+	m := s.Meta
+	r, v := n.Runs, n.Values
+	if v.node >= len(m.Nodes) || r.node >= len(m.Nodes) || v.buf+outBuffers(v.Kind)-1 >= len(m.Buffers) {
+		return fmt.Errorf("column %q: fewer nodes or buffers in the batch than its runs need", n.Name)
+	}
+	runs := m.Nodes[r.node].Length
+	if m.Nodes[v.node].Length != runs {
+		return fmt.Errorf("column %q: %d run ends for %d values", n.Name, runs, m.Nodes[v.node].Length)
+	}
+	t := s.Starts[n.Var]
+	if int64(len(t)) != 3*length {
+		return fmt.Errorf("column %q: %d runs found for %d rows", n.Name, len(t)/3, length)
+	}
+	vb := func(k int) int64 { return s.buffer(v, k).Length }
+	for i := 0; i < len(t); i += 3 {
+		run, from, to := t[i], t[i+1], t[i+2]
+		if run < 0 || run >= runs {
+			return fmt.Errorf("column %q: row %d in run %d of %d", n.Name, i/3, run, runs)
+		}
+		if vb(0) > 0 && vb(0) <= run/8 {
+			return fmt.Errorf("column %q: values validity of %d bytes for run %d", n.Name, vb(0), run)
+		}
+		ok := true
+		switch v.Kind {
+		case KFixed:
+			ok = (run+1)*int64(v.Width) <= vb(1)
+		case KBool:
+			ok = run/8 < vb(1)
+		case KBinary:
+			ok = from >= 0 && from <= to && to <= vb(2)
+		}
+		if !ok {
+			return fmt.Errorf("column %q: row %d's value outside its values buffers", n.Name, i/3)
+		}
+	}
+	return nil
+}
+
+// runEnds finds the run of each element in elems but the last (one past
+// the last row), from a KRunEnd node's run ends of width w; and for
+// string values, each value's byte range from their offsets. Three
+// numbers a row: run, from, to (Arrow's columnar format, "Run-End Encoded
+// Layout": an element's run is the first whose end is past it).
+func runEnds(n *Node, ends, voffs []byte, elems []int64) ([]int64, error) {
+	w := int64(n.Runs.Width)
+	nruns := int64(len(ends)) / w
+	end := func(i int64) int64 {
+		switch w {
+		case 2:
+			return int64(int16(binary.LittleEndian.Uint16(ends[i*2:])))
+		case 4:
+			return int64(int32(binary.LittleEndian.Uint32(ends[i*4:])))
+		}
+		return int64(binary.LittleEndian.Uint64(ends[i*8:]))
+	}
+	vw := int64(n.Values.Width)
+	off := func(i int64) (int64, error) {
+		if (i+1)*vw > int64(len(voffs)) {
+			return 0, fmt.Errorf("column %q: values offsets of %d bytes, value %d asked", n.Name, len(voffs), i)
+		}
+		if vw == 4 {
+			return int64(int32(binary.LittleEndian.Uint32(voffs[i*4:]))), nil
+		}
+		return int64(binary.LittleEndian.Uint64(voffs[i*8:])), nil
+	}
+	t := make([]int64, 0, 3*(len(elems)-1))
+	for _, e := range elems[:len(elems)-1] {
+		lo, hi := int64(0), nruns
+		for lo < hi {
+			mid := (lo + hi) / 2
+			if end(mid) > e {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		if lo >= nruns {
+			return nil, fmt.Errorf("column %q: element %d past the last run's end", n.Name, e)
+		}
+		from, to := int64(0), int64(0)
+		if n.Values.Kind == KBinary {
+			var err error
+			if from, err = off(lo); err != nil {
+				return nil, err
+			}
+			if to, err = off(lo + 1); err != nil {
+				return nil, err
+			}
+		}
+		t = append(t, lo, from, to)
+	}
+	return t, nil
+}
+
 // StartsFrom computes the child starts of every Var node of the layout
 // from the batch's offsets buffers, read whole: offsets(n) returns Var
 // node n's offsets buffer. Starts are what Cells needs of each row.
@@ -235,6 +355,22 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 	var walk func(n *Node, s []int64) error
 	walk = func(n *Node, s []int64) error {
 		switch n.Kind {
+		case KRunEnd:
+			ends, err := offsets(n.Runs)
+			if err != nil {
+				return err
+			}
+			var voffs []byte
+			if n.Values.Kind == KBinary {
+				if voffs, err = offsets(n.Values); err != nil {
+					return err
+				}
+			}
+			t, err := runEnds(n, ends, voffs, s)
+			if err != nil {
+				return err
+			}
+			starts[n.Var] = t
 		case KView:
 			b, err := offsets(n)
 			if err != nil {
@@ -336,9 +472,10 @@ func viewRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, error
 	return t, nil
 }
 
-// OffsetsBuffer is a Var node's offsets buffer in s (a KView's views).
+// OffsetsBuffer is a Var node's offsets buffer in s (a KView's views; a
+// KFixed's data, for a KRunEnd's run ends).
 func (s *Source) OffsetsBuffer(n *Node) (BufferLoc, bool) {
-	if n.Kind != KBinary && n.Kind != KList && n.Kind != KView {
+	if n.Kind != KBinary && n.Kind != KList && n.Kind != KView && n.Kind != KFixed {
 		return BufferLoc{}, false
 	}
 	i := n.buf + 1

@@ -20,6 +20,7 @@ const (
 	KStruct                // validity, children
 	KDict                  // validity, indices (Width bytes); values from a dictionary batch
 	KView                  // validity, views of 16 bytes, variadic data buffers; read as KBinary (Width 4)
+	KRunEnd                // no buffers; Runs (run ends of Width bytes) and Values; read as its values' kind
 )
 
 // Node is one array of a column's tree, as a record batch lays it out:
@@ -37,8 +38,11 @@ type Node struct {
 	// the index.
 	Var    int
 	DictID int64
-	// Values is KDict's value node (KFixed, KBool or KBinary).
+	// Values is KDict's value node (KFixed, KBool or KBinary), and
+	// KRunEnd's values child (one of those too); Runs is KRunEnd's run ends
+	// child (KFixed).
 	Values *Node
+	Runs   *Node
 
 	node, buf int // its first node and buffer among the record batch's
 	views     int // view-typed fields before it (their buffers vary per batch)
@@ -56,6 +60,8 @@ func (n *Node) Cells() int {
 		c = 3
 	case KView:
 		c = 2 // validity, the value's bytes
+	case KRunEnd:
+		c = 2 // its run's validity byte, its run's value (bytes or the byte of its bit)
 	case KFixedList, KStruct:
 		c = 1
 	}
@@ -224,7 +230,7 @@ func fieldNames(s *arrow.Schema) []string {
 }
 
 func (l *Layout) numberVars(n *Node) {
-	if n.Kind == KBinary || n.Kind == KList || n.Kind == KView {
+	if n.Kind == KBinary || n.Kind == KList || n.Kind == KView || n.Kind == KRunEnd {
 		n.Var = l.Vars
 		l.Vars++
 	}
@@ -341,12 +347,37 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 		}
 		return unsupported()
 	case *arrow.RunEndEncodedType:
-		for _, k := range []arrow.Field{{Name: "run_ends", Type: tt.RunEnds()}, {Name: "values", Type: tt.Encoded()}} {
-			if _, err := c.node(k, false, depth+1); err != nil {
-				return nil, err
+		// A row is one element of one run where no list is around it: the
+		// run, found when the file is indexed, gives its value. Values of a
+		// fixed width, booleans and strings are read; the run's value is
+		// written out as a plain column of the values' type, as pyarrow's
+		// to_pylist gives it.
+		fields := []arrow.Field{{Name: "run_ends", Type: tt.RunEnds()}, {Name: "values", Type: tt.Encoded(), Nullable: true}}
+		readable := build && c.inList == 0
+		if readable {
+			switch vt := tt.Encoded().(type) {
+			case *arrow.DictionaryType:
+				readable = false
+			case *arrow.BooleanType, *arrow.StringType, *arrow.BinaryType, *arrow.LargeStringType, *arrow.LargeBinaryType:
+			case arrow.FixedWidthDataType:
+				readable = vt.BitWidth()%8 == 0 && vt.BitWidth() > 0
+			default:
+				readable = false
 			}
 		}
-		return unsupported()
+		kids := make([]*Node, 2)
+		for i, k := range fields {
+			kn, err := c.node(k, readable, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			kids[i] = kn
+		}
+		if !readable {
+			return unsupported()
+		}
+		n.Kind, n.Runs, n.Values, n.Width = KRunEnd, kids[0], kids[1], kids[0].Width
+		return n, nil
 	case arrow.FixedWidthDataType:
 		n.Kind = KFixed
 		c.bufs += 2
@@ -382,6 +413,8 @@ func (n *Node) OutputType() arrow.DataType {
 	switch n.Kind {
 	case KDict:
 		return n.Values.Type
+	case KRunEnd:
+		return n.Values.OutputType()
 	case KList:
 		el := n.Children[0].outputField()
 		switch n.Type.ID() {
@@ -459,7 +492,7 @@ func (n *Node) describe() Column {
 	t := n.OutputType()
 	c := Column{Name: n.Name, Type: t.String(), Nullable: n.Nullable}
 	kind, width := n.Kind, n.Width
-	if kind == KDict {
+	if kind == KDict || kind == KRunEnd {
 		kind, width = n.Values.Kind, n.Values.Width
 	}
 	if kind == KView {

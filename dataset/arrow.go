@@ -35,9 +35,11 @@ import (
 // magic is optional, and Polars and Arrow JS write none); a stream's from
 // its first message. string_view and binary_view columns are read, each
 // row's value located in the index, and reach the user as string and
-// binary; a column of a type riffle does not read (a view under a list,
-// run-end encoded, list views, unions) refuses the dataset unless
-// columns= leaves it out.
+// binary; so are run-end encoded columns (of numbers, booleans, strings),
+// each row's run found in the index, and reach the user as their values'
+// type. A column of a type riffle does not read (a view or a run-end
+// encoded column under a list, list views, unions) refuses the dataset
+// unless columns= leaves it out.
 
 func init() {
 	RegisterFormat(Format{Name: "arrow", Extensions: []string{".arrow", ".feather", ".arrows", ".ipc"}, Indexed: true,
@@ -76,7 +78,7 @@ type arrowSet struct {
 	lay    *columnar.Layout // the projection read
 }
 
-const arrowVariant = 0x41525231 // "ARR1"
+const arrowVariant = 0x41525232 // "ARR2": run-end encoded columns keep their rows' runs
 
 func openArrow(ctx context.Context, names []string, opts Options) (Dataset, error) {
 	d := &arrowSet{starts: []int{0}}

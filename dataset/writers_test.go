@@ -401,3 +401,120 @@ func TestPackCompressedTFRecords(t *testing.T) {
 		t.Fatalf("a broken data CRC: %v", err)
 	}
 }
+
+// reeArray run-end encodes vals (nil for a null), consecutive equal ones a
+// run, with put appending one value to the values builder.
+func reeArray(runEnds, values arrow.DataType, vals []any, put func(array.Builder, any)) arrow.Array {
+	b := array.NewRunEndEncodedBuilder(memory.DefaultAllocator, runEnds, values)
+	defer b.Release()
+	for i := 0; i < len(vals); {
+		j := i + 1
+		for j < len(vals) && vals[j] == vals[i] {
+			j++
+		}
+		if vals[i] == nil {
+			b.AppendNulls(j - i)
+		} else {
+			b.Append(uint64(j - i))
+			put(b.ValueBuilder(), vals[i])
+		}
+		i = j
+	}
+	return b.NewArray()
+}
+
+// Arrow's run-end encoded columns (run ends of 16, 32 and 64 bits; values
+// of a fixed width, booleans and strings; nulls; under a struct) read as
+// their values' type: every row, in batches of uneven runs, is its run's
+// value.
+func TestArrowRunEndsRead(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "ree.arrow")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc *arrow.Schema
+	var w *ipc.FileWriter
+	var want []string
+	id := 0
+	for _, n := range []int{50, 1, 130} {
+		ids := make([]int64, n)
+		words, nums, flags, xs := make([]any, n), make([]any, n), make([]any, n), make([]any, n)
+		rows := make([]map[string]any, n)
+		for i := range n {
+			ids[i] = int64(id)
+			if id%11 != 4 {
+				words[i] = strings.Repeat("é", id/9%5) + fmt.Sprint(id/9)
+			}
+			if id%13 > 2 {
+				nums[i] = int64(id / 4 * 1000)
+			}
+			flags[i] = id/6%2 == 0
+			if id%17 != 0 {
+				xs[i] = float64(id/3) / 8
+			}
+			rows[i] = map[string]any{"id": id, "s": words[i], "n": nums[i], "f": flags[i], "rec": map[string]any{"x": xs[i]}}
+			id++
+		}
+		cols := []arrow.Array{
+			array.NewInt64Builder(memory.DefaultAllocator).NewArray(),
+			reeArray(arrow.PrimitiveTypes.Int32, arrow.BinaryTypes.String, words, func(b array.Builder, v any) { b.(*array.StringBuilder).Append(v.(string)) }),
+			reeArray(arrow.PrimitiveTypes.Int16, arrow.PrimitiveTypes.Int64, nums, func(b array.Builder, v any) { b.(*array.Int64Builder).Append(v.(int64)) }),
+			reeArray(arrow.PrimitiveTypes.Int64, arrow.FixedWidthTypes.Boolean, flags, func(b array.Builder, v any) { b.(*array.BooleanBuilder).Append(v.(bool)) }),
+		}
+		cols[0].Release()
+		cols[0] = array.NewInt64Data(array.NewData(arrow.PrimitiveTypes.Int64, n, []*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int64Traits.CastToBytes(ids))}, nil, 0, 0))
+		x := reeArray(arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Float64, xs, func(b array.Builder, v any) { b.(*array.Float64Builder).Append(v.(float64)) })
+		st, err := array.NewStructArray([]arrow.Array{x}, []string{"x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, st)
+		if sc == nil {
+			var fs []arrow.Field
+			for i, name := range []string{"id", "s", "n", "f", "rec"} {
+				fs = append(fs, arrow.Field{Name: name, Type: cols[i].DataType(), Nullable: i > 0})
+			}
+			sc = arrow.NewSchema(fs, nil)
+			if w, err = ipc.NewFileWriter(f, ipc.WithSchema(sc)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec := array.NewRecordBatch(sc, cols, int64(n))
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		x.Release()
+		for _, c := range cols {
+			c.Release()
+		}
+		for _, r := range rows {
+			b, _ := json.Marshal(r)
+			want = append(want, canon(t, string(b)))
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	cols := ds.Info().Columns
+	if len(cols) != 5 || cols[1].Type != "utf8" || cols[3].Layout != "bool" || cols[4].Children[0].Type != "float64" {
+		t.Fatalf("columns %+v", cols)
+	}
+	got := readAllRows(t, ds)
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("row %d:\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+}

@@ -152,9 +152,11 @@ def test_hf_image_dataset_equals_pyarrow(daemon, tmp_path, batch_size):
     assert Image.open(io.BytesIO(got[2]["image"]["bytes"])).format == "JPEG"
 
 
-@pytest.mark.parametrize("name", ["run_end_encoded", "list_view", "list<string_view>"])
+@pytest.mark.parametrize("name", ["list<run_end_encoded", "list_view", "list<string_view>"])
 def test_arrow_types_not_read_yet_are_refused_by_name(daemon, tmp_path, name):
-    v = {"run_end_encoded": lambda: pa.compute.run_end_encode(pa.array(["x", "x", "y"])),
+    v = {"list<run_end_encoded": lambda: pa.ListArray.from_arrays(
+             pa.array([0, 2, 2, 2], pa.int32()), pa.compute.run_end_encode(pa.array([1, 1], pa.int64())),
+             mask=pa.array([False, False, True])),
          "list_view": lambda: pa.array([[1, 2], [], None], pa.list_view(pa.int32())),
          "list<string_view>": lambda: pa.array([["a"], [], None], pa.list_(pa.string_view()))}[name]()
     t = pa.table({"id": pa.array([0, 1, 2], pa.int64()), "v": v})
@@ -197,6 +199,32 @@ def test_polars_stream_of_string_views(daemon, tmp_path):
     assert pa.ipc.open_stream(p).schema.field("s").type == pa.string_view()  # as Polars writes strings
     _, got = one_epoch(p)
     assert_rows_equal(got, pa.ipc.open_stream(p).read_all().to_pylist())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_arrow_run_end_encoded_equals_pyarrow(daemon, tmp_path, stream):
+    """pyarrow's run-end encoding (pyarrow.compute.run_end_encode, run ends
+    of 16, 32 and 64 bits) of strings, numbers, booleans and timestamps,
+    with null runs and under a struct: every row is its run's value, as
+    pyarrow's to_pylist gives it."""
+    n = 400
+    ree = pa.compute.run_end_encode
+    words = pa.array([None if i % 23 == 7 else "w%d" % (i // 9) for i in range(n)])
+    t = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "s": ree(words, run_end_type=pa.int32()),
+        "n": ree(pa.array([None if i % 31 < 3 else i // 5 for i in range(n)], pa.int64()), run_end_type=pa.int16()),
+        "f": ree(pa.array([(i // 7) % 2 == 0 for i in range(n)]), run_end_type=pa.int64()),
+        "ts": ree(pa.array([datetime.datetime(2020, 1, 1 + i // 50) for i in range(n)], pa.timestamp("ms"))),
+        "rec": pa.StructArray.from_arrays([ree(pa.array([float(i // 3) for i in range(n)]))], ["x"]),
+    })
+    p = tmp_path / "ree.arrow"
+    with (pa.ipc.new_stream if stream else pa.ipc.new_file)(p, t.schema) as w:
+        for b in t.to_batches(max_chunksize=90):
+            w.write_batch(b)
+    schema, got = one_epoch(p, seed=1)
+    assert schema.field("s").type == pa.string() and schema.field("ts").type == pa.timestamp("ms")
+    assert_rows_equal(got, t.to_pylist())
 
 
 # 2. An IPC file's schema is its footer's.
