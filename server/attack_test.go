@@ -1,15 +1,18 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -452,5 +455,148 @@ func writeLines(t *testing.T, p string, lines []string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// dialFrom dials the daemon's TCP port from a local address of its own:
+// all of 127/8 is loopback, so a test has many source addresses.
+func dialFrom(t *testing.T, local, addr string) (*client, error) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &client{c: c, r: bufio.NewReader(c), fd: -1}, nil
+}
+
+// helloTCP says hello with token on a fresh TCP connection from local and
+// returns the reply, or the error that ended the connection.
+func helloTCP(t *testing.T, local, addr, token string) (*client, *wire.Msg, error) {
+	t.Helper()
+	cl, err := dialFrom(t, local, addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+	m := &wire.Msg{Op: wire.OpHello, Version: wire.Version, Token: token, Tag: 1}
+	if err := wire.Write(cl.c, m); err != nil {
+		cl.c.Close()
+		return nil, nil, err
+	}
+	r, err := wire.Read(cl.r)
+	if err != nil {
+		cl.c.Close()
+		return nil, nil, err
+	}
+	cl.c.SetDeadline(time.Time{})
+	cl.tag = 1
+	return cl, r, nil
+}
+
+// TCP connections that never say hello lock no one out: 300 of them
+// (more than MaxConns' default) from one address hold maxPreAuthAddr
+// places and the rest are closed at once; the owner's Unix socket has a
+// room of its own and serves a job; a client with the token from another
+// address gets in at once, and from the flooding address once the flood's
+// connections go.
+func TestUnauthenticatedFloodLocksOutNoOne(t *testing.T) {
+	s := &Server{TCP: "127.0.0.1:0", Token: "secret", helloWait: time.Minute}
+	_, data := daemon(t, s)
+	const n = 300
+	var flood []net.Conn
+	closed := make(chan struct{}, n)
+	var readers sync.WaitGroup
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+		readers.Wait()
+	}()
+	for range n {
+		c, err := net.Dial("tcp", s.TCPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, c)
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			var b [1]byte
+			if _, err := c.Read(b[:]); err != nil && !strings.Contains(err.Error(), "use of closed") {
+				closed <- struct{}{}
+			}
+		}()
+	}
+	// Wait until the daemon has closed every connection beyond the cap.
+	timeout := time.After(30 * time.Second)
+	for range n - maxPreAuthAddr {
+		select {
+		case <-closed:
+		case <-timeout:
+			t.Fatal("the daemon did not close the connections beyond the unauthenticated cap")
+		}
+	}
+	// The owner, on the socket: opens a job and loads a whole epoch.
+	owner := dial(t, s.Addr())
+	defer owner.c.Close()
+	if ids := wholeEpoch(t, owner, &wire.JobSpec{Paths: []string{data}, RecordSize: 128, Shuffle: true, BatchSize: 64}); len(ids) != 500 {
+		t.Fatalf("the owner loaded %d records during the flood, want 500", len(ids))
+	}
+	// A client with the token from another address.
+	other, m, err := helloTCP(t, "127.0.0.2", s.TCPAddr(), "secret")
+	if err != nil || m.Op != wire.OpHello {
+		t.Fatalf("a client with the token from another address: %+v %v", m, err)
+	}
+	defer other.c.Close()
+	if st := other.req(t, &wire.Msg{Op: wire.OpStats}); st.Op != wire.OpStats {
+		t.Fatalf("stats: %+v", st)
+	}
+	select {
+	case <-closed:
+		t.Fatal("a connection within the cap was closed before its hello deadline")
+	default:
+	}
+	// From the flooding address, a client gets in once the flood goes.
+	if _, m, err := helloTCP(t, "127.0.0.1", s.TCPAddr(), "secret"); err == nil {
+		t.Fatalf("a connection beyond the flooding address's cap was served: %+v", m)
+	}
+	during := owner.req(t, &wire.Msg{Op: wire.OpStats}).Clients
+	for _, c := range flood {
+		c.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st := owner.req(t, &wire.Msg{Op: wire.OpStats})
+		if st.Clients == during-maxPreAuthAddr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the flood's connections were not let go: %d clients, %d during the flood", st.Clients, during)
+		}
+	}
+	cl, m, err := helloTCP(t, "127.0.0.1", s.TCPAddr(), "secret")
+	if err != nil || m.Op != wire.OpHello {
+		t.Fatalf("after the flood, a client with the token from its address: %+v %v", m, err)
+	}
+	cl.c.Close()
+}
+
+// Authenticated TCP connections have a room of their own, MaxConns: one
+// beyond it is refused at its hello, and the socket's room is not theirs.
+func TestAuthenticatedTCPCap(t *testing.T) {
+	s := &Server{TCP: "127.0.0.1:0", Token: "secret", MaxConns: 1}
+	owner, _ := daemon(t, s) // the socket's one place
+	first, m, err := helloTCP(t, "127.0.0.1", s.TCPAddr(), "secret")
+	if err != nil || m.Op != wire.OpHello {
+		t.Fatalf("first TCP client: %+v %v", m, err)
+	}
+	defer first.c.Close()
+	second, m, err := helloTCP(t, "127.0.0.1", s.TCPAddr(), "secret")
+	if err != nil || m.Op != wire.OpError || !mentions(m, "authenticated TCP connections") {
+		t.Fatalf("a TCP client beyond MaxConns: %+v %v", m, err)
+	}
+	second.c.Close()
+	if m := owner.req(t, &wire.Msg{Op: wire.OpStats}); m.Op != wire.OpStats {
+		t.Fatalf("the owner: %+v", m)
 	}
 }

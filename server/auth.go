@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -108,4 +109,66 @@ func privateDir(dir string) error {
 // tokenPath is where a generated token is written for a socket.
 func tokenPath(socket string) string {
 	return filepath.Join(filepath.Dir(socket), filepath.Base(socket)+".token")
+}
+
+// Admission. A connection costs the daemon a descriptor and a goroutine
+// before it has proved anything, so those that have not said hello are
+// bounded on their own, apart from the connections that have: anyone who
+// can reach the TCP port can open them, and they must not use up the
+// room of the owner's Unix socket or of clients holding the token. Each
+// source address may hold a few (a client's ranks dial at once) and all
+// of them together a few dozen; each has helloTimeout to authenticate.
+// A flood from one address is then capped at perAddr connections, and
+// clients from every other address get in; a flood from many addresses
+// fills the pool and can delay TCP clients by at most helloTimeout per
+// attempt, never the Unix socket. Once a connection authenticates it
+// moves to the authenticated pool (MaxConns).
+const (
+	maxPreAuth     = 64
+	maxPreAuthAddr = 8
+)
+
+// preAuth counts the TCP connections that have not authenticated, in all
+// and per source address.
+type preAuth struct {
+	mu      sync.Mutex
+	n       int
+	byAddr  map[string]int
+	max     int
+	perAddr int
+}
+
+// take admits one more unauthenticated connection from addr, or says no.
+func (p *preAuth) take(addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n >= p.max || p.byAddr[addr] >= p.perAddr {
+		return false
+	}
+	if p.byAddr == nil {
+		p.byAddr = map[string]int{}
+	}
+	p.n++
+	p.byAddr[addr]++
+	return true
+}
+
+// give returns addr's place: the connection authenticated or ended.
+func (p *preAuth) give(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n--
+	if p.byAddr[addr]--; p.byAddr[addr] <= 0 {
+		delete(p.byAddr, addr)
+	}
+}
+
+// sourceOf is the address a connection is counted under: its IP (a
+// client's ports are many).
+func sourceOf(c net.Conn) string {
+	a := c.RemoteAddr()
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	return a.String()
 }

@@ -28,6 +28,11 @@ type conn struct {
 	c      net.Conn
 	unix   *net.UnixConn // nil over TCP: batches travel inline
 	authed bool
+	// from is the source address whose unauthenticated place a TCP
+	// connection holds until it authenticates ("" once it gives it back);
+	// slot says it holds an authenticated TCP place instead.
+	from string
+	slot bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -65,12 +70,21 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 		cn.unix = uc
 		cn.authed = true // the socket's mode (0600, in a private directory) admits only its owner
 	} else {
+		cn.from = sourceOf(c) // the place Serve took for it
 		wait := s.helloWait
 		if wait == 0 {
 			wait = helloTimeout
 		}
 		c.SetReadDeadline(time.Now().Add(wait))
 	}
+	defer func() {
+		if cn.from != "" {
+			s.gate.give(cn.from)
+		}
+		if cn.slot {
+			<-s.tcpSlots
+		}
+	}()
 	stop := context.AfterFunc(cn.ctx, func() { c.Close() })
 	defer stop()
 	defer cn.closeAll()
@@ -160,6 +174,18 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 			cn.s.fails.wait()
 			cn.fail(m.Tag, errors.New("wrong token"))
 			return false
+		}
+		if !cn.authed {
+			// From the unauthenticated room to the authenticated one.
+			select {
+			case cn.s.tcpSlots <- struct{}{}:
+				cn.slot = true
+			default:
+				cn.fail(m.Tag, fmt.Errorf("the daemon serves %d authenticated TCP connections already", cap(cn.s.tcpSlots)))
+				return false
+			}
+			cn.s.gate.give(cn.from)
+			cn.from = ""
 		}
 		cn.authed = true
 		cn.c.SetReadDeadline(time.Time{})

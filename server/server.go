@@ -43,7 +43,12 @@ type Server struct {
 	Roots []string
 	// IdleExit stops the daemon after this long without clients; 0 never.
 	IdleExit time.Duration
-	// MaxConns bounds the connections served at once; default 256.
+	// MaxConns bounds the connections served at once on the Unix socket,
+	// and apart from them the TCP connections that have authenticated;
+	// default 256 each. TCP connections that have not yet said hello are
+	// bounded on their own, in all and per source address (auth.go), so
+	// that no one who can reach the port crowds out the socket's owner or
+	// a client holding the token.
 	MaxConns int
 	// CacheBytes is the record cache's budget; default a quarter of the
 	// memory available to the daemon (its cgroup's limit, if lower than
@@ -80,6 +85,9 @@ type Server struct {
 	ready                             chan struct{}
 	helloWait                         time.Duration // helloTimeout, shorter in tests
 	metricsAddr                       string
+
+	gate     preAuth       // TCP connections not yet authenticated
+	tcpSlots chan struct{} // TCP connections authenticated
 
 	store   *storage.Router
 	env     *job.Env
@@ -261,8 +269,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	if maxConns <= 0 {
 		maxConns = 256
 	}
-	slots := make(chan struct{}, maxConns)
+	// The Unix socket and TCP have separate rooms: no TCP connection,
+	// authenticated or not, takes the owner's place on the socket.
+	unixSlots := make(chan struct{}, maxConns)
+	s.tcpSlots = make(chan struct{}, maxConns)
+	s.gate = preAuth{max: maxPreAuth, perAddr: maxPreAuthAddr}
 	for _, l := range listeners {
+		_, isUnix := l.(*net.UnixListener)
 		g.Go(func() error {
 			<-gctx.Done()
 			return l.Close()
@@ -276,17 +289,26 @@ func (s *Server) Serve(ctx context.Context) error {
 					}
 					return err
 				}
-				select {
-				case slots <- struct{}{}:
-				default:
-					slog.Warn("too many connections; refusing one", "max", cap(slots))
+				if isUnix {
+					select {
+					case unixSlots <- struct{}{}:
+					default:
+						slog.Warn("too many connections on the socket; refusing one", "max", cap(unixSlots))
+						c.Close()
+						continue
+					}
+				} else if !s.gate.take(sourceOf(c)) {
+					// Debug, not Warn: a flood would fill the log.
+					slog.Debug("too many unauthenticated TCP connections; refusing one", "from", sourceOf(c))
 					c.Close()
 					continue
 				}
 				conns.Add(1)
 				go func() {
 					defer conns.Done()
-					defer func() { <-slots }()
+					if isUnix {
+						defer func() { <-unixSlots }()
+					}
 					s.serveConn(gctx, c)
 				}()
 			}
