@@ -581,6 +581,37 @@ func TestUnauthenticatedFloodLocksOutNoOne(t *testing.T) {
 	cl.c.Close()
 }
 
+// A connection that has asked for a block is a peer: idle past its
+// deadline, it is closed. A client's connection, idle as long, is not
+// (its jobs may wait between batches as long as a training step takes).
+func TestPeerIdleDeadline(t *testing.T) {
+	s := &Server{TCP: "127.0.0.1:0", Token: "secret", peerIdle: 100 * time.Millisecond}
+	daemon(t, s)
+	cl, m, err := helloTCP(t, "127.0.0.1", s.TCPAddr(), "secret")
+	if err != nil || m.Op != wire.OpHello {
+		t.Fatalf("client hello: %+v %v", m, err)
+	}
+	defer cl.c.Close()
+	pe, m, err := helloTCP(t, "127.0.0.1", s.TCPAddr(), "secret")
+	if err != nil || m.Op != wire.OpHello {
+		t.Fatalf("peer hello: %+v %v", m, err)
+	}
+	defer pe.c.Close()
+	if m := pe.req(t, &wire.Msg{Op: wire.OpBlock, Object: "s3://b/o", Block: 0, Length: 16}); m.Op != wire.OpError {
+		t.Fatalf("a block of a daemon with no peers: %+v", m)
+	}
+	pe.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	_, err = wire.Read(pe.r)
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("an idle peer's connection was kept (%v)", err)
+	}
+	// The client has been idle longer than the peer was.
+	if m := cl.req(t, &wire.Msg{Op: wire.OpStats}); m.Op != wire.OpStats {
+		t.Fatalf("an idle client after the peer's deadline: %+v", m)
+	}
+}
+
 // Authenticated TCP connections have a room of their own, MaxConns: one
 // beyond it is refused at its hello, and the socket's room is not theirs.
 func TestAuthenticatedTCPCap(t *testing.T) {

@@ -33,6 +33,9 @@ type conn struct {
 	// slot says it holds an authenticated TCP place instead.
 	from string
 	slot bool
+	// peer says the connection has asked for a block: it is another
+	// node's daemon, and has an idle deadline between requests.
+	peer bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -110,13 +113,33 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 			cn.logEnd(err)
 			return
 		}
-		if cn.authed {
-			c.SetReadDeadline(time.Time{})
-		}
 		if !cn.dispatch(m) {
 			return
 		}
+		if cn.authed {
+			c.SetReadDeadline(cn.idleDeadline())
+		}
 	}
+}
+
+// idleDeadline is how long an authenticated connection may wait before
+// its next frame. A peer (another node's daemon asking for blocks) gets
+// peer.IdleTimeout: its pool closes connections idle for half of that, so
+// one idle longer was left behind by a node that went away. A client gets
+// none: its jobs may rightly wait between batches for as long as a
+// training step or an evaluation takes, it holds the token, and its
+// place is bounded by MaxConns; a client whose machine vanished is found
+// by TCP keep-alive (on for accepted connections, Go's default), which
+// closes the connection under the reader.
+func (cn *conn) idleDeadline() time.Time {
+	if !cn.peer {
+		return time.Time{}
+	}
+	d := cn.s.peerIdle
+	if d == 0 {
+		d = peer.IdleTimeout
+	}
+	return time.Now().Add(d)
 }
 
 func (cn *conn) logEnd(err error) {
@@ -278,6 +301,9 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		return cn.reply(&wire.Msg{Op: wire.OpState, Tag: m.Tag, Job: m.Job,
 			State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}) == nil
 	case wire.OpBlock:
+		if cn.unix == nil {
+			cn.peer = true
+		}
 		c := cn.s.cluster.Load()
 		if c == nil {
 			return cn.fail(m.Tag, errors.New("this daemon has no peers (serve --peers)")) == nil

@@ -84,6 +84,7 @@ type Server struct {
 	socket, tcpAddr, token, tokenFile string
 	ready                             chan struct{}
 	helloWait                         time.Duration // helloTimeout, shorter in tests
+	peerIdle                          time.Duration // peer.IdleTimeout, shorter in tests
 	metricsAddr                       string
 
 	gate     preAuth       // TCP connections not yet authenticated
