@@ -2,10 +2,16 @@ package server
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +21,16 @@ import (
 // collector reads the daemon's counts when Prometheus scrapes: nothing is
 // counted twice and the hot path does no metrics work. Names follow
 // Prometheus's conventions: a unit suffix, _total for counters.
-type collector struct{ s *Server }
+//
+// Anyone on the machine can reach a loopback port, and a dataset's path
+// can name a file in a directory they may not list; so the source label
+// is a short keyed hash of the paths (the same source, the same label,
+// across restarts), and only a scrape that presents the daemon's token
+// (Authorization: Bearer TOKEN) sees the paths themselves.
+type collector struct {
+	s    *Server
+	full bool // paths as they are, for a scrape with the token
+}
 
 var (
 	descReadBytes   = prometheus.NewDesc("riffle_read_bytes_total", "Bytes read from storage for jobs.", nil, nil)
@@ -28,8 +43,8 @@ var (
 	descCacheHits   = prometheus.NewDesc("riffle_cache_hits_total", "Lookups that found a record in the cache.", nil, nil)
 	descCacheMisses = prometheus.NewDesc("riffle_cache_misses_total", "Lookups that did not.", nil, nil)
 	descCacheEvict  = prometheus.NewDesc("riffle_cache_evictions_total", "Records evicted for room.", nil, nil)
-	descGroupJobs   = prometheus.NewDesc("riffle_group_jobs", "Jobs sampling dependently in each group.", []string{"source"}, nil)
-	descShared      = prometheus.NewDesc("riffle_group_shared_records_total", "Records one read served to several jobs.", []string{"source"}, nil)
+	descGroupJobs   = prometheus.NewDesc("riffle_group_jobs", "Jobs sampling dependently in each group (source: a hash of its paths, the paths with the token).", []string{"source"}, nil)
+	descShared      = prometheus.NewDesc("riffle_group_shared_records_total", "Records one read served to several jobs (source: a hash of its paths, the paths with the token).", []string{"source"}, nil)
 	descJobSamples  = prometheus.NewDesc("riffle_job_samples_per_second", "Each job's records per second since it opened.", []string{"job"}, nil)
 )
 
@@ -56,35 +71,100 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	m(descCacheMisses, prometheus.CounterValue, float64(st.Cache.Misses))
 	m(descCacheEvict, prometheus.CounterValue, float64(st.Cache.Evictions))
 	for _, g := range st.Groups {
-		m(descGroupJobs, prometheus.GaugeValue, float64(len(g.Jobs)), g.Source)
-		m(descShared, prometheus.CounterValue, float64(g.Shared), g.Source)
+		src := g.Source
+		if !c.full {
+			src = c.s.hashPath(src)
+		}
+		m(descGroupJobs, prometheus.GaugeValue, float64(len(g.Jobs)), src)
+		m(descShared, prometheus.CounterValue, float64(g.Shared), src)
 		for _, j := range g.Jobs {
 			m(descJobSamples, prometheus.GaugeValue, j.SamplesSec, j.ID)
 		}
 	}
 }
 
-// serveMetrics serves /metrics on addr (loopback unless an address is
-// named) until ctx ends.
-func (s *Server) serveMetrics(ctx context.Context, addr string) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{s})
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	host, port, err := net.SplitHostPort(addr)
+// hashPath is a source's label without a token: 12 hex digits of an HMAC
+// of it. Keyed, so that a user who guesses a path cannot confirm it by
+// hashing it; the key is kept in the socket's private directory, so the
+// label stays the same across restarts.
+func (s *Server) hashPath(p string) string {
+	h := hmac.New(sha256.New, s.metricsKey)
+	h.Write([]byte(p))
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// loadMetricsKey reads the key of the paths' hashes, making it the first
+// time, next to the socket (in its private directory), mode 0600.
+func (s *Server) loadMetricsKey() error {
+	path := s.socket + ".metrics-key"
+	b, err := os.ReadFile(path)
+	if k := strings.TrimSpace(string(b)); err == nil && len(k) >= 32 {
+		s.metricsKey = []byte(k)
+		return nil
+	}
+	k, err := newToken()
 	if err != nil {
 		return err
+	}
+	if err := writeToken(path, k); err != nil {
+		return err
+	}
+	s.metricsKey = []byte(k)
+	return nil
+}
+
+// listenMetrics listens on the metrics address (loopback unless an
+// address is named).
+func (s *Server) listenMetrics() (net.Listener, error) {
+	if err := s.loadMetricsKey(); err != nil {
+		return nil, fmt.Errorf("metrics: the key of its hashes: %w", err)
+	}
+	host, port, err := net.SplitHostPort(s.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %q: %w", s.Metrics, err)
 	}
 	if host == "" {
 		host = "127.0.0.1"
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.metricsAddr = l.Addr().String()
+	return l, nil
+}
+
+// serveMetrics serves /metrics on l until ctx ends: paths hashed, or as
+// they are to a request with the token. A wrong token is refused (401)
+// and slowed as a failed hello is. Without a token (no TCP, no --token)
+// the paths are never served over HTTP; riffle status, over the socket,
+// shows them.
+func (s *Server) serveMetrics(ctx context.Context, l net.Listener) error {
+	handler := func(full bool) http.Handler {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collector{s: s, full: full})
+		return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	}
+	hashed, full := handler(false), handler(true)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		if auth == "" {
+			hashed.ServeHTTP(w, r)
+			return
+		}
+		got, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok || s.token == "" || !tokenOK(strings.TrimSpace(got), s.token) {
+			s.fails.wait()
+			http.Error(w, "wrong token", http.StatusUnauthorized)
+			return
+		}
+		full.ServeHTTP(w, r)
+	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	shut := make(chan struct{})
 	go func() {
+		defer close(shut)
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -92,7 +172,8 @@ func (s *Server) serveMetrics(ctx context.Context, addr string) error {
 	}()
 	slog.Info("metrics", "addr", s.metricsAddr)
 	if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-		return err
+		return err // ends the daemon's group, and so ctx and the goroutine
 	}
+	<-shut
 	return nil
 }

@@ -76,7 +76,8 @@ type Server struct {
 	// transforming; default pack.DefaultCatalogue().
 	Outputs string
 	// Metrics, if set, serves Prometheus metrics at http://Metrics/metrics
-	// (a bare ":port" is loopback).
+	// (a bare ":port" is loopback). Dataset paths in its labels are
+	// hashed unless the request presents the token (metrics.go).
 	Metrics string
 	// Version is reported to clients.
 	Version string
@@ -86,6 +87,7 @@ type Server struct {
 	helloWait                         time.Duration // helloTimeout, shorter in tests
 	peerIdle                          time.Duration // peer.IdleTimeout, shorter in tests
 	metricsAddr                       string
+	metricsKey                        []byte // keys the hashes of paths in metrics
 
 	gate     preAuth       // TCP connections not yet authenticated
 	tcpSlots chan struct{} // TCP connections authenticated
@@ -254,6 +256,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	os.Chmod(s.socket, 0o600)
 	defer os.Remove(s.socket)
 	listeners := []net.Listener{ul}
+	s.token = s.Token
 	if s.TCP != "" {
 		tl, err := s.listenTCP()
 		if err != nil {
@@ -264,6 +267,15 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var ml net.Listener
+	if s.Metrics != "" {
+		if ml, err = s.listenMetrics(); err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return err
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	var conns sync.WaitGroup
 	maxConns := s.MaxConns
@@ -318,8 +330,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.IdleExit > 0 {
 		g.Go(func() error { return s.watchIdle(gctx, cancel) })
 	}
-	if s.Metrics != "" {
-		g.Go(func() error { return s.serveMetrics(gctx, s.Metrics) })
+	if ml != nil {
+		g.Go(func() error { return s.serveMetrics(gctx, ml) })
 	}
 	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "cache", budget)
 	close(s.ready)

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -404,5 +406,50 @@ func TestErrorKindsAndCheck(t *testing.T) {
 	}
 	if st := cl.req(t, &wire.Msg{Op: wire.OpStats}); st.Jobs != 0 {
 		t.Fatalf("a check left %d jobs open", st.Jobs)
+	}
+}
+
+// Metrics name a source by a keyed hash of its paths, the same across
+// restarts; a scrape with the token sees the paths, one with a wrong
+// token is refused.
+func TestMetricsHidePaths(t *testing.T) {
+	s := &Server{Metrics: "127.0.0.1:0", Token: "secret"}
+	cl, data := daemon(t, s)
+	if m := cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{data}, RecordSize: 128, BatchSize: 64}}); m.Op != wire.OpOpened {
+		t.Fatalf("open: %+v", m)
+	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // no idle connection outlives the test
+	scrape := func(auth string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+s.MetricsAddr()+"/metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := scrape("")
+	label := regexp.MustCompile(`riffle_group_jobs\{source="([^"]*)"\} 1`).FindStringSubmatch(body)
+	if code != 200 || label == nil || strings.Contains(body, filepath.Dir(data)) {
+		t.Fatalf("metrics without the token (%d):\n%s", code, body)
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(label[1]) {
+		t.Fatalf("a source's label %q is not a short hash", label[1])
+	}
+	// The same key, and so the same label, for a daemon on this socket later.
+	again := &Server{socket: s.Addr()}
+	if err := again.loadMetricsKey(); err != nil || again.hashPath(data) != s.hashPath(data) {
+		t.Fatalf("the hash of a path changed across a restart (%v)", err)
+	}
+	if code, body = scrape("Bearer secret"); code != 200 || !strings.Contains(body, `source="`+data) {
+		t.Fatalf("metrics with the token (%d):\n%s", code, body)
+	}
+	if code, body = scrape("Bearer guess"); code != http.StatusUnauthorized || strings.Contains(body, data) {
+		t.Fatalf("metrics with a wrong token (%d):\n%s", code, body)
 	}
 }
