@@ -631,3 +631,28 @@ func TestAuthenticatedTCPCap(t *testing.T) {
 		t.Fatalf("the owner: %+v", m)
 	}
 }
+
+// The unauthenticated room: an address is capped at its share, others
+// still get in until the room is full, and a place given back is taken
+// again.
+func TestPreAuthRoom(t *testing.T) {
+	p := preAuth{max: 5, perAddr: 2}
+	for i, c := range []struct {
+		addr string
+		want bool
+	}{{"a", true}, {"a", true}, {"a", false}, {"b", true}, {"b", true}, {"c", true}, {"d", false}} {
+		if got := p.take(c.addr); got != c.want {
+			t.Fatalf("take %d (%s): %v, want %v", i, c.addr, got, c.want)
+		}
+	}
+	p.give("a")
+	if !p.take("d") || p.take("a") {
+		t.Fatal("a place given back went to the wrong address")
+	}
+	for _, a := range []string{"a", "b", "b", "c", "d"} {
+		p.give(a)
+	}
+	if p.n != 0 || len(p.byAddr) != 0 {
+		t.Fatalf("after every place was given back: %d held, %v", p.n, p.byAddr)
+	}
+}

@@ -116,16 +116,18 @@ func tokenPath(socket string) string {
 // bounded on their own, apart from the connections that have: anyone who
 // can reach the TCP port can open them, and they must not use up the
 // room of the owner's Unix socket or of clients holding the token. Each
-// source address may hold a few (a client's ranks dial at once) and all
-// of them together a few dozen; each has helloTimeout to authenticate.
+// source address may hold 32 (a node's peer pool, 16 connections, and a
+// client's ranks and workers may dial at once, and each place is held
+// only for the round trip of a hello) and all of them together 128; each
+// has helloTimeout to authenticate.
 // A flood from one address is then capped at perAddr connections, and
 // clients from every other address get in; a flood from many addresses
 // fills the pool and can delay TCP clients by at most helloTimeout per
 // attempt, never the Unix socket. Once a connection authenticates it
 // moves to the authenticated pool (MaxConns).
 const (
-	maxPreAuth     = 64
-	maxPreAuthAddr = 8
+	maxPreAuth     = 128
+	maxPreAuthAddr = 32
 )
 
 // preAuth counts the TCP connections that have not authenticated, in all
