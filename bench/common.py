@@ -188,3 +188,105 @@ class GroupWatch:
 def timed(label: str):
     t = time.time()
     return lambda: print(f"  {label}: {time.time() - t:.1f}s", flush=True)
+
+
+# Self-checking records of variable size: each carries its own id and a
+# CRC32 of its payload, so a client can tell a wrong record (another's
+# bytes, or bytes cut at the wrong length) without reading the source,
+# which would put the client's reads on the device being measured.
+
+# A JSONL line: {"id":"<10 digits>","crc":"<8 hex>","pad":"<letters>"}.
+JSONL_HEAD, JSONL_TAIL = 43, 2
+
+
+def make_jsonl(path: Path, size: int, lo: int = 100, hi: int = 8192, seed: int = 0) -> int:
+    """Lines of uniform random length in [lo, hi] bytes (without the
+    newline), about size bytes in all; line i carries id i and the CRC32 of
+    its pad. Returns the number of lines."""
+    if path.exists() and path.stat().st_size >= size * 0.95:
+        return sum(1 for _ in open(path, "rb"))
+    import zlib
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    letters = rng.integers(ord("a"), ord("z") + 1, 16 << 20, dtype=np.uint8).tobytes()
+    n = written = 0
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        while written < size:
+            lens = rng.integers(lo, hi + 1, 4096)
+            starts = rng.integers(0, len(letters) - hi, 4096)
+            out = []
+            for ln, st in zip(lens, starts):
+                pad = letters[st : st + ln - JSONL_HEAD - JSONL_TAIL]
+                out.append(b'{"id":"%010d","crc":"%08x","pad":"%s"}\n' % (n, zlib.crc32(pad), pad))
+                n += 1
+            chunk = b"".join(out)
+            f.write(chunk)
+            written += len(chunk)
+    os.replace(tmp, path)
+    return n
+
+
+def check_jsonl(rec, want_id: int) -> bool:
+    """Whether rec (a record's bytes, without its newline) is line want_id of a make_jsonl file."""
+    import zlib
+    r = bytes(rec)
+    return (len(r) >= JSONL_HEAD + JSONL_TAIL and r[:7] == b'{"id":"' and r[-2:] == b'"}'
+            and r[7:17].isdigit() and int(r[7:17]) == want_id
+            and zlib.crc32(r[JSONL_HEAD:-JSONL_TAIL]) == int(r[26:34], 16))
+
+
+# A file of a make_tree directory: a 16-byte head (its number, its length
+# and the CRC32 of the rest, little-endian uint64, uint32, uint32), then
+# random bytes.
+TREE_HEAD = 16
+
+
+def make_tree(root: Path, n: int, lo: int = 1 << 10, hi: int = 64 << 10, classes: int = 100, seed: int = 0) -> int:
+    """n files of uniform random size in [lo, hi] bytes in an ImageFolder
+    tree (root/cNN/NNNNNNN.bin, file i in class i % classes). Returns their
+    total size."""
+    done = root.with_name(root.name + ".done")  # beside the tree: a file in it would be a record
+    if done.exists() and int(done.read_text().split()[0]) == n:
+        return int(done.read_text().split()[1])
+    import struct
+    import zlib
+    rng = np.random.default_rng(seed)
+    noise = rng.integers(0, 256, 16 << 20, dtype=np.uint8).tobytes()
+    for k in range(classes):
+        (root / f"c{k:03d}").mkdir(parents=True, exist_ok=True)
+    total = 0
+    for i in range(n):
+        size = int(rng.integers(lo, hi + 1))
+        st = int(rng.integers(0, len(noise) - hi))
+        body = noise[st : st + size - TREE_HEAD]
+        (root / f"c{i % classes:03d}" / f"{i:07d}.bin").write_bytes(struct.pack("<QII", i, size, zlib.crc32(body)) + body)
+        total += size
+    done.write_text(f"{n} {total}\n")
+    return total
+
+
+def tree_number(path: str) -> int:
+    """The number of a make_tree file, from its name."""
+    return int(Path(path).stem)
+
+
+def check_tree(rec, want: int) -> bool:
+    """Whether rec (a record's bytes) is the whole of make_tree file number want."""
+    import struct
+    import zlib
+    r = bytes(rec)
+    if len(r) < TREE_HEAD:
+        return False
+    i, size, crc = struct.unpack_from("<QII", r)
+    return i == want and size == len(r) and zlib.crc32(r[TREE_HEAD:]) == crc
+
+
+def process_read_bytes(pid: int) -> int:
+    """Bytes a process (all its threads) has caused to be read from storage
+    (/proc/PID/io read_bytes): the device reads it made, without those of
+    anything else running on the machine."""
+    for line in open(f"/proc/{pid}/io"):
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return 0

@@ -13,8 +13,15 @@ against PyTorch DataLoaders, with real clients, cold.
            JPEGs: CPU seconds for four sharing jobs against one job
   joader   2, 4 and 6 jobs decoding the JPEGs at once: total time, shared
            against independent (Joader's Table 1, in spirit)
+  speeds-jsonl, speeds-dir
+           speeds over records of variable size (issue 22): a JSONL file of
+           lines of 100 B to 8 KiB, and an ImageFolder tree of files of
+           1 to 64 KiB, each larger than the daemon's cgroup; every client
+           checks every record it gets (its id and a CRC32 it carries) and
+           that it got each record once, and reports the wrong ones
 
     sudo /usr/bin/python3 bench/share.py --parts speeds,overlap,decode,joader
+    sudo /usr/bin/python3 bench/share.py --parts speeds-jsonl,speeds-dir
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from common import REPO, Daemon, GroupWatch, cpu_seconds, device_of, drop_caches, make_file, make_jpegs, parse_size, read_bytes
+from common import (REPO, Daemon, GroupWatch, cpu_seconds, device_of, drop_caches, make_file, make_jpegs, make_jsonl,
+                    make_tree, parse_size, process_read_bytes, read_bytes)
 
 RIFFLE = """
 import sys, time, json
@@ -45,6 +53,42 @@ for b in ld:
         if ahead > 0:
             time.sleep(ahead)
 print(json.dumps({{"n": n, "s": time.time() - start}}), flush=True)
+"""
+
+# A riffle client that checks every record against what it must be: its
+# bytes carry its id and a CRC32 (common.make_jsonl, make_tree), and the id a
+# batch names must be the one the bytes carry (for a tree, through the file
+# ld.locate names). Counts wrong records, and records given twice or never.
+CHECKED = """
+import sys, time, json
+sys.path.insert(0, {bench!r})
+from common import check_jsonl, check_tree, tree_number
+import riffle
+ld = riffle.Loader({path!r}, batch_size=256, seed={seed}, share={share}, autostart=False, timeout=600)
+N = ld.info()["records"]
+if {kind!r} == "dir":
+    want = []
+    for lo in range(0, N, 50000):
+        want += [tree_number(p) for p, _ in ld.locate(range(lo, min(N, lo + 50000)))]
+    check = lambda rec, i: check_tree(rec, want[i])
+else:
+    check = check_jsonl
+seen = bytearray(N)
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.time(); n = bad = twice = 0
+for b in ld:
+    for k, i in enumerate(b.ids.tolist()):
+        twice += seen[i]
+        seen[i] = 1
+        if not check(b.record(k), i):
+            bad += 1
+    n += b.n
+    if {rate}:
+        ahead = start + n / {rate} - time.time()
+        if ahead > 0:
+            time.sleep(ahead)
+print(json.dumps({{"n": n, "s": time.time() - start, "bad": bad, "twice": twice, "never": seen.count(0)}}), flush=True)
 """
 
 TORCH = """
@@ -82,12 +126,18 @@ def client(code: str, env: dict) -> subprocess.Popen:
     return p
 
 
-def run_jobs(d: Daemon, codes: list[str], starts: list[float], dev: str) -> dict:
-    """Start clients at their offsets (all ready first), wait, and report."""
+def run_jobs(d: Daemon, codes: list[str], starts: list[float], dev: str, count_open: bool = False) -> dict:
+    """Start clients at their offsets (all ready first), wait, and report.
+    count_open drops the cache and starts counting before the clients open
+    their jobs, so what the daemon reads ahead while they wait is counted."""
+    if count_open:
+        drop_caches()
+        dev0, cpu0, own0 = read_bytes(dev), d.cpu(), process_read_bytes(d.proc.pid)
     procs = [client(c, d.env) for c in codes]
     watch = GroupWatch(d)
-    drop_caches()
-    dev0, cpu0 = read_bytes(dev), d.cpu()
+    if not count_open:
+        drop_caches()
+        dev0, cpu0, own0 = read_bytes(dev), d.cpu(), process_read_bytes(d.proc.pid)
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     for p, at in sorted(zip(procs, starts), key=lambda x: x[1]):
@@ -101,7 +151,7 @@ def run_jobs(d: Daemon, codes: list[str], starts: list[float], dev: str) -> dict
             raise SystemExit(f"a client failed: {out}")
         res.append(json.loads(out.strip().splitlines()[-1]))
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall": time.time() - t0, "device": read_bytes(dev) - dev0, "jobs": res, "groups": watch.totals(),
+    return {"wall": time.time() - t0, "device": read_bytes(dev) - dev0, "daemon_read": process_read_bytes(d.proc.pid) - own0, "jobs": res, "groups": watch.totals(),
             "daemon_cpu": d.cpu() - cpu0, "client_cpu": ru.ru_utime + ru.ru_stime - ru0.ru_utime - ru0.ru_stime}
 
 
@@ -144,6 +194,64 @@ def part_speeds(args) -> None:
         print(f"  {mode:<12} wall {r['wall']:6.1f}s  device {r['device'] / 2**30:6.2f} GiB = {r['device'] / (n * rs):4.2f}x one epoch  "
               f"samples/s {' '.join(f'{e:7.0f}' for e in each)}  of target {' '.join(f'{e / w:4.2f}' for e, w in zip(each, want))}",
               flush=True)
+
+
+def part_speeds_var(args, kind: str) -> None:
+    """speeds over variable-size records: shared, independent, and the 4x job alone, in one run."""
+    if kind == "jsonl":
+        path = Path(args.dir) / f"lines{args.jsonl_size}.jsonl"
+        n = make_jsonl(path, parse_size(args.jsonl_size))
+        epoch = path.stat().st_size
+        what, base = f"{path} ({n} lines of 100 B to 8 KiB, mean {epoch / n:.0f} B)", args.jsonl_rate
+    else:
+        path = Path(args.dir) / f"tree{args.files}"
+        epoch = make_tree(path, args.files)
+        n = args.files
+        what, base = f"{path} ({n} files of 1 to 64 KiB, mean {epoch / n:.0f} B)", args.files_rate
+    dev = device_of(path)
+    rates = [base * k for k in (1, 1, 2, 4)]
+    starts = [0, 5, 10, 15]
+    mem, cache = parse_size(args.var_memory), parse_size(args.var_cache)
+    print(f"\nspeeds-{kind}: {what}, {epoch / 2**30:.2f} GiB, cold, daemon cgroup {args.var_memory}, cache {args.var_cache}; "
+          f"rates {rates} samples/s, started {starts} s; every record checked", flush=True)
+
+    def code(seed, share, rate):
+        return CHECKED.format(bench=str(REPO / "bench"), path=str(path), seed=seed, share=share, kind=kind, rate=rate)
+
+    # Index the file first (riffle keeps the index in its cache directory),
+    # so that what the runs count is reading records.
+    d = Daemon(mem, cache)
+    try:
+        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO / 'python')!r}); import riffle; "
+                        f"riffle.Loader({str(path)!r}, autostart=False, timeout=600).info()"], check=True, env=d.env)
+    finally:
+        d.stop()
+    alone = None
+    for mode in ("alone 4x", "shared", "independent"):
+        d = Daemon(mem, cache)
+        try:
+            if mode == "alone 4x":
+                r = run_jobs(d, [code(4, False, rates[3])], [0], dev, count_open=True)
+            else:
+                r = run_jobs(d, [code(i, mode == "shared", rate) for i, rate in enumerate(rates)], starts, dev, count_open=True)
+        finally:
+            d.stop()
+        each = [j["n"] / j["s"] for j in r["jobs"]]
+        want = rates if mode != "alone 4x" else rates[3:]
+        # The daemon's own reads (/proc/PID/io): the machine is shared, and
+        # whatever else runs re-reads what the cache drop evicted, so the
+        # whole device's count is shown too but is an upper bound.
+        own = r["daemon_read"]
+        if mode == "alone 4x":
+            alone = (own, each[0])
+        bad = sum(j["bad"] for j in r["jobs"])
+        twice = sum(j["twice"] for j in r["jobs"])
+        never = sum(j["never"] for j in r["jobs"])
+        print(f"  {mode:<12} wall {r['wall']:6.1f}s  daemon read {own / 2**30:5.2f} GiB = {own / epoch:4.2f}x one epoch's bytes "
+              f"= {own / alone[0]:4.2f}x the job alone's reads (whole device {r['device'] / epoch:4.2f}x)  samples/s "
+              f"{' '.join(f'{e:7.0f}' for e in each)}  of target {' '.join(f'{e / w:4.2f}' for e, w in zip(each, want))}  "
+              f"4x job of alone {each[-1] / alone[1]:4.2f}  records {sum(j['n'] for j in r['jobs'])}, "
+              f"wrong {bad}, given twice {twice}, never given {never}", flush=True)
 
 
 def part_overlap(args) -> None:
@@ -212,10 +320,18 @@ def main() -> None:
     ap.add_argument("--memory", default="3GiB", help="the daemon's cgroup memory limit")
     ap.add_argument("--cache", default="2GiB", help="the daemon's record cache")
     ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--jsonl-size", default="1.5GiB", help="speeds-jsonl: the JSONL file's size")
+    ap.add_argument("--jsonl-rate", type=int, default=6000, help="speeds-jsonl: the 1x job's samples/s")
+    ap.add_argument("--files", type=int, default=48000, help="speeds-dir: files in the tree")
+    ap.add_argument("--files-rate", type=int, default=750, help="speeds-dir: the 1x job's samples/s")
+    ap.add_argument("--var-memory", default="1GiB", help="speeds-jsonl, speeds-dir: the daemon's cgroup memory limit")
+    ap.add_argument("--var-cache", default="512MiB", help="speeds-jsonl, speeds-dir: the daemon's record cache")
     args = ap.parse_args()
     subprocess.run(["make", "-C", str(REPO), "build"], check=True, stdout=subprocess.DEVNULL)
     for part in args.parts.split(","):
-        {"speeds": part_speeds, "overlap": part_overlap, "decode": part_decode, "joader": part_joader}[part](args)
+        {"speeds": part_speeds, "overlap": part_overlap, "decode": part_decode, "joader": part_joader,
+         "speeds-jsonl": lambda a: part_speeds_var(a, "jsonl"),
+         "speeds-dir": lambda a: part_speeds_var(a, "dir")}[part](args)
 
 
 if __name__ == "__main__":
