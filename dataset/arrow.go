@@ -246,6 +246,15 @@ func (f *arrowFile) parseSchema(meta []byte, off int64) error {
 	if f.sinfo.BigEndian {
 		return &FormatError{Path: f.r.Name(), Offset: off, Err: fmt.Errorf("a big-endian Arrow file: %w (rewrite it little-endian)", ErrUnsupported)}
 	}
+	// arrow-go reads the body a message claims, allocating it first: a
+	// schema has none, and a corrupt length would run the process out of
+	// memory.
+	if m, err := columnar.ParseMessage(meta); err != nil || m.BodyLen != 0 {
+		if err == nil {
+			err = fmt.Errorf("a schema message with a body of %d bytes", m.BodyLen)
+		}
+		return f.bad(off, "schema: %v", err)
+	}
 	var msg bytes.Buffer
 	var pre [8]byte
 	binary.LittleEndian.PutUint32(pre[:], 0xFFFFFFFF)

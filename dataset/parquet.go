@@ -150,6 +150,9 @@ func (a *readerAt) Seek(off int64, whence int) (int64, error) {
 // the fields of the others.
 func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []arrow.Field, error) {
 	kv := meta.KeyValueMetadata()
+	if err := checkStoredSchema(kv); err != nil {
+		return nil, nil, err
+	}
 	man, err := pqarrow.NewSchemaManifest(meta.Schema, kv, &pqarrow.ArrowReadProperties{})
 	if err != nil {
 		return nil, nil, err
@@ -295,6 +298,42 @@ func openParquet(ctx context.Context, names []string, opts Options) (Dataset, er
 		return nil, fmt.Errorf("%s: %w", describe(names), ErrEmpty)
 	}
 	return d, nil
+}
+
+// checkStoredSchema checks the Arrow schema a writer stored in the footer
+// (the ARROW:schema key) with riffle's own flatbuffer reader, which bounds
+// every vector by the bytes that hold it, before arrow-go's reads it:
+// arrow-go sizes what it allocates by the counts the schema claims, and a
+// corrupt count runs the process out of memory, which no recover catches.
+func checkStoredSchema(kv metadata.KeyValueMetadata) error {
+	v := kv.FindValue("ARROW:schema")
+	if v == nil {
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(*v)
+	if len(b) == 0 || err != nil {
+		b, err = base64.RawStdEncoding.DecodeString(*v)
+	}
+	if err != nil {
+		return fmt.Errorf("stored Arrow schema: %v", err)
+	}
+	n, pre, eos, err := columnar.Prefix(b)
+	if err == nil && (eos || n > len(b)-pre) {
+		err = fmt.Errorf("a message of %d bytes in %d", n, len(b))
+	}
+	if err == nil {
+		_, err = columnar.ParseSchemaMessage(b[pre : pre+n])
+	}
+	if err == nil {
+		var m *columnar.Message
+		if m, err = columnar.ParseMessage(b[pre : pre+n]); err == nil && m.BodyLen > int64(len(b)-pre-n) {
+			err = fmt.Errorf("a body of %d bytes after the schema, in %d", m.BodyLen, len(b)-pre-n)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("stored Arrow schema: %v", err)
+	}
+	return nil
 }
 
 // timestampsAsPyarrow gives a column's timestamps the type pyarrow reads
