@@ -383,6 +383,21 @@ def test_duckdb_parquet_equals_pyarrow(daemon, tmp_path):
     assert_rows_equal(got, want.to_pylist())
 
 
+def test_duckdb_nested_parquet_equals_pyarrow(daemon, tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    p = tmp_path / "duck-nested.parquet"
+    duckdb.connect().execute(f"""COPY (SELECT i::BIGINT AS id,
+                          CASE WHEN i % 9 = 0 THEN NULL ELSE {{'bytes': repeat('b', i % 40)::BLOB,
+                               'path': CASE WHEN i % 4 = 0 THEN NULL ELSE i::VARCHAR || '.png' END}} END AS image,
+                          CASE WHEN i % 7 = 0 THEN NULL ELSE MAP {{'k' || (i % 3)::VARCHAR: i, 'z': NULL}} END AS m,
+                          CASE WHEN i % 5 = 0 THEN NULL
+                               ELSE [{{'x': i, 'y': [i, NULL]}}, NULL, {{'x': NULL, 'y': NULL}}][1:(i % 4)] END AS l
+                   FROM range(900) t(i))
+                   TO '{p}' (FORMAT PARQUET, ROW_GROUP_SIZE 250)""")
+    _, got = one_epoch(p, seed=1)
+    assert_rows_equal(got, pq.read_table(p).to_pylist())
+
+
 @pytest.mark.parametrize("compression", [None, "SNAPPY", "ZSTD"])
 def test_fastparquet_equals_pyarrow(daemon, tmp_path, compression):
     fastparquet = pytest.importorskip("fastparquet")
