@@ -96,6 +96,33 @@ def test_default_order_reads_each_page_once(tmp_path):
     assert ratio <= 1.1, ratio
 
 
+def test_default_order_reads_a_struct_row_group_once(tmp_path):
+    """A column of several leaves (an image as Hugging Face stores it) is
+    read a row group at a time: the block-aware default reads each row
+    group from storage once per epoch, and every row has its bytes."""
+    p = tmp_path / "images.parquet"
+    n = 600
+    img = [{"bytes": bytes([i % 251]) * (20000 + i), "path": f"{i}.png"} for i in range(n)]
+    pq.write_table(pa.table({"image": pa.array(img, pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                             "label": pa.array([i % 10 for i in range(n)], pa.int64())}),
+                   p, row_group_size=100, compression="none")
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    d = Daemon(str(run / "riffle.sock"))
+    try:
+        ld = riffle.Loader(str(p), batch_size=32, seed=2, socket=d.sock, autostart=False)
+        seen = 0
+        for b in ld:
+            for rid, row in zip(b.ids.tolist(), b.data.to_pylist()):
+                assert row == {"image": img[rid], "label": rid % 10}, f"row {rid}"
+                seen += 1
+        assert seen == n
+        ratio = status(d.sock)["read_bytes"] / p.stat().st_size
+    finally:
+        d.stop()
+    assert ratio <= 1.1, ratio
+
+
 def test_corrupt_page_names_file_and_offset(daemon, tmp_path):
     p = tmp_path / "c.parquet"
     pq.write_table(pa.table({"x": pa.array(["word %d" % i for i in range(5000)])}), p, compression="snappy",
