@@ -439,8 +439,15 @@ func TestTFRecordCRCOnRead(t *testing.T) {
 // Cancelling the context stops a loader stuck on slow reads promptly.
 func TestCancel(t *testing.T) {
 	ds := fixedDataset(t, 1000, 100, 0, false)
-	f := &storage.Faulty{Reader: ds.Object(0), Delay: time.Hour}
+	// Each read says it started, then holds until the loader is cancelled.
+	reading := make(chan struct{})
+	var once sync.Once
 	ctx, cancel := context.WithCancel(context.Background())
+	f := &storage.Faulty{Reader: ds.Object(0), Inject: func(int64, int) error {
+		once.Do(func() { close(reading) })
+		<-ctx.Done()
+		return ctx.Err()
+	}}
 	l, err := loader.New(ctx, faulty{ds, f}, sampler.Global{N: 1000}, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +457,7 @@ func TestCancel(t *testing.T) {
 		_, err := l.Next(context.Background())
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	<-reading // a read is under way, held by its delay: cancel it
 	cancel()
 	select {
 	case err := <-done:

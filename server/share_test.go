@@ -23,10 +23,19 @@ import (
 // epochIDs loads one epoch of a job and returns its ids and the bytes of
 // each record as the client sees them (through shared memory).
 func epochRecords(t *testing.T, cl *client, spec *wire.JobSpec) (ids []int, recs [][]byte, info *wire.Info) {
+	return epochRecordsGated(t, cl, spec, nil)
+}
+
+// epochRecordsGated is epochRecords, calling gate (if not nil) once the
+// job is open and before it asks for a batch.
+func epochRecordsGated(t *testing.T, cl *client, spec *wire.JobSpec, gate func()) (ids []int, recs [][]byte, info *wire.Info) {
 	t.Helper()
 	op := cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: spec})
 	if op.Op != wire.OpOpened {
 		t.Fatalf("open: %+v", op)
+	}
+	if gate != nil {
+		gate()
 	}
 	mem, err := unix.Mmap(cl.fd, 0, int(op.ArenaSize), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
@@ -59,6 +68,19 @@ func epochRecords(t *testing.T, cl *client, spec *wire.JobSpec) (ids []int, recs
 	return ids, recs, op.Info
 }
 
+// eventually waits for cond, polling it, for at most ten seconds: a test
+// waits on a condition, never on a sleep that stands in for one.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // Two clients sharing one source: each sees its records once with their
 // bytes, the daemon reads far less than twice the data, and its status
 // shows one group of two.
@@ -71,15 +93,18 @@ func TestSharedJobsOverSockets(t *testing.T) {
 	yes := true
 	var wg sync.WaitGroup
 	results := make([][]int, 2)
-	sawGroup := false
+	// Both jobs read only once both are open in one group: a job that
+	// started alone would read alone until the other came (the flake this
+	// test had, 5 runs in 60).
+	start := make(chan struct{})
 	for k := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cl := dial(t, s.Addr())
 			defer cl.c.Close()
-			ids, recs, info := epochRecords(t, cl, &wire.JobSpec{Paths: []string{p}, RecordSize: 256, Shuffle: true, BatchSize: 50,
-				Share: &yes, Prefetch: 2, Seed: uint64(k)})
+			ids, recs, info := epochRecordsGated(t, cl, &wire.JobSpec{Paths: []string{p}, RecordSize: 256, Shuffle: true, BatchSize: 50,
+				Share: &yes, Prefetch: 2, Seed: uint64(k)}, func() { <-start })
 			if !info.Shared {
 				t.Errorf("job %d not shared", k)
 			}
@@ -92,26 +117,21 @@ func TestSharedJobsOverSockets(t *testing.T) {
 			results[k] = ids
 		}()
 	}
-	for range 50 {
-		st := cl0.req(t, &wire.Msg{Op: wire.OpStatus}).Status
-		for _, g := range st.Groups {
+	eventually(t, "status shows the two jobs in one group", func() bool {
+		for _, g := range cl0.req(t, &wire.Msg{Op: wire.OpStatus}).Status.Groups {
 			if len(g.Jobs) == 2 {
-				sawGroup = true
+				return true
 			}
 		}
-		if sawGroup {
-			break
-		}
-	}
+		return false
+	})
+	close(start)
 	wg.Wait()
 	for k, ids := range results {
 		s := slices.Sorted(slices.Values(ids))
 		if len(s) != n || s[0] != 0 || s[n-1] != n-1 || len(slices.Compact(s)) != n {
 			t.Fatalf("job %d: %d records, not each of %d once", k, len(ids), n)
 		}
-	}
-	if !sawGroup {
-		t.Fatal("status never showed the two jobs in one group")
 	}
 	st := cl0.req(t, &wire.Msg{Op: wire.OpStatus}).Status
 	if st.ReadBytes > 2*n*256*3/4 || st.ServedBytes != 2*n*256 {
@@ -174,12 +194,7 @@ func TestMetrics(t *testing.T) {
 	cl, data := daemon(t, s)
 	wholeEpoch(t, cl, &wire.JobSpec{Paths: []string{data}, RecordSize: 128, Shuffle: true, BatchSize: 64})
 	var body string
-	for range 100 {
-		if s.MetricsAddr() != "" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, "metrics served", func() bool { return s.MetricsAddr() != "" })
 	resp, err := http.Get("http://" + s.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
