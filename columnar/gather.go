@@ -88,6 +88,8 @@ func (l *Layout) Plan(rows []RowRef) (*Plan, error) {
 			o.kind, o.width = KBinary, 4 // written as a string (binary) column
 		case KRunEnd:
 			o.kind, o.width = n.Values.Kind, n.Values.Width // written as its values' column
+		case KListView:
+			o.kind = KList // written as a list
 		}
 		p.nodes = append(p.nodes, o)
 		for _, c := range n.Children {
@@ -156,6 +158,9 @@ func (p *Plan) count(n *Node, on int, s *Source, lo, hi, row int64) error {
 	case KList:
 		t := s.Starts[n.Var]
 		return p.count(n.Children[0], o.kids[0], s, t[row], t[row+1], row)
+	case KListView:
+		t := s.Starts[n.Var]
+		return p.count(n.Children[0], o.kids[0], s, t[2*row], t[2*row+1], row)
 	case KFixedList:
 		k := int64(n.Size)
 		return p.count(n.Children[0], o.kids[0], s, lo*k, hi*k, row)
@@ -364,6 +369,24 @@ func (a *assembler) row(n *Node, on int, s *Source, lo, hi, row int64) error {
 		}
 		t := s.Starts[n.Var]
 		if err := a.row(n.Children[0], o.kids[0], s, t[row], t[row+1], row); err != nil {
+			return err
+		}
+	case KListView:
+		// One row (no list is around it): its offsets are its elements'
+		// place in the list written.
+		a.validity(o, lo, cnt)
+		c := &a.p.nodes[o.kids[0]]
+		t := s.Starts[n.Var]
+		from, to := t[2*row], t[2*row+1]
+		dst := a.buf(o, 1)
+		if o.width == 4 {
+			binary.LittleEndian.PutUint32(dst[o.wrote*4:], uint32(c.wrote))
+			binary.LittleEndian.PutUint32(dst[(o.wrote+1)*4:], uint32(c.wrote+to-from))
+		} else {
+			binary.LittleEndian.PutUint64(dst[o.wrote*8:], uint64(c.wrote))
+			binary.LittleEndian.PutUint64(dst[(o.wrote+1)*8:], uint64(c.wrote+to-from))
+		}
+		if err := a.row(n.Children[0], o.kids[0], s, from, to, row); err != nil {
 			return err
 		}
 	case KFixedList:

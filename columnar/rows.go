@@ -3,6 +3,7 @@ package columnar
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -28,7 +29,7 @@ type Range struct{ Off, Len int64 }
 type Source struct {
 	Body   int64
 	Meta   *BatchMeta
-	Starts [][]int64 // [Var][row]: rows+1 child starts of each KBinary and KList node; a KView's 2*rows (body offset, length) pairs; a KRunEnd's 3*rows (run, value from, value to)
+	Starts [][]int64 // [Var][row]: rows+1 child starts of each KBinary and KList node; a KView's 2*rows (body offset, length) pairs; a KRunEnd's 3*rows (run, value from, value to); a KListView's 2*rows (first element, end)
 	Dicts  map[int64]*Dict
 }
 
@@ -106,6 +107,10 @@ func (s *Source) cells(n *Node, lo, hi, row int64, dst []Range) []Range {
 		t := s.Starts[n.Var]
 		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)))
 		dst = s.cells(n.Children[0], t[row], t[row+1], row, dst)
+	case KListView:
+		t := s.Starts[n.Var]
+		dst = append(dst, bits(0))
+		dst = s.cells(n.Children[0], t[2*row], t[2*row+1], row, dst)
 	case KFixedList:
 		dst = append(dst, bits(0))
 		k := int64(n.Size)
@@ -148,7 +153,7 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 	if n.Kind == KRunEnd {
 		return s.checkRunEnd(n, length)
 	}
-	nb := map[Kind]int{KFixed: 2, KBool: 2, KDict: 2, KBinary: 3, KList: 2, KFixedList: 1, KStruct: 1, KView: 2}[n.Kind]
+	nb := map[Kind]int{KFixed: 2, KBool: 2, KDict: 2, KBinary: 3, KList: 2, KFixedList: 1, KStruct: 1, KView: 2, KListView: 3}[n.Kind]
 	last := n.buf + nb - 1
 	for _, c := range s.Meta.Variadic[:min(n.views, len(s.Meta.Variadic))] {
 		last += int(c)
@@ -225,6 +230,22 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 			}
 		}
 		return nil
+	case KListView:
+		t := s.Starts[n.Var]
+		if int64(len(t)) != 2*length {
+			return fmt.Errorf("column %q: %d element ranges for %d rows", n.Name, len(t)/2, length)
+		}
+		c := n.Children[0]
+		if c.node >= len(s.Meta.Nodes) {
+			return fmt.Errorf("column %q: %d nodes in the batch, want more", n.Name, len(s.Meta.Nodes))
+		}
+		cl := s.Meta.Nodes[c.node].Length
+		for i := 0; i < len(t); i += 2 {
+			if t[i] < 0 || t[i] > t[i+1] || t[i+1] > cl {
+				return fmt.Errorf("column %q: row %d's elements %d to %d of a child of %d", n.Name, i/2, t[i], t[i+1], cl)
+			}
+		}
+		return s.check(c, cl, depth+1)
 	case KFixedList:
 		return s.check(n.Children[0], length*int64(n.Size), depth+1)
 	case KStruct:
@@ -402,6 +423,46 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 			if n.Kind == KList {
 				return walk(n.Children[0], t)
 			}
+		case KListView:
+			// Its offsets and sizes (Arrow's "ListView Layout"): the sizes
+			// are the buffer after the offsets.
+			offs, err := offsets(n)
+			if err != nil {
+				return err
+			}
+			sn := *n
+			sn.buf++
+			sizes, err := offsets(&sn)
+			if err != nil {
+				return err
+			}
+			w := int64(n.Width)
+			get := func(b []byte, e int64) (int64, error) {
+				if e < 0 || (e+1)*w > int64(len(b)) {
+					return 0, fmt.Errorf("column %q: offsets or sizes buffer of %d bytes, element %d asked", n.Name, len(b), e)
+				}
+				if w == 4 {
+					return int64(int32(binary.LittleEndian.Uint32(b[e*4:]))), nil
+				}
+				return int64(binary.LittleEndian.Uint64(b[e*8:])), nil
+			}
+			t := make([]int64, 0, 2*(len(s)-1))
+			for _, e := range s[:len(s)-1] {
+				o, err := get(offs, e)
+				if err != nil {
+					return err
+				}
+				z, err := get(sizes, e)
+				if err != nil {
+					return err
+				}
+				if o < 0 || z < 0 || o > math.MaxInt64-z {
+					return fmt.Errorf("column %q: element %d of %d values at %d", n.Name, e, z, o)
+				}
+				t = append(t, o, o+z)
+			}
+			starts[n.Var] = t
+			// Its child holds values of one width: no starts below it.
 		case KFixedList:
 			t := make([]int64, len(s))
 			for i, e := range s {
@@ -473,9 +534,10 @@ func viewRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, error
 }
 
 // OffsetsBuffer is a Var node's offsets buffer in s (a KView's views; a
-// KFixed's data, for a KRunEnd's run ends).
+// KFixed's data, for a KRunEnd's run ends; with buf one further, a
+// KListView's sizes).
 func (s *Source) OffsetsBuffer(n *Node) (BufferLoc, bool) {
-	if n.Kind != KBinary && n.Kind != KList && n.Kind != KView && n.Kind != KFixed {
+	if n.Kind != KBinary && n.Kind != KList && n.Kind != KView && n.Kind != KFixed && n.Kind != KListView {
 		return BufferLoc{}, false
 	}
 	i := n.buf + 1

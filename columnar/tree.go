@@ -21,6 +21,7 @@ const (
 	KDict                  // validity, indices (Width bytes); values from a dictionary batch
 	KView                  // validity, views of 16 bytes, variadic data buffers; read as KBinary (Width 4)
 	KRunEnd                // no buffers; Runs (run ends of Width bytes) and Values; read as its values' kind
+	KListView              // validity, offsets and sizes (Width 4 or 8), one child; read as KList
 )
 
 // Node is one array of a column's tree, as a record batch lays it out:
@@ -62,8 +63,8 @@ func (n *Node) Cells() int {
 		c = 2 // validity, the value's bytes
 	case KRunEnd:
 		c = 2 // its run's validity byte, its run's value (bytes or the byte of its bit)
-	case KFixedList, KStruct:
-		c = 1
+	case KFixedList, KStruct, KListView:
+		c = 1 // KListView: validity; its offsets are written anew
 	}
 	for _, k := range n.Children {
 		c += k.Cells()
@@ -204,6 +205,10 @@ func TypeBrief(t arrow.DataType) string {
 		return "list<" + TypeBrief(tt.Elem()) + ">"
 	case *arrow.LargeListType:
 		return "large_list<" + TypeBrief(tt.Elem()) + ">"
+	case *arrow.ListViewType:
+		return "list_view<" + TypeBrief(tt.Elem()) + ">"
+	case *arrow.LargeListViewType:
+		return "large_list_view<" + TypeBrief(tt.Elem()) + ">"
 	case *arrow.StringType:
 		return "string"
 	case *arrow.LargeStringType:
@@ -230,7 +235,7 @@ func fieldNames(s *arrow.Schema) []string {
 }
 
 func (l *Layout) numberVars(n *Node) {
-	if n.Kind == KBinary || n.Kind == KList || n.Kind == KView || n.Kind == KRunEnd {
+	if n.Kind == KBinary || n.Kind == KList || n.Kind == KView || n.Kind == KRunEnd || n.Kind == KListView {
 		n.Var = l.Vars
 		l.Vars++
 	}
@@ -330,11 +335,36 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 		}
 		n.Kind, n.Width = KView, 4
 	case *arrow.ListViewType, *arrow.LargeListViewType:
+		// A row is one range of its child's elements where no list is
+		// around it (its offset and size, kept in the index); its elements
+		// are read where they hold one value each (a fixed width, a
+		// boolean), and the row is written out as a list.
 		c.bufs += 3
-		if _, err := c.node(tt.(arrow.ListLikeType).ElemField(), false, depth+1); err != nil {
-			return nil, err
+		elem := tt.(arrow.ListLikeType).ElemField()
+		readable := build && c.inList == 0
+		switch et := elem.Type.(type) {
+		case *arrow.BooleanType:
+		case *arrow.DictionaryType:
+			readable = false
+		case arrow.FixedWidthDataType:
+			readable = readable && et.BitWidth()%8 == 0 && et.BitWidth() > 0
+		default:
+			readable = false
 		}
-		return unsupported()
+		c.inList++
+		kn, err := c.node(elem, readable, depth+1)
+		c.inList--
+		if err != nil || !readable {
+			if err != nil {
+				return nil, err
+			}
+			return unsupported()
+		}
+		n.Kind, n.Width, n.Children = KListView, 4, []*Node{kn}
+		if tt.ID() == arrow.LARGE_LIST_VIEW {
+			n.Width = 8
+		}
+		return n, nil
 	case arrow.UnionType:
 		c.bufs++
 		if tt.Mode() == arrow.DenseMode {
@@ -415,6 +445,11 @@ func (n *Node) OutputType() arrow.DataType {
 		return n.Values.Type
 	case KRunEnd:
 		return n.Values.OutputType()
+	case KListView:
+		if n.Width == 8 {
+			return arrow.LargeListOfField(n.Children[0].outputField())
+		}
+		return arrow.ListOfField(n.Children[0].outputField())
 	case KList:
 		el := n.Children[0].outputField()
 		switch n.Type.ID() {
@@ -497,6 +532,9 @@ func (n *Node) describe() Column {
 	}
 	if kind == KView {
 		kind = KBinary
+	}
+	if kind == KListView {
+		kind = KList
 	}
 	switch kind {
 	case KNull:

@@ -35,11 +35,13 @@ import (
 // magic is optional, and Polars and Arrow JS write none); a stream's from
 // its first message. string_view and binary_view columns are read, each
 // row's value located in the index, and reach the user as string and
-// binary; so are run-end encoded columns (of numbers, booleans, strings),
-// each row's run found in the index, and reach the user as their values'
-// type. A column of a type riffle does not read (a view or a run-end
-// encoded column under a list, list views, unions) refuses the dataset
-// unless columns= leaves it out.
+// binary; run-end encoded columns (of numbers, booleans, strings), each
+// row's run found in the index, reach the user as their values' type; and
+// list views of numbers and booleans, each row's range of elements kept
+// in the index, as lists. A column of a type riffle does not read (a
+// view, a run-end encoded column or a list view under a list, a list view
+// of strings or nested values, unions) refuses the dataset unless
+// columns= leaves it out.
 
 func init() {
 	RegisterFormat(Format{Name: "arrow", Extensions: []string{".arrow", ".feather", ".arrows", ".ipc"}, Indexed: true,
@@ -78,7 +80,7 @@ type arrowSet struct {
 	lay    *columnar.Layout // the projection read
 }
 
-const arrowVariant = 0x41525232 // "ARR2": run-end encoded columns keep their rows' runs
+const arrowVariant = 0x41525232 // "ARR2": run-end encoded columns and list views keep their rows' runs and ranges
 
 func openArrow(ctx context.Context, names []string, opts Options) (Dataset, error) {
 	d := &arrowSet{starts: []int{0}}

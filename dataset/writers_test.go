@@ -518,3 +518,127 @@ func TestArrowRunEndsRead(t *testing.T) {
 		}
 	}
 }
+
+// listView builds a list view over child whose row i holds the elements
+// ranges[i] (nil for a null row), in any order and overlapping, as Arrow
+// allows.
+func listView(t *testing.T, dt arrow.DataType, child arrow.Array, ranges [][2]int) arrow.Array {
+	t.Helper()
+	n := len(ranges)
+	valid := make([]byte, (n+7)/8)
+	large := dt.ID() == arrow.LARGE_LIST_VIEW
+	w := 4
+	if large {
+		w = 8
+	}
+	offs, sizes := make([]byte, n*w), make([]byte, n*w)
+	nulls := 0
+	for i, r := range ranges {
+		if r == [2]int{-1, -1} {
+			nulls++
+			continue
+		}
+		valid[i/8] |= 1 << (i % 8)
+		if large {
+			binary.LittleEndian.PutUint64(offs[i*8:], uint64(r[0]))
+			binary.LittleEndian.PutUint64(sizes[i*8:], uint64(r[1]-r[0]))
+		} else {
+			binary.LittleEndian.PutUint32(offs[i*4:], uint32(r[0]))
+			binary.LittleEndian.PutUint32(sizes[i*4:], uint32(r[1]-r[0]))
+		}
+	}
+	d := array.NewData(dt, n, []*memory.Buffer{memory.NewBufferBytes(valid), memory.NewBufferBytes(offs), memory.NewBufferBytes(sizes)},
+		[]arrow.ArrayData{child.Data()}, nulls, 0)
+	defer d.Release()
+	return array.MakeFromData(d)
+}
+
+// Arrow's list views (of numbers and booleans, where no list is around
+// them) read as lists: every row, its elements anywhere in the child,
+// overlapping others' or null, equals the list arrow-go reads for it.
+func TestArrowListViewsRead(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lv.arrow")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib := array.NewInt32Builder(memory.DefaultAllocator)
+	bb := array.NewBooleanBuilder(memory.DefaultAllocator)
+	for i := range 40 {
+		if i%9 == 4 {
+			ib.AppendNull()
+		} else {
+			ib.Append(int32(i * 3))
+		}
+		bb.Append(i%3 == 0)
+	}
+	ints, bools := ib.NewArray(), bb.NewArray()
+	const n = 120
+	var r1, r2 [][2]int
+	var want []string
+	for i := range n {
+		a, b := [2]int{(i * 7) % 33, (i*7)%33 + i%6}, [2]int{(i * 5) % 38, (i*5)%38 + i%3}
+		if i%8 == 3 {
+			a = [2]int{-1, -1}
+		}
+		if i%10 == 7 {
+			b = [2]int{-1, -1}
+		}
+		r1, r2 = append(r1, a), append(r2, b)
+		row := map[string]any{"id": i, "v": nil, "w": nil}
+		if a[0] >= 0 {
+			v := []any{}
+			for k := a[0]; k < a[1]; k++ {
+				if k%9 == 4 {
+					v = append(v, nil)
+				} else {
+					v = append(v, k*3)
+				}
+			}
+			row["v"] = v
+		}
+		if b[0] >= 0 {
+			v := []any{}
+			for k := b[0]; k < b[1]; k++ {
+				v = append(v, k%3 == 0)
+			}
+			row["w"] = v
+		}
+		js, _ := json.Marshal(row)
+		want = append(want, canon(t, string(js)))
+	}
+	ib2 := array.NewInt64Builder(memory.DefaultAllocator)
+	for i := range n {
+		ib2.Append(int64(i))
+	}
+	cols := []arrow.Array{ib2.NewArray(), listView(t, arrow.ListViewOf(arrow.PrimitiveTypes.Int32), ints, r1),
+		listView(t, arrow.LargeListViewOf(arrow.FixedWidthTypes.Boolean), bools, r2)}
+	sc := arrow.NewSchema([]arrow.Field{{Name: "id", Type: cols[0].DataType()}, {Name: "v", Type: cols[1].DataType(), Nullable: true},
+		{Name: "w", Type: cols[2].DataType(), Nullable: true}}, nil)
+	w, err := ipc.NewFileWriter(f, ipc.WithSchema(sc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := array.NewRecordBatch(sc, cols, n)
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	if c := ds.Info().Columns; c[1].Type != "list<item: int32, nullable>" || c[2].Layout != "list" || c[2].Width != 8 {
+		t.Fatalf("columns %+v", c)
+	}
+	got := readAllRows(t, ds)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("row %d:\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+}
