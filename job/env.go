@@ -9,6 +9,7 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/tier"
 )
 
 // EnvOptions configures an Env. The zero value works: local files only,
@@ -31,7 +32,7 @@ type EnvOptions struct {
 	Outputs   storage.Store
 	// Tier, if set, is the disk tier in front of the object store: each
 	// job tells it when it next reads each block.
-	Tier func() *storage.Tier
+	Tier func() *tier.Tier
 	// Open opens a dataset; default dataset.Open (a test holds an open
 	// with its own).
 	Open func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)

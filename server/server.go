@@ -20,6 +20,7 @@ import (
 	"github.com/riffle-ml/riffle/pack"
 	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/tier"
 )
 
 // Server is the daemon. The zero value serves a Unix socket at
@@ -94,7 +95,7 @@ type Server struct {
 
 	store   *storage.Router
 	env     *job.Env
-	tier    atomic.Pointer[storage.Tier]
+	tier    atomic.Pointer[tier.Tier]
 	cluster atomic.Pointer[peer.Cluster]
 	// opener, if set, opens datasets in place of dataset.Open (a test
 	// holds an open with it).
@@ -186,7 +187,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		}
 		if s.TierDir != "" {
-			t, err := storage.NewTier(st, storage.TierOptions{Dir: s.TierDir, Budget: max(s.TierBytes, 1<<26)})
+			t, err := tier.New(st, tier.Options{Dir: s.TierDir, Budget: max(s.TierBytes, 1<<26)})
 			if err != nil {
 				slog.Warn("no disk tier", "dir", s.TierDir, "err", err)
 			} else {

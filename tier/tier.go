@@ -1,4 +1,9 @@
-package storage
+// Package tier is the disk tier in front of an object store: blocks of
+// remote objects kept on local disk, evicted by each job's next use
+// (Belady's MIN), fetched once however many readers miss them. It wraps a
+// storage.Store and is one; it sits beside storage, not in it, so that
+// storage (where the bytes live) imports no cache.
+package tier
 
 import (
 	"context"
@@ -15,10 +20,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/internal/privdir"
+	"github.com/riffle-ml/riffle/storage"
 )
 
 // Tier keeps blocks of a remote store's objects on local disk, under a
@@ -47,8 +51,8 @@ import (
 // fill / wait of every other layer that waits for bytes another reader is
 // fetching) and the second waits for its fill.
 type Tier struct {
-	inner  Store
-	opts   TierOptions
+	inner  storage.Store
+	opts   Options
 	dir    *privdir.Dir
 	mu     sync.Mutex
 	blocks map[tierKey]*tierBlock
@@ -68,8 +72,8 @@ type Tier struct {
 // wanted the block.
 const tierFlightBlocks = 256
 
-// TierOptions configure a Tier.
-type TierOptions struct {
+// Options configure a Tier.
+type Options struct {
 	// Dir holds the blocks.
 	Dir string
 	// Budget is the bytes of blocks kept.
@@ -99,7 +103,7 @@ type futureFn struct {
 
 // NewTier puts a tier of opts.Dir in front of inner, taking in the blocks
 // an earlier run left there.
-func NewTier(inner Store, opts TierOptions) (*Tier, error) {
+func New(inner storage.Store, opts Options) (*Tier, error) {
 	if opts.Block <= 0 {
 		opts.Block = 1 << 20
 	}
@@ -188,8 +192,8 @@ func (t *Tier) AddFuture(fn func(object string, off, n int64) int64) (remove fun
 	}
 }
 
-// TierStats count a tier's work.
-type TierStats struct {
+// Stats count a tier's work.
+type Stats struct {
 	Hits, Misses int64 // blocks read from disk, blocks fetched
 	// Shared counts blocks a reader found in flight, fetched by another
 	// reader, and took from that fetch instead of fetching them again.
@@ -199,21 +203,21 @@ type TierStats struct {
 	Blocks  int
 }
 
-func (t *Tier) Stats() TierStats {
+func (t *Tier) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return TierStats{Hits: t.hits.Load(), Misses: t.misses.Load(), Shared: t.shared.Load(), Fetched: t.fetched.Load(),
+	return Stats{Hits: t.hits.Load(), Misses: t.misses.Load(), Shared: t.shared.Load(), Fetched: t.fetched.Load(),
 		Bytes: t.used, Blocks: len(t.blocks)}
 }
 
 // Unwrap is the store behind the tier.
-func (t *Tier) Unwrap() Store { return t.inner }
+func (t *Tier) Unwrap() storage.Store { return t.inner }
 
-func (t *Tier) Stat(ctx context.Context, name string) (ObjectInfo, error) {
+func (t *Tier) Stat(ctx context.Context, name string) (storage.ObjectInfo, error) {
 	return t.inner.Stat(ctx, name)
 }
 func (t *Tier) Glob(ctx context.Context, p string) ([]string, error) { return t.inner.Glob(ctx, p) }
-func (t *Tier) Walk(ctx context.Context, root string, fn func(string, ObjectInfo) error) error {
+func (t *Tier) Walk(ctx context.Context, root string, fn func(string, storage.ObjectInfo) error) error {
 	return t.inner.Walk(ctx, root, fn)
 }
 func (t *Tier) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
@@ -222,27 +226,19 @@ func (t *Tier) ReadFile(ctx context.Context, name string, max int64) ([]byte, er
 func (t *Tier) WriteFile(ctx context.Context, name string, b []byte) error {
 	return t.inner.WriteFile(ctx, name, b)
 }
-func (t *Tier) Hints() Hints { return t.inner.Hints() }
+func (t *Tier) Hints() storage.Hints { return t.inner.Hints() }
 
 // Open opens name through the tier: blocks of this version of it.
-func (t *Tier) Open(ctx context.Context, name string) (Reader, error) {
+func (t *Tier) Open(ctx context.Context, name string) (storage.Reader, error) {
 	r, err := t.inner.Open(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	// A local file's version has its ctime, which utime cannot set back:
+	// an edit in place that restores size and mtime is a new version.
 	v := ""
-	if vr, ok := r.(Versioned); ok {
+	if vr, ok := r.(storage.Versioned); ok {
 		v = vr.Version()
-	}
-	if f, ok := r.(*File); ok {
-		// A local file's version (device, inode, mtime, size) survives an
-		// edit in place that restores size and mtime; its ctime, which
-		// utime cannot set back, does not (dataset's sourceKey does the
-		// same for indexes).
-		var st unix.Stat_t
-		if unix.Fstat(f.fd, &st) == nil {
-			v += fmt.Sprintf("\x00ctime %d", st.Ctim.Nano())
-		}
 	}
 	h := sha256.Sum256([]byte(name + "\x00" + v))
 	o := &tierObject{Reader: r, t: t, name: name, id: hex.EncodeToString(h[:10])}
@@ -252,21 +248,21 @@ func (t *Tier) Open(ctx context.Context, name string) (Reader, error) {
 
 // tierObject reads one object through the tier.
 type tierObject struct {
-	Reader
+	storage.Reader
 	t     *Tier
 	name  string
 	id    string  // its blocks' directory: a hash of its name and version
 	idSum [8]byte // the hash's first bytes, its blocks' space in flight
 }
 
-func (o *tierObject) Hints() Hints {
-	h := HintsOf(o.Reader)
+func (o *tierObject) Hints() storage.Hints {
+	h := storage.HintsOf(o.Reader)
 	h.BlockSize = int(o.t.opts.Block)
 	return h
 }
 
 func (o *tierObject) Version() string {
-	if v, ok := o.Reader.(Versioned); ok {
+	if v, ok := o.Reader.(storage.Versioned); ok {
 		return v.Version()
 	}
 	return ""

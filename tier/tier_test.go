@@ -1,4 +1,4 @@
-package storage_test
+package tier_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/riffle-ml/riffle/internal/s3test"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/tier"
 )
 
 // epochOver reads every record of an object once in a global order's
@@ -47,9 +49,9 @@ func epochOver(t testing.TB, r storage.Reader, data []byte, g sampler.Global, ep
 	}
 }
 
-// The tier in front of a real S3 server: the second epoch of a global
-// shuffle reads at most 5% of its bytes from the store when the tier holds
-// the dataset; and the blocks outlive the tier (a restarted daemon).
+// The tr in front of a real S3 server: the second epoch of a global
+// shuffle reads at most 5% of its bytes from the store when the tr holds
+// the dataset; and the blocks outlive the tr (a restarted daemon).
 func TestTierHoldsTheDataset(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
@@ -61,35 +63,35 @@ func TestTierHoldsTheDataset(t *testing.T) {
 	}
 	s3 := s3Store(t, srv.Endpoint, storage.S3Options{})
 	dir := t.TempDir()
-	tier, err := storage.NewTier(s3, storage.TierOptions{Dir: dir, Budget: 16 << 20, Block: 256 << 10})
+	tr, err := tier.New(s3, tier.Options{Dir: dir, Budget: 16 << 20, Block: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := tier.Open(ctx, "s3://bkt/r.bin")
+	r, err := tr.Open(ctx, "s3://bkt/r.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := sampler.Global{N: n, Seed: 4}
 	epochOver(t, r, data, g, 0, size, nil)
-	first := tier.Stats().Fetched
+	first := tr.Stats().Fetched
 	epochOver(t, r, data, g, 1, size, nil)
-	second := tier.Stats().Fetched - first
+	second := tr.Stats().Fetched - first
 	if first < int64(len(data)) || second > int64(len(data))/20 {
 		t.Fatalf("epoch 1 fetched %d bytes, epoch 2 %d, of %d", first, second, len(data))
 	}
 	t.Logf("bytes from the object store: epoch 1 %.2f of the dataset, epoch 2 %.3f", float64(first)/float64(len(data)), float64(second)/float64(len(data)))
-	again, err := storage.NewTier(s3, storage.TierOptions{Dir: dir, Budget: 16 << 20, Block: 256 << 10})
+	again, err := tier.New(s3, tier.Options{Dir: dir, Budget: 16 << 20, Block: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r2, _ := again.Open(ctx, "s3://bkt/r.bin")
 	epochOver(t, r2, data, g, 2, size, nil)
 	if f := again.Stats().Fetched; f > int64(len(data))/20 {
-		t.Fatalf("after a restart the tier fetched %d bytes of %d", f, len(data))
+		t.Fatalf("after a restart the tr fetched %d bytes of %d", f, len(data))
 	}
 }
 
-// nextUseOf is the oracle a job gives the tier: when the order g, now at
+// nextUseOf is the oracle a job gives the tr: when the order g, now at
 // position *now, next reads a byte of a range of its one object of
 // records of size bytes.
 func nextUseOf(g sampler.Global, size int64, now *int) func(object string, off, ln int64) int64 {
@@ -117,20 +119,20 @@ func TestTierBeladyBeatsLRU(t *testing.T) {
 	g := sampler.Global{N: n, Seed: 9}
 	misses := map[string]int64{}
 	for _, pol := range []cache.Policy{cache.Belady{}, cache.LRU{}} {
-		tier, err := storage.NewTier(local, storage.TierOptions{Dir: t.TempDir(), Budget: int64(len(data)) / 2, Block: block, Policy: pol})
+		tr, err := tier.New(local, tier.Options{Dir: t.TempDir(), Budget: int64(len(data)) / 2, Block: block, Policy: pol})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var now int
-		tier.AddFuture(nextUseOf(g, size, &now))
-		r, err := tier.Open(ctx, path)
+		tr.AddFuture(nextUseOf(g, size, &now))
+		r, err := tr.Open(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for e := range 3 {
 			epochOver(t, r, data, g, e, size, func(t int) { now = t })
 		}
-		misses[pol.Name()] = tier.Stats().Misses
+		misses[pol.Name()] = tr.Stats().Misses
 	}
 	t.Logf("block misses over 3 epochs, room for half: belady %d, lru %d", misses["belady"], misses["lru"])
 	if misses["belady"] >= misses["lru"] {
@@ -138,17 +140,17 @@ func TestTierBeladyBeatsLRU(t *testing.T) {
 	}
 }
 
-// A tier killed with SIGKILL while it writes blocks leaves none that is
+// A tr killed with SIGKILL while it writes blocks leaves none that is
 // served torn: after a restart every read equals the object.
 func TestTierSurvivesKill(t *testing.T) {
 	if os.Getenv("RIFFLE_TIER_CHILD") != "" {
-		// The child: read everything through the tier, over and over.
+		// The child: read everything through the tr, over and over.
 		local, _ := storage.NewLocal(false, nil)
-		tier, err := storage.NewTier(local, storage.TierOptions{Dir: os.Getenv("RIFFLE_TIER_DIR"), Budget: 1 << 30, Block: 64 << 10})
+		tr, err := tier.New(local, tier.Options{Dir: os.Getenv("RIFFLE_TIER_DIR"), Budget: 1 << 30, Block: 64 << 10})
 		if err != nil {
 			os.Exit(3)
 		}
-		r, err := tier.Open(context.Background(), os.Getenv("RIFFLE_TIER_SRC"))
+		r, err := tr.Open(context.Background(), os.Getenv("RIFFLE_TIER_SRC"))
 		if err != nil {
 			os.Exit(4)
 		}
@@ -163,7 +165,7 @@ func TestTierSurvivesKill(t *testing.T) {
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tierDir := filepath.Join(dir, "tier")
+	tierDir := filepath.Join(dir, "tr")
 	for round := range 3 {
 		cmd := exec.Command(os.Args[0], "-test.run", "TestTierSurvivesKill")
 		cmd.Env = append(os.Environ(), "RIFFLE_TIER_CHILD=1", "RIFFLE_TIER_DIR="+tierDir, "RIFFLE_TIER_SRC="+src)
@@ -191,11 +193,11 @@ func TestTierSurvivesKill(t *testing.T) {
 	b1[len(b1)/2] ^= 0xff
 	os.WriteFile(blocks[1], b1, 0o600)
 	local, _ := storage.NewLocal(false, nil)
-	tier, err := storage.NewTier(local, storage.TierOptions{Dir: tierDir, Budget: 1 << 30, Block: 64 << 10})
+	tr, err := tier.New(local, tier.Options{Dir: tierDir, Budget: 1 << 30, Block: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := tier.Open(context.Background(), src)
+	r, err := tr.Open(context.Background(), src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +208,7 @@ func TestTierSurvivesKill(t *testing.T) {
 	if !bytes.Equal(got, data) {
 		t.Fatal("a torn block was served")
 	}
-	if st := tier.Stats(); st.Hits == 0 {
+	if st := tr.Stats(); st.Hits == 0 {
 		t.Fatalf("no block survived the kills: %+v", st)
 	}
 	tmps, _ := filepath.Glob(filepath.Join(tierDir, "*", "*.tmp"))
@@ -215,7 +217,7 @@ func TestTierSurvivesKill(t *testing.T) {
 	}
 }
 
-// BenchmarkTierPolicies: the hit rate of a disk tier holding half a
+// BenchmarkTierPolicies: the hit rate of a disk tr holding half a
 // dataset over three epochs of a global shuffle, Belady's MIN (told each
 // block's next use by the inverse of the order) against LRU, with one and
 // with sixteen records per block.
@@ -238,20 +240,20 @@ func BenchmarkTierPolicies(b *testing.B) {
 			rate := map[string]float64{}
 			for b.Loop() {
 				for _, pol := range []cache.Policy{cache.Belady{}, cache.LRU{}} {
-					tier, err := storage.NewTier(local, storage.TierOptions{Dir: b.TempDir(), Budget: int64(len(data)) / 2, Block: block, Policy: pol})
+					tr, err := tier.New(local, tier.Options{Dir: b.TempDir(), Budget: int64(len(data)) / 2, Block: block, Policy: pol})
 					if err != nil {
 						b.Fatal(err)
 					}
 					var now int
-					tier.AddFuture(nextUseOf(g, int64(size), &now))
-					r, err := tier.Open(ctx, path)
+					tr.AddFuture(nextUseOf(g, int64(size), &now))
+					r, err := tr.Open(ctx, path)
 					if err != nil {
 						b.Fatal(err)
 					}
 					for e := range 3 {
 						epochOver(b, r, data, g, e, size, func(t int) { now = t })
 					}
-					st := tier.Stats()
+					st := tr.Stats()
 					rate[pol.Name()] = float64(st.Hits) / float64(st.Hits+st.Misses)
 				}
 			}
@@ -306,11 +308,11 @@ func TestTierFetchesAMissOnce(t *testing.T) {
 	}
 	local, _ := storage.NewLocal(false, nil)
 	st := &countingStore{Store: local, gate: make(chan struct{})}
-	tier, err := storage.NewTier(st, storage.TierOptions{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
+	tr, err := tier.New(st, tier.Options{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := tier.Open(ctx, path)
+	r, err := tr.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,9 +337,9 @@ func TestTierFetchesAMissOnce(t *testing.T) {
 	}
 	// Hold the store's read until every other reader waits on it (or,
 	// were they not coalesced, until a second read reaches the store).
-	for deadline := time.Now().Add(10 * time.Second); tier.Stats().Shared < readers-1 && st.reads.Load() < 2; {
+	for deadline := time.Now().Add(10 * time.Second); tr.Stats().Shared < readers-1 && st.reads.Load() < 2; {
 		if time.Now().After(deadline) {
-			t.Fatalf("readers waiting %d, store reads %d", tier.Stats().Shared, st.reads.Load())
+			t.Fatalf("readers waiting %d, store reads %d", tr.Stats().Shared, st.reads.Load())
 		}
 		runtime.Gosched()
 	}
@@ -367,11 +369,11 @@ func TestTierWaiterRetriesAFailedFetch(t *testing.T) {
 	}
 	local, _ := storage.NewLocal(false, nil)
 	st := &countingStore{Store: local, gate: make(chan struct{})}
-	tier, err := storage.NewTier(st, storage.TierOptions{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
+	tr, err := tier.New(st, tier.Options{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _ := tier.Open(context.Background(), path)
+	r, _ := tr.Open(context.Background(), path)
 	first, cancel := context.WithCancel(context.Background())
 	firstErr := make(chan error, 1)
 	go func() { firstErr <- r.ReadAt(first, make([]byte, 10), 0) }()
@@ -381,7 +383,7 @@ func TestTierWaiterRetriesAFailedFetch(t *testing.T) {
 	second := make(chan error, 1)
 	p := make([]byte, 100)
 	go func() { second <- r.ReadAt(context.Background(), p, 50) }()
-	for tier.Stats().Shared < 1 {
+	for tr.Stats().Shared < 1 {
 		runtime.Gosched()
 	}
 	cancel() // the fetcher gives up; the waiter must not take its error
@@ -394,7 +396,7 @@ func TestTierWaiterRetriesAFailedFetch(t *testing.T) {
 	}
 }
 
-// The tier's directory is the daemon user's own: another user's, or one
+// The tr's directory is the daemon user's own: another user's, or one
 // anyone may write, is refused; blocks are files of mode 0600 in
 // directories of 0700; a symlink planted in a block's place is not read
 // through (the block is fetched again and the link's target left alone).
@@ -421,18 +423,18 @@ func TestTierDirPrivate(t *testing.T) {
 		bad = append(bad, foreign)
 	}
 	for _, d := range bad {
-		if _, err := storage.NewTier(local, storage.TierOptions{Dir: d, Budget: 1 << 20, Block: block}); !errors.Is(err, privdir.ErrNotPrivate) ||
+		if _, err := tier.New(local, tier.Options{Dir: d, Budget: 1 << 20, Block: block}); !errors.Is(err, privdir.ErrNotPrivate) ||
 			!strings.Contains(err.Error(), d) {
-			t.Fatalf("a tier in %s: %v", d, err)
+			t.Fatalf("a tr in %s: %v", d, err)
 		}
 	}
 
-	dir := filepath.Join(t.TempDir(), "tier")
-	tier, err := storage.NewTier(local, storage.TierOptions{Dir: dir, Budget: 1 << 20, Block: block})
+	dir := filepath.Join(t.TempDir(), "tr")
+	tr, err := tier.New(local, tier.Options{Dir: dir, Budget: 1 << 20, Block: block})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _ := tier.Open(ctx, path)
+	r, _ := tr.Open(ctx, path)
 	if err := r.ReadAt(ctx, make([]byte, len(data)), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +458,7 @@ func TestTierDirPrivate(t *testing.T) {
 		t.Fatalf("%d blocks kept, want 4", len(blocks))
 	}
 	// Plant a symlink to a forged block (a valid CRC of other bytes) in
-	// place of a kept one, for this tier and for one started afresh.
+	// place of a kept one, for this tr and for one started afresh.
 	forged := filepath.Join(t.TempDir(), "forged")
 	fb := make([]byte, 4+block)
 	binary.LittleEndian.PutUint32(fb, crc32.Checksum(fb[4:], crc32.MakeTable(crc32.Castagnoli)))
@@ -467,11 +469,11 @@ func TestTierDirPrivate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	again, err := storage.NewTier(local, storage.TierOptions{Dir: dir, Budget: 1 << 20, Block: block})
+	again, err := tier.New(local, tier.Options{Dir: dir, Budget: 1 << 20, Block: block})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tr := range []*storage.Tier{tier, again} {
+	for _, tr := range []*tier.Tier{tr, again} {
 		r, _ := tr.Open(ctx, path)
 		got := make([]byte, len(data))
 		if err := r.ReadAt(ctx, got, 0); err != nil {
@@ -501,11 +503,11 @@ func TestTierSeesInPlaceEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	local, _ := storage.NewLocal(false, nil)
-	tier, err := storage.NewTier(local, storage.TierOptions{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
+	tr, err := tier.New(local, tier.Options{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _ := tier.Open(ctx, path)
+	r, _ := tr.Open(ctx, path)
 	if err := r.ReadAt(ctx, make([]byte, len(before)), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -527,12 +529,31 @@ func TestTierSeesInPlaceEdit(t *testing.T) {
 			t.Fatal("the ctime did not change")
 		}
 	}
-	r, _ = tier.Open(ctx, path)
+	r, _ = tr.Open(ctx, path)
 	got := make([]byte, len(after))
 	if err := r.ReadAt(ctx, got, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, after) {
-		t.Fatal("the old bytes were served from the tier")
+		t.Fatal("the old bytes were served from the tr")
 	}
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 2))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func s3Store(t *testing.T, endpoint string, opts storage.S3Options) *storage.S3 {
+	t.Helper()
+	opts.Endpoint = endpoint
+	s, err := storage.NewS3(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
