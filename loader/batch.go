@@ -22,7 +22,7 @@ type Batch struct {
 	// Len are then zero.
 	Columns *Columns
 
-	j *job
+	j *load
 }
 
 // Columns describes a batch written as an Arrow IPC message: its length,

@@ -53,7 +53,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 
 // advance moves the loader's place past batch j's index next-1: to the
 // next batch this loader delivers (with a stride, the next of its own).
-func (l *Loader) advance(j *job, next int) {
+func (l *Loader) advance(j *load, next int) {
 	if step := l.window(); l.opts.BatchStride > 1 && next%step == 0 {
 		next += (l.opts.BatchStride - 1) * step
 	}
@@ -107,8 +107,8 @@ func (l *Loader) Left(from int) int {
 	return left
 }
 
-// take receives the next planned job, or says why there is none.
-func (l *Loader) take(ctx context.Context) (*job, error) {
+// take receives the next planned load, or says why there is none.
+func (l *Loader) take(ctx context.Context) (*load, error) {
 	select {
 	case j, ok := <-l.deliver:
 		if !ok {
@@ -139,7 +139,7 @@ func (l *Loader) finish() error {
 	return l.err
 }
 
-func (l *Loader) release(j *job) {
+func (l *Loader) release(j *load) {
 	if j.win != nil && !j.win.releaseOne() {
 		return // other batches of the window are still held
 	}
@@ -150,7 +150,7 @@ func (l *Loader) release(j *job) {
 	}
 	j.Batch.j = nil
 	select {
-	case l.freeJobs <- j:
+	case l.freeLoads <- j:
 	default:
 	}
 }

@@ -14,9 +14,9 @@ import (
 // loader stopped); whoever waits for it reads the record for itself.
 var errAbandoned = context.Canceled
 
-// dispatch starts a planned job's work: its reads go to the engine, its
+// dispatch starts a planned load's work: its reads go to the engine, its
 // cached records are copied as soon as they are ready.
-func (l *Loader) dispatch(j *job) {
+func (l *Loader) dispatch(j *load) {
 	if l.tf != nil || l.rows != nil {
 		if cap(j.raw) < j.rawEnd {
 			j.raw = alignbuf.Make(j.rawEnd+j.rawEnd/8, l.align)
@@ -26,7 +26,7 @@ func (l *Loader) dispatch(j *job) {
 	if len(j.units) == 0 {
 		// Nothing to read: zero-length records, or rows whose pages are
 		// decoded already.
-		l.finishJob(j)
+		l.finishLoad(j)
 		return
 	}
 	reqs := j.reqs[:0]
@@ -51,9 +51,9 @@ func (l *Loader) dispatch(j *job) {
 	j.reqs = reqs[:0]
 }
 
-// request returns unit i's read. Its callback is made once per job and
+// request returns unit i's read. Its callback is made once per load and
 // unit index, so that a loader in steady state allocates nothing per read.
-func (l *Loader) request(j *job, i int) *storage.Request {
+func (l *Loader) request(j *load, i int) *storage.Request {
 	for len(j.dones) <= i {
 		k := len(j.dones)
 		j.dones = append(j.dones, func(err error) { l.readDone(j, k, err) })
@@ -65,7 +65,7 @@ func (l *Loader) request(j *job, i int) *storage.Request {
 
 // landing is where reads land: the batch, or with a transform the staging
 // buffer it reads from.
-func (j *job) landing() []byte {
+func (j *load) landing() []byte {
 	if j.l.tf != nil || j.l.rows != nil {
 		return j.raw
 	}
@@ -73,7 +73,7 @@ func (j *job) landing() []byte {
 }
 
 // landOff is where entry en's record lands in landing().
-func (j *job) landOff(en *entry) int {
+func (j *load) landOff(en *entry) int {
 	if j.l.tf != nil {
 		return j.rawOff[en.slot]
 	}
@@ -81,20 +81,20 @@ func (j *job) landOff(en *entry) int {
 }
 
 // recordAt returns where entry en's record landed after its read.
-func (j *job) recordAt(en *entry) []byte {
+func (j *load) recordAt(en *entry) []byte {
 	off := j.landOff(en)
 	return j.landing()[off : off+en.n]
 }
 
 // out is entry en's place in the batch.
-func (j *job) out(en *entry) []byte {
+func (j *load) out(en *entry) []byte {
 	return j.Data[j.Off[en.slot] : j.Off[en.slot]+j.Len[en.slot]]
 }
 
 // copyDone copies a cached record into the batch once its item is ready.
 // If the item's reader gave up (its job closed), this batch reads the
 // record itself.
-func (l *Loader) copyDone(j *job, i int, err error) {
+func (l *Loader) copyDone(j *load, i int, err error) {
 	defer l.io.Done()
 	u := &j.units[i]
 	en := &j.ents[u.lo]
@@ -124,7 +124,7 @@ func (l *Loader) copyDone(j *job, i int, err error) {
 // readDone checks the records of a finished read, transforms them if the
 // loader has a transform, fills the cache items this batch was to read for
 // others, and counts the unit done.
-func (l *Loader) readDone(j *job, i int, err error) {
+func (l *Loader) readDone(j *load, i int, err error) {
 	defer l.io.Done()
 	u := &j.units[i]
 	if err == nil && !j.failed.Load() {
@@ -146,7 +146,7 @@ func (l *Loader) readDone(j *job, i int, err error) {
 	// The transform runs on the workers, a record each; the unit is done
 	// when its last record is. Each task counts as I/O in flight, so that
 	// Close waits for transforms writing into the batch too. The bounds
-	// are read once: the last task may finish, and the job be reused,
+	// are read once: the last task may finish, and the load be reused,
 	// before this loop ends.
 	lo, hi := u.lo, u.hi
 	u.left.Store(int32(hi - lo))
@@ -174,7 +174,7 @@ func (l *Loader) readDone(j *job, i int, err error) {
 
 // settleUnit fills (or fails) the cache items the unit's records were read
 // for, from what landed in the batch.
-func (l *Loader) settleUnit(j *job, u *unit, err error) {
+func (l *Loader) settleUnit(j *load, u *unit, err error) {
 	for k := u.lo; k < u.hi; k++ {
 		en := &j.ents[k]
 		if it := en.item; it != nil {
@@ -218,19 +218,19 @@ func (e *RecordError) Error() string {
 func (e *RecordError) Unwrap() error { return e.Err }
 
 // unitDone counts one unit of j finished and completes j after its last.
-func (l *Loader) unitDone(j *job, i int) {
+func (l *Loader) unitDone(j *load, i int) {
 	if j.win != nil && !j.failed.Load() {
 		u := &j.units[i]
 		j.win.arrive(j.ents[u.lo:u.hi])
 	}
 	if j.left.Add(-1) == 0 {
-		l.finishJob(j)
+		l.finishLoad(j)
 	}
 }
 
-// finishJob marks j complete: every unit done, or failed. A batch of rows
+// finishLoad marks j complete: every unit done, or failed. A batch of rows
 // is put together first, on the workers.
-func (l *Loader) finishJob(j *job) {
+func (l *Loader) finishLoad(j *load) {
 	if l.flight != nil {
 		l.flight.done(len(j.units))
 	}
@@ -267,7 +267,7 @@ func (l *Loader) finishJob(j *job) {
 	}()
 }
 
-func (j *job) fail(err error) {
+func (j *load) fail(err error) {
 	j.errOnce.Do(func() {
 		j.err = err
 		j.failed.Store(true)

@@ -43,7 +43,7 @@ type Loader struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	g       *errgroup.Group
-	deliver chan *job
+	deliver chan *load
 	mem     *semaphore.Weighted
 	flight  *flight // adaptive read-ahead; nil with a fixed Prefetch
 
@@ -51,18 +51,18 @@ type Loader struct {
 	started chan struct{}  // closed when planning may begin (Lazy: at the first Next)
 	start   sync.Once
 
-	// freeJobs keeps released jobs, with their slices and read callbacks,
+	// freeLoads keeps released loads, with their slices and read callbacks,
 	// for reuse (a sync.Pool would drop them at every collection).
-	freeJobs chan *job
-	pending  *job // delivered but not yet complete when the consumer gave up waiting
-	state    State
-	stMu     sync.Mutex // state, mark and places: read by other goroutines than Next's
-	mark     any        // the sampler's mark at state
-	places   [placesKept]place
-	nplaces  int
-	complete atomic.Bool // the planner handed out every batch
-	err      error
-	waitOnce sync.Once
+	freeLoads chan *load
+	pending   *load // delivered but not yet complete when the consumer gave up waiting
+	state     State
+	stMu      sync.Mutex // state, mark and places: read by other goroutines than Next's
+	mark      any        // the sampler's mark at state
+	places    [placesKept]place
+	nplaces   int
+	complete  atomic.Bool // the planner handed out every batch
+	err       error
+	waitOnce  sync.Once
 
 	batches, records, reads, bytes, hits, stagedBytes atomic.Int64
 }
@@ -140,8 +140,8 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 		ahead = maxAhead
 		l.flight = newFlight(l.ctx, minAhead, 2*opts.Depth, opts.Epoch)
 	}
-	l.deliver = make(chan *job, ahead)
-	l.freeJobs = make(chan *job, 64)
+	l.deliver = make(chan *load, ahead)
+	l.freeLoads = make(chan *load, 64)
 	l.mem = semaphore.NewWeighted(opts.MemoryBytes)
 	l.started = make(chan struct{})
 	if !opts.Lazy {

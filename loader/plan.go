@@ -21,8 +21,8 @@ import (
 // read (every record of a global shuffle over a large dataset) are packed
 // in delivery order and the batch is one array without a copy.
 
-// job is a batch being loaded.
-type job struct {
+// load is a batch being loaded (a job is a client's, package job).
+type load struct {
 	Batch
 	l       *Loader
 	ents    []entry // the batch's records, sorted by location
@@ -76,12 +76,12 @@ type unit struct {
 // prepare lays out batch b (and, with opportunistic ordering, the nb-1
 // batches after it) of epoch e: which records, in which delivery order,
 // which reads and copies, and where each record lands.
-func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*job, error) {
-	var j *job
+func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, error) {
+	var j *load
 	select {
-	case j = <-l.freeJobs:
+	case j = <-l.freeLoads:
 	default:
-		j = &job{l: l}
+		j = &load{l: l}
 	}
 	j.err, j.errOnce, j.done, j.win, j.mark = nil, sync.Once{}, make(chan struct{}), nil, nil
 	j.failed.Store(false)
@@ -160,7 +160,7 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*job, er
 
 // prepareRows makes an entry of each cell of each row, and plans the
 // batch the rows make.
-func (l *Loader) prepareRows(j *job, e int) error {
+func (l *Loader) prepareRows(j *load, e int) error {
 	size, k := l.ds.Len(), l.ncells
 	for _, id := range j.IDs {
 		if id < 0 || id >= size {
@@ -186,7 +186,7 @@ func (l *Loader) prepareRows(j *job, e int) error {
 }
 
 // order puts the sampler's ids (j.ids) into the batch in delivery order.
-func (l *Loader) order(j *job, e, b int) {
+func (l *Loader) order(j *load, e, b int) {
 	n := len(j.IDs)
 	if l.opts.Ordered || l.window() > 1 || n < 2 {
 		// An opportunistic window is cut in arrival order anyway.
@@ -203,7 +203,7 @@ func (l *Loader) order(j *job, e, b int) {
 
 // lookup pins the cached copy of every record that has one: ready to
 // copy, loading by another loader, or reserved for this batch to read.
-func (l *Loader) lookup(j *job) {
+func (l *Loader) lookup(j *load) {
 	for k := range j.ents {
 		en := &j.ents[k]
 		if en.n == 0 && l.tf == nil {
@@ -224,7 +224,7 @@ func (l *Loader) lookup(j *job) {
 // record; and places them in the buffer in delivery order. Every unit
 // spans whole aligned blocks with O_DIRECT, so a cached record whose load
 // fails can be read in its place.
-func (l *Loader) layout(j *job) {
+func (l *Loader) layout(j *load) {
 	j.units = j.units[:0]
 	a := int64(l.align)
 	gap := int64(l.opts.CoalesceGap)
@@ -310,7 +310,7 @@ func (l *Loader) layout(j *job) {
 // layoutCells places a batch of rows' reads in the staging buffer in
 // location order, and notes where each cell lands. The batch itself is
 // the message the rows make.
-func (l *Loader) layoutCells(j *job) {
+func (l *Loader) layoutCells(j *load) {
 	k := l.ncells
 	j.cellOff = grow(j.cellOff, len(j.IDs)*k)
 	j.cellLen = grow(j.cellLen, len(j.IDs)*k)
@@ -335,12 +335,12 @@ func (l *Loader) layoutCells(j *job) {
 }
 
 // size is the bytes of the batch's buffer.
-func (j *job) size() int { return j.end }
+func (j *load) size() int { return j.end }
 
 // unpin gives back the cache items of a job that will not be dispatched:
 // its uses of them are gone (an item no one else will read is dropped), and
 // items it was to read fail, so that whoever waits reads for itself.
-func (j *job) unpin() {
+func (j *load) unpin() {
 	if j.rowsOut != nil {
 		j.rowsOut.Release()
 	}

@@ -99,7 +99,7 @@ func TestLayout(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := &Loader{align: max(1, c.align), head: c.head, tail: c.tail, opts: Options{CoalesceGap: c.gap}}
-			j := &job{l: l}
+			j := &load{l: l}
 			j.IDs, j.Off, j.Len = make([]int, len(c.ents)), make([]int, len(c.ents)), make([]int, len(c.ents))
 			for _, e := range c.ents {
 				en := entry{obj: e.obj, off: e.off, n: e.n, slot: e.slot}

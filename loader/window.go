@@ -11,14 +11,14 @@ import (
 
 // window cuts the batches of an opportunistic job out of its records in the
 // order they arrive (DeepIO §III-C): the first Size records to arrive make
-// the window's first batch, and so on. The job's buffer is shared by the
+// the window's first batch, and so on. The load's buffer is shared by the
 // batches and freed when the last of them is released.
 type window struct {
-	j       *job
+	j       *load
 	first   int   // index of the first batch in the epoch
 	sizes   []int // records per batch
 	mu      sync.Mutex
-	arrived []int // delivery slots of the job in arrival order
+	arrived []int // delivery slots of the load in arrival order
 	ready   []chan struct{}
 	cut     int // batches whose records have all arrived
 	next    int // the next batch the consumer takes
@@ -26,7 +26,7 @@ type window struct {
 	batches []Batch
 }
 
-func newWindow(j *job, first, nb int, bs sampler.Batches) *window {
+func newWindow(j *load, first, nb int, bs sampler.Batches) *window {
 	w := &window{j: j, first: first, arrived: make([]int, 0, len(j.IDs))}
 	for b := first; b < first+nb; b++ {
 		_, n := bs.Span(b)
@@ -89,7 +89,7 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 		return nil, l.finish()
 	}
 	if s == len(w.sizes)-1 {
-		// The last batch waits for every read of the job, which may be
+		// The last batch waits for every read of the load, which may be
 		// reused once all of its batches are released.
 		select {
 		case <-j.done:
@@ -128,7 +128,7 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 	w.next++
 	w.held++
 	if w.next == len(w.sizes) {
-		l.pending = nil // every batch is out: the job is recycled once they are released
+		l.pending = nil // every batch is out: the load is recycled once they are released
 	}
 	var delivered []int
 	if w.next < len(w.sizes) {
@@ -155,7 +155,7 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 
 // skipped returns the records of a resumed window delivered before the
 // checkpoint, for a job that is that window.
-func (o Options) skipped(j *job) []int {
+func (o Options) skipped(j *load) []int {
 	if j.Epoch == o.Epoch && j.Index == o.Batch && len(o.Skip) > 0 {
 		return o.Skip
 	}
