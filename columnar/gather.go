@@ -148,16 +148,16 @@ func (p *Plan) count(n *Node, on int, s *Source, lo, hi, row int64) error {
 	o.length += hi - lo
 	switch n.Kind {
 	case KBinary:
-		t := s.Starts[n.Var]
-		o.data += t[row+1] - t[row]
+		from, to := n.span(s.Starts[n.Var], row)
+		o.data += to - from
 	case KView:
 		o.data += s.Starts[n.Var][2*row+1]
 	case KRunEnd:
 		t := s.Starts[n.Var]
 		o.data += t[3*row+2] - t[3*row+1]
 	case KList:
-		t := s.Starts[n.Var]
-		return p.count(n.Children[0], o.kids[0], s, t[row], t[row+1], row)
+		from, to := n.span(s.Starts[n.Var], row)
+		return p.count(n.Children[0], o.kids[0], s, from, to, row)
 	case KListView:
 		t := s.Starts[n.Var]
 		return p.count(n.Children[0], o.kids[0], s, t[2*row], t[2*row+1], row)
@@ -367,8 +367,8 @@ func (a *assembler) row(n *Node, on int, s *Source, lo, hi, row int64) error {
 		if _, _, err := a.offsets(o, a.cell(), cnt, c.wrote); err != nil {
 			return err
 		}
-		t := s.Starts[n.Var]
-		if err := a.row(n.Children[0], o.kids[0], s, t[row], t[row+1], row); err != nil {
+		from, to := n.span(s.Starts[n.Var], row)
+		if err := a.row(n.Children[0], o.kids[0], s, from, to, row); err != nil {
 			return err
 		}
 	case KListView:

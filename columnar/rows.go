@@ -74,8 +74,8 @@ func (s *Source) cells(n *Node, lo, hi, row int64, dst []Range) []Range {
 	case KDict:
 		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), hi*int64(n.Width)))
 	case KBinary:
-		t := s.Starts[n.Var]
-		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)), bytes(2, t[row], t[row+1]))
+		from, to := n.span(s.Starts[n.Var], row)
+		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)), bytes(2, from, to))
 	case KView:
 		t := s.Starts[n.Var]
 		v := Range{}
@@ -104,9 +104,9 @@ func (s *Source) cells(n *Node, lo, hi, row int64, dst []Range) []Range {
 		}
 		dst = append(dst, valid, value)
 	case KList:
-		t := s.Starts[n.Var]
+		from, to := n.span(s.Starts[n.Var], row)
 		dst = append(dst, bits(0), bytes(1, lo*int64(n.Width), (hi+1)*int64(n.Width)))
-		dst = s.cells(n.Children[0], t[row], t[row+1], row, dst)
+		dst = s.cells(n.Children[0], from, to, row, dst)
 	case KListView:
 		t := s.Starts[n.Var]
 		dst = append(dst, bits(0))
@@ -188,23 +188,37 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 			return err
 		}
 		t := s.Starts[n.Var]
-		if int64(len(t)) != s.Meta.Rows+1 {
-			return fmt.Errorf("column %q: %d row starts for %d rows", n.Name, len(t), s.Meta.Rows)
-		}
-		for i := 1; i < len(t); i++ {
-			if t[i] < t[i-1] || t[0] < 0 {
-				return fmt.Errorf("column %q: offsets out of order at row %d", n.Name, i)
+		end := int64(0)
+		if n.Paired {
+			if int64(len(t)) != 2*s.Meta.Rows {
+				return fmt.Errorf("column %q: %d row ranges for %d rows", n.Name, len(t)/2, s.Meta.Rows)
 			}
+			for i := 0; i < len(t); i += 2 {
+				if t[i] < 0 || t[i+1] < t[i] {
+					return fmt.Errorf("column %q: offsets out of order at row %d", n.Name, i/2)
+				}
+				end = max(end, t[i+1])
+			}
+		} else {
+			if int64(len(t)) != s.Meta.Rows+1 {
+				return fmt.Errorf("column %q: %d row starts for %d rows", n.Name, len(t), s.Meta.Rows)
+			}
+			for i := 1; i < len(t); i++ {
+				if t[i] < t[i-1] || t[0] < 0 {
+					return fmt.Errorf("column %q: offsets out of order at row %d", n.Name, i)
+				}
+			}
+			end = t[len(t)-1]
 		}
 		if n.Kind == KBinary {
-			return need(2, t[len(t)-1], "data")
+			return need(2, end, "data")
 		}
 		c := n.Children[0]
 		if c.node >= len(s.Meta.Nodes) {
 			return fmt.Errorf("column %q: %d nodes in the batch, want more", n.Name, len(s.Meta.Nodes))
 		}
-		if cl := s.Meta.Nodes[c.node].Length; t[len(t)-1] > cl {
-			return fmt.Errorf("column %q: offsets reach element %d of a child of %d", n.Name, t[len(t)-1], cl)
+		if cl := s.Meta.Nodes[c.node].Length; end > cl {
+			return fmt.Errorf("column %q: offsets reach element %d of a child of %d", n.Name, end, cl)
 		}
 		return s.check(c, s.Meta.Nodes[c.node].Length, depth+1)
 	case KView:
@@ -256,6 +270,15 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 		}
 	}
 	return nil
+}
+
+// span is the range of a Var node's children (or bytes) that row holds,
+// from its starts t: shared bounds, or a pair a row under a list view.
+func (n *Node) span(t []int64, row int64) (from, to int64) {
+	if n.Paired {
+		return t[2*row], t[2*row+1]
+	}
+	return t[row], t[row+1]
 }
 
 // checkRunEnd checks a KRunEnd node of length rows: its run ends and
@@ -462,7 +485,7 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 				t = append(t, o, o+z)
 			}
 			starts[n.Var] = t
-			// Its child holds values of one width: no starts below it.
+			return walk(n.Children[0], t)
 		case KFixedList:
 			t := make([]int64, len(s))
 			for i, e := range s {

@@ -39,6 +39,10 @@ type Node struct {
 	// the index.
 	Var    int
 	DictID int64
+	// Paired marks a node under a list view: a row's elements are not
+	// where the next row's begin, so its Var starts are two a row (first,
+	// end) instead of rows+1 shared bounds.
+	Paired bool
 	// Values is KDict's value node (KFixed, KBool or KBinary), and
 	// KRunEnd's values child (one of those too); Runs is KRunEnd's run ends
 	// child (KFixed).
@@ -250,6 +254,7 @@ type counter struct {
 	nodes, bufs, views, dicts int
 	dictIDs                   []int64
 	inList                    int // lists around the node: a view there is not read
+	inView                    int // list views around the node: its starts are paired
 }
 
 func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
@@ -260,7 +265,7 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 	if ext, ok := t.(arrow.ExtensionType); ok {
 		t = ext.StorageType()
 	}
-	n := &Node{Type: f.Type, Name: f.Name, Nullable: f.Nullable, Var: -1, node: c.nodes, buf: c.bufs, views: c.views}
+	n := &Node{Type: f.Type, Name: f.Name, Nullable: f.Nullable, Var: -1, node: c.nodes, buf: c.bufs, views: c.views, Paired: c.inView > 0}
 	c.nodes++
 	unsupported := func() (*Node, error) {
 		if build {
@@ -336,24 +341,17 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 		n.Kind, n.Width = KView, 4
 	case *arrow.ListViewType, *arrow.LargeListViewType:
 		// A row is one range of its child's elements where no list is
-		// around it (its offset and size, kept in the index); its elements
-		// are read where they hold one value each (a fixed width, a
-		// boolean), and the row is written out as a list.
+		// around it (its offset and size, kept in the index), and is
+		// written out as a list. Rows' ranges may be in any order, so the
+		// nodes below keep two starts a row (Paired).
 		c.bufs += 3
 		elem := tt.(arrow.ListLikeType).ElemField()
 		readable := build && c.inList == 0
-		switch et := elem.Type.(type) {
-		case *arrow.BooleanType:
-		case *arrow.DictionaryType:
-			readable = false
-		case arrow.FixedWidthDataType:
-			readable = readable && et.BitWidth()%8 == 0 && et.BitWidth() > 0
-		default:
-			readable = false
-		}
 		c.inList++
+		c.inView++
 		kn, err := c.node(elem, readable, depth+1)
 		c.inList--
+		c.inView--
 		if err != nil || !readable {
 			if err != nil {
 				return nil, err

@@ -37,10 +37,9 @@ import (
 // row's value located in the index, and reach the user as string and
 // binary; run-end encoded columns (of numbers, booleans, strings), each
 // row's run found in the index, reach the user as their values' type; and
-// list views of numbers and booleans, each row's range of elements kept
-// in the index, as lists. A column of a type riffle does not read (a
-// view, a run-end encoded column or a list view under a list, a list view
-// of strings or nested values, unions) refuses the dataset unless
+// list views, each row's range of elements kept in the index, as lists.
+// A column of a type riffle does not read (a view, a run-end encoded
+// column or a list view under a list, unions) refuses the dataset unless
 // columns= leaves it out.
 
 func init() {

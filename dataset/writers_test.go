@@ -553,9 +553,9 @@ func listView(t *testing.T, dt arrow.DataType, child arrow.Array, ranges [][2]in
 	return array.MakeFromData(d)
 }
 
-// Arrow's list views (of numbers and booleans, where no list is around
-// them) read as lists: every row, its elements anywhere in the child,
-// overlapping others' or null, equals the list arrow-go reads for it.
+// Arrow's list views (of numbers, booleans and strings, where no list is
+// around them) read as lists: every row, its elements anywhere in the
+// child, overlapping others' or null, is the list of those elements.
 func TestArrowListViewsRead(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "lv.arrow")
 	f, err := os.Create(p)
@@ -573,8 +573,17 @@ func TestArrowListViewsRead(t *testing.T) {
 		bb.Append(i%3 == 0)
 	}
 	ints, bools := ib.NewArray(), bb.NewArray()
+	sb := array.NewStringBuilder(memory.DefaultAllocator)
+	for k := range 40 {
+		if k%7 == 2 {
+			sb.AppendNull()
+		} else {
+			sb.Append(strings.Repeat("s", k%5) + fmt.Sprint(k))
+		}
+	}
+	strs := sb.NewArray()
 	const n = 120
-	var r1, r2 [][2]int
+	var r1, r2, r3 [][2]int
 	var want []string
 	for i := range n {
 		a, b := [2]int{(i * 7) % 33, (i*7)%33 + i%6}, [2]int{(i * 5) % 38, (i*5)%38 + i%3}
@@ -584,8 +593,23 @@ func TestArrowListViewsRead(t *testing.T) {
 		if i%10 == 7 {
 			b = [2]int{-1, -1}
 		}
-		r1, r2 = append(r1, a), append(r2, b)
-		row := map[string]any{"id": i, "v": nil, "w": nil}
+		c := [2]int{(i * 11) % 36, (i*11)%36 + i%5}
+		if i%12 == 5 {
+			c = [2]int{-1, -1}
+		}
+		r1, r2, r3 = append(r1, a), append(r2, b), append(r3, c)
+		row := map[string]any{"id": i, "v": nil, "w": nil, "x": nil}
+		if c[0] >= 0 {
+			v := []any{}
+			for k := c[0]; k < c[1]; k++ {
+				if k%7 == 2 {
+					v = append(v, nil)
+				} else {
+					v = append(v, strings.Repeat("s", k%5)+fmt.Sprint(k))
+				}
+			}
+			row["x"] = v
+		}
 		if a[0] >= 0 {
 			v := []any{}
 			for k := a[0]; k < a[1]; k++ {
@@ -612,9 +636,10 @@ func TestArrowListViewsRead(t *testing.T) {
 		ib2.Append(int64(i))
 	}
 	cols := []arrow.Array{ib2.NewArray(), listView(t, arrow.ListViewOf(arrow.PrimitiveTypes.Int32), ints, r1),
-		listView(t, arrow.LargeListViewOf(arrow.FixedWidthTypes.Boolean), bools, r2)}
+		listView(t, arrow.LargeListViewOf(arrow.FixedWidthTypes.Boolean), bools, r2),
+		listView(t, arrow.ListViewOf(arrow.BinaryTypes.String), strs, r3)}
 	sc := arrow.NewSchema([]arrow.Field{{Name: "id", Type: cols[0].DataType()}, {Name: "v", Type: cols[1].DataType(), Nullable: true},
-		{Name: "w", Type: cols[2].DataType(), Nullable: true}}, nil)
+		{Name: "w", Type: cols[2].DataType(), Nullable: true}, {Name: "x", Type: cols[3].DataType(), Nullable: true}}, nil)
 	w, err := ipc.NewFileWriter(f, ipc.WithSchema(sc))
 	if err != nil {
 		t.Fatal(err)

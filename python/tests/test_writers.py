@@ -152,12 +152,12 @@ def test_hf_image_dataset_equals_pyarrow(daemon, tmp_path, batch_size):
     assert Image.open(io.BytesIO(got[2]["image"]["bytes"])).format == "JPEG"
 
 
-@pytest.mark.parametrize("name", ["list<run_end_encoded", "list_view<string>", "list<string_view>"])
+@pytest.mark.parametrize("name", ["list<run_end_encoded", "list_view<string_view>", "list<string_view>"])
 def test_arrow_types_not_read_yet_are_refused_by_name(daemon, tmp_path, name):
     v = {"list<run_end_encoded": lambda: pa.ListArray.from_arrays(
              pa.array([0, 2, 2, 2], pa.int32()), pa.compute.run_end_encode(pa.array([1, 1], pa.int64())),
              mask=pa.array([False, False, True])),
-         "list_view<string>": lambda: pa.array([["a", "b"], [], None], pa.list_view(pa.string())),
+         "list_view<string_view>": lambda: pa.array([["a", "b"], [], None], pa.list_view(pa.string_view())),
          "list<string_view>": lambda: pa.array([["a"], [], None], pa.list_(pa.string_view()))}[name]()
     t = pa.table({"id": pa.array([0, 1, 2], pa.int64()), "v": v})
     p = tmp_path / "unread.arrow"
@@ -228,9 +228,9 @@ def test_arrow_run_end_encoded_equals_pyarrow(daemon, tmp_path, stream):
 
 
 def test_arrow_list_views_equal_pyarrow(daemon, tmp_path):
-    """pyarrow's list views of numbers and booleans, their rows anywhere in
-    the child (out of order, overlapping, null), read as lists with the
-    values to_pylist gives."""
+    """pyarrow's list views of numbers, booleans, strings and structs
+    holding lists, their rows anywhere in the child (out of order,
+    overlapping, null), read as lists with the values to_pylist gives."""
     n = 300
     child = pa.array([None if k % 9 == 4 else k * 3 for k in range(60)], pa.int32())
     offsets = [(i * 7) % 50 for i in range(n)]
@@ -240,7 +240,15 @@ def test_arrow_list_views_equal_pyarrow(daemon, tmp_path):
     w = pa.LargeListViewArray.from_arrays(pa.array([(i * 5) % 55 for i in range(n)], pa.int64()),
                                           pa.array([i % 4 for i in range(n)], pa.int64()),
                                           pa.array([k % 3 == 0 for k in range(60)]))
-    t = pa.table({"id": pa.array(range(n), pa.int64()), "v": v, "w": w,
+    words = pa.array([None if k % 7 == 2 else "w" * (k % 5) + str(k) for k in range(60)])
+    recs = pa.array([None if k % 11 == 3 else {"a": k, "tags": [str(k)] * (k % 3)} for k in range(60)],
+                    pa.struct([("a", pa.int64()), ("tags", pa.list_(pa.string()))]))
+    x = pa.ListViewArray.from_arrays(pa.array([(i * 11) % 52 for i in range(n)], pa.int32()),
+                                     pa.array([i % 5 for i in range(n)], pa.int32()), words,
+                                     mask=pa.array([i % 12 == 5 for i in range(n)]))
+    y = pa.LargeListViewArray.from_arrays(pa.array([(i * 13) % 56 for i in range(n)], pa.int64()),
+                                          pa.array([i % 4 for i in range(n)], pa.int64()), recs)
+    t = pa.table({"id": pa.array(range(n), pa.int64()), "v": v, "w": w, "x": x, "y": y,
                   "s": pa.array([[float(i)] * (i % 3) for i in range(n)], pa.list_view(pa.float64()))})
     p = tmp_path / "list-views.arrow"
     with pa.ipc.new_file(p, t.schema) as wr:
