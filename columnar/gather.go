@@ -84,7 +84,7 @@ func (l *Layout) Plan(rows []RowRef) (*Plan, error) {
 		switch n.Kind {
 		case KDict:
 			o.kind, o.width = n.Values.Kind, n.Values.Width
-		case KView:
+		case KView, KViews:
 			o.kind, o.width = KBinary, 4 // written as a string (binary) column
 		case KRunEnd:
 			o.kind, o.width = n.Values.Kind, n.Values.Width // written as its values' column
@@ -152,6 +152,8 @@ func (p *Plan) count(n *Node, on int, s *Source, lo, hi, row int64) error {
 		o.data += to - from
 	case KView:
 		o.data += s.Starts[n.Var][2*row+1]
+	case KViews:
+		o.data += s.Starts[n.Var][4*row+3]
 	case KRunEnd:
 		t := s.Starts[n.Var]
 		o.data += t[3*row+2] - t[3*row+1]
@@ -336,6 +338,38 @@ func (a *assembler) row(n *Node, on int, s *Source, lo, hi, row int64) error {
 		copy(a.buf(o, 2)[o.wdata:], data)
 		o.wdata += int64(len(data))
 		a.endValue(o, o.wrote)
+	case KViews:
+		a.validity(o, lo, cnt)
+		views, data := a.cell(), a.cell()
+		if int64(len(views)) != 16*cnt {
+			return fmt.Errorf("column %q: views cell of %d bytes for %d elements", n.Name, len(views), cnt)
+		}
+		t := s.Starts[n.Var]
+		k, from := t[4*row], t[4*row+1]
+		valid := a.buf(o, 0)
+		for j := range cnt {
+			at := o.wrote + j
+			v := views[16*j:]
+			size := int64(int32(binary.LittleEndian.Uint32(v)))
+			if valid[at>>3]&(1<<(at&7)) != 0 {
+				var b []byte
+				switch {
+				case size >= 0 && size <= 12:
+					b = v[4 : 4+size]
+				case size > 12 && int64(int32(binary.LittleEndian.Uint32(v[8:]))) == k:
+					p := s.buffer(n, 2+int(k)).Offset + int64(int32(binary.LittleEndian.Uint32(v[12:]))) - from
+					if p >= 0 && p <= int64(len(data)) && size <= int64(len(data))-p {
+						b = data[p : p+size]
+					}
+				}
+				if int64(len(b)) != size {
+					return fmt.Errorf("column %q: element %d's view outside the bytes read for its row", n.Name, lo+j)
+				}
+				copy(a.buf(o, 2)[o.wdata:], b)
+				o.wdata += size
+			}
+			a.endValue(o, at)
+		}
 	case KRunEnd:
 		// One row, one element (no list is around it): its run's value.
 		t := s.Starts[n.Var]

@@ -83,6 +83,13 @@ func (s *Source) cells(n *Node, lo, hi, row int64, dst []Range) []Range {
 			v = Range{s.Body + t[2*row], t[2*row+1]}
 		}
 		dst = append(dst, bits(0), v)
+	case KViews:
+		t := s.Starts[n.Var]
+		d := Range{}
+		if t[4*row+2] > t[4*row+1] {
+			d = Range{s.Body + t[4*row+1], t[4*row+2] - t[4*row+1]}
+		}
+		dst = append(dst, bits(0), bytes(1, lo*16, hi*16), d)
 	case KRunEnd:
 		t := s.Starts[n.Var]
 		v := n.Values
@@ -153,12 +160,12 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 	if n.Kind == KRunEnd {
 		return s.checkRunEnd(n, length)
 	}
-	nb := map[Kind]int{KFixed: 2, KBool: 2, KDict: 2, KBinary: 3, KList: 2, KFixedList: 1, KStruct: 1, KView: 2, KListView: 3}[n.Kind]
+	nb := map[Kind]int{KFixed: 2, KBool: 2, KDict: 2, KBinary: 3, KList: 2, KFixedList: 1, KStruct: 1, KView: 2, KListView: 3, KViews: 2}[n.Kind]
 	last := n.buf + nb - 1
 	for _, c := range s.Meta.Variadic[:min(n.views, len(s.Meta.Variadic))] {
 		last += int(c)
 	}
-	if n.Kind == KView {
+	if n.Kind == KView || n.Kind == KViews {
 		if n.views >= len(s.Meta.Variadic) || s.Meta.Variadic[n.views] < 0 || s.Meta.Variadic[n.views] > int64(len(s.Meta.Buffers)) {
 			return fmt.Errorf("column %q: no count of its data buffers in the batch", n.Name)
 		}
@@ -241,6 +248,29 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 			}
 			if !in {
 				return fmt.Errorf("column %q: row %d's value outside its buffers", n.Name, i/2)
+			}
+		}
+		return nil
+	case KViews:
+		if err := need(1, length*16, "views"); err != nil {
+			return err
+		}
+		t := s.Starts[n.Var]
+		if int64(len(t)) != 4*s.Meta.Rows {
+			return fmt.Errorf("column %q: %d data ranges for %d rows", n.Name, len(t)/4, s.Meta.Rows)
+		}
+		nbuf := s.Meta.Variadic[n.views]
+		for i := 0; i < len(t); i += 4 {
+			k, from, to := t[i], t[i+1], t[i+2]
+			if k == -1 && from == to {
+				continue
+			}
+			if k < 0 || k >= nbuf {
+				return fmt.Errorf("column %q: row %d's values in data buffer %d of %d", n.Name, i/4, k, nbuf)
+			}
+			b := s.buffer(n, 2+int(k))
+			if from < b.Offset || from > to || to-b.Offset > b.Length {
+				return fmt.Errorf("column %q: row %d's values outside their data buffer", n.Name, i/4)
 			}
 		}
 		return nil
@@ -415,6 +445,16 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 				return err
 			}
 			starts[n.Var] = t
+		case KViews:
+			b, err := offsets(n)
+			if err != nil {
+				return err
+			}
+			t, err := viewsRanges(src, n, b, s)
+			if err != nil {
+				return err
+			}
+			starts[n.Var] = t
 		case KView:
 			b, err := offsets(n)
 			if err != nil {
@@ -556,11 +596,74 @@ func viewRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, error
 	return t, nil
 }
 
+// viewsRanges finds, for each row of a KViews node (its elements are
+// bounds, or pairs if Paired), the one data buffer its views' bytes lie in
+// and the body range that holds them all, and their total length: four
+// numbers a row (buffer or -1, from, to, total). A row whose values lie
+// in several data buffers is not read.
+func viewsRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, error) {
+	m := s.Meta
+	if n.views >= len(m.Variadic) {
+		return nil, fmt.Errorf("column %q: no count of its data buffers in the batch", n.Name)
+	}
+	nbuf := m.Variadic[n.views]
+	first := n.buf
+	for _, c := range m.Variadic[:n.views] {
+		first += int(c)
+	}
+	if nbuf < 0 || int64(first)+2+nbuf > int64(len(m.Buffers)) {
+		return nil, fmt.Errorf("column %q: %d data buffers, the batch has %d buffers", n.Name, nbuf, len(m.Buffers))
+	}
+	rows := int64(len(elems) - 1)
+	if n.Paired {
+		rows = int64(len(elems) / 2)
+	}
+	t := make([]int64, 0, 4*rows)
+	for r := range rows {
+		lo, hi := n.span(elems, r)
+		if lo < 0 || hi < lo || hi*16 > int64(len(views)) {
+			return nil, fmt.Errorf("column %q: views buffer of %d bytes, elements %d to %d asked", n.Name, len(views), lo, hi)
+		}
+		k, from, to, total := int64(-1), int64(0), int64(0), int64(0)
+		for e := lo; e < hi; e++ {
+			v := views[e*16:]
+			size := int64(int32(binary.LittleEndian.Uint32(v)))
+			if size < 0 {
+				return nil, fmt.Errorf("column %q: view of %d bytes at element %d", n.Name, size, e)
+			}
+			total += size
+			if size <= 12 {
+				continue
+			}
+			bk := int64(int32(binary.LittleEndian.Uint32(v[8:])))
+			off := int64(int32(binary.LittleEndian.Uint32(v[12:])))
+			if bk < 0 || bk >= nbuf {
+				return nil, fmt.Errorf("column %q: view of element %d in data buffer %d of %d", n.Name, e, bk, nbuf)
+			}
+			db := s.buffer(n, 2+int(bk))
+			if off < 0 || off > db.Length || size > db.Length-off {
+				return nil, fmt.Errorf("column %q: view of element %d (%d bytes at %d) outside its data buffer of %d bytes", n.Name, e, size, off, db.Length)
+			}
+			a, b := db.Offset+off, db.Offset+off+size
+			switch {
+			case k == -1:
+				k, from, to = bk, a, b
+			case k != bk:
+				return nil, fmt.Errorf("column %q: row %d's values lie in data buffers %d and %d, which riffle does not read", n.Name, r, k, bk)
+			default:
+				from, to = min(from, a), max(to, b)
+			}
+		}
+		t = append(t, k, from, to, total)
+	}
+	return t, nil
+}
+
 // OffsetsBuffer is a Var node's offsets buffer in s (a KView's views; a
 // KFixed's data, for a KRunEnd's run ends; with buf one further, a
 // KListView's sizes).
 func (s *Source) OffsetsBuffer(n *Node) (BufferLoc, bool) {
-	if n.Kind != KBinary && n.Kind != KList && n.Kind != KView && n.Kind != KFixed && n.Kind != KListView {
+	if n.Kind != KBinary && n.Kind != KList && n.Kind != KView && n.Kind != KFixed && n.Kind != KListView && n.Kind != KViews {
 		return BufferLoc{}, false
 	}
 	i := n.buf + 1

@@ -22,6 +22,7 @@ const (
 	KView                  // validity, views of 16 bytes, variadic data buffers; read as KBinary (Width 4)
 	KRunEnd                // no buffers; Runs (run ends of Width bytes) and Values; read as its values' kind
 	KListView              // validity, offsets and sizes (Width 4 or 8), one child; read as KList
+	KViews                 // a KView under a list: a row's views, and one range of one data buffer their bytes lie in; read as KBinary
 )
 
 // Node is one array of a column's tree, as a record batch lays it out:
@@ -65,6 +66,8 @@ func (n *Node) Cells() int {
 		c = 3
 	case KView:
 		c = 2 // validity, the value's bytes
+	case KViews:
+		c = 3 // validity, the row's views, the range of a data buffer that holds their bytes
 	case KRunEnd:
 		c = 2 // its run's validity byte, its run's value (bytes or the byte of its bit)
 	case KFixedList, KStruct, KListView:
@@ -239,7 +242,7 @@ func fieldNames(s *arrow.Schema) []string {
 }
 
 func (l *Layout) numberVars(n *Node) {
-	if n.Kind == KBinary || n.Kind == KList || n.Kind == KView || n.Kind == KRunEnd || n.Kind == KListView {
+	if n.Kind == KBinary || n.Kind == KList || n.Kind == KView || n.Kind == KRunEnd || n.Kind == KListView || n.Kind == KViews {
 		n.Var = l.Vars
 		l.Vars++
 	}
@@ -335,10 +338,13 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 		// file is indexed. Under a list, a row's views are many.
 		c.bufs += 2
 		c.views++
-		if c.inList > 0 {
-			return unsupported()
-		}
 		n.Kind, n.Width = KView, 4
+		if c.inList > 0 {
+			// Under a list a row's views are many: their bytes are read as
+			// one range of one data buffer, which writers (pyarrow,
+			// Polars) fill in element order.
+			n.Kind = KViews
+		}
 	case *arrow.ListViewType, *arrow.LargeListViewType:
 		// A row is one range of its child's elements where no list is
 		// around it (its offset and size, kept in the index), and is
@@ -460,7 +466,7 @@ func (n *Node) OutputType() arrow.DataType {
 			return m
 		}
 		return arrow.ListOfField(el)
-	case KView:
+	case KView, KViews:
 		t := n.Type
 		if ext, ok := t.(arrow.ExtensionType); ok {
 			t = ext.StorageType()
@@ -528,7 +534,7 @@ func (n *Node) describe() Column {
 	if kind == KDict || kind == KRunEnd {
 		kind, width = n.Values.Kind, n.Values.Width
 	}
-	if kind == KView {
+	if kind == KView || kind == KViews {
 		kind = KBinary
 	}
 	if kind == KListView {

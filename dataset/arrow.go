@@ -34,13 +34,15 @@ import (
 // A file's schema is taken from its footer (the schema message after the
 // magic is optional, and Polars and Arrow JS write none); a stream's from
 // its first message. string_view and binary_view columns are read, each
-// row's value located in the index, and reach the user as string and
+// row's value (or, under a list, the range of the one data buffer its
+// values lie in) located in the index, and reach the user as string and
 // binary; run-end encoded columns (of numbers, booleans, strings), each
 // row's run found in the index, reach the user as their values' type; and
 // list views, each row's range of elements kept in the index, as lists.
-// A column of a type riffle does not read (a view, a run-end encoded
-// column or a list view under a list, unions) refuses the dataset unless
-// columns= leaves it out.
+// A column of a type riffle does not read (a run-end encoded column or a
+// list view under a list, unions) refuses the dataset unless columns=
+// leaves it out; a row whose views under a list lie in several data
+// buffers is an error naming it.
 
 func init() {
 	RegisterFormat(Format{Name: "arrow", Extensions: []string{".arrow", ".feather", ".arrows", ".ipc"}, Indexed: true,

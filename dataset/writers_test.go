@@ -98,9 +98,10 @@ func TestUnreadColumnsRefused(t *testing.T) {
 		{Name: "image", Type: arrow.StructOf(
 			arrow.Field{Name: "bytes", Type: arrow.BinaryTypes.Binary},
 			arrow.Field{Name: "path", Type: arrow.ListOf(arrow.BinaryTypes.StringView)})},
+		{Name: "u", Type: arrow.SparseUnionOf([]arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32, Nullable: true}}, []arrow.UnionTypeCode{0})},
 	}, nil)
 	arrowPath := filepath.Join(dir, "views.arrow")
-	writeRecord(t, arrowPath, sc, `[{"id":1,"s":"a","tags":["x"],"text":"x","image":{"bytes":"AQI=","path":["p"]}},{"id":2,"s":"b","tags":[],"text":"y","image":{"bytes":"","path":[]}}]`)
+	writeRecord(t, arrowPath, sc, `[{"id":1,"s":"a","tags":["x"],"text":"x","image":{"bytes":"AQI=","path":["p"]},"u":[0,1]},{"id":2,"s":"b","tags":[],"text":"y","image":{"bytes":"","path":[]},"u":[0,2]}]`)
 
 	pqPath := filepath.Join(dir, "struct.parquet")
 	psc := arrow.NewSchema([]arrow.Field{
@@ -134,7 +135,7 @@ func TestUnreadColumnsRefused(t *testing.T) {
 		want    []string
 		columns []string
 	}{
-		{arrowPath, []string{`columns "tags" (list<string_view>), "image" (struct<bytes, path>) cannot be read yet`, `pass columns=["id", "s", "text"] to read the others`}, []string{"id", "s", "text"}},
+		{arrowPath, []string{`column "u" (sparse_union<i: type=int32, nullable=0>) cannot be read yet`, `pass columns=["id", "s", "tags", "text", "image"] to read the others`}, []string{"id", "s", "tags", "text", "image"}},
 	} {
 		t.Run(filepath.Base(c.path), func(t *testing.T) {
 			_, err := dataset.Open(context.Background(), dataset.Options{}, c.path)
@@ -175,14 +176,17 @@ func TestUnreadColumnsRefused(t *testing.T) {
 }
 
 // Arrow's view types (what Polars writes strings as) read as strings and
-// binaries: every row, inline (12 bytes or less) or in a data buffer, in
-// a stream and a file of several batches, equals arrow-go's reading.
+// binaries, alone and under lists: every row, inline (12 bytes or less) or
+// in a data buffer, in a stream and a file of several batches, equals
+// arrow-go's reading.
 func TestArrowViewsRead(t *testing.T) {
 	sc := arrow.NewSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "s", Type: arrow.BinaryTypes.StringView, Nullable: true},
 		{Name: "b", Type: arrow.BinaryTypes.BinaryView, Nullable: true},
 		{Name: "rec", Type: arrow.StructOf(arrow.Field{Name: "v", Type: arrow.BinaryTypes.StringView, Nullable: true}), Nullable: true},
+		{Name: "tags", Type: arrow.ListOf(arrow.BinaryTypes.StringView), Nullable: true},
+		{Name: "blobs", Type: arrow.LargeListOf(arrow.StructOf(arrow.Field{Name: "b", Type: arrow.BinaryTypes.BinaryView, Nullable: true})), Nullable: true},
 	}, nil)
 	dir := t.TempDir()
 	for _, stream := range []bool{true, false} {
@@ -205,7 +209,23 @@ func TestArrowViewsRead(t *testing.T) {
 			var rows []string
 			for range n {
 				s := strings.Repeat("ab", id%17)
-				row := map[string]any{"id": id, "s": s, "b": base64.StdEncoding.EncodeToString([]byte(s + "!")), "rec": map[string]any{"v": s + "é"}}
+				tags := []any{}
+				for k := range id % 4 {
+					if (id+k)%5 == 1 {
+						tags = append(tags, nil)
+					} else {
+						tags = append(tags, strings.Repeat("t", (id*k)%23)+fmt.Sprint(k))
+					}
+				}
+				blobs := []any{}
+				for k := range id % 3 {
+					blobs = append(blobs, map[string]any{"b": base64.StdEncoding.EncodeToString([]byte(strings.Repeat("b", (id+k)%19)))})
+				}
+				row := map[string]any{"id": id, "s": s, "b": base64.StdEncoding.EncodeToString([]byte(s + "!")), "rec": map[string]any{"v": s + "é"},
+					"tags": tags, "blobs": blobs}
+				if id%6 == 2 {
+					row["tags"] = nil
+				}
 				switch id % 7 {
 				case 3:
 					row["s"] = nil

@@ -152,13 +152,15 @@ def test_hf_image_dataset_equals_pyarrow(daemon, tmp_path, batch_size):
     assert Image.open(io.BytesIO(got[2]["image"]["bytes"])).format == "JPEG"
 
 
-@pytest.mark.parametrize("name", ["list<run_end_encoded", "list_view<string_view>", "list<string_view>"])
+@pytest.mark.parametrize("name", ["list<run_end_encoded", "dense_union", "sparse_union"])
 def test_arrow_types_not_read_yet_are_refused_by_name(daemon, tmp_path, name):
     v = {"list<run_end_encoded": lambda: pa.ListArray.from_arrays(
              pa.array([0, 2, 2, 2], pa.int32()), pa.compute.run_end_encode(pa.array([1, 1], pa.int64())),
              mask=pa.array([False, False, True])),
-         "list_view<string_view>": lambda: pa.array([["a", "b"], [], None], pa.list_view(pa.string_view())),
-         "list<string_view>": lambda: pa.array([["a"], [], None], pa.list_(pa.string_view()))}[name]()
+         "dense_union": lambda: pa.UnionArray.from_dense(pa.array([0, 1, 0], pa.int8()), pa.array([0, 0, 1], pa.int32()),
+                                                         [pa.array([1, 2]), pa.array(["a"])]),
+         "sparse_union": lambda: pa.UnionArray.from_sparse(pa.array([0, 1, 0], pa.int8()),
+                                                           [pa.array([1, 2, 3]), pa.array(["a", "b", "c"])])}[name]()
     t = pa.table({"id": pa.array([0, 1, 2], pa.int64()), "v": v})
     p = tmp_path / "unread.arrow"
     with pa.ipc.new_file(p, t.schema) as w:
@@ -175,13 +177,19 @@ def views_table(n: int) -> pa.Table:
         "s": pa.array(words, pa.string_view()),
         "b": pa.array([None if w is None else w.encode() + b"\0" for w in words], pa.binary_view()),
         "rec": pa.array([{"v": w} for w in words], pa.struct([("v", pa.string_view())])),
+        "tags": pa.array([None if i % 11 == 5 else [words[(i + k) % n] for k in range(i % 4)] for i in range(n)],
+                         pa.list_(pa.string_view())),
+        "blobs": pa.array([[{"b": (w or "").encode()} for w in words[i:i + i % 3]] for i in range(n)],
+                          pa.large_list(pa.struct([("b", pa.binary_view())]))),
+        "lv": pa.array([[w for w in words[i:i + i % 3]] for i in range(n)], pa.list_view(pa.string_view())),
     })
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_arrow_views_read_as_strings(daemon, tmp_path, stream):
-    """string_view and binary_view (Polars' strings) read row by row as
-    pyarrow reads them; the batches hold them as string and binary."""
+    """string_view and binary_view (Polars' strings), alone and under
+    lists, read row by row as pyarrow reads them; the batches hold them as
+    string and binary."""
     t = views_table(500)
     p = tmp_path / ("v.arrows" if stream else "v.arrow")
     with (pa.ipc.new_stream if stream else pa.ipc.new_file)(p, t.schema) as w:
@@ -268,6 +276,7 @@ def polars_frame(n: int) -> "polars.DataFrame":
         "x": rng.random(n).astype(np.float32),
         "word": [None if i % 7 == 0 else f"w{i}" * (i % 5) for i in range(n)],
         "ints": [[j for j in range(i % 4)] for i in range(n)],
+        "words": [None if i % 9 == 4 else [f"word {i} {j}" * (j % 3) for j in range(i % 4)] for i in range(n)],
     })
 
 
@@ -295,7 +304,8 @@ def test_polars_ipc_file_of_string_views(daemon, tmp_path):
 def test_pyarrow_ipc_file_still_reads(daemon, tmp_path):
     p = tmp_path / "pyarrow.arrow"
     t = polars_frame(50).to_arrow().cast(pa.schema([("id", pa.int64()), ("x", pa.float32()), ("word", pa.string()),
-                                                     ("ints", pa.list_(pa.int64()))]))
+                                                     ("ints", pa.list_(pa.int64())),
+                                                     ("words", pa.list_(pa.string()))]))
     with pa.ipc.new_file(p, t.schema) as w:
         w.write_table(t)
     _, got = one_epoch(p)
