@@ -14,8 +14,9 @@ import (
 // Errors are part of the protocol: each error frame says what it is about
 // (wire's Kind constants), and the client raises the exception a PyTorch
 // user catches for it (ValueError for a spec, FileNotFoundError for a
-// path). The kinds are decided here, in one place, in this order: a spec
-// error that wraps a missing file is about the file.
+// path). The kinds are decided here, in one place, in this order: a file
+// removed since its dataset was opened is a change, not a path not found;
+// a spec error that wraps a missing file is about the file.
 
 // errSpec marks an error in what the client asked for.
 var errSpec = errors.New("invalid job spec")
@@ -26,10 +27,10 @@ func Kind(err error) string {
 	var se *storage.Error
 	var re *loader.RecordError
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return wire.KindNotFound
 	case errors.Is(err, storage.ErrChanged), errors.Is(err, storage.ErrShrunk), errors.Is(err, dataset.ErrStaleIndex):
 		return wire.KindChanged
+	case errors.Is(err, fs.ErrNotExist):
+		return wire.KindNotFound
 	case errors.Is(err, errSpec), errors.Is(err, dataset.ErrUnknownFormat), errors.Is(err, dataset.ErrEmpty),
 		errors.Is(err, dataset.ErrUnsupported), errors.Is(err, storage.ErrOutsideRoots), errors.Is(err, storage.ErrNotRegular),
 		errors.Is(err, storage.ErrTooLarge):

@@ -213,7 +213,11 @@ type Description struct {
 	Batches   int // it delivers per epoch
 	// Left is how many batches it delivers of the epoch it opened at, from
 	// the batch it opened at.
-	Left      int
+	Left    int
+	Samples int // per epoch over every rank: its subset's size, or the dataset's
+	// Version names the version of the dataset's files (a hash of their
+	// versions).
+	Version   string
 	Memory    int64 // its bound on batches in flight and held
 	Info      dataset.Info
 	Transform string // canonical, with version
@@ -233,7 +237,7 @@ func (j *Job) Describe() Description {
 	inf := j.src.ds.Info()
 	d := Description{Records: j.src.ds.Len(), Positions: j.smp.Len(), Batches: j.l.Count(), Left: j.l.Left(j.plan.Loader.Batch),
 		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: j.member != nil,
-		Columns: inf.Columns}
+		Columns: inf.Columns, Samples: j.subset, Version: fmt.Sprintf("%016x", spaceOf(inf, j.src.key.String(), ""))}
 	if j.plan.Transform != "" {
 		t, _, _ := transform.New(j.plan.Transform)
 		d.OutputSize = t.Size()

@@ -84,7 +84,7 @@ func (h *handle) opened() *wire.Msg {
 	inf := d.Info
 	m := &wire.Msg{
 		Op: wire.OpOpened, Job: h.id, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
-		MemoryBytes: d.Memory, Stream: d.Stream,
+		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
 			Columns: wireColumns(d.Columns), Schema: inf.Schema},

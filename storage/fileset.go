@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 )
 
@@ -60,6 +61,10 @@ func (s *FileSet) acquire(ctx context.Context, i int) (Reader, error) {
 	}
 	s.mu.Unlock()
 	f, err := s.store.Open(ctx, s.paths[i])
+	if errors.Is(err, fs.ErrNotExist) {
+		// It was there when the dataset was opened: the data changed.
+		return nil, &Error{Op: "open", Object: s.paths[i], Err: fmt.Errorf("%w: the file was removed (%w)", ErrChanged, err)}
+	}
 	if err != nil {
 		return nil, err
 	}

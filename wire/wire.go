@@ -93,10 +93,17 @@ type Msg struct {
 	// Left is how many batches the job delivers of the epoch it opened at,
 	// from the batch it opened at: a client counts by it and Batches, and
 	// never works them out again.
-	Left        int   `json:"left,omitempty"`
-	Info        *Info `json:"info,omitempty"`
-	ArenaSize   int64 `json:"arena_size,omitempty"`   // bytes of the shared arena; 0 means batches come inline
-	MemoryBytes int64 `json:"memory_bytes,omitempty"` // the job's bound on batches in flight and held
+	Left int `json:"left,omitempty"`
+	// Samples is the records the job reads per epoch over every rank (its
+	// subset's size, or the dataset's): len() of a PyTorch dataset.
+	Samples int `json:"samples,omitempty"`
+	// DatasetVersion names the version of the dataset's files the job reads: a
+	// client that sees another version on a later open knows the data
+	// changed under it.
+	DatasetVersion string `json:"dataset_version,omitempty"`
+	Info           *Info  `json:"info,omitempty"`
+	ArenaSize      int64  `json:"arena_size,omitempty"`   // bytes of the shared arena; 0 means batches come inline
+	MemoryBytes    int64  `json:"memory_bytes,omitempty"` // the job's bound on batches in flight and held
 	// Stream says the job's sampler has a state to save that batches do
 	// not carry: ask for it with a "state" request.
 	Stream bool     `json:"stream,omitempty"`

@@ -228,7 +228,7 @@ class Connection:
                 self.sock.connect(path)
             except OSError:
                 if not autostart:
-                    raise RiffleError(f"no riffle daemon at {path}; start one with `riffle serve`") from None
+                    raise DaemonGone(f"no riffle daemon at {path}; start one with `riffle serve`") from None
                 start_daemon(path)
                 self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 self.sock.connect(path)
@@ -584,7 +584,7 @@ class Loader:
                  shape: Sequence[int] | None = None, sampler: str | None = None, block_size: int | None = None,
                  window: int | None = None, buffer: int | None = None, reservoir: int | None = None,
                  opportunistic: int | None = None, pipeline: int = 4, share: bool | None = None,
-                 batch_stride: int | None = None, batch_offset: int | None = None):
+                 batch_stride: int | None = None, batch_offset: int | None = None, reconnect: float = 60.0):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         _check_args(paths, batch_size)
@@ -605,6 +605,9 @@ class Loader:
         self.memory = memory
         self.dtype, self.shape = dtype, shape
         self.pipeline = max(1, pipeline)
+        self.reconnect = reconnect  # seconds to wait for a daemon again after it went away
+        self._version: str | None = None
+        self._records: int | None = None
         self.epoch = epoch
         self._batch = 0
         self._sampler_state: bytes | None = None
@@ -676,6 +679,9 @@ class Loader:
             conn = self._conn()  # a daemon restarted since this process last spoke to it
             reply, _, _ = conn.request(msg, timeout=max(conn.timeout, 600.0))
         self._meta = reply
+        # The loader is bound to the data as it was when it was built.
+        self._version = reply.get("dataset_version")
+        self._records = reply.get("records")
 
     def _open(self) -> _Job:
         """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
@@ -708,10 +714,18 @@ class Loader:
             finally:
                 for fd in fds:
                     os.close(fd)
-        self._meta = reply
-        self.memory = reply.get("memory_bytes") or self.memory
         self._job = _Job(conn, reply, mm, self.epoch, self._batch)
         self._finalizer = weakref.finalize(self, _close_job, self._job)
+        if self._version and reply.get("dataset_version") != self._version:
+            # The rule: a loader reads the data as it was when it was built.
+            # Files added, removed or rewritten since change the samples
+            # and, in an ImageFolder, the classes: say so, never go on.
+            was, now = self._records, reply.get("records")
+            self.close()
+            raise DataChanged(f"the dataset changed since this loader was built ({was} records then, {now} now; "
+                              "files were added, removed or rewritten): build a new loader to read it as it is now",
+                              (self.spec["paths"] or [None])[0])
+        self._meta = reply
         return self._job
 
     def close(self) -> None:
@@ -732,7 +746,8 @@ class Loader:
         if self._meta is None:
             self._open()
         m = self._meta
-        return dict(m.get("info") or {}, records=m.get("records", 0), positions=m.get("positions", 0), batches=m.get("batches", 0))
+        return dict(m.get("info") or {}, records=m.get("records", 0), positions=m.get("positions", 0),
+                    batches=m.get("batches", 0), samples=m.get("samples", 0))
 
     def __len__(self) -> int:
         """Batches per epoch for this loader (this rank, and this worker's share)."""
@@ -754,6 +769,46 @@ class Loader:
                           f"epoch {self.epoch} batch {self._batch}")
 
     def __iter__(self) -> Iterator[Batch]:
+        """The batches of this epoch (the loader's place to the epoch's end).
+
+        If the daemon goes away mid-epoch (killed, restarted), the loader
+        reconnects, starting a daemon if none answers, reopens its job at
+        the place after the last batch it delivered and goes on: each
+        record exactly once. It raises DaemonGone only when no daemon
+        answers within ``reconnect`` seconds, or when its order keeps its
+        state in the daemon (a shared job), which went with it.
+        """
+        epoch = self.epoch
+        while True:
+            try:
+                yield from self._batches()
+                return
+            except DaemonGone as gone:
+                if not self._recover(gone):
+                    raise
+                if self.epoch != epoch:
+                    return  # the epoch's last batch was delivered before the daemon went
+
+    def _recover(self, gone: DaemonGone) -> bool:
+        """Reconnect after the daemon went; False if this loader cannot go on exactly."""
+        self._job = None
+        if self._unresolved or self.reconnect <= 0:
+            if self._unresolved:
+                gone.args = (f"{gone}; this loader's order keeps its state in the daemon (a shared job), which went "
+                             "with it: resume from a checkpoint (load_state_dict) to go on",)
+            return False
+        deadline = time.monotonic() + self.reconnect
+        while True:
+            try:
+                self._open()
+                return True
+            except DaemonGone:
+                if time.monotonic() >= deadline:
+                    raise DaemonGone(f"the riffle daemon went away and none answered again within "
+                                     f"{self.reconnect}s (Loader(reconnect=...))") from None
+                time.sleep(0.1)
+
+    def _batches(self) -> Iterator[Batch]:
         j = self._open()
         conn, job, info = j.conn, j.id, j.reply.get("info") or {}
         conn_ref = weakref.ref(conn)

@@ -9,7 +9,8 @@ import riffle.torch as rt
 from riffle import spec
 
 # Keywords that are the client's own (the connection, the view of batches), not job options.
-CLIENT_ONLY = {"self", "paths", "socket", "address", "token", "timeout", "autostart", "dtype", "shape", "pipeline"}
+CLIENT_ONLY = {"self", "paths", "socket", "address", "token", "timeout", "autostart", "dtype", "shape", "pipeline",
+               "reconnect"}
 # Options a client sets itself, from its place and its epochs, not from keywords.
 PLACE = {"epochs", "sampler_state", "skip", "batch"}
 

@@ -210,3 +210,64 @@ def test_resume_on_another_worker_count_refused_for_shared(daemon, tmp_path):
     del it
     with pytest.raises(ValueError, match="resumes only with as many"):
         rt.loader(path, 100, num_workers=3, share=True, seed=3).load_state_dict(state)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_daemon_restart_mid_epoch_loses_nothing(tmp_path, monkeypatch, workers):
+    """kill -9 of the daemon mid-epoch: the loader reconnects to the daemon started again, reopens its job where
+    it was and goes on; the epoch holds every record once, and so does the next."""
+    from conftest import Daemon
+    sock_dir = tmp_path / "run"
+    sock_dir.mkdir(mode=0o700)
+    sock = str(sock_dir / "riffle.sock")
+    d = Daemon(sock)
+    monkeypatch.setenv("RIFFLE_SOCKET", sock)
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    dl = rt.loader(path, 100, num_workers=workers, seed=4, autostart=False, reconnect=30.0)
+    try:
+        ids = []
+        for k, t in enumerate(dl):
+            ids += [int(i) for i in t.reshape(-1)]
+            if k == 2:
+                d.stop()  # SIGKILL
+                d = Daemon(sock)  # a supervisor starts it again
+        assert sorted(ids) == list(range(1000))
+        assert sorted(epoch_ids(dl)) == list(range(1000))
+    finally:
+        d.stop()
+
+
+def test_daemon_gone_for_good_raises_after_the_timeout(tmp_path, monkeypatch):
+    from conftest import Daemon
+    sock_dir = tmp_path / "run"
+    sock_dir.mkdir(mode=0o700)
+    sock = str(sock_dir / "riffle.sock")
+    d = Daemon(sock)
+    monkeypatch.setenv("RIFFLE_SOCKET", sock)
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    ld = riffle.Loader(path, 100, autostart=False, reconnect=0.5)
+    it = iter(ld)
+    next(it)
+    d.stop()
+    with pytest.raises(riffle.DaemonGone, match="within 0.5s"):
+        for _ in it:
+            pass
+
+
+def test_data_changed_between_epochs_is_an_error(daemon, tmp_path):
+    """Files removed after the loader was built: the next epoch says so and what to do, never runs on fewer."""
+    root = tmp_path / "tree"
+    files = write_files(root, n=300)
+    ld = riffle.Loader(str(root), batch_size=50, seed=1)
+    assert sum(b.n for b in ld) == 300
+    for p in list(files)[:30]:
+        os.remove(p)
+    # The loader's job reads on into the next epoch: a removed file is a change, named.
+    with pytest.raises(riffle.DataChanged, match="removed"):
+        for _ in ld:
+            pass
+    # A new job over the changed files: the loader says the data changed and what to do.
+    with pytest.raises(riffle.DataChanged, match="build a new loader"):
+        for _ in ld:
+            pass
+    assert sum(b.n for b in riffle.Loader(str(root), batch_size=50, seed=1)) == 270
