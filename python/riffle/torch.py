@@ -175,6 +175,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._ld: Loader | None = None
         self._ld_owner: tuple[int, int] | None = None
         self._info: dict | None = None
+        self._samples: list[tuple[str, int]] | None = None
 
     def __getstate__(self):
         s = dict(self.__dict__)
@@ -336,6 +337,64 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return {c: i for i, c in enumerate(self.classes)}
 
     def __len__(self) -> int:
+        """Samples per epoch, as ``len()`` of a map-style dataset: the dataset's records (its subset's), over every
+        rank. ``len(loader)`` is the batches this rank delivers."""
+        return int(self.info().get("samples") or self.info()["records"])
+
+    def __getitem__(self, i: int) -> Any:
+        """Sample ``i`` (a record id), decoded and transformed as the batches are: ``(x, label)`` when the dataset
+        has labels, as ImageFolder's. One read of one record, for inspection; iterate for training."""
+        n = len(self)
+        if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+            raise TypeError(f"dataset indices must be integers, not {type(i).__name__}")
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} is out of range for a dataset of {n} samples")
+        kw = {k: v for k, v in self.loader_kwargs.items() if k not in ("subset", "share", "opportunistic", "sampler",
+                                                                         "batch_stride", "batch_offset")}
+        ld = Loader(self.paths, 1, shuffle=False, seed=self.seed, dtype=self.dtype, shape=self.shape, subset=[int(i)],
+                    **kw)
+        try:
+            for batch in ld:
+                out = self._convert(batch, ld, shared=False)
+                if isinstance(out, tuple):
+                    data, labels = out
+                    return _first(data), int(labels[0])
+                return _first(out)
+        finally:
+            ld.close()
+        raise IndexError(f"sample {i} was not delivered")
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """(path, class index) of every record of a directory dataset, as ImageFolder's ``samples``."""
+        info = self.info()
+        if info.get("format") != "dir":
+            raise AttributeError(f"samples: a directory (ImageFolder) dataset has them, not a {info.get('format')} one")
+        if self._samples is None:
+            root = os.path.abspath(info["paths"][0])
+            idx = self.class_to_idx
+            ld = self._loader()
+            n = int(info["records"])
+            out = []
+            for lo in range(0, n, 1 << 15):
+                for path, _ in ld.locate(list(range(lo, min(n, lo + (1 << 15))))):
+                    rel = os.path.relpath(path, root)
+                    out.append((path, idx.get(rel.split(os.sep, 1)[0], -1)))
+            self._samples = out
+        return self._samples
+
+    @property
+    def targets(self) -> list[int]:
+        """Every record's class index, as ImageFolder's ``targets``."""
+        return [c for _, c in self.samples]
+
+    @property
+    def imgs(self) -> list[tuple[str, int]]:
+        return self.samples
+
+    def _batches(self) -> int:
         """Batches per epoch for this rank, all workers' together, as the daemon counts them."""
         if not self._workers or torch.utils.data.get_worker_info() is not None:
             return len(self._loader())
@@ -382,6 +441,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 try:
                     samples.append(self.transform(x))
                 except Exception as e:
+                    if _environmental(e):
+                        raise  # the environment's failure, reported once as itself, not as a record's
                     raise self._record_error(ld, batch, i, "transform", e) from e
             data = _stack(samples, shared) if samples and isinstance(samples[0], torch.Tensor) else samples
         elif shared and isinstance(data, torch.Tensor):
@@ -456,6 +517,19 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return [bytes(r) for r in batch.records()]
 
 
+def _environmental(e: BaseException) -> bool:
+    """An error of the environment, not of a record: a missing or broken module (numpy 2 under a torch built for
+    numpy 1 says "Numpy is not available")."""
+    return isinstance(e, (ImportError, MemoryError)) or (isinstance(e, RuntimeError) and "is not available" in str(e))
+
+
+def _first(data: Any) -> Any:
+    """The first sample of a decoded batch: a tensor's row, a list's item, a dict's row of columns."""
+    if isinstance(data, dict):
+        return {k: _first(v) for k, v in data.items()}
+    return data[0]
+
+
 def _native(a: np.ndarray) -> np.ndarray:
     """A big-endian array (a .npy from another machine) in native byte order: torch takes no other. One copy."""
     if a.dtype.byteorder not in ("=", "|") and a.dtype.byteorder != ("<" if np.little_endian else ">"):
@@ -493,6 +567,29 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
         dataset._driven = True
         dataset._workers = int(kwargs.get("num_workers") or 0)
         super().__init__(dataset, batch_size=None, **kwargs)
+
+    # DataLoader keeps batch_size (None: riffle makes the batches); code that
+    # computes steps from it reads the dataset's.
+    @property
+    def batch_size(self) -> int:
+        return self.dataset.batch_size
+
+    @batch_size.setter
+    def batch_size(self, value) -> None:
+        if value is not None:
+            raise ValueError("riffle.torch: the batch size is the dataset's (riffle.torch.loader(..., batch_size=))")
+
+    @property
+    def drop_last(self) -> bool:
+        return self.dataset.drop_last
+
+    @drop_last.setter
+    def drop_last(self, value) -> None:
+        pass  # DataLoader's own drop_last is meaningless with batch_size=None; riffle's is the dataset's
+
+    def __len__(self) -> int:
+        """Batches this rank delivers per epoch, as the daemon counts them."""
+        return self.dataset._batches()
 
     def __iter__(self):
         ds = self.dataset

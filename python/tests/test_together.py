@@ -271,3 +271,39 @@ def test_data_changed_between_epochs_is_an_error(daemon, tmp_path):
         for _ in ld:
             pass
     assert sum(b.n for b in riffle.Loader(str(root), batch_size=50, seed=1)) == 270
+
+
+def test_dataloader_where_code_checks(daemon, tmp_path):
+    """len(dataset) is samples, len(loader) batches, loader.batch_size the batch size, dataset[i] one sample,
+    and an ImageFolder tree has samples, targets and classes as ImageFolder's."""
+    root = tmp_path / "tree"
+    files = write_files(root, n=300)
+    dl = rt.loader(str(root), 64, seed=2)
+    assert len(dl.dataset) == 300 and len(dl) == 5 and dl.batch_size == 64
+    assert dl.dataset.classes == ["c0", "c1"] and dl.dataset.class_to_idx == {"c0": 0, "c1": 1}
+    samples = dl.dataset.samples
+    assert len(samples) == 300 and sorted(p for p, _ in samples) == sorted(files)
+    assert all(c == int(os.path.basename(os.path.dirname(p))[1:]) for p, c in samples)
+    assert dl.dataset.targets == [c for _, c in samples]
+    for i in (0, 17, 299, -1):
+        x, y = dl.dataset[i]
+        path, cls = samples[i]
+        assert bytes(x) == files[path] and y == cls
+    with pytest.raises(IndexError):
+        dl.dataset[300]
+    # With workers, len(loader) is what arrives.
+    dlw = rt.loader(str(root), 64, seed=2, num_workers=2)
+    assert len(list(dlw)) == len(dlw) == 5
+
+
+def _numpy_gone(x):
+    raise RuntimeError("Numpy is not available")
+
+
+def test_environment_error_is_itself(daemon, tmp_path):
+    """A transform that fails for the environment (numpy 2 under a torch for numpy 1) is reported as itself."""
+    path = write_ids(tmp_path / "ids.npy", 100)
+    dl = rt.loader(path, 10, seed=1, transform=_numpy_gone)
+    with pytest.raises(RuntimeError, match="Numpy is not available") as e:
+        next(iter(dl))
+    assert not isinstance(e.value, rt.RecordError)
