@@ -153,7 +153,7 @@ func (p *Plan) count(n *Node, on int, s *Source, lo, hi, row int64) error {
 	case KView:
 		o.data += s.Starts[n.Var][2*row+1]
 	case KViews:
-		o.data += s.Starts[n.Var][4*row+3]
+		o.data += s.Starts[n.Var][viewsStride*row+6]
 	case KRunEnd:
 		t := s.Starts[n.Var]
 		o.data += t[3*row+2] - t[3*row+1]
@@ -340,12 +340,11 @@ func (a *assembler) row(n *Node, on int, s *Source, lo, hi, row int64) error {
 		a.endValue(o, o.wrote)
 	case KViews:
 		a.validity(o, lo, cnt)
-		views, data := a.cell(), a.cell()
+		views, data0, data1 := a.cell(), a.cell(), a.cell()
 		if int64(len(views)) != 16*cnt {
 			return fmt.Errorf("column %q: views cell of %d bytes for %d elements", n.Name, len(views), cnt)
 		}
-		t := s.Starts[n.Var]
-		k, from := t[4*row], t[4*row+1]
+		t := s.Starts[n.Var][viewsStride*row:]
 		valid := a.buf(o, 0)
 		for j := range cnt {
 			at := o.wrote + j
@@ -356,10 +355,17 @@ func (a *assembler) row(n *Node, on int, s *Source, lo, hi, row int64) error {
 				switch {
 				case size >= 0 && size <= 12:
 					b = v[4 : 4+size]
-				case size > 12 && int64(int32(binary.LittleEndian.Uint32(v[8:]))) == k:
-					p := s.buffer(n, 2+int(k)).Offset + int64(int32(binary.LittleEndian.Uint32(v[12:]))) - from
-					if p >= 0 && p <= int64(len(data)) && size <= int64(len(data))-p {
-						b = data[p : p+size]
+				case size > 12:
+					k := int64(int32(binary.LittleEndian.Uint32(v[8:])))
+					for d, data := range [][]byte{data0, data1} {
+						if k != t[3*d] || k < 0 {
+							continue
+						}
+						p := s.buffer(n, 2+int(k)).Offset + int64(int32(binary.LittleEndian.Uint32(v[12:]))) - t[3*d+1]
+						if p >= 0 && p <= int64(len(data)) && size <= int64(len(data))-p {
+							b = data[p : p+size]
+						}
+						break
 					}
 				}
 				if int64(len(b)) != size {

@@ -2,6 +2,7 @@ package columnar
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -158,6 +159,11 @@ func parseBatch(t table, b *BatchMeta) error {
 	}
 	return nil
 }
+
+// ErrUnreadRow is a batch holding a row laid out in a way riffle does not
+// read (its views under a list in three data buffers or more), though the
+// file is sound.
+var ErrUnreadRow = errors.New("a row riffle does not read")
 
 // ErrCompressed is a record batch whose buffers are compressed (LZ4 or
 // ZSTD): no row can be read without decompressing its whole buffers.

@@ -2,6 +2,7 @@ package columnar
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -84,12 +85,15 @@ func (s *Source) cells(n *Node, lo, hi, row int64, dst []Range) []Range {
 		}
 		dst = append(dst, bits(0), v)
 	case KViews:
-		t := s.Starts[n.Var]
-		d := Range{}
-		if t[4*row+2] > t[4*row+1] {
-			d = Range{s.Body + t[4*row+1], t[4*row+2] - t[4*row+1]}
+		t := s.Starts[n.Var][viewsStride*row:]
+		dst = append(dst, bits(0), bytes(1, lo*16, hi*16))
+		for d := range 2 {
+			r := Range{}
+			if t[3*d+2] > t[3*d+1] {
+				r = Range{s.Body + t[3*d+1], t[3*d+2] - t[3*d+1]}
+			}
+			dst = append(dst, r)
 		}
-		dst = append(dst, bits(0), bytes(1, lo*16, hi*16), d)
 	case KRunEnd:
 		t := s.Starts[n.Var]
 		v := n.Values
@@ -256,21 +260,26 @@ func (s *Source) check(n *Node, length int64, depth int) error {
 			return err
 		}
 		t := s.Starts[n.Var]
-		if int64(len(t)) != 4*s.Meta.Rows {
-			return fmt.Errorf("column %q: %d data ranges for %d rows", n.Name, len(t)/4, s.Meta.Rows)
+		if int64(len(t)) != viewsStride*s.Meta.Rows {
+			return fmt.Errorf("column %q: %d data ranges for %d rows", n.Name, len(t)/viewsStride, s.Meta.Rows)
 		}
 		nbuf := s.Meta.Variadic[n.views]
-		for i := 0; i < len(t); i += 4 {
-			k, from, to := t[i], t[i+1], t[i+2]
-			if k == -1 && from == to {
-				continue
+		for i := 0; i < len(t); i += viewsStride {
+			for d := 0; d < 6; d += 3 {
+				k, from, to := t[i+d], t[i+d+1], t[i+d+2]
+				if k == -1 && from == 0 && to == 0 {
+					continue
+				}
+				if k < 0 || k >= nbuf {
+					return fmt.Errorf("column %q: row %d's values in data buffer %d of %d", n.Name, i/viewsStride, k, nbuf)
+				}
+				b := s.buffer(n, 2+int(k))
+				if from < b.Offset || from > to || to-b.Offset > b.Length {
+					return fmt.Errorf("column %q: row %d's values outside their data buffer", n.Name, i/viewsStride)
+				}
 			}
-			if k < 0 || k >= nbuf {
-				return fmt.Errorf("column %q: row %d's values in data buffer %d of %d", n.Name, i/4, k, nbuf)
-			}
-			b := s.buffer(n, 2+int(k))
-			if from < b.Offset || from > to || to-b.Offset > b.Length {
-				return fmt.Errorf("column %q: row %d's values outside their data buffer", n.Name, i/4)
+			if t[i+6] < 0 {
+				return fmt.Errorf("column %q: row %d's values of %d bytes", n.Name, i/viewsStride, t[i+6])
 			}
 		}
 		return nil
@@ -543,6 +552,9 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 	}
 	for _, n := range l.Columns {
 		if err := walk(n, rows); err != nil {
+			if errors.Is(err, ErrUnreadRow) {
+				err = fmt.Errorf("column %q: %w", n.Name, err)
+			}
 			return nil, err
 		}
 	}
@@ -596,11 +608,15 @@ func viewRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, error
 	return t, nil
 }
 
+// viewsStride is the numbers a KViews node keeps a row: two (data buffer
+// or -1, body from, body to), and the total length of its values.
+const viewsStride = 7
+
 // viewsRanges finds, for each row of a KViews node (its elements are
-// bounds, or pairs if Paired), the one data buffer its views' bytes lie in
-// and the body range that holds them all, and their total length: four
-// numbers a row (buffer or -1, from, to, total). A row whose values lie
-// in several data buffers is not read.
+// bounds, or pairs if Paired), the data buffers its views' bytes lie in
+// (at most two) and the body range of each that holds them, and their
+// total length. A row whose values lie in three data buffers or more is
+// not read.
 func viewsRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, error) {
 	m := s.Meta
 	if n.views >= len(m.Variadic) {
@@ -618,13 +634,14 @@ func viewsRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, erro
 	if n.Paired {
 		rows = int64(len(elems) / 2)
 	}
-	t := make([]int64, 0, 4*rows)
+	t := make([]int64, 0, viewsStride*rows)
 	for r := range rows {
 		lo, hi := n.span(elems, r)
 		if lo < 0 || hi < lo || hi*16 > int64(len(views)) {
 			return nil, fmt.Errorf("column %q: views buffer of %d bytes, elements %d to %d asked", n.Name, len(views), lo, hi)
 		}
-		k, from, to, total := int64(-1), int64(0), int64(0), int64(0)
+		span := [6]int64{-1, 0, 0, -1, 0, 0}
+		total := int64(0)
 		for e := lo; e < hi; e++ {
 			v := views[e*16:]
 			size := int64(int32(binary.LittleEndian.Uint32(v)))
@@ -646,15 +663,22 @@ func viewsRanges(s *Source, n *Node, views []byte, elems []int64) ([]int64, erro
 			}
 			a, b := db.Offset+off, db.Offset+off+size
 			switch {
-			case k == -1:
-				k, from, to = bk, a, b
-			case k != bk:
-				return nil, fmt.Errorf("column %q: row %d's values lie in data buffers %d and %d, which riffle does not read", n.Name, r, k, bk)
+			case span[0] == -1 || span[0] == bk:
+				if span[0] == -1 {
+					span[0], span[1], span[2] = bk, a, b
+				}
+				span[1], span[2] = min(span[1], a), max(span[2], b)
+			case span[3] == -1 || span[3] == bk:
+				if span[3] == -1 {
+					span[3], span[4], span[5] = bk, a, b
+				}
+				span[4], span[5] = min(span[4], a), max(span[5], b)
 			default:
-				from, to = min(from, a), max(to, b)
+				return nil, fmt.Errorf("row %d's values lie in data buffers %d, %d and %d, more than riffle reads in a row: %w", r, span[0], span[3], bk, ErrUnreadRow)
 			}
 		}
-		t = append(t, k, from, to, total)
+		t = append(t, span[:]...)
+		t = append(t, total)
 	}
 	return t, nil
 }

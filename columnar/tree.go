@@ -22,7 +22,7 @@ const (
 	KView                  // validity, views of 16 bytes, variadic data buffers; read as KBinary (Width 4)
 	KRunEnd                // no buffers; Runs (run ends of Width bytes) and Values; read as its values' kind
 	KListView              // validity, offsets and sizes (Width 4 or 8), one child; read as KList
-	KViews                 // a KView under a list: a row's views, and one range of one data buffer their bytes lie in; read as KBinary
+	KViews                 // a KView under a list: a row's views, and a range of each of the (at most two) data buffers their bytes lie in; read as KBinary
 )
 
 // Node is one array of a column's tree, as a record batch lays it out:
@@ -67,7 +67,7 @@ func (n *Node) Cells() int {
 	case KView:
 		c = 2 // validity, the value's bytes
 	case KViews:
-		c = 3 // validity, the row's views, the range of a data buffer that holds their bytes
+		c = 4 // validity, the row's views, the ranges of the two data buffers that hold their bytes
 	case KRunEnd:
 		c = 2 // its run's validity byte, its run's value (bytes or the byte of its bit)
 	case KFixedList, KStruct, KListView:
@@ -341,8 +341,9 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 		n.Kind, n.Width = KView, 4
 		if c.inList > 0 {
 			// Under a list a row's views are many: their bytes are read as
-			// one range of one data buffer, which writers (pyarrow,
-			// Polars) fill in element order.
+			// a range of each data buffer they lie in, at most two, since
+			// writers (pyarrow, Polars) fill buffers in element order and
+			// start a new one when one is full.
 			n.Kind = KViews
 		}
 	case *arrow.ListViewType, *arrow.LargeListViewType:

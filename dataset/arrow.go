@@ -414,6 +414,9 @@ func (f *arrowFile) index(ctx context.Context, full *columnar.Layout, b *arrowBa
 		if errors.As(err, &fe) {
 			return err
 		}
+		if errors.Is(err, columnar.ErrUnreadRow) {
+			return &FormatError{Path: f.r.Name(), Offset: b.msgOff, Err: fmt.Errorf("%w: %w", err, ErrUnsupported)}
+		}
 		return f.bad(b.msgOff, "%v", err)
 	}
 	b.src.Starts = starts

@@ -200,6 +200,27 @@ def test_arrow_views_read_as_strings(daemon, tmp_path, stream):
     assert_rows_equal(got, t.to_pylist())
 
 
+def test_views_under_a_list_across_data_buffers(daemon, tmp_path):
+    """A list's views may lie in two data buffers (a writer starts a new one
+    when one is full): such rows read; a row across three is an error
+    naming it, never a wrong value."""
+    parts = [pa.array([c * (13 + i) for i in range(5)], pa.string_view()) for c in "xyz"]
+    child = pa.concat_arrays(parts)
+    assert len(child.buffers()) == 5  # validity, views, three data buffers
+    tags = pa.ListArray.from_arrays(pa.array([0, 3, 7, 12, 12, 15], pa.int32()), child)
+    t = pa.table({"id": pa.array(range(5), pa.int64()), "tags": tags})
+    p = tmp_path / "buffers.arrow"
+    with pa.ipc.new_file(p, t.schema) as w:
+        w.write_table(t)
+    _, got = one_epoch(p, seed=1)
+    assert_rows_equal(got, t.to_pylist())
+    three = pa.table({"tags": pa.ListArray.from_arrays(pa.array([0, 15], pa.int32()), child)})
+    p3 = tmp_path / "three.arrow"
+    with pa.ipc.new_file(p3, three.schema) as w:
+        w.write_table(three)
+    refused(p3, "three.arrow", 'column "tags"', "data buffers 0, 1 and 2", "unsupported")
+
+
 def test_polars_stream_of_string_views(daemon, tmp_path):
     p = tmp_path / "polars.arrows"
     df = polars.DataFrame({"n": [1, 2, 3, 4], "s": ["a", "a rather longer string", None, ""]})
