@@ -41,8 +41,8 @@ import (
 // list views, each row's range of elements kept in the index, as lists.
 // A column of a type riffle does not read (a run-end encoded column or a
 // list view under a list, unions) refuses the dataset unless columns=
-// leaves it out; a row whose views under a list lie in several data
-// buffers is an error naming it.
+// leaves it out; a row whose views under a list lie in three data
+// buffers or more (writers fill one, then the next) is refused, naming it.
 
 func init() {
 	RegisterFormat(Format{Name: "arrow", Extensions: []string{".arrow", ".feather", ".arrows", ".ipc"}, Indexed: true,
