@@ -364,13 +364,18 @@ func timestampsAsPyarrow(t, origin arrow.DataType, int96 *[]bool) arrow.DataType
 	case *arrow.FixedSizeListType:
 		return arrow.FixedSizeListOfField(tt.Len(), field(tt.ElemField(), elem(origin)))
 	case *arrow.MapType:
-		var ok, oi arrow.DataType
-		if om, isMap := origin.(*arrow.MapType); isMap {
-			ok, oi = om.KeyType(), om.ItemType()
-		}
-		m := arrow.MapOfFields(field(tt.KeyField(), ok), field(tt.ItemField(), oi))
+		// pyarrow (22) gives a map's timestamps no zone back from the
+		// stored schema: a UTC-adjusted one is UTC there, whatever zone
+		// it was written with (arrow-go keeps the zone when the unit is
+		// the same).
+		m := arrow.MapOfFields(field(tt.KeyField(), nil), field(tt.ItemField(), nil))
 		m.KeysSorted = tt.KeysSorted
-		return m
+		return mapLeaves(m, func(t arrow.DataType) arrow.DataType {
+			if ts, ok := t.(*arrow.TimestampType); ok && ts.TimeZone != "" {
+				return &arrow.TimestampType{Unit: ts.Unit, TimeZone: "UTC"}
+			}
+			return t
+		})
 	case *arrow.StructType:
 		os, _ := origin.(*arrow.StructType)
 		fs := make([]arrow.Field, tt.NumFields())

@@ -391,6 +391,13 @@ def timestamps() -> pa.Table:
         "ms": pa.array([1_600_000_000_000 + i for i in range(5)], pa.timestamp("ms")),
         "utc_list": pa.array([[1, 2], [], None, [3], [4]], pa.list_(pa.timestamp("us", tz="UTC"))),
         "tz_list": pa.array([[1, 2], [], None, [3], [4]], pa.list_(pa.timestamp("ns", tz="Asia/Tokyo"))),
+        # Structs and maps of several leaves: each leaf keeps its own type.
+        "rec": pa.array([None if i == 1 else {"at": 1_600_000_000_000_000_000 + i, "n": i, "when": [i, None]}
+                         for i in range(5)],
+                        pa.struct([("at", pa.timestamp("ns", tz="Europe/Paris")), ("n", pa.int32()),
+                                   ("when", pa.list_(pa.timestamp("us")))])),
+        "m": pa.array([[("a", 1_600_000_000_000 + i)] for i in range(5)],
+                      pa.map_(pa.string(), pa.timestamp("ms", tz="America/New_York"))),
     })
 
 
