@@ -396,6 +396,8 @@ def timestamps() -> pa.Table:
                          for i in range(5)],
                         pa.struct([("at", pa.timestamp("ns", tz="Europe/Paris")), ("n", pa.int32()),
                                    ("when", pa.list_(pa.timestamp("us")))])),
+        "lrec": pa.array([[{"at": 1_600_000_000_000_000 + i}, None] for i in range(5)],
+                         pa.list_(pa.struct([("at", pa.timestamp("us", tz="Asia/Tokyo"))]))),
         "m": pa.array([[("a", 1_600_000_000_000 + i)] for i in range(5)],
                       pa.map_(pa.string(), pa.timestamp("ms", tz="America/New_York"))),
     })
