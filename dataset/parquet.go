@@ -569,6 +569,9 @@ func (f *pqFile) scan(ctx context.Context, cols []*pqColumn, opts Options) error
 					return err
 				}
 				f.chunks[rg] = append(f.chunks[rg], ch)
+				if opts.Progress != nil {
+					opts.Progress(ch.pages[0].off+ch.pages[0].length, f.r.Size())
+				}
 				continue
 			}
 			cm, err := rgm.ColumnChunk(c.leaf)
