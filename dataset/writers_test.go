@@ -84,10 +84,10 @@ func writeRecord(t *testing.T, path string, sc *arrow.Schema, rows string) {
 	}
 }
 
-// A column riffle does not read (views under a list, a struct holding
-// them) is never left out unseen: with
+// A column riffle does not read (a union) is never left out unseen: with
 // no columns given the dataset is refused, naming the column, its type and
-// the columns that read the others; with those columns it opens.
+// the columns that read the others (views under lists among them); with
+// those columns it opens. A Parquet struct of several leaves is read.
 func TestUnreadColumnsRefused(t *testing.T) {
 	dir := t.TempDir()
 	sc := arrow.NewSchema([]arrow.Field{
