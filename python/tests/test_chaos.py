@@ -23,8 +23,11 @@ SURVIVOR = textwrap.dedent("""
     sys.path.insert(0, {py!r})
     import riffle
     def loader():
+        # reconnect=0: this client resumes from its own checkpoint, as a
+        # training script does after a crash (test_together covers the
+        # loader's own reconnection).
         return riffle.Loader({path!r}, batch_size=50, record_size=256, seed={seed}, timeout=5, autostart=False,
-                             sampler={sampler!r})
+                             sampler={sampler!r}, reconnect=0)
     ld = loader()
     for epoch in range(2):
         ids = []

@@ -76,9 +76,10 @@ def test_killed_client_frees_its_job_and_others_go_on(tmp_path, fixed_file):
 
 
 def test_killed_daemon_is_a_clear_error(tmp_path, fixed_file, monkeypatch):
+    # With no reconnection asked (reconnect=0), at once.
     d = Daemon(str(tmp_path / "d.sock"))
     monkeypatch.setenv("RIFFLE_SOCKET", d.sock)
-    ld = riffle.Loader(fixed_file, batch_size=10, record_size=64, timeout=5, autostart=False)
+    ld = riffle.Loader(fixed_file, batch_size=10, record_size=64, timeout=5, autostart=False, reconnect=0)
     it = iter(ld)
     next(it)
     d.proc.send_signal(signal.SIGKILL)
@@ -112,7 +113,7 @@ def test_a_new_loader_after_a_daemon_restart(tmp_path, fixed_file, monkeypatch):
 def test_daemon_that_stops_answering_times_out(tmp_path, fixed_file, monkeypatch):
     d = Daemon(str(tmp_path / "s.sock"))
     monkeypatch.setenv("RIFFLE_SOCKET", d.sock)
-    ld = riffle.Loader(fixed_file, batch_size=10, record_size=64, timeout=1, autostart=False)
+    ld = riffle.Loader(fixed_file, batch_size=10, record_size=64, timeout=1, autostart=False, reconnect=0)
     it = iter(ld)
     next(it)
     d.proc.send_signal(signal.SIGSTOP)
