@@ -130,8 +130,8 @@ func (e *CompressedError) Error() string {
 	if e.Codec == "ZLIB" {
 		tool = "pigz -dz"
 	}
-	return fmt.Sprintf("%s: a %s-compressed TFRecord file, which has no random access to its records: %v; decompress it first (%s < %s > plain.tfrecord)",
-		e.Path, e.Codec, ErrUnsupported, tool, e.Path)
+	return fmt.Sprintf("%s: a %s-compressed TFRecord file, which has no random access to its records: %v; decompress it first (%s < %s > plain.tfrecord), or pack it once (riffle pack %s --out DIR)",
+		e.Path, e.Codec, ErrUnsupported, tool, e.Path, e.Path)
 }
 
 func (e *CompressedError) Unwrap() error { return ErrUnsupported }

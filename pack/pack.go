@@ -33,6 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/riffle-ml/riffle/catalogue"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/loader"
@@ -111,7 +112,7 @@ func openDir(dir string) (*privdir.Dir, error) {
 // d, and returns the first record left to pack.
 func resume(d *privdir.Dir, m *dataset.PackManifestFile) (Summary, int64, error) {
 	sum := Summary{}
-	if old, err := manifestIn(d); err == nil {
+	if old, err := catalogue.ReadManifest(d); err == nil {
 		if !sameSource(old, m) {
 			return Summary{}, 0, fmt.Errorf("pack: %s holds a pack of another source or transform (%s %v, %q): remove it first", d.Path(), old.Source.Format, old.Source.Paths, old.Transform)
 		}
@@ -440,7 +441,7 @@ func PackTFRecordStreams(ctx context.Context, dopts dataset.Options, names []str
 	}
 	defer d.Close()
 	m := &dataset.PackManifestFile{Version: 1, Source: src, ShardBytes: opts.ShardBytes}
-	if old, err := manifestIn(d); err == nil && slices.Equal(old.Source.Paths, src.Paths) && slices.Equal(old.Source.Versions, src.Versions) {
+	if old, err := catalogue.ReadManifest(d); err == nil && slices.Equal(old.Source.Paths, src.Paths) && slices.Equal(old.Source.Versions, src.Versions) {
 		// The count is known only once the streams are read: an earlier
 		// pack of the same files knows it.
 		m.Source.Records, m.Source.Bytes, m.Records = old.Source.Records, old.Source.Bytes, old.Records
@@ -493,12 +494,6 @@ func PackTFRecordStreams(ctx context.Context, dopts dataset.Options, names []str
 	}
 	m.Records, m.Source.Records, m.Source.Bytes = id, id, bytes
 	return finish(d, m, sum)
-}
-
-// Stale reports whether a pack's source has changed since it was packed:
-// its files' versions (device, inode, mtime, size, ctime) differ.
-func Stale(m *dataset.PackManifestFile, versions []string) bool {
-	return !slices.Equal(m.Source.Versions, versions)
 }
 
 // Describe is a one-line account of a pack, for listings.

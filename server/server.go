@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
+	"github.com/riffle-ml/riffle/catalogue"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/job"
-	"github.com/riffle-ml/riffle/pack"
 	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/tier"
@@ -68,13 +68,15 @@ type Server struct {
 	// memory together holds the blocks of s3:// objects, each block in
 	// its owner's (package peer). Node is this one's index in the list;
 	// PeerBytes the memory it gives owned blocks. Every node needs the
-	// same Token.
+	// same Token. Nodes ask each other in the peer protocol, on the TCP
+	// port clients use (docs/peers.md): one address a node, and a
+	// connection's first four bytes tell a peer from a client.
 	Peers     []string
 	Node      int
 	PeerBytes int64
 	// Outputs is the catalogue of persisted transform outputs (riffle pack
 	// --transform) a job asking for a transform reads instead of
-	// transforming; default pack.DefaultCatalogue().
+	// transforming; default catalogue.Default().
 	Outputs string
 	// Metrics, if set, serves Prometheus metrics at http://Metrics/metrics
 	// (a bare ":port" is loopback). Dataset paths in its labels are
@@ -216,9 +218,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		budget = availableMemory() / 4
 	}
 	// The catalogue is the daemon's own directory, outside any root.
-	cat := pack.DefaultCatalogue()
+	cat := catalogue.Default()
 	if s.Outputs != "" {
-		cat = pack.Catalogue{Dir: s.Outputs}
+		cat = catalogue.Catalogue{Dir: s.Outputs}
 	}
 	own, err := storage.NewLocal(false, nil)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/riffle-ml/riffle/catalogue"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/pack"
 	"github.com/riffle-ml/riffle/storage"
@@ -36,7 +37,7 @@ transforms: image decode-resize-crop, libsvm_dense), and without --out
 they go to the cache of persisted outputs, where the daemon finds them: a
 job asking for that transform over that source then reads them instead of
 transforming again. An output whose source has changed is never served.
-riffle cache lists and removes them.
+riffle catalogue lists and removes them.
 
 A pack killed half way leaves no shard that looks whole; packing again
 resumes after the last whole shard.`,
@@ -66,7 +67,7 @@ resumes after the last whole shard.`,
 				if err != nil {
 					return err
 				}
-				out = pack.DefaultCatalogue().Path(pack.Key(ds.Info().Paths, canon))
+				out = catalogue.Default().Path(catalogue.Key(ds.Info().Paths, canon))
 			}
 			bar := newBar(ds.Len(), "packing")
 			start := time.Now()
@@ -123,10 +124,14 @@ func printPacked(cmd *cobra.Command, out string, sum pack.Summary, start time.Ti
 		out, sum.Records, human(float64(sum.Bytes)), sum.Shards, sum.Resumed, el, human(float64(sum.Bytes)/max(el, 1e-9)))
 }
 
-func cacheCmd() *cobra.Command {
+func catalogueCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "cache",
+		Use:   "catalogue",
 		Short: "List and remove persisted transform outputs (riffle pack --transform)",
+		// One noun, one idea: the record cache is the daemon's memory; the
+		// persisted outputs are the catalogue. "cache" stays an alias, so
+		// scripts written for the old name still run.
+		Aliases: []string{"cache"},
 	}
 	versions := func(p string) string {
 		local, _ := storage.NewLocal(false, nil)
@@ -141,7 +146,7 @@ func cacheCmd() *cobra.Command {
 		Short: "List the outputs: key, size, last use, stale or not, what they are",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c := pack.DefaultCatalogue()
+			c := catalogue.Default()
 			es, err := c.List(versions)
 			if err != nil {
 				return err
@@ -162,7 +167,7 @@ func cacheCmd() *cobra.Command {
 		Short: "Remove outputs by key (or a unique prefix)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c := pack.DefaultCatalogue()
+			c := catalogue.Default()
 			for _, k := range args {
 				if err := c.Remove(k); err != nil {
 					return err
@@ -184,7 +189,7 @@ func cacheCmd() *cobra.Command {
 					return err
 				}
 			}
-			removed, err := pack.DefaultCatalogue().GC(max, versions)
+			removed, err := catalogue.Default().GC(max, versions)
 			for _, e := range removed {
 				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s, stale %v)\n", e.Key, human(float64(e.Bytes)), e.Stale)
 			}

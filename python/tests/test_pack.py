@@ -2,7 +2,7 @@
 equals its source's, for every record format, labels kept; a pack killed
 with SIGKILL and run again equals a clean one and never shows a half
 shard; persisted transform outputs are served instead of transforming,
-and never once their source changed; riffle cache ls, rm and gc."""
+and never once their source changed; riffle catalogue ls, rm and gc."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ def test_persisted_outputs_are_served_then_refused_when_stale(outputs, tmp_path,
     served, info = dense(d.sock, str(src))
     assert info.get("persisted"), info
     assert all(np.array_equal(a, b) for a, b in zip(served, fresh)) and len(served) == len(fresh)
-    ls = subprocess.run([bin_path, "cache", "ls"], capture_output=True, text=True, env=env).stdout
+    ls = subprocess.run([bin_path, "catalogue", "ls"], capture_output=True, text=True, env=env).stdout
     assert "libsvm_dense" in ls and "false" in ls
     for change in ("rewrite", "append", "touch"):
         if change == "rewrite":
@@ -205,12 +205,12 @@ def test_persisted_outputs_are_served_then_refused_when_stale(outputs, tmp_path,
             os.utime(src, (st.st_atime + 100, st.st_mtime + 100))
         got, info = dense(d.sock, str(src))
         assert not info.get("persisted"), f"stale outputs served after {change}"
-        want = subprocess.run([bin_path, "cache", "ls"], capture_output=True, text=True, env=env).stdout
+        want = subprocess.run([bin_path, "catalogue", "ls"], capture_output=True, text=True, env=env).stdout
         assert "true" in want, want
         # Repack: the current source's outputs are served again.
         r = subprocess.run([bin_path, "pack", str(src), "--transform", "libsvm_dense:n_features=8"], capture_output=True, text=True, env=env)
         assert r.returncode != 0 or True
-        subprocess.run([bin_path, "cache", "gc"], capture_output=True, text=True, env=env, check=True)
+        subprocess.run([bin_path, "catalogue", "gc"], capture_output=True, text=True, env=env, check=True)
         r = subprocess.run([bin_path, "pack", str(src), "--transform", "libsvm_dense:n_features=8"], capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stderr
         again, info = dense(d.sock, str(src))
@@ -225,11 +225,11 @@ def test_cache_gc_keeps_a_budget(outputs, tmp_path, bin_path):
         assert subprocess.run([bin_path, "pack", str(src), "--transform", "libsvm_dense:n_features=4"],
                               capture_output=True, env=env).returncode == 0
         time.sleep(0.02)
-    before = subprocess.run([bin_path, "cache", "ls"], capture_output=True, text=True, env=env).stdout
+    before = subprocess.run([bin_path, "catalogue", "ls"], capture_output=True, text=True, env=env).stdout
     assert before.count("libsvm_dense") == 3
-    out = subprocess.run([bin_path, "cache", "gc", "--max-bytes", "200KiB"], capture_output=True, text=True, env=env, check=True).stdout
-    after = subprocess.run([bin_path, "cache", "ls"], capture_output=True, text=True, env=env).stdout
+    out = subprocess.run([bin_path, "catalogue", "gc", "--max-bytes", "200KiB"], capture_output=True, text=True, env=env, check=True).stdout
+    after = subprocess.run([bin_path, "catalogue", "ls"], capture_output=True, text=True, env=env).stdout
     assert out.count("removed") >= 1 and after.count("libsvm_dense") == 3 - out.count("removed")
     key = after.splitlines()[2].split()[0]
-    subprocess.run([bin_path, "cache", "rm", key[:8]], check=True, env=env)
-    assert subprocess.run([bin_path, "cache", "ls"], capture_output=True, text=True, env=env).stdout.count("libsvm_dense") == after.count("libsvm_dense") - 1
+    subprocess.run([bin_path, "catalogue", "rm", key[:8]], check=True, env=env)
+    assert subprocess.run([bin_path, "catalogue", "ls"], capture_output=True, text=True, env=env).stdout.count("libsvm_dense") == after.count("libsvm_dense") - 1

@@ -1,4 +1,9 @@
-package pack
+// Package catalogue is the directory of persisted transform outputs
+// (OneAccess's persisted preprocessing, oneaccess.txt §3): riffle pack
+// --transform writes an output there, and the daemon serves it in place of
+// running the transform while its source is unchanged. The daemon reads
+// the catalogue; it does not import the pack writer.
+package catalogue
 
 import (
 	"crypto/sha256"
@@ -10,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,7 +28,7 @@ import (
 // each, named by a key of (source files, transform with its version).
 // Its packs record the versions of the files they were made from (device,
 // inode, mtime, size): an output whose source has changed since is stale,
-// and never served; riffle cache gc removes it.
+// and never served; riffle catalogue gc removes it.
 //
 // The daemon serves what it finds there as the transform's output, so the
 // directory must be its user's alone (internal/privdir): made 0700,
@@ -32,9 +38,9 @@ import (
 // files, read without following a symlink.
 type Catalogue struct{ Dir string }
 
-// DefaultCatalogue is $RIFFLE_CACHE_DIR/outputs, else the user's cache
+// Default is $RIFFLE_CACHE_DIR/outputs, else the user's cache
 // directory's riffle/outputs.
-func DefaultCatalogue() Catalogue {
+func Default() Catalogue {
 	if d := os.Getenv("RIFFLE_CACHE_DIR"); d != "" {
 		return Catalogue{Dir: filepath.Join(d, "outputs")}
 	}
@@ -86,7 +92,9 @@ func isKey(name string) bool {
 const maxManifest = 1 << 30
 
 // manifestIn reads the manifest of the output directory d.
-func manifestIn(d *privdir.Dir) (*dataset.PackManifestFile, error) {
+// ReadManifest reads the manifest of the pack in d, without following a
+// symlink.
+func ReadManifest(d *privdir.Dir) (*dataset.PackManifestFile, error) {
 	b, err := d.ReadFile(dataset.PackManifest, maxManifest)
 	if err != nil {
 		return nil, err
@@ -138,7 +146,7 @@ func (c Catalogue) Lookup(paths, versions []string, transform string) (string, b
 		return "", false
 	}
 	defer sub.Close()
-	m, err := manifestIn(sub)
+	m, err := ReadManifest(sub)
 	if err != nil || !m.Complete || m.Transform != transform || Stale(m, versions) {
 		return "", false
 	}
@@ -191,7 +199,7 @@ func (c Catalogue) List(versions func(path string) string) ([]Entry, error) {
 			out = append(out, e)
 			continue
 		}
-		if m, err := manifestIn(sub); err == nil {
+		if m, err := ReadManifest(sub); err == nil {
 			e.Manifest = m
 			var now []string
 			for _, p := range m.Source.Paths {
@@ -279,4 +287,10 @@ func (c Catalogue) GC(maxBytes int64, versions func(path string) string) ([]Entr
 		total -= e.Bytes
 	}
 	return removed, nil
+}
+
+// Stale reports whether a pack's source has changed since it was packed:
+// its files' versions (device, inode, mtime, size, ctime) differ.
+func Stale(m *dataset.PackManifestFile, versions []string) bool {
+	return !slices.Equal(m.Source.Versions, versions)
 }

@@ -1,4 +1,4 @@
-package pack_test
+package catalogue_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/riffle-ml/riffle/catalogue"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/pack"
@@ -17,7 +18,7 @@ import (
 
 // packed puts a pack of a small fixed-record dataset in the catalogue c
 // and returns the dataset's paths and versions.
-func packed(t *testing.T, c pack.Catalogue) ([]string, []string) {
+func packed(t *testing.T, c catalogue.Catalogue) ([]string, []string) {
 	t.Helper()
 	ctx := context.Background()
 	src := filepath.Join(t.TempDir(), "d.bin")
@@ -30,7 +31,7 @@ func packed(t *testing.T, c pack.Catalogue) ([]string, []string) {
 	}
 	defer ds.Close()
 	inf := ds.Info()
-	dir, err := c.Prepare(pack.Key(inf.Paths, ""))
+	dir, err := c.Prepare(catalogue.Key(inf.Paths, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func packed(t *testing.T, c pack.Catalogue) ([]string, []string) {
 func TestCatalogueSymlinkedShard(t *testing.T) {
 	old := unix.Umask(0)
 	defer unix.Umask(old)
-	c := pack.Catalogue{Dir: filepath.Join(t.TempDir(), "cache", "outputs")}
+	c := catalogue.Catalogue{Dir: filepath.Join(t.TempDir(), "cache", "outputs")}
 	paths, versions := packed(t, c)
 	dir, ok := c.Lookup(paths, versions, "")
 	if !ok {
@@ -107,7 +108,7 @@ func TestCatalogueRefusesForeignOrWritable(t *testing.T) {
 	for _, d := range bad {
 		// An output made while the directory was private, then the
 		// directory opened to others (or given away).
-		c := pack.Catalogue{Dir: filepath.Join(t.TempDir(), "outputs")}
+		c := catalogue.Catalogue{Dir: filepath.Join(t.TempDir(), "outputs")}
 		paths, versions := packed(t, c)
 		st, _ := os.Stat(d)
 		var sys unix.Stat_t
@@ -117,7 +118,7 @@ func TestCatalogueRefusesForeignOrWritable(t *testing.T) {
 		if _, ok := c.Lookup(paths, versions, ""); ok {
 			t.Fatalf("an output was found in %s, mode %v owner %d", c.Dir, st.Mode(), sys.Uid)
 		}
-		_, err := c.Prepare(pack.Key([]string{"x"}, ""))
+		_, err := c.Prepare(catalogue.Key([]string{"x"}, ""))
 		if !errors.Is(err, privdir.ErrNotPrivate) || !strings.Contains(err.Error(), c.Dir) {
 			t.Fatalf("preparing an output in %s: %v", c.Dir, err)
 		}
@@ -130,7 +131,7 @@ func TestCatalogueRefusesForeignOrWritable(t *testing.T) {
 // gc removes only outputs: a directory of the catalogue not named like
 // one, and what a symlink in an output leads to, stay.
 func TestCatalogueGCRemovesOnlyOutputs(t *testing.T) {
-	c := pack.Catalogue{Dir: filepath.Join(t.TempDir(), "outputs")}
+	c := catalogue.Catalogue{Dir: filepath.Join(t.TempDir(), "outputs")}
 	packed(t, c)
 	other := filepath.Join(c.Dir, "notes")
 	os.Mkdir(other, 0o700)
