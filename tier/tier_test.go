@@ -217,12 +217,12 @@ func TestTierSurvivesKill(t *testing.T) {
 	}
 }
 
-// BenchmarkTierPolicies: the hit rate of a disk tr holding half a
+// BenchmarkTierPolicies: the hit rate of a disk tier holding half a
 // dataset over three epochs of a global shuffle, Belady's MIN (told each
 // block's next use by the inverse of the order) against LRU, with one and
 // with sixteen records per block.
 //
-//	go test ./storage -run '^$' -bench TierPolicies -benchtime 1x
+//	go test ./tier -run '^$' -bench TierPolicies -benchtime 1x
 func BenchmarkTierPolicies(b *testing.B) {
 	ctx := context.Background()
 	const block = 16 << 10
