@@ -49,9 +49,9 @@ func epochOver(t testing.TB, r storage.Reader, data []byte, g sampler.Global, ep
 	}
 }
 
-// The tr in front of a real S3 server: the second epoch of a global
-// shuffle reads at most 5% of its bytes from the store when the tr holds
-// the dataset; and the blocks outlive the tr (a restarted daemon).
+// The tier in front of a real S3 server: the second epoch of a global
+// shuffle reads at most 5% of its bytes from the store when the tier holds
+// the dataset; and the blocks outlive the tier (a restarted daemon).
 func TestTierHoldsTheDataset(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
@@ -91,7 +91,7 @@ func TestTierHoldsTheDataset(t *testing.T) {
 	}
 }
 
-// nextUseOf is the oracle a job gives the tr: when the order g, now at
+// nextUseOf is the oracle a job gives the tier: when the order g, now at
 // position *now, next reads a byte of a range of its one object of
 // records of size bytes.
 func nextUseOf(g sampler.Global, size int64, now *int) func(object string, off, ln int64) int64 {
@@ -140,11 +140,11 @@ func TestTierBeladyBeatsLRU(t *testing.T) {
 	}
 }
 
-// A tr killed with SIGKILL while it writes blocks leaves none that is
+// A tier killed with SIGKILL while it writes blocks leaves none that is
 // served torn: after a restart every read equals the object.
 func TestTierSurvivesKill(t *testing.T) {
 	if os.Getenv("RIFFLE_TIER_CHILD") != "" {
-		// The child: read everything through the tr, over and over.
+		// The child: read everything through the tier, over and over.
 		local, _ := storage.NewLocal(false, nil)
 		tr, err := tier.New(local, tier.Options{Dir: os.Getenv("RIFFLE_TIER_DIR"), Budget: 1 << 30, Block: 64 << 10})
 		if err != nil {
@@ -396,7 +396,7 @@ func TestTierWaiterRetriesAFailedFetch(t *testing.T) {
 	}
 }
 
-// The tr's directory is the daemon user's own: another user's, or one
+// The tier's directory is the daemon user's own: another user's, or one
 // anyone may write, is refused; blocks are files of mode 0600 in
 // directories of 0700; a symlink planted in a block's place is not read
 // through (the block is fetched again and the link's target left alone).
@@ -458,7 +458,7 @@ func TestTierDirPrivate(t *testing.T) {
 		t.Fatalf("%d blocks kept, want 4", len(blocks))
 	}
 	// Plant a symlink to a forged block (a valid CRC of other bytes) in
-	// place of a kept one, for this tr and for one started afresh.
+	// place of a kept one, for this tier and for one started afresh.
 	forged := filepath.Join(t.TempDir(), "forged")
 	fb := make([]byte, 4+block)
 	binary.LittleEndian.PutUint32(fb, crc32.Checksum(fb[4:], crc32.MakeTable(crc32.Castagnoli)))
