@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/wire"
 )
 
 // memStore is an object store of one object held in memory, under an
@@ -44,8 +43,10 @@ func (s *memStore) Walk(ctx context.Context, root string, fn func(string, storag
 func (s *memStore) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
 	return nil, fs.ErrNotExist
 }
-func (s *memStore) WriteFile(ctx context.Context, name string, b []byte) error { return fs.ErrPermission }
-func (s *memStore) Hints() storage.Hints                                      { return storage.Hints{} }
+func (s *memStore) WriteFile(ctx context.Context, name string, b []byte) error {
+	return fs.ErrPermission
+}
+func (s *memStore) Hints() storage.Hints { return storage.Hints{} }
 
 func (o *memObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if off < 0 || off > int64(len(o.s.data))-int64(len(p)) {
@@ -81,55 +82,83 @@ func fuzzCluster(t testing.TB, self int) (*Cluster, *memStore) {
 	return c, st
 }
 
-// frame is a request frame as a peer sends it.
-func frame(m *wire.Msg) []byte {
-	var b bytes.Buffer
-	if err := wire.Write(&b, m); err != nil {
-		panic(err)
-	}
-	return b.Bytes()
-}
-
-// FuzzServeFrame: whatever frame a peer sends, parsing it and serving a
-// block request it holds never panics, and an answer is exactly the bytes
-// asked for.
+// FuzzServeFrame: whatever bytes a peer sends as a request, parsing them
+// never panics, a request parsed is the frame it came from, and serving
+// it never panics and answers exactly the bytes asked for.
 //
 //	go test ./peer -run '^$' -fuzz FuzzServeFrame -fuzztime 20s
 func FuzzServeFrame(f *testing.F) {
-	for _, m := range []*wire.Msg{
-		{Op: wire.OpBlock, Object: fuzzObject, ObjectVersion: "v1", Block: 0},
-		{Op: wire.OpBlock, Object: fuzzObject, ObjectVersion: "v1", Block: 3, Offset: 50, Length: 50},
-		{Op: wire.OpBlock, Object: fuzzObject, ObjectVersion: "v1", Block: 0, Offset: math.MaxInt64 - 10, Length: 100},
-		{Op: wire.OpBlock, Object: fuzzObject, ObjectVersion: "v1", Block: 1 << 62},
-		{Op: wire.OpBlock, Object: fuzzObject, ObjectVersion: "v1", Block: 1, Offset: 10, Length: math.MaxInt64 - 5},
-		{Op: wire.OpBlock, Object: fuzzObject, ObjectVersion: "v1", Block: -1, Offset: -1, Length: math.MinInt64},
-		{Op: wire.OpBlock, Object: fuzzObject, ObjectVersion: "v0", Block: 1},
-		{Op: wire.OpBlock, Object: "/etc/passwd", Block: 0},
-		{Op: wire.OpHello, Version: wire.Version, Token: "t"},
+	for _, q := range []Request{
+		{Object: fuzzObject, Version: "v1", Block: 0},
+		{Object: fuzzObject, Version: "v1", Block: 3, Offset: 50, Length: 50},
+		{Object: fuzzObject, Version: "v1", Block: 0, Offset: math.MaxInt64 - 10, Length: 100},
+		{Object: fuzzObject, Version: "v1", Block: 1 << 62},
+		{Object: fuzzObject, Version: "v1", Block: 1, Offset: 10, Length: math.MaxInt64 - 5},
+		{Object: fuzzObject, Version: "v1", Block: -1, Offset: -1, Length: math.MinInt64},
+		{Object: fuzzObject, Version: "v0", Block: 1},
+		{Object: "/etc/passwd", Block: 0},
+		{Tag: 7, Object: strings.Repeat("x", MaxObject+1), Version: "v1"},
 	} {
-		f.Add(frame(m))
+		f.Add(q.Append(nil))
 	}
+	f.Add(AppendHello(nil, "t"))
 	c0, _ := fuzzCluster(f, 0)
 	c1, st := fuzzCluster(f, 1)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := wire.Read(bytes.NewReader(b))
-		if err != nil || m.Op != wire.OpBlock {
+		q, err := ReadRequest(bytes.NewReader(b))
+		if err != nil {
 			return
 		}
+		if again := q.Append(nil); !bytes.Equal(again, b[:min(len(again), len(b))]) {
+			t.Fatalf("%+v was read from %q, and is written %q", q, b, again)
+		}
 		for _, c := range []*Cluster{c0, c1} {
-			out, err := c.Serve(context.Background(), m.Object, m.ObjectVersion, m.Block, m.Offset, m.Length)
+			out, err := c.Serve(context.Background(), q.Object, q.Version, q.Block, q.Offset, q.Length)
 			if errors.Is(err, ErrPanic) {
-				t.Fatalf("block %d offset %d length %d: %v", m.Block, m.Offset, m.Length, err)
+				t.Fatalf("block %d offset %d length %d: %v", q.Block, q.Offset, q.Length, err)
 			}
 			if err != nil {
 				continue
 			}
 			// Served: the request was within the block, and the bytes are its.
-			lo := m.Block*4096 + m.Offset
-			if m.Block < 0 || m.Offset < 0 || lo < 0 || lo+int64(len(out)) > int64(len(st.data)) ||
-				(m.Length != 0 && int64(len(out)) != m.Length) || !bytes.Equal(out, st.data[lo:lo+int64(len(out))]) {
-				t.Fatalf("block %d offset %d length %d: served %d wrong bytes", m.Block, m.Offset, m.Length, len(out))
+			lo := q.Block*4096 + q.Offset
+			if q.Block < 0 || q.Offset < 0 || lo < 0 || lo+int64(len(out)) > int64(len(st.data)) ||
+				(q.Length != 0 && int64(len(out)) != q.Length) || !bytes.Equal(out, st.data[lo:lo+int64(len(out))]) {
+				t.Fatalf("block %d offset %d length %d: served %d wrong bytes", q.Block, q.Offset, q.Length, len(out))
 			}
+		}
+	})
+}
+
+// FuzzReadAnswer: whatever a peer answers, reading it never panics nor
+// holds more than the bytes asked for or a message's bound.
+func FuzzReadAnswer(f *testing.F) {
+	f.Add(AppendAnswer(nil, 3, StatusOK, make([]byte, 100)))
+	f.Add(AppendAnswer(nil, 3, StatusChanged, []byte("the object changed")))
+	f.Add(AppendAnswer(nil, 3, StatusError, make([]byte, MaxMessage)))
+	f.Add(appendAnswerHead(nil, 3, StatusOK, 1<<32-1))
+	f.Add(appendAnswerHead(nil, 3, 9, 4))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := ReadAnswer(bytes.NewReader(b), 100)
+		if err != nil {
+			return
+		}
+		if a.Status == StatusOK && len(a.Data) != 100 || len(a.Message) > MaxMessage {
+			t.Fatalf("an answer of status %d, %d bytes and a message of %d", a.Status, len(a.Data), len(a.Message))
+		}
+	})
+}
+
+// FuzzReadHello: a hello is read, or refused, within its bounds.
+func FuzzReadHello(f *testing.F) {
+	f.Add(AppendHello(nil, "t"))
+	f.Add(AppendHello(nil, strings.Repeat("t", MaxToken+1)))
+	f.Add([]byte("RFLP\x02\x01\x00t"))
+	f.Add([]byte("\x10\x00\x00\x00{\"op\":\"hello\"}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tok, err := ReadHello(bytes.NewReader(b))
+		if err == nil && (len(tok) > MaxToken || !bytes.Equal(AppendHello(nil, tok), b[:helloHead+len(tok)])) {
+			t.Fatalf("read %q from %q", tok, b)
 		}
 	})
 }

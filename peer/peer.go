@@ -5,11 +5,12 @@
 // hashing over the peer list, so a node joining or leaving moves only the
 // blocks it owns or takes (1/n of them) and every node computes the same
 // owner with no coordinator. The owner keeps its blocks in memory; another
-// node asks it for one over the daemon's TCP protocol (the "block" op,
-// behind the daemon's token), many requests in flight, and reads the
-// object store itself when the owner is slow or gone: a circuit breaker
-// stops asking a failed peer for a while, so a dead node costs one timeout,
-// not one per block.
+// node asks it for one in the peer protocol (frame.go: a hello with the
+// daemons' token, then binary block requests, never the client protocol),
+// served by ServeConn on the daemon's TCP port, and reads the object store
+// itself when the owner is slow or gone: a circuit breaker stops asking a
+// failed peer for a while, so a dead node costs one timeout, not one per
+// block.
 //
 // Membership is what the launcher gives (a peer list, a node rank): the
 // package builds no consensus of its own. Where DeepIO's nodes hold a fixed
@@ -18,23 +19,18 @@
 package peer
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
-	"log/slog"
-	"net"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/wire"
 )
 
 // Options configure a Cluster.
@@ -48,7 +44,8 @@ type Options struct {
 	Token string
 	// Budget bounds the bytes of owned blocks kept in memory.
 	Budget int64
-	// Block is a block's size; default 1 MiB.
+	// Block is a block's size; default 1 MiB, at most 1 GiB (an answer's
+	// length is 32 bits).
 	Block int64
 	// Timeout bounds one request to a peer; slower, the object store is
 	// read instead. Default 2s.
@@ -57,6 +54,8 @@ type Options struct {
 	// it. Default 16.
 	Conns int
 }
+
+const maxBlock = 1 << 30
 
 // Cluster is a storage.Store in front of an object store whose blocks are
 // owned by the nodes of a peer list.
@@ -90,6 +89,9 @@ func New(inner storage.Store, opts Options) (*Cluster, error) {
 	if opts.Block <= 0 {
 		opts.Block = 1 << 20
 	}
+	if opts.Block > maxBlock {
+		return nil, fmt.Errorf("peer: blocks of %d bytes, at most %d", opts.Block, maxBlock)
+	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 2 * time.Second
 	}
@@ -103,7 +105,7 @@ func New(inner storage.Store, opts Options) (*Cluster, error) {
 			c.peers = append(c.peers, nil)
 			continue
 		}
-		c.peers = append(c.peers, &remote{addr: addr, token: opts.Token, timeout: opts.Timeout, pool: make(chan *pconn, opts.Conns)})
+		c.peers = append(c.peers, &remote{addr: addr, token: opts.Token, timeout: opts.Timeout, pool: make(chan *Conn, opts.Conns)})
 	}
 	return c, nil
 }
@@ -260,7 +262,7 @@ func (c *Cluster) block(ctx context.Context, r storage.Reader, version string, i
 			return &storage.Error{Op: "read", Object: r.Name(), Offset: index*c.opts.Block + at, Len: len(dst), Err: err}
 		}
 		if err == nil {
-			err = fmt.Errorf("%w: %d bytes for %d", wire.ErrFrame, len(b), len(dst))
+			err = fmt.Errorf("%w: %d bytes for %d", ErrFrame, len(b), len(dst))
 		}
 		p.trip(err)
 	}
@@ -360,289 +362,3 @@ func (c *Cluster) fill(ctx context.Context, r storage.Reader, index int64, it *c
 	done = true
 	return err
 }
-
-// errChanged is a peer's answer that the object is not the version asked for.
-var errChanged = errors.New("the object changed")
-
-// Serve answers a peer's request for n bytes from at of block index of
-// object at version (n 0: the rest of the block): from memory, or fetched
-// (and kept, if this node owns the block). Only s3:// objects are served:
-// a peer never reads this node's files.
-//
-// Every number of the request is checked against the object before any
-// arithmetic on it, in forms that cannot overflow (a block index near 2^62
-// would wrap index*Block to another block, an offset near 2^63 would wrap
-// at+n past the check). A panic while serving (a bug, not the request's
-// fault) ends this request with an error wrapping ErrPanic and is logged;
-// it never takes the daemon down.
-func (c *Cluster) Serve(ctx context.Context, object, version string, index, at, n int64) (out []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			slog.Error("peer: serving a block request panicked", "object", object, "block", index, "offset", at, "length", n,
-				"panic", p, "stack", string(debug.Stack()))
-			out, err = nil, fmt.Errorf("%w: block %d of %s: %v", ErrPanic, index, object, p)
-		}
-	}()
-	if !storage.IsS3(object) {
-		return nil, fmt.Errorf("peer: %q is not an object-store name", object)
-	}
-	r, err := c.opened(ctx, object, version)
-	if err != nil {
-		return nil, err
-	}
-	size, bs := r.Size(), c.opts.Block
-	if index < 0 || index >= blocks(size, bs) {
-		return nil, fmt.Errorf("peer: block %d of %s (%d bytes, %d blocks) is past its end", index, object, size, blocks(size, bs))
-	}
-	blen := c.blockLen(size, index) // index*bs < size: no overflow
-	if at < 0 || at >= blen {
-		return nil, fmt.Errorf("peer: offset %d in block %d of %s, which has %d bytes", at, index, object, blen)
-	}
-	if n == 0 {
-		n = blen - at
-	}
-	if n < 0 || n > blen-at {
-		return nil, fmt.Errorf("peer: %d bytes from %d of block %d of %s, which has %d", n, at, index, object, blen)
-	}
-	out = make([]byte, n)
-	if Owner(c.opts.Peers, object, index) == c.opts.Self {
-		err = c.owned(ctx, r, version, index, func(b []byte) { copy(out, b[at:]) })
-	} else {
-		err = r.ReadAt(ctx, out, index*c.opts.Block+at)
-		if err == nil {
-			c.st.fetched.Add(n)
-		}
-	}
-	if err == nil {
-		c.st.served.Add(1)
-	}
-	return out, err
-}
-
-// blocks is the number of blocks of an object of size bytes, computed
-// without overflow for any size.
-func blocks(size, block int64) int64 {
-	nb := size / block
-	if size%block != 0 {
-		nb++
-	}
-	return nb
-}
-
-// ErrPanic says serving a request panicked: the request failed, the
-// daemon lives on.
-var ErrPanic = errors.New("peer: internal error while serving a request")
-
-// opened is object at version, opened once for all peers' requests.
-func (c *Cluster) opened(ctx context.Context, object, version string) (storage.Reader, error) {
-	c.mu.Lock()
-	r, ok := c.objs[object]
-	c.mu.Unlock()
-	if ok && versionOf(r) == version {
-		return r, nil
-	}
-	r, err := c.inner.Open(ctx, object)
-	if err != nil {
-		return nil, err
-	}
-	if v := versionOf(r); v != version {
-		r.Close()
-		return nil, fmt.Errorf("%w: %s is at version %s, asked for %s", errChanged, object, v, version)
-	}
-	c.mu.Lock()
-	if old, ok := c.objs[object]; ok {
-		old.Close()
-	}
-	c.objs[object] = r
-	c.mu.Unlock()
-	return r, nil
-}
-
-// remote is one peer: a pool of authenticated connections, and a
-// breaker that stops asking it after a failure, for longer each time.
-type remote struct {
-	addr, token string
-	timeout     time.Duration
-	pool        chan *pconn
-	open        atomic.Int32
-
-	mu      sync.Mutex
-	downTil time.Time
-	backoff time.Duration
-	tag     atomic.Uint64
-}
-
-type pconn struct {
-	c    net.Conn
-	r    *bufio.Reader
-	w    *bufio.Writer
-	idle time.Time // when it went back to the pool
-}
-
-// IdleTimeout bounds how long an authenticated peer connection may sit
-// with no request. Each one holds a socket and a reader goroutine on the
-// serving daemon, and one whose asking node went away without closing it
-// (killed, partitioned) would hold them for ever; two minutes is far
-// longer than the gap between a training job's reads, so a busy pool never
-// notices. The asking side (remote.conn) closes pooled connections idle
-// for half of it rather than reuse them, so a serving side that closes
-// connections idle for IdleTimeout never has a request written into one
-// it is closing.
-const IdleTimeout = 2 * time.Minute
-
-func (p *remote) up() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return time.Now().After(p.downTil)
-}
-
-// trip opens the breaker: 500ms after a first failure, doubling to 30s.
-func (p *remote) trip(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if time.Now().After(p.downTil) {
-		slog.Warn("peer failed: reading its blocks from the object store", "peer", p.addr, "for", min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second), "err", err)
-	}
-	p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
-	p.downTil = time.Now().Add(p.backoff)
-	for {
-		select {
-		case pc := <-p.pool:
-			pc.c.Close()
-			p.open.Add(-1)
-			continue
-		default:
-		}
-		return
-	}
-}
-
-func (p *remote) healthy() {
-	p.mu.Lock()
-	p.backoff = 0
-	p.mu.Unlock()
-}
-
-func (p *remote) close() {
-	for {
-		select {
-		case pc := <-p.pool:
-			pc.c.Close()
-		default:
-			return
-		}
-	}
-}
-
-// conn takes a pooled connection, or dials one if fewer than the pool's
-// size are open, or waits for one.
-func (p *remote) conn(ctx context.Context) (*pconn, error) {
-	for {
-		var pc *pconn
-		select {
-		case pc = <-p.pool:
-		default:
-		}
-		if pc == nil {
-			break
-		}
-		if time.Since(pc.idle) < IdleTimeout/2 {
-			return pc, nil
-		}
-		pc.c.Close()
-		p.open.Add(-1)
-	}
-	if int(p.open.Add(1)) <= cap(p.pool) {
-		pc, err := p.dial(ctx)
-		if err != nil {
-			p.open.Add(-1)
-		}
-		return pc, err
-	}
-	p.open.Add(-1)
-	select {
-	case pc := <-p.pool:
-		return pc, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (p *remote) dial(ctx context.Context) (*pconn, error) {
-	d := net.Dialer{Timeout: p.timeout}
-	c, err := d.DialContext(ctx, "tcp", p.addr)
-	if err != nil {
-		return nil, err
-	}
-	pc := &pconn{c: c, r: bufio.NewReader(c), w: bufio.NewWriter(c)}
-	c.SetDeadline(time.Now().Add(p.timeout))
-	if err := wire.Write(pc.w, &wire.Msg{Op: wire.OpHello, Version: wire.Version, Token: p.token}); err == nil {
-		err = pc.w.Flush()
-	}
-	m, err := wire.Read(pc.r)
-	if err == nil && m.Op != wire.OpHello {
-		err = fmt.Errorf("peer %s: %s", p.addr, m.Message)
-	}
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return pc, nil
-}
-
-// get asks the peer for n bytes from at of a block, within the timeout.
-func (p *remote) get(ctx context.Context, object, version string, index, at, n int64) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	pc, err := p.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	b, err := pc.ask(ctx, p.tag.Add(1), object, version, index, at, n)
-	if err != nil {
-		pc.c.Close()
-		p.open.Add(-1)
-		return nil, err
-	}
-	pc.idle = time.Now()
-	p.pool <- pc
-	p.healthy()
-	return b, nil
-}
-
-func (pc *pconn) ask(ctx context.Context, tag uint64, object, version string, index, at, n int64) ([]byte, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		pc.c.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { pc.c.SetDeadline(time.Now()) })
-	defer stop()
-	if err := wire.Write(pc.w, &wire.Msg{Op: wire.OpBlock, Tag: tag, Object: object, ObjectVersion: version, Block: index,
-		Offset: at, Length: n}); err != nil {
-		return nil, err
-	}
-	if err := pc.w.Flush(); err != nil {
-		return nil, err
-	}
-	m, err := wire.Read(pc.r)
-	if err != nil {
-		return nil, err
-	}
-	if m.Op == wire.OpError {
-		if m.Changed {
-			return nil, fmt.Errorf("%w: %s", errChanged, m.Message)
-		}
-		return nil, errors.New(m.Message)
-	}
-	if m.Op != wire.OpBlock || m.Tag != tag || m.Payload != n {
-		return nil, fmt.Errorf("%w: a block answer of %q, tag %d, %d bytes", wire.ErrFrame, m.Op, m.Tag, m.Payload)
-	}
-	b := make([]byte, m.Payload)
-	if _, err := io.ReadFull(pc.r, b); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// IsChanged says a Serve error is a version mismatch (the peer's answer
-// carries it so the asking node fails instead of reading another version).
-func IsChanged(err error) bool { return errors.Is(err, errChanged) }

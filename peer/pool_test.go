@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/riffle-ml/riffle/wire"
 )
 
 // A pooled connection idle for half of IdleTimeout is closed, not reused:
@@ -31,27 +29,25 @@ func TestIdlePooledConnectionDropped(t *testing.T) {
 			accepted.Add(1)
 			go func() {
 				defer c.Close()
-				r, w := bufio.NewReader(c), bufio.NewWriter(c)
+				r := bufio.NewReader(c)
+				if _, err := ReadHello(r); err != nil {
+					return
+				}
+				c.Write(AppendAnswer(nil, 0, StatusOK, nil))
 				for {
-					m, err := wire.Read(r)
+					q, err := ReadRequest(r)
 					if err != nil {
 						if err == io.EOF {
 							closed <- struct{}{}
 						}
 						return
 					}
-					switch m.Op {
-					case wire.OpHello:
-						wire.Write(w, &wire.Msg{Op: wire.OpHello, Tag: m.Tag, Version: wire.Version})
-					case wire.OpBlock:
-						wire.Write(w, &wire.Msg{Op: wire.OpBlock, Tag: m.Tag, Payload: m.Length}, make([]byte, m.Length))
-					}
-					w.Flush()
+					c.Write(AppendAnswer(nil, q.Tag, StatusOK, make([]byte, q.Length)))
 				}
 			}()
 		}
 	}()
-	p := &remote{addr: ln.Addr().String(), token: "t", timeout: 5 * time.Second, pool: make(chan *pconn, 4)}
+	p := &remote{addr: ln.Addr().String(), token: "t", timeout: 5 * time.Second, pool: make(chan *Conn, 4)}
 	defer p.close()
 	ctx := context.Background()
 	if _, err := p.get(ctx, "s3://b/o", "v", 0, 0, 10); err != nil {

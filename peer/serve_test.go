@@ -1,12 +1,10 @@
 package peer_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"io"
+	"errors"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,15 +12,15 @@ import (
 	"time"
 
 	"github.com/riffle-ml/riffle/internal/s3test"
+	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/server"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/wire"
 )
 
 // A peer's block request whose numbers overflow (an offset near 2^63, a
 // block index whose byte offset wraps to 0, negative and huge lengths),
-// sent to a real daemon over loopback TCP, gets an error; the daemon
-// keeps serving, on the same connection, the right bytes.
+// sent in the peer protocol to a real daemon's TCP port, gets an error;
+// the daemon keeps serving, on the same connection, the right bytes.
 func TestAbsurdBlockRequests(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
@@ -66,37 +64,13 @@ func TestAbsurdBlockRequests(t *testing.T) {
 		<-done
 	}()
 
-	c, err := net.Dial("tcp", d.TCPAddr())
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	pc, err := peer.Dial(dctx, d.TCPAddr(), "tok")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("a peer's hello: %v", err)
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	br, bw := bufio.NewReader(c), bufio.NewWriter(c)
-	ask := func(m *wire.Msg) (*wire.Msg, []byte) {
-		t.Helper()
-		if err := wire.Write(bw, m); err != nil {
-			t.Fatal(err)
-		}
-		if err := bw.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		a, err := wire.Read(br)
-		if err != nil {
-			t.Fatalf("%+v: the daemon's answer: %v", m, err)
-		}
-		var b []byte
-		if a.Payload > 0 {
-			b = make([]byte, a.Payload)
-			if _, err := io.ReadFull(br, b); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return a, b
-	}
-	if a, _ := ask(&wire.Msg{Op: wire.OpHello, Version: wire.Version, Token: "tok"}); a.Op != wire.OpHello {
-		t.Fatalf("hello: %+v", a)
-	}
+	defer pc.Close()
 	const mib = 1 << 20
 	absurd := []struct {
 		name             string
@@ -117,34 +91,33 @@ func TestAbsurdBlockRequests(t *testing.T) {
 		{"past the short block's end", 3, 700, 100},
 		{"offset at the block's end", 0, mib, 0},
 	}
-	for i, a := range absurd {
-		m, b := ask(&wire.Msg{Op: wire.OpBlock, Tag: uint64(100 + i), Object: object, ObjectVersion: version,
-			Block: a.block, Offset: a.off, Length: a.leng})
-		if m.Op != wire.OpError || m.Tag != uint64(100+i) || len(b) != 0 {
-			t.Fatalf("%s: answered %+v with %d bytes, want an error", a.name, m, len(b))
+	for _, a := range absurd {
+		_, err := pc.Get(dctx, peer.Request{Object: object, Version: version, Block: a.block, Offset: a.off, Length: a.leng})
+		var ae *peer.AnswerError
+		if !errors.As(err, &ae) {
+			t.Fatalf("%s: %v, want an answered error", a.name, err)
 		}
-		if strings.Contains(m.Message, "internal error") {
-			t.Fatalf("%s: the request panicked: %s", a.name, m.Message)
+		if strings.Contains(ae.Message, "internal error") {
+			t.Fatalf("%s: the request panicked: %s", a.name, ae.Message)
 		}
-		t.Logf("%s: %s", a.name, m.Message)
+		t.Logf("%s: %s", a.name, ae.Message)
 	}
 	// The node still serves, on the same connection, the right bytes.
-	for i, want := range []struct{ block, off, leng int64 }{{0, 0, 0}, {2, 5, 1000}, {3, 0, 0}, {3, 776, 1}} {
-		m, b := ask(&wire.Msg{Op: wire.OpBlock, Tag: uint64(i + 1), Object: object, ObjectVersion: version,
-			Block: want.block, Offset: want.off, Length: want.leng})
+	for _, want := range []struct{ block, off, leng int64 }{{0, 0, mib}, {2, 5, 1000}, {3, 0, 777}, {3, 776, 1}} {
+		b, err := pc.Get(dctx, peer.Request{Object: object, Version: version, Block: want.block, Offset: want.off, Length: want.leng})
 		lo := want.block*mib + want.off
-		hi := min((want.block+1)*mib, int64(len(data)))
-		if want.leng != 0 {
-			hi = lo + want.leng
-		}
-		if m.Op != wire.OpBlock || m.Tag != uint64(i+1) || !bytes.Equal(b, data[lo:hi]) {
-			t.Fatalf("block %d+%d: answered %+v with %d bytes, want bytes %d-%d", want.block, want.off, m, len(b), lo, hi)
+		if err != nil || !bytes.Equal(b, data[lo:lo+want.leng]) {
+			t.Fatalf("block %d+%d: %v, %d bytes, want bytes %d-%d", want.block, want.off, err, len(b), lo, lo+want.leng)
 		}
 	}
+	// Another version is refused as changed, not served.
+	if _, err := pc.Get(dctx, peer.Request{Object: object, Version: version + "x", Block: 0, Length: 1}); !peer.IsChanged(err) {
+		t.Fatalf("another version: %v", err)
+	}
 	// And a new connection is served too.
-	c2, err := net.Dial("tcp", d.TCPAddr())
+	pc2, err := peer.Dial(dctx, d.TCPAddr(), "tok")
 	if err != nil {
 		t.Fatalf("after the absurd requests: %v", err)
 	}
-	c2.Close()
+	pc2.Close()
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/peer"
+	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -356,7 +358,7 @@ func TestPreAuthLimits(t *testing.T) {
 	if _, err := wire.Read(big.r); err == nil {
 		t.Fatal("a 16 MiB header before hello was taken")
 	}
-	for name, send := range map[string][]byte{"silent": nil, "half a frame": {200, 0, 0, 0, '{'}} {
+	for name, send := range map[string][]byte{"silent": nil, "half a frame": {200, 0, 0, 0, '{'}, "a peer's magic alone": []byte(peer.Magic)} {
 		c := dialRaw(t, "tcp", s.TCPAddr())
 		c.c.Write(send)
 		c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -581,27 +583,66 @@ func TestUnauthenticatedFloodLocksOutNoOne(t *testing.T) {
 	cl.c.Close()
 }
 
-// A connection that has asked for a block is a peer: idle past its
-// deadline, it is closed. A client's connection, idle as long, is not
-// (its jobs may wait between batches as long as a training step takes).
-func TestPeerIdleDeadline(t *testing.T) {
+// A connection that opens with the peer protocol is handed to package
+// peer: a daemon without peers refuses it, one with peers checks its
+// token and serves it, and closes it once idle past its deadline. A
+// client's connection, idle as long, is not closed (its jobs may wait
+// between batches as long as a training step takes).
+func TestPeerConnections(t *testing.T) {
+	peerHello := func(addr, token string) (net.Conn, *bufio.Reader, peer.Answer) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(peer.AppendHello(nil, token)); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(c)
+		a, err := peer.ReadAnswer(r, 0)
+		if err != nil {
+			t.Fatalf("the hello's answer: %v", err)
+		}
+		return c, r, a
+	}
+	alone := &Server{TCP: "127.0.0.1:0", Token: "secret"}
+	daemon(t, alone)
+	if _, _, a := peerHello(alone.TCPAddr(), "secret"); a.Status != peer.StatusError || !strings.Contains(a.Message, "no peers") {
+		t.Fatalf("a daemon without peers: %+v", a)
+	}
+
 	s := &Server{TCP: "127.0.0.1:0", Token: "secret", peerIdle: 100 * time.Millisecond}
+	local, err := storage.NewLocal(false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := peer.New(local, peer.Options{Peers: []string{"self", "127.0.0.1:1"}, Token: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cluster.Store(c) // what Serve does with Peers, without an object store
 	daemon(t, s)
+	if _, _, a := peerHello(s.TCPAddr(), "wrong"); a.Status != peer.StatusError || a.Message != "wrong token" {
+		t.Fatalf("a wrong token: %+v", a)
+	}
 	cl, m, err := helloTCP(t, "127.0.0.1", s.TCPAddr(), "secret")
 	if err != nil || m.Op != wire.OpHello {
 		t.Fatalf("client hello: %+v %v", m, err)
 	}
 	defer cl.c.Close()
-	pe, m, err := helloTCP(t, "127.0.0.1", s.TCPAddr(), "secret")
-	if err != nil || m.Op != wire.OpHello {
-		t.Fatalf("peer hello: %+v %v", m, err)
+	pc, r, a := peerHello(s.TCPAddr(), "secret")
+	if a.Status != peer.StatusOK {
+		t.Fatalf("a peer's hello: %+v", a)
 	}
-	defer pe.c.Close()
-	if m := pe.req(t, &wire.Msg{Op: wire.OpBlock, Object: "s3://b/o", Block: 0, Length: 16}); m.Op != wire.OpError {
-		t.Fatalf("a block of a daemon with no peers: %+v", m)
+	q := peer.Request{Tag: 4, Object: "/etc/passwd", Length: 16}
+	pc.Write(q.Append(nil))
+	if a, err := peer.ReadAnswer(r, 16); err != nil || a.Tag != 4 || a.Status != peer.StatusError || !strings.Contains(a.Message, "not an object-store name") {
+		t.Fatalf("a block of a file: %+v %v", a, err)
 	}
-	pe.c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	_, err = wire.Read(pe.r)
+	pc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	_, err = peer.ReadAnswer(r, 0)
 	var ne net.Error
 	if err == nil || errors.As(err, &ne) && ne.Timeout() {
 		t.Fatalf("an idle peer's connection was kept (%v)", err)

@@ -33,9 +33,6 @@ type conn struct {
 	// slot says it holds an authenticated TCP place instead.
 	from string
 	slot bool
-	// peer says the connection has asked for a block: it is another
-	// node's daemon, and has an idle deadline between requests.
-	peer bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -48,14 +45,12 @@ type conn struct {
 	jobs   map[int]*handle
 	nextID int
 	opens  chan struct{} // opens in flight
-	blocks chan struct{} // peers' block requests in flight
 }
 
 // maxOpens bounds the opens in flight on one connection, loaderMaxLocate
 // the records one locate asks about.
 const (
 	maxOpens        = 8
-	maxBlocks       = 64
 	loaderMaxLocate = 1 << 16
 )
 
@@ -66,9 +61,9 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 		s.clients.Add(-1)
 		s.poke()
 	}()
-	cn := &conn{s: s, c: c, w: bufio.NewWriter(c), jobs: map[int]*handle{}, opens: make(chan struct{}, maxOpens),
-		blocks: make(chan struct{}, maxBlocks)}
+	cn := &conn{s: s, c: c, w: bufio.NewWriter(c), jobs: map[int]*handle{}, opens: make(chan struct{}, maxOpens)}
 	cn.ctx, cn.cancel = context.WithCancel(parent)
+	var helloBy time.Time
 	if uc, ok := c.(*net.UnixConn); ok {
 		cn.unix = uc
 		cn.authed = true // the socket's mode (0600, in a private directory) admits only its owner
@@ -78,7 +73,8 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 		if wait == 0 {
 			wait = helloTimeout
 		}
-		c.SetReadDeadline(time.Now().Add(wait))
+		helloBy = time.Now().Add(wait)
+		c.SetReadDeadline(helloBy)
 	}
 	defer func() {
 		if cn.from != "" {
@@ -93,6 +89,14 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 	defer cn.closeAll()
 	defer cn.cancel()
 	r := bufio.NewReader(c)
+	if cn.unix == nil {
+		// Another node's daemon opens with the peer protocol's magic,
+		// which no client frame can start with (peer/frame.go).
+		if b, err := r.Peek(len(peer.Magic)); err == nil && string(b) == peer.Magic {
+			cn.servePeer(r, helloBy)
+			return
+		}
+	}
 	for {
 		limit := wire.MaxHeader
 		if !cn.authed {
@@ -117,29 +121,59 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 			return
 		}
 		if cn.authed {
-			c.SetReadDeadline(cn.idleDeadline())
+			// No idle deadline for a client: its jobs may rightly wait
+			// between batches for as long as a training step or an
+			// evaluation takes, it holds the token, and its place is
+			// bounded by MaxConns; a client whose machine vanished is
+			// found by TCP keep-alive (on for accepted connections, Go's
+			// default), which closes the connection under the reader.
+			c.SetReadDeadline(time.Time{})
 		}
 	}
 }
 
-// idleDeadline is how long an authenticated connection may wait before
-// its next frame. A peer (another node's daemon asking for blocks) gets
-// peer.IdleTimeout: its pool closes connections idle for half of that, so
-// one idle longer was left behind by a node that went away. A client gets
-// none: its jobs may rightly wait between batches for as long as a
-// training step or an evaluation takes, it holds the token, and its
-// place is bounded by MaxConns; a client whose machine vanished is found
-// by TCP keep-alive (on for accepted connections, Go's default), which
-// closes the connection under the reader.
-func (cn *conn) idleDeadline() time.Time {
-	if !cn.peer {
-		return time.Time{}
+// servePeer hands a connection that opened with the peer protocol to
+// package peer, under the same admission as a client's: it holds its
+// unauthenticated place until its hello, which must come by helloBy,
+// a wrong token is slowed with every other failed handshake, and a right
+// one moves it to the authenticated room. Once in, it is closed after
+// peer.IdleTimeout without a request: the asking node's pool closes
+// connections idle for half of that, so one idle longer was left behind
+// by a node that went away.
+func (cn *conn) servePeer(r *bufio.Reader, helloBy time.Time) {
+	pc := &peekedConn{Conn: cn.c, r: r}
+	cl := cn.s.cluster.Load()
+	if cl == nil {
+		peer.Refuse(pc, "this daemon has no peers (serve --peers)")
+		return
 	}
-	d := cn.s.peerIdle
-	if d == 0 {
-		d = peer.IdleTimeout
+	// What is left of the hello's time, not a new one.
+	hello := max(time.Until(helloBy), time.Millisecond)
+	err := cl.ServeConn(cn.ctx, pc, peer.ServeOptions{HelloTimeout: hello, IdleTimeout: cn.s.peerIdle,
+		WriteTimeout: writeTimeout, Refused: cn.s.fails.wait, Admit: cn.admit})
+	cn.logEnd(err)
+}
+
+// peekedConn is a connection whose first bytes were peeked into r.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (p *peekedConn) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// admit moves a TCP connection whose hello carried the token from the
+// unauthenticated room to the authenticated one, or says why not.
+func (cn *conn) admit() error {
+	select {
+	case cn.s.tcpSlots <- struct{}{}:
+		cn.slot = true
+	default:
+		return fmt.Errorf("the daemon serves %d authenticated TCP connections already", cap(cn.s.tcpSlots))
 	}
-	return time.Now().Add(d)
+	cn.s.gate.give(cn.from)
+	cn.from = ""
+	return nil
 }
 
 func (cn *conn) logEnd(err error) {
@@ -199,16 +233,10 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 			return false
 		}
 		if !cn.authed {
-			// From the unauthenticated room to the authenticated one.
-			select {
-			case cn.s.tcpSlots <- struct{}{}:
-				cn.slot = true
-			default:
-				cn.fail(m.Tag, fmt.Errorf("the daemon serves %d authenticated TCP connections already", cap(cn.s.tcpSlots)))
+			if err := cn.admit(); err != nil {
+				cn.fail(m.Tag, err)
 				return false
 			}
-			cn.s.gate.give(cn.from)
-			cn.from = ""
 		}
 		cn.authed = true
 		cn.c.SetReadDeadline(time.Time{})
@@ -300,31 +328,6 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		}
 		return cn.reply(&wire.Msg{Op: wire.OpState, Tag: m.Tag, Job: m.Job,
 			State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}) == nil
-	case wire.OpBlock:
-		if cn.unix == nil {
-			cn.peer = true
-		}
-		c := cn.s.cluster.Load()
-		if c == nil {
-			return cn.fail(m.Tag, errors.New("this daemon has no peers (serve --peers)")) == nil
-		}
-		select {
-		case cn.blocks <- struct{}{}:
-		default:
-			return cn.fail(m.Tag, fmt.Errorf("%d block requests already in flight on this connection", maxBlocks)) == nil
-		}
-		cn.wg.Add(1)
-		go func() {
-			defer cn.wg.Done()
-			defer func() { <-cn.blocks }()
-			b, err := c.Serve(cn.ctx, m.Object, m.ObjectVersion, m.Block, m.Offset, m.Length)
-			if err != nil {
-				e := &wire.Msg{Op: wire.OpError, Tag: m.Tag, Message: err.Error(), Changed: peer.IsChanged(err)}
-				cn.reply(e)
-				return
-			}
-			cn.reply(&wire.Msg{Op: wire.OpBlock, Tag: m.Tag, Payload: int64(len(b))}, b)
-		}()
 	case wire.OpStats:
 		return cn.reply(&wire.Msg{Op: wire.OpStats, Tag: m.Tag, Jobs: int(cn.s.jobs.Load()), Clients: int(cn.s.clients.Load())}) == nil
 	case wire.OpStatus:
