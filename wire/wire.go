@@ -53,9 +53,6 @@ const (
 	// job 0 (or the error the open would give). A client checks its
 	// arguments when it is built, not at its first batch.
 	OpCheck = "check"
-	// OpBlock is one daemon asking another for a block of an object-store
-	// object it owns (package peer); the answer's payload is the block.
-	OpBlock = "block"
 )
 
 // Error kinds: what an error frame is about.
@@ -126,15 +123,6 @@ type Msg struct {
 	// and a resumed job's spec gives back (epoch, batch, sampler_state, skip).
 	State *State `json:"state,omitempty"`
 
-	// block: which block of which version of an object-store object
-	Object        string `json:"object,omitempty"`
-	ObjectVersion string `json:"object_version,omitempty"`
-	Block         int64  `json:"block,omitempty"`
-	// Length bytes from Offset (below) are wanted of the block.
-	Length int64 `json:"length,omitempty"`
-	// Changed, on an error, says the object is not at the version asked.
-	Changed bool `json:"changed,omitempty"`
-
 	// stats
 	Jobs    int `json:"jobs,omitempty"`
 	Clients int `json:"clients,omitempty"`
@@ -147,7 +135,7 @@ type Msg struct {
 	Paths   []string `json:"paths,omitempty"`
 	Offsets []int64  `json:"offsets,omitempty"`
 
-	// error (and block: where in the block)
+	// error
 	Message string `json:"message,omitempty"`
 	// Kind says what an error is about, so a client raises the exception
 	// its user catches: one of the Kind constants.
