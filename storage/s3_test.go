@@ -6,13 +6,13 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/riffle-ml/riffle/internal/faultproxy"
 	"github.com/riffle-ml/riffle/internal/s3test"
+	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -26,22 +26,13 @@ func s3Store(t *testing.T, endpoint string, opts storage.S3Options) *storage.S3 
 	return s
 }
 
-func randomBytes(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 2))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
 // A real S3 server: ranged reads equal the object, names list, glob, walk
 // and stat as a file system's would, small objects read and write whole.
 func TestS3Store(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
 	ctx := context.Background()
-	data := randomBytes(3<<20+123, 1)
+	data := synth.RandomBytes(3<<20+123, 1)
 	for _, k := range []string{"d/a.bin", "d/sub/b.bin", "d/sub/c.txt", "d/.hidden", "other.bin"} {
 		if err := srv.Put(ctx, "bkt", k, data); err != nil {
 			t.Fatal(err)
@@ -111,7 +102,7 @@ func TestS3Retries(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
 	ctx := context.Background()
-	data := randomBytes(1<<20, 2)
+	data := synth.RandomBytes(1<<20, 2)
 	if err := srv.Put(ctx, "bkt", "x.bin", data); err != nil {
 		t.Fatal(err)
 	}

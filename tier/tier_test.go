@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/internal/s3test"
+	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/tier"
@@ -57,11 +57,14 @@ func TestTierHoldsTheDataset(t *testing.T) {
 	srv.SetEnv(t)
 	ctx := context.Background()
 	const size, n = 4096, 2048 // 8 MiB
-	data := randomBytes(size*n, 3)
+	data := synth.RandomBytes(size*n, 3)
 	if err := srv.Put(ctx, "bkt", "r.bin", data); err != nil {
 		t.Fatal(err)
 	}
-	s3 := s3Store(t, srv.Endpoint, storage.S3Options{})
+	s3, err := storage.NewS3(storage.S3Options{Endpoint: srv.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	tr, err := tier.New(s3, tier.Options{Dir: dir, Budget: 16 << 20, Block: 256 << 10})
 	if err != nil {
@@ -110,7 +113,7 @@ func nextUseOf(g sampler.Global, size int64, now *int) func(object string, off, 
 func TestTierBeladyBeatsLRU(t *testing.T) {
 	ctx := context.Background()
 	const size, n, block = 1024, 8192, 16 << 10
-	data := randomBytes(size*n, 5)
+	data := synth.RandomBytes(size*n, 5)
 	path := filepath.Join(t.TempDir(), "d.bin")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -161,7 +164,7 @@ func TestTierSurvivesKill(t *testing.T) {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src.bin")
-	data := randomBytes(32<<20, 6)
+	data := synth.RandomBytes(32<<20, 6)
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +233,7 @@ func BenchmarkTierPolicies(b *testing.B) {
 		b.Run(fmt.Sprintf("records-per-block=%d", perBlock), func(b *testing.B) {
 			size := block / perBlock
 			n := (32 << 20) / size
-			data := randomBytes(size*n, 5)
+			data := synth.RandomBytes(size*n, 5)
 			path := filepath.Join(b.TempDir(), "d.bin")
 			if err := os.WriteFile(path, data, 0o644); err != nil {
 				b.Fatal(err)
@@ -301,7 +304,7 @@ func (r *countingReader) ReadAt(ctx context.Context, p []byte, off int64) error 
 func TestTierFetchesAMissOnce(t *testing.T) {
 	ctx := context.Background()
 	const block = 64 << 10
-	data := randomBytes(4*block+100, 8)
+	data := synth.RandomBytes(4*block+100, 8)
 	path := filepath.Join(t.TempDir(), "d.bin")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -362,7 +365,7 @@ func TestTierFetchesAMissOnce(t *testing.T) {
 // fetches the block itself and gets it.
 func TestTierWaiterRetriesAFailedFetch(t *testing.T) {
 	const block = 64 << 10
-	data := randomBytes(2*block, 9)
+	data := synth.RandomBytes(2*block, 9)
 	path := filepath.Join(t.TempDir(), "d.bin")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -405,7 +408,7 @@ func TestTierDirPrivate(t *testing.T) {
 	defer unix.Umask(old)
 	ctx := context.Background()
 	const block = 16 << 10
-	data := randomBytes(4*block, 10)
+	data := synth.RandomBytes(4*block, 10)
 	path := filepath.Join(t.TempDir(), "d.bin")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -497,7 +500,7 @@ func TestTierDirPrivate(t *testing.T) {
 func TestTierSeesInPlaceEdit(t *testing.T) {
 	ctx := context.Background()
 	const block = 16 << 10
-	before, after := randomBytes(4*block, 11), randomBytes(4*block, 12)
+	before, after := synth.RandomBytes(4*block, 11), synth.RandomBytes(4*block, 12)
 	path := filepath.Join(t.TempDir(), "d.bin")
 	if err := os.WriteFile(path, before, 0o644); err != nil {
 		t.Fatal(err)
@@ -537,23 +540,4 @@ func TestTierSeesInPlaceEdit(t *testing.T) {
 	if !bytes.Equal(got, after) {
 		t.Fatal("the old bytes were served from the tr")
 	}
-}
-
-func randomBytes(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 2))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-func s3Store(t *testing.T, endpoint string, opts storage.S3Options) *storage.S3 {
-	t.Helper()
-	opts.Endpoint = endpoint
-	s, err := storage.NewS3(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }

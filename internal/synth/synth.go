@@ -197,3 +197,14 @@ func WriteSortedLIBSVM(path string, n, dim int, seed uint64) error {
 	}
 	return f.Close()
 }
+
+// RandomBytes is n bytes of a seeded random stream: incompressible data,
+// the same for the same seed.
+func RandomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 2))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}

@@ -212,16 +212,22 @@ def test_resume_on_another_worker_count_refused_for_shared(daemon, tmp_path):
         rt.loader(path, 100, num_workers=3, share=True, seed=3).load_state_dict(state)
 
 
+def own_daemon(tmp_path, monkeypatch):
+    """A daemon of the test's own, on a socket in a private directory, that the loaders use."""
+    from conftest import Daemon
+    sock_dir = tmp_path / "run"
+    sock_dir.mkdir(mode=0o700)
+    d = Daemon(str(sock_dir / "riffle.sock"))
+    monkeypatch.setenv("RIFFLE_SOCKET", d.sock)
+    return d
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_daemon_restart_mid_epoch_loses_nothing(tmp_path, monkeypatch, workers):
     """kill -9 of the daemon mid-epoch: the loader reconnects to the daemon started again, reopens its job where
     it was and goes on; the epoch holds every record once, and so does the next."""
-    from conftest import Daemon
-    sock_dir = tmp_path / "run"
-    sock_dir.mkdir(mode=0o700)
-    sock = str(sock_dir / "riffle.sock")
-    d = Daemon(sock)
-    monkeypatch.setenv("RIFFLE_SOCKET", sock)
+    d = own_daemon(tmp_path, monkeypatch)
+    sock = d.sock
     path = write_ids(tmp_path / "ids.npy", 1000)
     dl = rt.loader(path, 100, num_workers=workers, seed=4, autostart=False, reconnect=30.0)
     try:
@@ -230,7 +236,7 @@ def test_daemon_restart_mid_epoch_loses_nothing(tmp_path, monkeypatch, workers):
             ids += [int(i) for i in t.reshape(-1)]
             if k == 2:
                 d.stop()  # SIGKILL
-                d = Daemon(sock)  # a supervisor starts it again
+                d = type(d)(sock)  # a supervisor starts it again
         assert sorted(ids) == list(range(1000))
         assert sorted(epoch_ids(dl)) == list(range(1000))
     finally:
@@ -238,12 +244,7 @@ def test_daemon_restart_mid_epoch_loses_nothing(tmp_path, monkeypatch, workers):
 
 
 def test_daemon_gone_for_good_raises_after_the_timeout(tmp_path, monkeypatch):
-    from conftest import Daemon
-    sock_dir = tmp_path / "run"
-    sock_dir.mkdir(mode=0o700)
-    sock = str(sock_dir / "riffle.sock")
-    d = Daemon(sock)
-    monkeypatch.setenv("RIFFLE_SOCKET", sock)
+    d = own_daemon(tmp_path, monkeypatch)
     path = write_ids(tmp_path / "ids.npy", 1000)
     ld = riffle.Loader(path, 100, autostart=False, reconnect=0.5)
     it = iter(ld)
