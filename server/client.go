@@ -3,7 +3,9 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,7 +22,9 @@ func Status(ctx context.Context, socket string) (*wire.Status, error) {
 	if socket == "" {
 		socket = DefaultSocket()
 	}
-	if err := checkPrivate(filepath.Dir(socket)); err != nil {
+	if err := checkPrivate(filepath.Dir(socket)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no riffle daemon at %s (its directory does not exist)", socket)
+	} else if err != nil {
 		return nil, err
 	}
 	var d net.Dialer

@@ -16,8 +16,9 @@ func statusCmd() *cobra.Command {
 		Long: `status asks the local daemon what it is doing: each group of jobs sharing a
 source (dependent sampling) and each job alone, with its subset's size, its
 place and its samples/s; the record cache's bytes, hit rate and evictions;
-and the bytes read from storage against the bytes served to jobs (served
-over read is what sharing saved).`,
+the bytes read from storage and served to jobs; and, for each group, the
+reads sharing avoided (a record read once for k jobs avoided k-1 reads,
+whatever a transform made of it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := server.Status(cmd.Context(), socket)
@@ -25,12 +26,14 @@ over read is what sharing saved).`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "clients: %d\n", st.Clients)
-			ratio := 0.0
-			if st.ReadBytes > 0 {
-				ratio = float64(st.ServedBytes) / float64(st.ReadBytes)
+			// The status request's own connection is not a client's.
+			fmt.Fprintf(out, "clients: %d\n", max(0, st.Clients-1))
+			var avoided int64
+			for _, g := range st.Groups {
+				avoided += g.Saved
 			}
-			fmt.Fprintf(out, "read from storage: %s, served to jobs: %s (%.2fx)\n", human(float64(st.ReadBytes)), human(float64(st.ServedBytes)), ratio)
+			fmt.Fprintf(out, "read from storage: %s, served to jobs: %s; reads sharing avoided: %d records\n",
+				human(float64(st.ReadBytes)), human(float64(st.ServedBytes)), avoided)
 			c := st.Cache
 			hit := 0.0
 			if c.Hits+c.Misses > 0 {
@@ -43,7 +46,7 @@ over read is what sharing saved).`,
 			for _, g := range st.Groups {
 				fmt.Fprintf(out, "\n%s (%d records", g.Source, g.Records)
 				if len(g.Jobs) > 1 || g.Shared > 0 {
-					fmt.Fprintf(out, ", %d jobs sharing, %d records read once for several", len(g.Jobs), g.Shared)
+					fmt.Fprintf(out, ", %d jobs sharing, %d records read once for several, %d reads avoided", len(g.Jobs), g.Shared, g.Saved)
 				}
 				fmt.Fprintln(out, ")")
 				fmt.Fprintf(out, "  %-6s %10s %6s %10s %12s  %s\n", "job", "subset", "epoch", "position", "samples/s", "transform")
