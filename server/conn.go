@@ -241,7 +241,9 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		cn.authed = true
 		cn.c.SetReadDeadline(time.Time{})
 		return cn.reply(&wire.Msg{Op: wire.OpHello, Tag: m.Tag, Version: wire.Version, Server: cn.s.Version}) == nil
-	case wire.OpCheck:
+	case wire.OpCheck, wire.OpOpen:
+		// A check is an open that reads nothing and keeps no job: both
+		// may build an index, so both run beside the reader, a few at once.
 		select {
 		case cn.opens <- struct{}{}:
 		default:
@@ -251,19 +253,11 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 		go func() {
 			defer cn.wg.Done()
 			defer func() { <-cn.opens }()
-			cn.check(m)
-		}()
-	case wire.OpOpen:
-		select {
-		case cn.opens <- struct{}{}:
-		default:
-			return cn.fail(m.Tag, fmt.Errorf("%d opens already in flight on this connection", maxOpens)) == nil
-		}
-		cn.wg.Add(1)
-		go func() {
-			defer cn.wg.Done()
-			defer func() { <-cn.opens }()
-			cn.open(m)
+			if m.Op == wire.OpCheck {
+				cn.check(m)
+			} else {
+				cn.open(m)
+			}
 		}()
 	case wire.OpNext:
 		cn.mu.Lock()
