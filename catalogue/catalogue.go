@@ -27,7 +27,7 @@ import (
 // A catalogue is a directory of persisted transform outputs, one pack
 // each, named by a key of (source files, transform with its version).
 // Its packs record the versions of the files they were made from (device,
-// inode, mtime, size): an output whose source has changed since is stale,
+// inode, mtime, size, ctime): an output whose source has changed since is stale,
 // and never served; riffle catalogue gc removes it.
 //
 // The daemon serves what it finds there as the transform's output, so the

@@ -49,7 +49,7 @@ import (
 //	48 offsets [count+1]uint64
 //	.. exceptions [exceptions](record uint64, end uint64), by record
 const (
-	indexMagic   = "RFLIDX01"
+	indexMagic = "RFLIDX01"
 	// indexVersion 4: the source version hash covers a local file's
 	// ctime; a version 3 index is stale (ErrStaleIndex) and rebuilt.
 	indexVersion = 4
@@ -92,7 +92,7 @@ func (t *table) end(i int) (int64, bool) {
 }
 
 // sourceKey is what an index of r must have been built for. A local
-// file's store version (device, inode, mtime, size) does not see an edit
+// file's version by size and mtime alone does not see an edit
 // in place that restores the size and the mtime (rsync --inplace -t,
 // cp -p onto the file, a tool that calls utime afterwards): an index
 // reused then points every record at the wrong bytes, and nothing fails.

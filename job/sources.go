@@ -24,7 +24,7 @@ import (
 // second job on a dataset being opened (a long index build) waits for that
 // open, and jobs on other datasets wait for nothing. A dataset reused from
 // the registry is checked first against its objects' versions now (size,
-// inode, mtime): a file rewritten in place is opened anew, never served
+// inode, mtime, ctime): a file rewritten in place is opened anew, never served
 // stale.
 type sources struct {
 	store storage.Store

@@ -118,7 +118,7 @@ func (f *File) endError(off int64, want, done int) error {
 }
 
 // Version identifies the file's content as it was opened: device, inode,
-// mtime and size (see ObjectInfo.Version).
+// mtime, size and ctime (see ObjectInfo.Version).
 func (f *File) Version() string { return f.version }
 
 // Direct reports whether the file is read with O_DIRECT.

@@ -37,8 +37,9 @@ type ObjectInfo struct {
 	Name    string
 	Size    int64
 	ModTime time.Time
-	// Version changes whenever the object's bytes may have: device, inode
-	// and mtime of a local file, the ETag of a remote object.
+	// Version changes whenever the object's bytes may have: device, inode,
+	// mtime, size and ctime of a local file (utime cannot set the ctime
+	// back), the ETag of a remote object.
 	Version string
 	Dir     bool
 }
