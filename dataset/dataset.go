@@ -153,6 +153,11 @@ type Options struct {
 	Columns []string
 	// Split names a split of a Hugging Face DatasetDict directory.
 	Split string
+	// Extensions, if set, are the only file name endings a directory
+	// dataset takes as records (case-insensitive, with the dot), as
+	// torchvision's ImageFolder takes only IMG_EXTENSIONS: a labels.csv in
+	// a class folder is then not an image to decode.
+	Extensions []string
 	// Progress, if set, is told how many source bytes the index scan has read.
 	Progress func(done, total int64)
 }

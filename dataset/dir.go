@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/riffle-ml/riffle/storage"
 )
@@ -53,7 +54,7 @@ func openTree(ctx context.Context, root string, opts Options) (Dataset, error) {
 	}
 	sort.Strings(classes)
 	add := func(p string, info storage.ObjectInfo) error {
-		if info.Dir {
+		if info.Dir || !hasExtension(p, opts.Extensions) {
 			return nil
 		}
 		t.paths = append(t.paths, p)
@@ -109,3 +110,18 @@ func (t *tree) Label(id int) int {
 // Path returns the file of record id, for error messages and clients that
 // map a record back to its source.
 func (t *tree) Path(id int) string { return t.paths[id] }
+
+// hasExtension reports whether path ends in one of exts (case-insensitive);
+// every path does when exts is empty.
+func hasExtension(path string, exts []string) bool {
+	if len(exts) == 0 {
+		return true
+	}
+	ext := strings.ToLower(filepath.Ext(path))
+	for _, e := range exts {
+		if strings.ToLower(e) == ext {
+			return true
+		}
+	}
+	return false
+}

@@ -88,6 +88,8 @@ var Options = []Option{
 	{Name: "direct", Kind: "bool", Group: "dataset", Default: "false", Doc: "read with O_DIRECT, past the page cache"},
 	{Name: "columns", Kind: "strings", Group: "dataset", Max: maxColumns, Default: "every column", Doc: "the columns of a rows dataset (Arrow, Parquet, Hugging Face) to read"},
 	{Name: "split", Kind: "string", Group: "dataset", Default: "the only one", Doc: "the split of a Hugging Face DatasetDict"},
+	{Name: "extensions", Kind: "strings", Group: "dataset", Max: maxColumns, Default: "every file (riffle.torch with decode=\"image\": torchvision's IMG_EXTENSIONS)",
+		Doc: "the only file endings a directory dataset takes as records, as ImageFolder's extensions"},
 	{Name: "subset", Kind: "subset", Group: "dataset", Max: maxSubsetIDs, Default: "every record",
 		Doc: "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"},
 	{Name: "transform", Kind: "string", Group: "dataset", Default: "none",
@@ -192,10 +194,10 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	if spec.MemoryBytes != 0 && spec.MemoryBytes < minMemory {
 		return c, specErr("memory_bytes is %d, want at least %d (or 0 for the daemon's choice)", spec.MemoryBytes, minMemory)
 	}
-	if len(spec.Columns) > maxColumns {
-		return c, specErr("columns: %d given, at most %d", len(spec.Columns), maxColumns)
+	if len(spec.Columns) > maxColumns || len(spec.Extensions) > maxColumns {
+		return c, specErr("columns or extensions: %d and %d given, at most %d", len(spec.Columns), len(spec.Extensions), maxColumns)
 	}
-	for _, name := range append(slices.Clone(spec.Columns), spec.Split) {
+	for _, name := range append(append(slices.Clone(spec.Columns), spec.Extensions...), spec.Split) {
 		if len(name) > maxName {
 			return c, specErr("a column or split name of %d bytes, at most %d", len(name), maxName)
 		}
@@ -237,7 +239,7 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	c.Dataset = dataset.Options{
 		Format: spec.Format, RecordSize: spec.RecordSize, HeaderBytes: spec.HeaderBytes, CSVHeader: spec.CSVHeader,
 		SkipCRC: spec.SkipCRC, DropPartialTail: spec.DropPartial, Direct: spec.Direct,
-		Columns: spec.Columns, Split: spec.Split,
+		Columns: spec.Columns, Split: spec.Split, Extensions: spec.Extensions,
 	}
 	c.Sampler = sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window,
 		Buffer: spec.Buffer, Reservoir: spec.Reservoir, Rank: spec.Rank, World: world,

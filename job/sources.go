@@ -72,8 +72,8 @@ func newSources(store storage.Store, opts dataset.Options, open func(context.Con
 
 func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options) (*source, error) {
 	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
-	key := sourceKey{paths: fmt.Sprintf("%q", paths), opts: fmt.Sprintf("%s %d %d %v %v %v %v %q %q", opts.Format, opts.RecordSize,
-		opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct, opts.Columns, opts.Split)}
+	key := sourceKey{paths: fmt.Sprintf("%q", paths), opts: fmt.Sprintf("%s %d %d %v %v %v %v %q %q %q", opts.Format, opts.RecordSize,
+		opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct, opts.Columns, opts.Split, opts.Extensions)}
 	for {
 		d.mu.Lock()
 		e, ok := d.open[key]

@@ -159,6 +159,8 @@ type JobSpec struct {
 	Direct      bool     `json:"direct,omitempty"`
 	Columns     []string `json:"columns,omitempty"`
 	Split       string   `json:"split,omitempty"`
+	// Extensions are the only file endings a directory dataset takes.
+	Extensions []string `json:"extensions,omitempty"`
 	// Subset, if set, is the part of the dataset the job reads.
 	Subset *Subset `json:"subset,omitempty"`
 	// Transform names a transform the daemon runs on each record

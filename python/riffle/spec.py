@@ -21,6 +21,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "direct": ("direct", "bool", None, None, "false", "read with O_DIRECT, past the page cache"),
     "columns": ("columns", "strings", None, None, "every column", "the columns of a rows dataset (Arrow, Parquet, Hugging Face) to read"),
     "split": ("split", "string", None, None, "the only one", "the split of a Hugging Face DatasetDict"),
+    "extensions": ("extensions", "strings", None, None, "every file (riffle.torch with decode=\"image\": torchvision's IMG_EXTENSIONS)", "the only file endings a directory dataset takes as records, as ImageFolder's extensions"),
     "subset": ("subset", "subset", None, None, "every record", "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"),
     "transform": ("transform", "string", None, None, "none", "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"),
     "shuffle": ("shuffle", "bool", None, None, "true in clients (false: sequential)", "a global shuffle each epoch"),

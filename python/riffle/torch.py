@@ -41,6 +41,9 @@ from .client import Batch, Loader, RiffleError
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
+# torchvision's ImageFolder takes only these (torchvision.datasets.folder.IMG_EXTENSIONS).
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
 
 class RecordError(RiffleError):
     """Decoding or transforming a record failed; names the record, its file and offset."""
@@ -137,6 +140,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 import PIL.Image  # noqa: F401
             except ImportError:
                 raise ValueError('decode="image" needs Pillow (pip install pillow)') from None
+            # As ImageFolder: only image files are records (a labels.csv in
+            # a class folder is not one), unless extensions= says otherwise.
+            loader_kwargs.setdefault("extensions", IMG_EXTENSIONS)
         self.rank, self.world_size = rank, world_size
         # Rank and world size are resolved here, in the main process, and
         # again as each epoch begins there; DataLoader workers take them

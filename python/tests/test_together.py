@@ -308,3 +308,24 @@ def test_environment_error_is_itself(daemon, tmp_path):
     with pytest.raises(RuntimeError, match="Numpy is not available") as e:
         next(iter(dl))
     assert not isinstance(e.value, rt.RecordError)
+
+
+def test_imagefolder_takes_only_images(daemon, tmp_path):
+    """A labels.csv inside a class folder is no record, as torchvision's ImageFolder takes only IMG_EXTENSIONS;
+    extensions= chooses others; the samples equal torchvision's."""
+    from PIL import Image
+    from torchvision.datasets import ImageFolder
+    root = tmp_path / "imgs"
+    for c in ("cat", "dog"):
+        (root / c).mkdir(parents=True)
+        for i in range(5):
+            Image.new("RGB", (8, 8), (i * 40, 10, 200)).save(root / c / f"{i}.png")
+        (root / c / "labels.csv").write_text("a,b\n")
+    want = ImageFolder(str(root))
+    dl = rt.loader(str(root), 4, decode="image", seed=1)
+    assert [(p, c) for p, c in dl.dataset.samples] == [(p, c) for p, c in want.samples]
+    got = [img.size for batch, _ in dl for img in batch]
+    assert len(got) == 10
+    # The plain loader takes every file, or the endings asked for.
+    assert riffle.Loader(str(root), 4).info()["records"] == 12
+    assert riffle.Loader(str(root), 4, extensions=["csv"]).info()["records"] == 2
