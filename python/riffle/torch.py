@@ -334,8 +334,15 @@ class RiffleDataset(torch.utils.data.IterableDataset):
 
     @property
     def classes(self) -> list[str]:
-        """Class names of a directory dataset, sorted, as ImageFolder's."""
-        return list(self.info().get("classes") or [])
+        """Class names: a directory dataset's, sorted, as ImageFolder's; a Hugging Face dataset's ClassLabel names
+        (the ``label`` column's, else the first ClassLabel's), as ``features[...].names``."""
+        info = self.info()
+        if info.get("classes"):
+            return list(info["classes"])
+        feats = info.get("features") or {}
+        labels = [(k, f) for k, f in feats.items() if isinstance(f, dict) and f.get("_type") == "ClassLabel"]
+        labels.sort(key=lambda kf: kf[0] != "label")
+        return list(labels[0][1].get("names") or []) if labels else []
 
     @property
     def class_to_idx(self) -> dict[str, int]:

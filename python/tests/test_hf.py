@@ -62,3 +62,9 @@ def test_columns_and_torch(daemon, hf_dir):
         assert set(b) == {"label", "score"} and b["label"].dtype == torch.int64
         n += len(b["label"])
     assert n == 1000
+
+
+def test_classlabel_names_are_the_classes(daemon, hf_dir):
+    """ClassLabel names fill classes and class_to_idx, as features["label"].names does."""
+    ds = rt.loader(str(hf_dir), 100, split="train").dataset
+    assert ds.classes == ["neg", "pos", "mid"] and ds.class_to_idx == {"neg": 0, "pos": 1, "mid": 2}
