@@ -397,7 +397,7 @@ class Batch:
     """
 
     __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "_state",
-                 "_dtype", "_shape", "arrow", "__weakref__")
+                 "_dtype", "_shape", "_table", "__weakref__")
 
     def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict,
                  dtype=None, shape=None, state=None):
@@ -408,12 +408,19 @@ class Batch:
         self.raw = raw
         self.info = info
         self._state = state  # a dict, or a function giving one (asked of the daemon once)
-        # A batch of rows (Arrow, Parquet): (body offset, nodes (n, 2), buffers (n, 2)) of its message.
-        self.arrow: tuple[int, np.ndarray, np.ndarray] | None = None
+        # A batch of rows (Arrow, Parquet): (body offset, nodes (n, 2), buffers (n, 2)) of its Arrow message;
+        # internal: `data` is the batch as a pyarrow.RecordBatch.
+        self._table: tuple[int, np.ndarray, np.ndarray] | None = None
         # Packed: records back to back from offset 0 in their order, as
         # fixed-size records of a global shuffle read without O_DIRECT are.
         self.packed = bool(self.n == 0 or (offs[-1] + lens[-1] == len(raw) and lens.sum() == len(raw) and offs[0] == 0
                                            and (self.n < 2 or np.array_equal(offs[1:], np.cumsum(lens[:-1])))))
+
+    @property
+    def rows(self) -> bool:
+        """Whether the batch is of rows (Arrow, Parquet, Hugging Face): ``data`` is then a ``pyarrow.RecordBatch``
+        (or, without pyarrow, ``decode.columns(batch)`` a dict of columns)."""
+        return self._table is not None
 
     @property
     def state(self) -> dict | None:
@@ -445,7 +452,7 @@ class Batch:
         """
         from . import decode
         fmt = self.info.get("format")
-        if self.arrow is not None:
+        if self._table is not None:
             return decode.arrow(self)
         if self.info.get("transform"):
             # The daemon's transform outputs: fixed-size, of the dtype and shape it reports.
@@ -886,7 +893,7 @@ class Loader:
                   self.shape, state)
         if arrow:
             table = meta[n * k :].reshape(-1, 2)
-            b.arrow = (int(arrow["body"]), table[: arrow["nodes"]], table[arrow["nodes"] :])
+            b._table = (int(arrow["body"]), table[: arrow["nodes"]], table[arrow["nodes"] :])
         return b
 
     def _place_state(self):

@@ -193,7 +193,7 @@ def columns(batch) -> dict[str, Any]:
     lists of numbers), strings and binary as lists of ``str``/``bytes``,
     lists and structs as lists of lists and dicts; nulls are ``None``.
     Arrays are views of the batch."""
-    body, nodes, bufs = batch.arrow
+    body, nodes, bufs = batch._table
     raw = batch.raw
     state = {"node": 0, "buf": 0}
 

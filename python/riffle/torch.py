@@ -482,7 +482,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             return self.decode(batch)
         fmt = batch.info.get("format")
         kind = self.decode
-        if kind == "auto" and batch.arrow is not None:
+        if kind == "auto" and batch.rows:
             return _columns(batch)
         if kind == "auto" and fmt == "riffle" and batch.info.get("record_size") and not batch.info.get("transform"):
             return torch.from_numpy(_native(batch.data))  # a pack of fixed-size records

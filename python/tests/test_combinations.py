@@ -152,7 +152,7 @@ def reference(path: str, c: dict) -> dict[int, str]:
 
 
 def digests(b) -> list[str]:
-    if b.arrow is not None:
+    if b.rows:
         return [digest(json.dumps(r, sort_keys=True).encode()) for r in b.data.to_pylist()]
     return [digest(bytes(b.record(i))) for i in range(b.n)]
 
