@@ -442,9 +442,14 @@ class RiffleDataset(torch.utils.data.IterableDataset):
 
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
         data = self._decode(batch, ld)
+        row_labels = None
         if isinstance(data, dict) and self.transform is not None:
-            # Rows of columns: the transform takes each row as a dict.
+            # Rows of columns: the transform takes each row as a dict (the
+            # with_transform idiom). A label column stays the batch's label
+            # if the transform returns no dict that carries it.
             names = list(data)
+            if "label" in data:
+                row_labels = data["label"]
             data = [{k: data[k][i] for k in names} for i in range(batch.n)]
         if isinstance(data, dict) and shared:
             data = {k: _to_shared(v) if isinstance(v, torch.Tensor) else v for k, v in data.items()}
@@ -457,7 +462,14 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                     if _environmental(e):
                         raise  # the environment's failure, reported once as itself, not as a record's
                     raise self._record_error(ld, batch, i, "transform", e) from e
-            data = _stack(samples, shared) if samples and isinstance(samples[0], torch.Tensor) else samples
+            if samples and isinstance(samples[0], torch.Tensor):
+                data = _stack(samples, shared)
+            else:
+                # Dicts and tuples are collated as DataLoader's default_collate
+                # does (in a worker, into shared memory); they carry their
+                # labels themselves, if the transform kept them.
+                data = _collate(samples) if samples and isinstance(samples[0], (dict, tuple, list)) else samples
+                row_labels = None
         elif shared and isinstance(data, torch.Tensor):
             # In a worker the batch must reach shared memory to cross to the
             # main process: put it there once, instead of DataLoader copying
@@ -466,6 +478,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if self.batch_transform is not None:
             data = self.batch_transform(data)
         labels = None if batch.labels is None else torch.from_numpy(batch.labels)
+        if labels is None and row_labels is not None:
+            labels = row_labels if isinstance(row_labels, torch.Tensor) else torch.as_tensor(row_labels)
         return data if labels is None else (data, labels)
 
     def _record_error(self, ld: Loader, batch: Batch, i: int, what: str, e: Exception) -> RecordError:
@@ -548,6 +562,19 @@ def _native(a: np.ndarray) -> np.ndarray:
     if a.dtype.byteorder not in ("=", "|") and a.dtype.byteorder != ("<" if np.little_endian else ">"):
         return a.astype(a.dtype.newbyteorder("="))
     return a
+
+
+def _collate(samples: list) -> Any:
+    """Samples that are dicts or tuples, collated as DataLoader's default_collate does; what it cannot stack
+    (strings, PIL images) stays a list."""
+    try:
+        return torch.utils.data.default_collate(samples)
+    except TypeError:
+        if isinstance(samples[0], dict):
+            return {k: _collate([s[k] for s in samples]) for k in samples[0]}
+        if isinstance(samples[0], (tuple, list)):
+            return type(samples[0])(_collate(list(col)) for col in zip(*samples))
+        return samples
 
 
 def _to_shared(t: torch.Tensor) -> torch.Tensor:

@@ -68,3 +68,35 @@ def test_classlabel_names_are_the_classes(daemon, hf_dir):
     """ClassLabel names fill classes and class_to_idx, as features["label"].names does."""
     ds = rt.loader(str(hf_dir), 100, split="train").dataset
     assert ds.classes == ["neg", "pos", "mid"] and ds.class_to_idx == {"neg": 0, "pos": 1, "mid": 2}
+
+
+def _to_dict(row):
+    return {"x": torch.tensor([row["score"]]), "label": row["label"], "text": row["text"]}
+
+
+def _to_tuple(row):
+    return torch.tensor([row["score"]]), row["label"]
+
+
+def _to_tensor(row):
+    return torch.tensor([row["score"]])
+
+
+import torch  # noqa: E402
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_row_transforms_collate_as_dataloader(daemon, hf_dir, workers):
+    """A per-row transform returning a dict or a tuple is collated as default_collate does; one returning a
+    tensor keeps the label column as the batch's label."""
+    ref = datasets.load_from_disk(str(hf_dir))["train"]
+    def rows_of(x):  # score is id / 7: the rows a batch holds
+        return [ref[round(float(v) * 7)] for v in x.reshape(-1)]
+    b = next(iter(rt.loader(str(hf_dir), 64, split="train", transform=_to_dict, num_workers=workers)))
+    assert b["x"].shape == (64, 1) and b["label"].dtype == torch.int64 and len(b["text"]) == 64
+    rows = rows_of(b["x"])
+    assert b["text"] == [r["text"] for r in rows] and b["label"].tolist() == [r["label"] for r in rows]
+    x, y = next(iter(rt.loader(str(hf_dir), 64, split="train", transform=_to_tuple, num_workers=workers)))
+    assert x.shape == (64, 1) and y.tolist() == [r["label"] for r in rows_of(x)]
+    x, y = next(iter(rt.loader(str(hf_dir), 64, split="train", transform=_to_tensor, num_workers=workers)))
+    assert x.shape == (64, 1) and y.dtype == torch.int64 and y.tolist() == [r["label"] for r in rows_of(x)]
