@@ -5,6 +5,7 @@ import (
 	"container/list"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -146,6 +147,27 @@ func (a *readerAt) Seek(off int64, whence int) (int64, error) {
 	return a.off, nil
 }
 
+// hfFeatures is the Hugging Face features a file written by datasets
+// (Dataset.to_parquet, the Hub's files) keeps under its "huggingface" key,
+// as dataset_info.json's "features" are for a save_to_disk directory: how a
+// client knows which columns are Images and what a ClassLabel's names are.
+func hfFeatures(kv metadata.KeyValueMetadata) string {
+	v := kv.FindValue("huggingface")
+	if v == nil {
+		return ""
+	}
+	var meta struct {
+		Info struct {
+			Features json.RawMessage `json:"features"`
+		} `json:"info"`
+	}
+	var b bytes.Buffer
+	if json.Unmarshal([]byte(*v), &meta) != nil || len(meta.Info.Features) == 0 || json.Compact(&b, meta.Info.Features) != nil {
+		return ""
+	}
+	return b.String()
+}
+
 // columnsOf lays out the file's readable top-level columns, and returns
 // the fields of the others.
 func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []arrow.Field, error) {
@@ -278,6 +300,7 @@ func openParquet(ctx context.Context, names []string, opts Options) (Dataset, er
 	d.inf.Format = "parquet"
 	d.inf.Paths = names
 	d.inf.Columns = d.lay.Describe()
+	d.inf.Features = hfFeatures(d.files[0].meta.KeyValueMetadata())
 	var err error
 	if d.inf.Schema, err = columnar.SchemaBytes(d.lay.OutputSchema()); err != nil {
 		d.Close()

@@ -482,6 +482,21 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             labels = row_labels if isinstance(row_labels, torch.Tensor) else torch.as_tensor(row_labels)
         return data if labels is None else (data, labels)
 
+    def _image(self, ld: Loader, batch: Batch, i: int, v: Any):
+        """A Hugging Face Image cell ({bytes, path}) as a PIL image, as datasets decodes it (mode kept)."""
+        if v is None:
+            return None
+        from PIL import Image
+        try:
+            if v.get("bytes") is not None:
+                img = Image.open(io.BytesIO(v["bytes"]))
+            else:
+                img = Image.open(v["path"])
+            img.load()
+            return img
+        except Exception as e:
+            raise self._record_error(ld, batch, i, "image decoding", e) from e
+
     def _record_error(self, ld: Loader, batch: Batch, i: int, what: str, e: Exception) -> RecordError:
         rid = int(batch.ids[i])
         try:
@@ -496,8 +511,18 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             return self.decode(batch)
         fmt = batch.info.get("format")
         kind = self.decode
-        if kind == "auto" and batch.rows:
-            return _columns(batch)
+        if kind in ("auto", "image") and batch.rows:
+            # Rows: columns, and those whose Hugging Face feature is Image as
+            # PIL images, as datasets gives them (Audio stays {bytes, path}).
+            cols = _columns(batch)
+            images = [k for k, f in (batch.info.get("features") or {}).items()
+                      if isinstance(f, dict) and f.get("_type") == "Image" and k in cols]
+            if kind == "image" and not images:
+                raise ValueError('decode="image": this dataset of rows has no column whose feature is Image '
+                                 f"(its columns: {', '.join(cols)}); decode them with a transform")
+            for k in images:
+                cols[k] = [self._image(ld, batch, i, v) for i, v in enumerate(cols[k])]
+            return cols
         if kind == "auto" and fmt == "riffle" and batch.info.get("record_size") and not batch.info.get("transform"):
             return torch.from_numpy(_native(batch.data))  # a pack of fixed-size records
         if kind == "auto" and batch.info.get("transform"):

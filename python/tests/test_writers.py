@@ -483,3 +483,42 @@ def test_fastparquet_equals_pyarrow(daemon, tmp_path, compression):
     for f in want.schema:
         assert schema.field(f.name).type == f.type, f.name
     assert_rows_equal(got, want.to_pylist())
+
+
+def _hf_image_dataset(tmp_path):
+    import io
+
+    import datasets
+    from PIL import Image
+    imgs = []
+    for i in range(40):
+        b = io.BytesIO()
+        Image.new("RGB", (4 + i % 7, 5), (i, 2, 3)).save(b, format="PNG" if i % 2 else "JPEG")
+        imgs.append(b.getvalue())
+    feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": x, "path": None} for x in imgs],
+                                     "label": [i % 2 for i in range(40)]}, features=feats)
+    ds.to_parquet(str(tmp_path / "img.parquet"))
+    ds.save_to_disk(str(tmp_path / "img_dir"))
+    return ds
+
+
+@pytest.mark.parametrize("where", ["img.parquet", "img_dir"])
+@pytest.mark.parametrize("decode", ["auto", "image"])
+def test_hf_image_feature_decoded_as_datasets_does(daemon, tmp_path, where, decode):
+    """An Image feature's column comes as PIL images equal to datasets' own, from Arrow files or Parquet; the
+    ClassLabel names are the classes."""
+    import numpy as np
+    import riffle.torch as rt
+    ds = _hf_image_dataset(tmp_path)
+    dl = rt.loader(str(tmp_path / where), 8, seed=1, decode=decode)
+    assert dl.dataset.classes == ["a", "b"]
+    seen = 0
+    for b in dl:
+        for img, label in zip(b["image"], b["label"].tolist()):
+            i = img.size[0] - 4  # not unique: find by pixels below
+            matches = [k for k in range(40) if ds[k]["label"] == label and ds[k]["image"].size == img.size
+                       and np.array_equal(np.asarray(ds[k]["image"]), np.asarray(img))]
+            assert matches, f"an image of size {img.size} that datasets does not have (width class {i})"
+            seen += 1
+    assert seen == 40
