@@ -32,6 +32,7 @@ func (f *datasetFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.opts.Direct, "direct", false, "read with O_DIRECT, bypassing the page cache")
 	fl.StringSliceVar(&f.opts.Columns, "columns", nil, "the columns to read of Arrow, Hugging Face and Parquet data (default all)")
 	fl.StringVar(&f.opts.Split, "split", "", "the split of a Hugging Face DatasetDict directory")
+	fl.StringSliceVar(&f.opts.Extensions, "extensions", nil, "the only file endings a directory dataset takes as records (default every file)")
 }
 
 func (f *datasetFlags) open(ctx context.Context, paths []string) (dataset.Dataset, error) {
