@@ -201,11 +201,7 @@ func (c Catalogue) List(versions func(path string) string) ([]Entry, error) {
 		}
 		if m, err := ReadManifest(sub); err == nil {
 			e.Manifest = m
-			var now []string
-			for _, p := range m.Source.Paths {
-				now = append(now, versions(p))
-			}
-			e.Stale = Stale(m, now) || !m.Complete
+			e.Stale = Stale(m, sourceVersions(m.Source, versions)) || !m.Complete
 		}
 		files, _ := sub.ReadDir()
 		for _, f := range files {
@@ -293,4 +289,28 @@ func (c Catalogue) GC(maxBytes int64, versions func(path string) string) ([]Entr
 // its files' versions (device, inode, mtime, size, ctime) differ.
 func Stale(m *dataset.PackManifestFile, versions []string) bool {
 	return !slices.Equal(m.Source.Versions, versions)
+}
+
+// sourceVersions are the versions of a pack's source now, named as the
+// source named them when it was packed: a directory (ImageFolder) dataset
+// has its root's version and then each class folder's, sorted by name, as
+// the dataset's Info does, so that a listing does not call a current
+// output stale (the daemon's Lookup compares the dataset's own).
+func sourceVersions(src dataset.PackSource, versions func(path string) string) []string {
+	names := src.Paths
+	if src.Format == "dir" && len(src.Paths) == 1 && len(src.Versions) > 1 {
+		names = []string{src.Paths[0]}
+		if des, err := os.ReadDir(src.Paths[0]); err == nil {
+			for _, de := range des { // sorted by name
+				if de.IsDir() {
+					names = append(names, filepath.Join(src.Paths[0], de.Name()))
+				}
+			}
+		}
+	}
+	out := make([]string, 0, len(names))
+	for _, p := range names {
+		out = append(out, versions(p))
+	}
+	return out
 }

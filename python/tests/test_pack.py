@@ -233,3 +233,22 @@ def test_cache_gc_keeps_a_budget(outputs, tmp_path, bin_path):
     key = after.splitlines()[2].split()[0]
     subprocess.run([bin_path, "catalogue", "rm", key[:8]], check=True, env=env)
     assert subprocess.run([bin_path, "catalogue", "ls"], capture_output=True, text=True, env=env).stdout.count("libsvm_dense") == after.count("libsvm_dense") - 1
+
+
+def test_outputs_of_an_image_tree_listed_current(outputs, tmp_path, bin_path):
+    """An ImageFolder tree's persisted outputs: served, and listed as current (not stale) while they are."""
+    from PIL import Image
+    d, env, cache = outputs
+    root = tmp_path / "imgs"
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True)
+        for i in range(6):
+            Image.new("RGB", (40, 30), (i * 30, 5, 9)).save(root / c / f"{i}.jpg")
+    t = "image:size=16,crop=16"
+    r = subprocess.run([bin_path, "pack", str(root), "--transform", t], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    info = riffle.Loader(str(root), batch_size=4, transform=t, socket=d.sock, autostart=False).info()
+    assert info.get("persisted"), info
+    ls = subprocess.run([bin_path, "catalogue", "ls"], capture_output=True, text=True, env=env).stdout
+    line = next(l for l in ls.splitlines() if "image:crop" in l)
+    assert "false" in line and "true" not in line, ls
