@@ -131,7 +131,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                  decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None, shape: Sequence[int] | None = None,
                  n_features: int | None = None, transform: Callable | None = None,
                  batch_transform: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 drop_last: bool = False, shard_drop_last: bool = False, **loader_kwargs: Any):
+                 drop_last: bool = False, shard_drop_last: bool = False,
+                 is_valid_file: Callable[[str], bool] | None = None, **loader_kwargs: Any):
         super().__init__()
         if not callable(decode) and decode not in DECODERS:
             raise ValueError(f"decode={decode!r}: want a callable or one of {', '.join(DECODERS)}")
@@ -141,8 +142,16 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             except ImportError:
                 raise ValueError('decode="image" needs Pillow (pip install pillow)') from None
             # As ImageFolder: only image files are records (a labels.csv in
-            # a class folder is not one), unless extensions= says otherwise.
-            loader_kwargs.setdefault("extensions", IMG_EXTENSIONS)
+            # a class folder is not one), unless extensions= or
+            # is_valid_file= says otherwise.
+            if is_valid_file is None:
+                loader_kwargs.setdefault("extensions", IMG_EXTENSIONS)
+        if is_valid_file is not None:
+            if loader_kwargs.get("extensions"):
+                raise ValueError("both extensions= and is_valid_file= given: pass one (as ImageFolder takes)")
+            if loader_kwargs.get("subset") is not None:
+                raise ValueError("both subset= and is_valid_file= given: pass one")
+            loader_kwargs["subset"] = _valid_files(paths, is_valid_file, loader_kwargs)
         self.rank, self.world_size = rank, world_size
         # Rank and world size are resolved here, in the main process, and
         # again as each epoch begins there; DataLoader workers take them
@@ -567,6 +576,25 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                     raise self._record_error(ld, batch, i, "image decoding", e) from e
             return out
         return [bytes(r) for r in batch.records()]
+
+
+def _valid_files(paths: Any, is_valid_file: Callable[[str], bool], kw: dict) -> list[int]:
+    """The records whose file is_valid_file takes, as ImageFolder's is_valid_file: a subset of ids, found
+    once from where each record lives (the daemon's own listing, so the ids are its)."""
+    probe = Loader(paths, 1, shuffle=False, **{k: v for k, v in kw.items() if k in ("format", "split", "socket",
+                                                                                   "address", "token", "autostart")})
+    n = int(probe.info()["records"])
+    ids = []
+    try:
+        for lo in range(0, n, 1 << 15):
+            for i, (path, _) in enumerate(probe.locate(list(range(lo, min(n, lo + (1 << 15)))))):
+                if is_valid_file(path):
+                    ids.append(lo + i)
+    finally:
+        probe.close()
+    if not ids:
+        raise FileNotFoundError(f"is_valid_file took no file of {paths}")
+    return ids
 
 
 def _environmental(e: BaseException) -> bool:

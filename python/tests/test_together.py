@@ -329,3 +329,22 @@ def test_imagefolder_takes_only_images(daemon, tmp_path):
     # The plain loader takes every file, or the endings asked for.
     assert riffle.Loader(str(root), 4).info()["records"] == 12
     assert riffle.Loader(str(root), 4, extensions=["csv"]).info()["records"] == 2
+
+
+def test_imagefolder_is_valid_file(daemon, tmp_path):
+    """is_valid_file= chooses the records as ImageFolder's does: the samples equal torchvision's."""
+    from PIL import Image
+    from torchvision.datasets import ImageFolder
+    root = tmp_path / "imgs"
+    for c in ("cat", "dog"):
+        (root / c).mkdir(parents=True)
+        for i in range(6):
+            Image.new("RGB", (8, 8), (i * 40, 10, 200)).save(root / c / f"{i}.png")
+    def keep(p):
+        return p.endswith(".png") and int(os.path.basename(p)[0]) % 2 == 0
+    want = ImageFolder(str(root), is_valid_file=keep)
+    dl = rt.loader(str(root), 4, decode="image", seed=1, is_valid_file=keep)
+    got = sorted(p for p, _ in (dl.dataset.samples[i] for i in dl.dataset.loader_kwargs["subset"]))
+    assert got == sorted(p for p, _ in want.samples)
+    assert sum(len(b) for b, _ in dl) == len(want) == 6
+    assert len(dl.dataset) == 6
