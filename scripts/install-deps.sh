@@ -45,3 +45,12 @@ if [ ! -x "$gobin/versitygw" ] && ! command -v versitygw >/dev/null; then
   echo "installing versitygw" >&2
   PATH="/usr/local/go/bin:$PATH" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 fi
+
+# apache-arrow's JavaScript writer, an independent writer of Arrow IPC
+# files for the tests (scripts/js/package.json pins it; npm ci follows the
+# lockfile), installed when the pin changes.
+js="$root/scripts/js"
+if command -v npm >/dev/null && ! cmp -s "$js/package-lock.json" "$js/node_modules/.riffle-lock" 2>/dev/null; then
+  echo "installing the JavaScript test writers" >&2
+  (cd "$js" && npm ci --no-audit --no-fund --silent && cp package-lock.json node_modules/.riffle-lock)
+fi

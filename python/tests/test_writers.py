@@ -522,3 +522,24 @@ def test_hf_image_feature_decoded_as_datasets_does(daemon, tmp_path, where, deco
             assert matches, f"an image of size {img.size} that datasets does not have (width class {i})"
             seen += 1
     assert seen == 40
+
+
+def test_arrow_js_ipc_file_equals_pyarrow(daemon, tmp_path):
+    """An IPC file from apache-arrow's JavaScript writer (no schema message after the magic: the footer holds
+    it), row by row as pyarrow reads it over a shuffled epoch."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+    js = Path(__file__).resolve().parents[2] / "scripts" / "js"
+    if not shutil.which("node") or not (js / "node_modules" / "apache-arrow").exists():
+        pytest.fail("apache-arrow's JavaScript writer is not installed: run scripts/install-deps.sh")
+    p = tmp_path / "js.arrow"
+    subprocess.run(["node", str(js / "write_arrow.mjs"), str(p), "500"], check=True)
+    want = pa.ipc.open_file(str(p)).read_all().to_pylist()
+    ld = riffle.Loader(str(p), batch_size=64, seed=1, sampler="global")
+    seen = []
+    for b in ld:
+        for rid, row in zip(b.ids.tolist(), b.data.to_pylist()):
+            assert row == want[rid], rid
+            seen.append(rid)
+    assert sorted(seen) == list(range(500))
