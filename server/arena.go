@@ -25,13 +25,14 @@ import (
 // MemoryBytes, at most half the arena) leaves fragmentation as the only
 // reason to wait.
 type Arena struct {
-	fd   int
-	mem  []byte
-	mu   sync.Mutex
-	cond *sync.Cond
-	free []span // sorted by off, never adjacent
-	used map[int64]int64
-	done bool
+	fd      int
+	mem     []byte
+	mu      sync.Mutex
+	cond    *sync.Cond
+	waiting int    // Allocs waiting for space, for tests
+	free    []span // sorted by off, never adjacent
+	used    map[int64]int64
+	done    bool
 }
 
 type span struct{ off, n int64 }
@@ -105,7 +106,9 @@ func (a *Arena) Alloc(ctx context.Context, n, align int) ([]byte, error) {
 			a.take(i, start, size)
 			return a.mem[start : start+int64(n) : start+size], nil
 		}
+		a.waiting++
 		a.cond.Wait()
+		a.waiting--
 	}
 }
 

@@ -80,7 +80,11 @@ func TestArenaStopWakesWaiters(t *testing.T) {
 		_, err := a.Alloc(context.Background(), 100, 64)
 		done <- err
 	}()
-	time.Sleep(10 * time.Millisecond)
+	eventually(t, "an Alloc waits for space", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.waiting == 1
+	})
 	a.stop()
 	if err := <-done; !errors.Is(err, ErrArenaClosed) {
 		t.Fatalf("a waiting Alloc after stop: %v", err)
