@@ -749,7 +749,7 @@ func (b *arrowRows) Cells(slot int, dst []Loc) []Loc {
 	return b.d.appendCells(b.files[slot], r.S, r.Row, dst)
 }
 
-func (b *arrowRows) Assemble(cell func(slot, k int) []byte, out []byte) (int, error) {
+func (b *arrowRows) Assemble(_ context.Context, cell func(slot, k int) []byte, out []byte) (int, error) {
 	n, err := b.plan.Assemble(b.refs, cell, out)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", describe(b.d.inf.Paths), err)

@@ -1259,13 +1259,12 @@ func (b *pqRows) decode(key pageKey, dict, pages []byte) (*decoded, int, error) 
 
 // readAndDecode reads a page group itself: when the batch that claimed
 // it gave up before decoding it.
-func (b *pqRows) readAndDecode(key pageKey) (*decoded, error) {
+func (b *pqRows) readAndDecode(ctx context.Context, key pageKey) (*decoded, error) {
 	f := b.d.files[key.file]
 	ch := f.chunks[key.rg][key.col]
 	p := &ch.pages[key.page]
 	dict := make([]byte, ch.dictLen)
 	pages := make([]byte, p.length)
-	ctx := context.Background()
 	if err := f.r.ReadAt(ctx, dict, ch.dictOff); err != nil {
 		return nil, err
 	}
@@ -1276,7 +1275,7 @@ func (b *pqRows) readAndDecode(key pageKey) (*decoded, error) {
 	return dec, err
 }
 
-func (b *pqRows) Assemble(cell func(slot, k int) []byte, out []byte) (int, error) {
+func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, out []byte) (int, error) {
 	d := b.d
 	b.done = true
 	// Decode each page this batch claimed, once, and publish it.
@@ -1297,7 +1296,8 @@ func (b *pqRows) Assemble(cell func(slot, k int) []byte, out []byte) (int, error
 	}
 	// Wait for the pages other batches decode: for a while, since the
 	// batch that claimed one may be another job's, stalled by its consumer
-	// before it could read; then read it here.
+	// before it could read; then read it here, under this batch's own
+	// context, so a loader that closes stops its reads too.
 	have := map[pageKey]*decoded{}
 	deadline := time.After(claimWait)
 	for key, e := range b.pages {
@@ -1306,10 +1306,12 @@ func (b *pqRows) Assemble(cell func(slot, k int) []byte, out []byte) (int, error
 		case <-e.ready:
 			dec = e.dec
 		case <-deadline:
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		}
 		if dec == nil {
 			var err error
-			if dec, err = b.readAndDecode(key); err != nil {
+			if dec, err = b.readAndDecode(ctx, key); err != nil {
 				return 0, err
 			}
 		}

@@ -37,8 +37,10 @@ type RowBatch interface {
 	Size() int
 	// Assemble writes the batch into out (Size bytes) from each row's
 	// cells as read (cell(slot, k)), and returns the bytes it wrote.
-	// Errors name the object and offset of the row at fault.
-	Assemble(cell func(slot, k int) []byte, out []byte) (int, error)
+	// Errors name the object and offset of the row at fault. A wait for a
+	// block another batch decodes, and any read Assemble makes itself,
+	// end when ctx is done.
+	Assemble(ctx context.Context, cell func(slot, k int) []byte, out []byte) (int, error)
 	// Release gives back what the batch holds if it is not to be
 	// assembled (its loader stopped, a read failed); after Assemble it
 	// does nothing.
@@ -80,7 +82,7 @@ func ReadRows(ctx context.Context, ds Rows, ids []int) ([]byte, RowBatch, error)
 		}
 	}
 	out := make([]byte, rb.Size())
-	n, err := rb.Assemble(func(slot, c int) []byte { return cells[slot*k+c] }, out)
+	n, err := rb.Assemble(ctx, func(slot, c int) []byte { return cells[slot*k+c] }, out)
 	rb.Release()
 	if err != nil {
 		return nil, nil, err

@@ -256,7 +256,7 @@ func (l *Loader) finishLoad(j *load) {
 			}
 			return j.raw[j.cellOff[c] : j.cellOff[c]+j.cellLen[c]]
 		}
-		size, err := j.rowsOut.Assemble(cell, j.Data)
+		size, err := j.rowsOut.Assemble(l.ctx, cell, j.Data)
 		if err != nil {
 			j.fail(err)
 		} else {
