@@ -1,21 +1,25 @@
 // Package bench measures riffle against the baselines it must beat, side by
-// side in one run on one file, because on a shared machine only a ratio
+// side in one run on one dataset, because on a shared machine only a ratio
 // measured in the same run means anything:
 //
 //   - riffle: a global shuffle loaded with many concurrent reads per batch;
 //   - pread: the same permutation read one record at a time, as a map-style
 //     PyTorch Dataset does in each DataLoader worker;
-//   - sequential: the whole file read in order, the device's streaming rate;
-//   - fio: random reads at the record size and a deep queue, the device's
-//     random-read ceiling.
+//   - sequential: the dataset's objects read whole, in order, the device's
+//     streaming rate;
+//   - fio: random reads at about the record size and a deep queue over the
+//     dataset's objects, the device's random-read ceiling.
 //
-// Cold runs drop the page cache first; every run reports the bytes the
-// device really read (from /sys/dev/block/*/stat), so read amplification
-// shows next to speed.
+// Every baseline reads the dataset's own objects (Objects), whatever its
+// format: a directory tree's files, a pack's shards, a Hugging Face
+// directory's Arrow files. Cold runs drop the page cache first; every run
+// reports the bytes it fetched from storage (a Meter: this process's
+// read_bytes from /proc/self/io, which other processes' I/O does not touch
+// and page-cache hits do not add to, or an object store's bytes), so read
+// amplification shows next to speed.
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -37,18 +42,27 @@ import (
 
 // Result is one measurement.
 type Result struct {
-	Name     string  `json:"name"`
-	Records  int64   `json:"records"`
-	Bytes    int64   `json:"bytes"`     // record bytes delivered
-	Reads    int64   `json:"reads"`     // reads issued
-	DevBytes int64   `json:"dev_bytes"` // bytes the device read, -1 if unknown
-	Seconds  float64 `json:"seconds"`
+	Name    string `json:"name"`
+	Records int64  `json:"records"`
+	// Bytes are the bytes read: for riffle every byte its loader read from
+	// storage (loader.Stats Bytes and Staged: alignment, coalesced gaps and
+	// read-ahead for a staging sampler included, and for a dataset of rows
+	// each row's cells); for the baselines the bytes they read.
+	Bytes int64 `json:"bytes"`
+	Reads int64 `json:"reads"` // reads issued
+	// DevBytes are the bytes the measurement fetched from storage, as
+	// Meter says (not the whole device's count, which other processes'
+	// I/O adds to); -1 if unknown.
+	DevBytes int64 `json:"dev_bytes"`
+	// Meter says what DevBytes counts.
+	Meter   string  `json:"meter,omitempty"`
+	Seconds float64 `json:"seconds"`
 }
 
 // SamplesPerSec is records delivered per second.
 func (r Result) SamplesPerSec() float64 { return float64(r.Records) / r.Seconds }
 
-// MBPerSec is record bytes delivered per second, in MB.
+// MBPerSec is bytes read per second, in MB.
 func (r Result) MBPerSec() float64 { return float64(r.Bytes) / r.Seconds / 1e6 }
 
 // IOPS is reads issued per second.
@@ -64,96 +78,127 @@ func (l Limit) done(n int, start time.Time) bool {
 	return (l.Records > 0 && n >= l.Records) || (l.Duration > 0 && time.Since(start) >= l.Duration)
 }
 
+// Objects names the objects ds's records live in, in the order of their
+// indexes: what a sequential read reads whole and fio reads at random. A
+// directory tree's Info().Paths is its root and a pack's is its
+// directory; these are the files themselves. It visits every record once.
+func Objects(ds dataset.Dataset) []string {
+	n := 0
+	for id := range ds.Len() {
+		n = max(n, ds.Locate(id).Object+1)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = ds.Object(i).Name()
+	}
+	return names
+}
+
 // Riffle loads ds in the order of s with opts until lim.
 func Riffle(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts loader.Options, lim Limit) (Result, error) {
 	opts.Epochs = -1
 	meter := MeterOf(Store(), ds.Info().Paths[0])
-	before := meter()
+	before := meter.Bytes()
 	start := time.Now()
 	l, err := loader.New(ctx, ds, s, opts)
 	if err != nil {
 		return Result{}, err
 	}
-	r := Result{Name: "riffle"}
+	defer l.Close()
+	r := Result{Name: "riffle", Meter: meter.What}
 	for !lim.done(int(r.Records), start) {
 		b, err := l.Next(ctx)
 		if err != nil {
-			l.Close()
 			return r, err
 		}
 		r.Records += int64(len(b.IDs))
-		for _, n := range b.Len {
-			r.Bytes += int64(n)
-		}
 		b.Release()
 	}
+	// What the loader read, not the batches' payload: a batch of rows has
+	// no per-record lengths, and the bytes read (alignment and the
+	// batches read ahead included) are what the device served.
+	st := l.Stats()
 	r.Seconds = time.Since(start).Seconds()
-	l.Close()
-	r.Reads = l.Stats().Reads
-	r.DevBytes = since(meter, before)
+	r.Reads = st.Reads
+	r.Bytes = st.Bytes + st.Staged
+	r.DevBytes = meter.Since(before)
 	return r, nil
 }
 
 // Pread reads the same global permutation one record at a time with one
 // read each, as a map-style Dataset's __getitem__ does (a pread locally,
-// one ranged GET from an object store).
+// one ranged GET from an object store). A row of a dataset of rows is
+// read one cell (one column's range) at a time.
 func Pread(ctx context.Context, ds dataset.Dataset, seed uint64, lim Limit) (Result, error) {
 	store := Store()
 	meter := MeterOf(store, ds.Info().Paths[0])
-	before := meter()
-	objs := make([]storage.Reader, len(ds.Info().Paths))
-	for i, p := range ds.Info().Paths {
-		r, err := store.Open(ctx, p)
-		if err != nil {
-			return Result{}, err
-		}
-		defer r.Close()
-		objs[i] = r
-	}
+	before := meter.Bytes()
+	rows, isRows := ds.(dataset.Rows)
 	s := sampler.Global{N: ds.Len(), Seed: seed}
-	r := Result{Name: "pread"}
+	r := Result{Name: "pread", Meter: meter.What}
 	if storage.IsS3(ds.Info().Paths[0]) {
 		r.Name = "one GET at a time"
 	}
-	buf := []byte{}
+	var (
+		buf   []byte
+		cells []dataset.Loc
+	)
 	start := time.Now()
 	for pos := 0; !lim.done(int(r.Records), start) && ctx.Err() == nil; pos++ {
 		id := s.At(pos/ds.Len(), pos%ds.Len())
-		loc := ds.Locate(id)
-		if cap(buf) < loc.Len {
-			buf = make([]byte, loc.Len)
+		cells = cells[:0]
+		if isRows {
+			plan, err := rows.PlanBatch([]int{id})
+			if err != nil {
+				return r, err
+			}
+			cells = plan.Cells(0, cells)
+			plan.Release()
+		} else {
+			cells = append(cells, ds.Locate(id))
 		}
-		if err := objs[loc.Object].ReadAt(ctx, buf[:loc.Len], loc.Off); err != nil {
-			return r, err
+		for _, c := range cells {
+			if c.Len == 0 {
+				continue
+			}
+			if cap(buf) < c.Len {
+				buf = make([]byte, c.Len)
+			}
+			if err := ds.Object(c.Object).ReadAt(ctx, buf[:c.Len], c.Off); err != nil {
+				return r, err
+			}
+			r.Reads++
+			r.Bytes += int64(c.Len)
 		}
 		r.Records++
-		r.Reads++
-		r.Bytes += int64(loc.Len)
 	}
 	r.Seconds = time.Since(start).Seconds()
-	r.DevBytes = since(meter, before)
+	r.DevBytes = meter.Since(before)
 	return r, ctx.Err()
 }
 
-// Sequential reads paths from start to end, one after another, in 1 MiB
-// reads (or until lim's duration) and counts records as bytes over
-// recordSize: the device's streaming rate, or one GET of each whole object
-// from an object store.
+// Sequential reads paths (a dataset's Objects) from start to end, one
+// after another, in 1 MiB reads (or until lim's duration) and counts
+// records as bytes over recordSize: the device's streaming rate, or one
+// GET of each whole object from an object store.
 func Sequential(ctx context.Context, paths []string, recordSize int, lim Limit) (Result, error) {
 	store := Store()
 	meter := MeterOf(store, paths[0])
-	before := meter()
-	r := Result{Name: "sequential"}
+	before := meter.Bytes()
+	r := Result{Name: "sequential", Meter: meter.What}
 	buf := make([]byte, 1<<20)
 	start := time.Now()
 	for _, path := range paths {
+		if lim.Duration > 0 && time.Since(start) >= lim.Duration {
+			break
+		}
 		if err := sequentialOne(ctx, store, path, buf, &r, lim, start); err != nil {
 			return r, err
 		}
 	}
 	r.Seconds = time.Since(start).Seconds()
 	r.Records = r.Bytes / int64(max(1, recordSize))
-	r.DevBytes = since(meter, before)
+	r.DevBytes = meter.Since(before)
 	return r, ctx.Err()
 }
 
@@ -204,47 +249,141 @@ func SetStore(r *storage.Router) {
 	store = r
 }
 
-// MeterOf returns a counter of the bytes path's device has read (from
-// /sys/dev/block), or for an s3:// path the bytes fetched from the object
-// store; -1 if unknown.
-func MeterOf(store *storage.Router, path string) func() int64 {
+// A Meter counts the bytes fetched from where the data lives.
+type Meter struct {
+	// What says what it counts, for a report.
+	What string
+	read func() int64
+}
+
+// Meters' descriptions.
+const (
+	MeterProcess = "this process's read_bytes (/proc/self/io): bytes fetched from storage, page-cache hits not counted"
+	MeterS3      = "bytes fetched from the object store"
+	MeterFio     = "fio's read_bytes (its rusage)"
+)
+
+// Bytes is the count so far, -1 if unknown.
+func (m Meter) Bytes() int64 {
+	if m.read == nil {
+		return -1
+	}
+	return m.read()
+}
+
+// Since is the count since an earlier Bytes, -1 if unknown.
+func (m Meter) Since(before int64) int64 {
+	now := m.Bytes()
+	if before < 0 || now < 0 {
+		return -1
+	}
+	return now - before
+}
+
+// MeterOf returns the meter of reads of path: for an s3:// path the bytes
+// the object store served, otherwise this process's read_bytes, which
+// counts what its reads made the storage layer fetch (read-ahead
+// included) and nothing of other processes'. It counts every goroutine
+// of the process, so measurements must not overlap.
+func MeterOf(store *storage.Router, path string) Meter {
 	if storage.IsS3(path) {
-		return func() int64 {
+		return Meter{What: MeterS3, read: func() int64 {
 			s3, err := store.Remote()
 			if err != nil {
 				return -1
 			}
 			return s3.Stats().Bytes
-		}
+		}}
 	}
-	return DeviceOf(path).ReadBytes
+	return Meter{What: MeterProcess, read: processReadBytes}
 }
 
-func since(meter func() int64, before int64) int64 {
-	if before < 0 {
+// processReadBytes is read_bytes of /proc/self/io, -1 if unknown (a
+// kernel without task I/O accounting).
+func processReadBytes() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
 		return -1
 	}
-	return meter() - before
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "read_bytes:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
 }
 
-// Fio runs fio's random-read test on path at block size bs and queue depth
-// iodepth with O_DIRECT for the given time, and returns its IOPS as a Result.
-func Fio(ctx context.Context, path string, bs, iodepth int, d time.Duration) (Result, error) {
+// fioFiles is the most objects fio is given: enough to spread its reads
+// over a dataset, few enough that it holds them all open.
+const fioFiles = 64
+
+// FioBlockSize is the block size fio reads records of mean size
+// meanRecord at: rounded up to a multiple of the logical block size of
+// path's device, and 4 KiB at least, because an O_DIRECT read of any
+// other size fails with EINVAL.
+func FioBlockSize(path string, meanRecord int) int {
+	lb := logicalBlock(path)
+	if lb <= 0 {
+		lb = 4096
+	}
+	return max(4096, (meanRecord+lb-1)/lb*lb)
+}
+
+// logicalBlock is the logical block size of the device holding path
+// (sysfs's queue/logical_block_size, a partition's from its disk), 0 if
+// unknown.
+func logicalBlock(path string) int {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
+	}
+	dev := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	for _, p := range []string{dev + "/queue/logical_block_size", dev + "/../queue/logical_block_size"} {
+		if b, err := os.ReadFile(p); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// Fio runs fio's random-read test for d over the files named (a dataset's
+// Objects: at most fioFiles of them, evenly spaced, each at least bs
+// long) at block size bs (FioBlockSize) and queue depth iodepth with
+// O_DIRECT, and returns its reads as a Result. Its DevBytes are fio's own
+// read_bytes. A failure carries what fio wrote on stderr.
+func Fio(ctx context.Context, paths []string, bs, iodepth int, d time.Duration) (Result, error) {
 	if _, err := exec.LookPath("fio"); err != nil {
 		return Result{}, fmt.Errorf("fio is not installed (scripts/install-deps.sh installs it): %w", err)
 	}
-	dev := DeviceOf(path)
-	before := dev.ReadBytes()
-	cmd := exec.CommandContext(ctx, "fio", "--name=randread", "--filename="+path, "--rw=randread",
+	var files []string
+	step := max(1, len(paths)/fioFiles)
+	for i := 0; i < len(paths) && len(files) < fioFiles; i += step {
+		if st, err := os.Stat(paths[i]); err == nil && st.Mode().IsRegular() && st.Size() >= int64(bs) {
+			files = append(files, strings.ReplaceAll(paths[i], ":", `\:`)) // fio separates names with ':'
+		}
+	}
+	if len(files) == 0 {
+		return Result{}, fmt.Errorf("no file of the dataset holds a block of %d bytes to read", bs)
+	}
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, "fio", "--name=randread", "--filename="+strings.Join(files, ":"), "--rw=randread",
 		"--bs="+strconv.Itoa(bs), "--direct=1", "--ioengine=libaio", "--iodepth="+strconv.Itoa(iodepth),
 		"--time_based", fmt.Sprintf("--runtime=%.0fs", max(1, d.Seconds())), "--readonly", "--output-format=json")
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return Result{}, fmt.Errorf("fio: %w", err)
+		return Result{}, fmt.Errorf("fio over %d files at bs=%d: %w%s", len(files), bs, err, firstLines(stderr.String(), 5))
 	}
 	var rep struct {
 		Jobs []struct {
-			Read struct {
+			Error int `json:"error"`
+			Read  struct {
 				IOBytes int64   `json:"io_bytes"`
 				IOs     int64   `json:"total_ios"`
 				Runtime float64 `json:"runtime"` // ms
@@ -255,11 +394,31 @@ func Fio(ctx context.Context, path string, bs, iodepth int, d time.Duration) (Re
 		out = out[i:] // fio may print notes before its JSON
 	}
 	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Jobs) == 0 {
-		return Result{}, fmt.Errorf("fio output: %v", err)
+		return Result{}, fmt.Errorf("fio output: %v%s", err, firstLines(stderr.String(), 5))
+	}
+	if e := rep.Jobs[0].Error; e != 0 {
+		return Result{}, fmt.Errorf("fio over %d files at bs=%d: %w%s", len(files), bs, unix.Errno(e), firstLines(stderr.String(), 5))
 	}
 	j := rep.Jobs[0].Read
-	return Result{Name: fmt.Sprintf("fio bs=%d qd=%d", bs, iodepth), Records: j.IOs, Reads: j.IOs, Bytes: j.IOBytes,
-		Seconds: j.Runtime / 1000, DevBytes: dev.Since(before)}, nil
+	r := Result{Name: fmt.Sprintf("fio bs=%d qd=%d", bs, iodepth), Records: j.IOs, Reads: j.IOs, Bytes: j.IOBytes,
+		Seconds: j.Runtime / 1000, DevBytes: -1, Meter: MeterFio}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.DevBytes = ru.Inblock * 512 // Linux counts read_bytes in 512-byte units here
+	}
+	return r, nil
+}
+
+// firstLines is the first n lines of s, set off for an error message.
+func firstLines(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = append(lines[:n], fmt.Sprintf("(%d more lines)", len(lines)-n))
+	}
+	return "\n  " + strings.Join(lines, "\n  ")
 }
 
 // DropCaches writes back dirty pages and drops the page cache, so the next
@@ -273,59 +432,12 @@ func DropCaches() error {
 	return nil
 }
 
-// Device is a block device's statistics file.
-type Device string
-
-// DeviceOf returns the device that holds path, or "" if unknown.
-func DeviceOf(path string) Device {
-	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
-		return ""
-	}
-	p := fmt.Sprintf("/sys/dev/block/%d:%d/stat", unix.Major(st.Dev), unix.Minor(st.Dev))
-	if _, err := os.Stat(p); err != nil {
-		return ""
-	}
-	return Device(p)
-}
-
-// ReadBytes is the bytes the device has read since boot, -1 if unknown.
-func (d Device) ReadBytes() int64 {
-	if d == "" {
-		return -1
-	}
-	f, err := os.Open(string(d))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Scan()
-	fields := strings.Fields(sc.Text())
-	if len(fields) < 3 {
-		return -1
-	}
-	sectors, err := strconv.ParseInt(fields[2], 10, 64)
-	if err != nil {
-		return -1
-	}
-	return sectors * 512 // the stat file counts 512-byte sectors whatever the device's block size
-}
-
-// Since is the bytes read since a ReadBytes reading, -1 if unknown.
-func (d Device) Since(before int64) int64 {
-	now := d.ReadBytes()
-	if before < 0 || now < 0 {
-		return -1
-	}
-	return now - before
-}
-
-// Index rebuilds the sidecar indexes of paths (a variable-length format)
-// and reports the scan as a Result: records indexed, source bytes read.
+// Index rebuilds the sidecar indexes of the dataset paths name (a
+// variable-length format) and reports the scan as a Result: records
+// indexed, source bytes read.
 func Index(ctx context.Context, opts dataset.Options, paths ...string) (Result, error) {
 	meter := MeterOf(Store(), paths[0])
-	before := meter()
+	before := meter.Bytes()
 	opts.Index = dataset.IndexRebuild
 	start := time.Now()
 	ds, err := dataset.Open(ctx, opts, paths...)
@@ -333,13 +445,13 @@ func Index(ctx context.Context, opts dataset.Options, paths ...string) (Result, 
 		return Result{}, err
 	}
 	defer ds.Close()
-	r := Result{Name: "index build", Records: int64(ds.Len()), Seconds: time.Since(start).Seconds()}
+	r := Result{Name: "index build", Records: int64(ds.Len()), Seconds: time.Since(start).Seconds(), Meter: meter.What}
 	for _, p := range ds.Info().Paths {
 		if st, err := Store().Stat(ctx, p); err == nil {
 			r.Bytes += st.Size
 		}
 	}
 	r.Reads = r.Bytes / (4 << 20)
-	r.DevBytes = since(meter, before)
+	r.DevBytes = meter.Since(before)
 	return r, nil
 }

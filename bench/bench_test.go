@@ -2,10 +2,14 @@ package bench_test
 
 import (
 	"context"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/riffle-ml/riffle/bench"
 	"github.com/riffle-ml/riffle/dataset"
@@ -61,16 +65,101 @@ func byteSize(n int) string {
 	return strconv.Itoa(n) + "B"
 }
 
-func TestDeviceOf(t *testing.T) {
-	// The device holding a temporary file reports a byte count that only grows.
+// The meter counts this process's reads from storage: it is known on
+// Linux and never goes back.
+func TestMeter(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x")
+	synth.WriteFixed(p, 64, 4096, 0)
+	m := bench.MeterOf(bench.Store(), p)
+	if m.What != bench.MeterProcess {
+		t.Fatalf("a local file's meter counts %q", m.What)
+	}
+	a := m.Bytes()
+	if a < 0 {
+		t.Skip("no /proc/self/io (a kernel without task I/O accounting)")
+	}
+	if _, err := bench.Sequential(context.Background(), []string{p}, 4096, bench.Limit{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := m.Since(a); d < 0 {
+		t.Fatalf("the meter went back by %d bytes", -d)
+	}
+}
+
+// fio's block size is a multiple of the device's logical block and 4 KiB
+// at least, whatever the mean record size: O_DIRECT refuses anything else.
+func TestFioBlockSize(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "x")
 	synth.WriteFixed(p, 1, 8, 0)
-	d := bench.DeviceOf(p)
-	if d == "" {
-		t.Skip("no block device behind the temporary directory (tmpfs)")
+	for _, mean := range []int{0, 1, 61, 511, 4096, 4097, 5000, 1 << 20} {
+		bs := bench.FioBlockSize(p, mean)
+		if bs < 4096 || bs%512 != 0 || bs < mean { // every logical block is a multiple of 512
+			t.Errorf("mean record %d: block size %d", mean, bs)
+		}
 	}
-	a := d.ReadBytes()
-	if a < 0 || d.Since(a) < 0 {
-		t.Fatalf("device %s: %d bytes read", d, a)
+}
+
+// A directory tree's objects are its files, not its root.
+func TestObjectsOfATree(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "big")
+	if err := synth.WriteTree(root, []string{"a", "b"}, 5); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	objs := bench.Objects(ds)
+	if len(objs) != 10 || objs[0] != filepath.Join(root, "a", "00000.bin") {
+		t.Fatalf("objects of a tree: %q", objs)
+	}
+	r, err := bench.Sequential(context.Background(), objs, 50, bench.Limit{})
+	if err != nil || r.Bytes != ds.Info().Bytes {
+		t.Fatalf("sequential read of a tree: %d bytes of %d, %v", r.Bytes, ds.Info().Bytes, err)
+	}
+}
+
+// fio runs on a dataset of variable-size records (a JSONL file whose mean
+// record is no multiple of a block) and counts its reads.
+func TestFioOnVariableSize(t *testing.T) {
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("no fio")
+	}
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) == nil && fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("tmpfs has no O_DIRECT")
+	}
+	p := filepath.Join(dir, "d.jsonl")
+	if err := synth.WriteLines(p, "jsonl", 3000, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	mean := int(ds.Info().Bytes / int64(ds.Len()))
+	objs := bench.Objects(ds)
+	r, err := bench.Fio(context.Background(), objs, bench.FioBlockSize(objs[0], mean), 4, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Reads == 0 || r.Bytes == 0 || r.Meter != bench.MeterFio {
+		t.Fatalf("fio: %+v", r)
+	}
+}
+
+// fio's failure says why, in fio's words.
+func TestFioShowsItsErrors(t *testing.T) {
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("no fio")
+	}
+	p := filepath.Join(t.TempDir(), "d.bin")
+	synth.WriteFixed(p, 64, 4096, 0)
+	_, err := bench.Fio(context.Background(), []string{p}, 61, 4, time.Second) // no O_DIRECT size
+	if err == nil || !strings.Contains(err.Error(), "Invalid argument") {
+		t.Fatalf("fio at an unaligned block size: %v", err)
 	}
 }

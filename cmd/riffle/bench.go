@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,13 +33,19 @@ func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench PATH",
 		Short: "Compare riffle's global shuffle with per-record pread, a sequential read and fio, cold and warm",
-		Long: `bench measures, in one run on one file: (a) riffle's global shuffle with
---depth reads in flight; (b) the same permutation read one record at a time
-with pread, as a map-style PyTorch Dataset does; (c) a sequential read of
-the file; (d) fio random reads at the record size, O_DIRECT, queue depth
+		Long: `bench measures, in one run on one dataset of any format inspect opens:
+(a) riffle's global shuffle with --depth reads in flight; (b) the same
+permutation read one record at a time with pread, as a map-style PyTorch
+Dataset does; (c) a sequential read of the dataset's files (a directory
+tree's images, a pack's shards, a Hugging Face directory's Arrow files);
+(d) fio random reads over those files at the mean record size rounded up
+to the device's logical block (4 KiB at least), O_DIRECT, queue depth
 --fio-depth. Cold runs drop the page cache before each measurement (root
-only); warm runs read the file into the cache first. Each reports samples/s,
-MB/s, reads/s and the bytes the device read, and the ratios that matter.
+only); warm runs read the files into the cache first. Each reports
+samples/s, MB/s read (riffle's: every byte its loader read), reads/s and
+the bytes the measurement fetched from storage (this process's read_bytes,
+which other processes' I/O does not touch; fio's own), and the ratios that
+matter.
 
 With --create SIZE and a PATH that does not exist, a file of fixed-size
 records (--record-size, default 4096) is written first.`,
@@ -56,7 +63,7 @@ records (--record-size, default 4096) is written first.`,
 			}
 			if _, err := os.Stat(path); os.IsNotExist(err) && create > 0 {
 				n := int(create / int64(df.opts.RecordSize))
-				fmt.Fprintf(os.Stderr, "writing %d records of %d bytes to %s\n", n, df.opts.RecordSize, path)
+				fmt.Fprintf(cmd.ErrOrStderr(), "writing %d records of %d bytes to %s\n", n, df.opts.RecordSize, path)
 				if err := synth.WriteFixed(path, n, df.opts.RecordSize, 0); err != nil {
 					return err
 				}
@@ -68,6 +75,10 @@ records (--record-size, default 4096) is written first.`,
 			}
 			defer ds.Close()
 			inf := ds.Info()
+			if ds.Len() == 0 {
+				return fmt.Errorf("%s: %w", path, dataset.ErrEmpty)
+			}
+			objs := bench.Objects(ds) // what the baselines read: the files, not a directory
 			recSize := inf.RecordSize
 			if recSize == 0 {
 				recSize = int(inf.Bytes / int64(ds.Len()))
@@ -89,7 +100,7 @@ records (--record-size, default 4096) is written first.`,
 					if mode == "cold" {
 						return bench.DropCaches()
 					}
-					_, err := bench.Sequential(ctx, inf.Paths, recSize, bench.Limit{})
+					_, err := bench.Sequential(ctx, objs, recSize, bench.Limit{})
 					return err
 				}
 				run := func(f func() (bench.Result, error)) error {
@@ -104,7 +115,7 @@ records (--record-size, default 4096) is written first.`,
 					return nil
 				}
 				if inf.Indexed() {
-					if err := run(func() (bench.Result, error) { return bench.Index(ctx, df.opts, inf.Paths...) }); err != nil {
+					if err := run(func() (bench.Result, error) { return bench.Index(ctx, df.opts, args...) }); err != nil {
 						return err
 					}
 				}
@@ -128,22 +139,22 @@ records (--record-size, default 4096) is written first.`,
 				if err := run(func() (bench.Result, error) { return bench.Pread(ctx, ds, sf.Seed, lim) }); err != nil {
 					return err
 				}
-				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, inf.Paths, recSize, lim) }); err != nil {
+				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, objs, recSize, lim) }); err != nil {
 					return err
 				}
 				if mode == "cold" && !noFio && !storage.IsS3(path) {
-					bs := (recSize + 4095) / 4096 * 4096
-					if err := run(func() (bench.Result, error) { return bench.Fio(ctx, path, bs, fioDepth, dur) }); err != nil {
-						fmt.Fprintln(os.Stderr, "riffle bench: skipping fio:", err)
+					bs := bench.FioBlockSize(objs[0], recSize)
+					if err := run(func() (bench.Result, error) { return bench.Fio(ctx, objs, bs, fioDepth, dur) }); err != nil {
+						fmt.Fprintln(cmd.ErrOrStderr(), "riffle bench: skipping fio:", err)
 					}
 				}
 				report = append(report, modeReport{Mode: mode, Results: rs})
 				if !jsonOut {
-					printMode(cmd.OutOrStdout(), mode, rs, inf.Bytes)
+					printMode(cmd.OutOrStdout(), mode, rs)
 				}
 			}
 			if jsonOut {
-				e := json.NewEncoder(os.Stdout)
+				e := json.NewEncoder(cmd.OutOrStdout())
 				e.SetIndent("", "  ")
 				return e.Encode(report)
 			}
@@ -170,45 +181,64 @@ type modeReport struct {
 	Results []bench.Result `json:"results"`
 }
 
-func printMode(w io.Writer, mode string, rs []bench.Result, datasetBytes int64) {
-	fmt.Fprintf(w, "\n%s\n%-20s %12s %10s %12s %12s %10s\n", strings.ToUpper(mode), "", "samples/s", "MB/s", "reads/s", "device MB", "dev/data")
+func printMode(w io.Writer, mode string, rs []bench.Result) {
+	fmt.Fprintf(w, "\n%s\n%-20s %12s %10s %12s %12s %10s\n", strings.ToUpper(mode), "", "samples/s", "MB/s", "reads/s", "read MB", "read/data")
 	by := map[string]bench.Result{}
+	var meters []string
 	for _, r := range rs {
 		if strings.HasPrefix(r.Name, "fio") {
 			by["fio"] = r
 		} else {
 			by[r.Name] = r
 		}
-		amp := "-"
-		if r.DevBytes >= 0 && r.Bytes > 0 {
-			amp = fmt.Sprintf("%.2fx", float64(r.DevBytes)/float64(r.Bytes))
+		if r.Meter != "" && !slices.Contains(meters, r.Meter) {
+			meters = append(meters, r.Meter)
 		}
 		dev := "?"
 		if r.DevBytes >= 0 {
 			dev = fmt.Sprintf("%.1f", float64(r.DevBytes)/1e6)
 		}
-		fmt.Fprintf(w, "%-20s %12.0f %10.1f %12.0f %12s %10s\n", r.Name, r.SamplesPerSec(), r.MBPerSec(), r.IOPS(), dev, amp)
+		fmt.Fprintf(w, "%-20s %12.0f %10.1f %12.0f %12s %10s\n", r.Name, r.SamplesPerSec(), r.MBPerSec(), r.IOPS(), dev, amplification(r))
 	}
+	fmt.Fprintf(w, "read MB: %s\n", strings.Join(meters, "; "))
 	rf := by["riffle"]
 	if p, ok := by["pread"]; ok {
-		fmt.Fprintf(w, "riffle / pread samples/s:      %.2fx\n", rf.SamplesPerSec()/p.SamplesPerSec())
+		fmt.Fprintf(w, "riffle / pread samples/s:      %s\n", ratio(rf.SamplesPerSec(), p.SamplesPerSec()))
 	}
 	if s, ok := by["sequential"]; ok {
-		fmt.Fprintf(w, "riffle / sequential MB/s:      %.2fx\n", rf.MBPerSec()/s.MBPerSec())
+		fmt.Fprintf(w, "riffle / sequential MB/s:      %s\n", ratio(rf.MBPerSec(), s.MBPerSec()))
 	}
 	if f, ok := by["fio"]; ok {
-		fmt.Fprintf(w, "riffle / fio reads/s:          %.2fx\n", rf.IOPS()/f.IOPS())
+		fmt.Fprintf(w, "riffle / fio reads/s:          %s\n", ratio(rf.IOPS(), f.IOPS()))
 	}
 	if ix, ok := by["index build"]; ok {
 		if s, ok := by["sequential"]; ok {
-			fmt.Fprintf(w, "index build / sequential MB/s: %.2fx\n", ix.MBPerSec()/s.MBPerSec())
+			fmt.Fprintf(w, "index build / sequential MB/s: %s\n", ratio(ix.MBPerSec(), s.MBPerSec()))
 		}
 	}
 	for _, r := range rs {
 		if strings.HasPrefix(r.Name, "riffle ") {
 			if s, ok := by["sequential"]; ok {
-				fmt.Fprintf(w, "%s / sequential MB/s: %.2fx, device bytes / record bytes %.2fx\n", r.Name, r.MBPerSec()/s.MBPerSec(), float64(r.DevBytes)/float64(r.Bytes))
+				fmt.Fprintf(w, "%s / sequential MB/s: %s, read / data %s\n", r.Name, ratio(r.MBPerSec(), s.MBPerSec()), amplification(r))
 			}
 		}
 	}
+}
+
+// ratio prints a/b with three significant digits (a small ratio is not
+// rounded to 0.00x), or "-" when b is zero.
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3gx", a/b)
+}
+
+// amplification is the bytes a measurement fetched from storage over the
+// bytes it read, "-" when either is unknown or zero.
+func amplification(r bench.Result) string {
+	if r.DevBytes < 0 || r.Bytes <= 0 {
+		return "-"
+	}
+	return ratio(float64(r.DevBytes), float64(r.Bytes))
 }
