@@ -290,3 +290,9 @@ def process_read_bytes(pid: int) -> int:
         if line.startswith("read_bytes:"):
             return int(line.split()[1])
     return 0
+
+
+def check_fixed(rec, want_id: int, size: int) -> bool:
+    """Whether rec is record want_id of a make_file file of size-byte records."""
+    r = bytes(rec)
+    return len(r) == size and int.from_bytes(r[:8], "little") == want_id and r[8:].count(0) == size - 8

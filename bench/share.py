@@ -13,21 +13,24 @@ against PyTorch DataLoaders, with real clients, cold.
            JPEGs: CPU seconds for four sharing jobs against one job
   joader   2, 4 and 6 jobs decoding the JPEGs at once: total time, shared
            against independent (Joader's Table 1, in spirit)
-  speeds-jsonl, speeds-dir
+  speeds-jsonl, speeds-dir, speeds-fixed
            speeds over records of variable size (issue 22): a JSONL file of
            lines of 100 B to 8 KiB, and an ImageFolder tree of files of
            1 to 64 KiB, each larger than the daemon's cgroup; every client
            checks every record it gets (its id and a CRC32 it carries) and
-           that it got each record once, and reports the wrong ones
+           that it got each record once, and reports the wrong ones;
+           speeds-fixed is the control, 4 KiB records at the same scale
 
     sudo /usr/bin/python3 bench/share.py --parts speeds,overlap,decode,joader
-    sudo /usr/bin/python3 bench/share.py --parts speeds-jsonl,speeds-dir
+    sudo /usr/bin/python3 bench/share.py --parts speeds-fixed,speeds-jsonl
+    sudo /usr/bin/python3 bench/share.py --parts speeds-dir --var-memory 1.25GiB --var-cache 256MiB
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -62,15 +65,17 @@ print(json.dumps({{"n": n, "s": time.time() - start}}), flush=True)
 CHECKED = """
 import sys, time, json
 sys.path.insert(0, {bench!r})
-from common import check_jsonl, check_tree, tree_number
+from common import check_fixed, check_jsonl, check_tree, tree_number
 import riffle
-ld = riffle.Loader({path!r}, batch_size=256, seed={seed}, share={share}, autostart=False, timeout=600)
+ld = riffle.Loader({path!r}, batch_size=256, seed={seed}, share={share}, autostart=False, timeout=600, **{kw!r})
 N = ld.info()["records"]
 if {kind!r} == "dir":
     want = []
     for lo in range(0, N, 50000):
         want += [tree_number(p) for p, _ in ld.locate(range(lo, min(N, lo + 50000)))]
     check = lambda rec, i: check_tree(rec, want[i])
+elif {kind!r} == "fixed":
+    check = lambda rec, i: check_fixed(rec, i, 4096)
 else:
     check = check_jsonl
 seen = bytearray(N)
@@ -198,7 +203,15 @@ def part_speeds(args) -> None:
 
 def part_speeds_var(args, kind: str) -> None:
     """speeds over variable-size records: shared, independent, and the 4x job alone, in one run."""
-    if kind == "jsonl":
+    kw = {}
+    if kind == "fixed":
+        # The control: the fixed-size records of "speeds", at this scale.
+        path = Path(args.dir) / f"r{args.jsonl_size}.bin"
+        make_file(path, parse_size(args.jsonl_size), 4096)
+        epoch = path.stat().st_size
+        n, kw = epoch // 4096, {"record_size": 4096}
+        what, base = f"{path} ({n} records of 4096 B)", args.jsonl_rate
+    elif kind == "jsonl":
         path = Path(args.dir) / f"lines{args.jsonl_size}.jsonl"
         n = make_jsonl(path, parse_size(args.jsonl_size))
         epoch = path.stat().st_size
@@ -208,22 +221,37 @@ def part_speeds_var(args, kind: str) -> None:
         epoch = make_tree(path, args.files)
         n = args.files
         what, base = f"{path} ({n} files of 1 to 64 KiB, mean {epoch / n:.0f} B)", args.files_rate
+    mem = parse_size(args.var_memory)
+    # The daemon sets its Go heap limit from its cgroup as it starts
+    # (server.GoMemoryLimit), but Daemon moves it into the cgroup only after
+    # it started, so it finds none and its heap grows to twice the record
+    # cache. Give it the limit it would have set itself.
+    os.environ["GOMEMLIMIT"] = str(mem // 5 * 4)
+    try:
+        speeds_var(args, kind, path, n, epoch, what, base, kw)
+    finally:
+        del os.environ["GOMEMLIMIT"]
+
+
+def speeds_var(args, kind: str, path: Path, n: int, epoch: int, what: str, base: int, kw: dict) -> None:
+    """part_speeds_var's runs over n records of epoch bytes in all at path."""
     dev = device_of(path)
     rates = [base * k for k in (1, 1, 2, 4)]
     starts = [0, 5, 10, 15]
     mem, cache = parse_size(args.var_memory), parse_size(args.var_cache)
-    print(f"\nspeeds-{kind}: {what}, {epoch / 2**30:.2f} GiB, cold, daemon cgroup {args.var_memory}, cache {args.var_cache}; "
-          f"rates {rates} samples/s, started {starts} s; every record checked", flush=True)
+    print(f"\nspeeds-{kind}: {what}, {epoch / 2**30:.2f} GiB, cold, daemon cgroup {args.var_memory} (GOMEMLIMIT "
+          f"{mem // 5 * 4 / 2**20:.0f} MiB), cache {args.var_cache}; rates {rates} samples/s, started {starts} s; "
+          f"every record checked", flush=True)
 
     def code(seed, share, rate):
-        return CHECKED.format(bench=str(REPO / "bench"), path=str(path), seed=seed, share=share, kind=kind, rate=rate)
+        return CHECKED.format(bench=str(REPO / "bench"), path=str(path), seed=seed, share=share, kind=kind, rate=rate, kw=kw)
 
     # Index the file first (riffle keeps the index in its cache directory),
     # so that what the runs count is reading records.
     d = Daemon(mem, cache)
     try:
         subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO / 'python')!r}); import riffle; "
-                        f"riffle.Loader({str(path)!r}, autostart=False, timeout=600).info()"], check=True, env=d.env)
+                        f"riffle.Loader({str(path)!r}, autostart=False, timeout=600, **{kw!r}).info()"], check=True, env=d.env)
     finally:
         d.stop()
     alone = None
@@ -252,6 +280,10 @@ def part_speeds_var(args, kind: str) -> None:
               f"{' '.join(f'{e:7.0f}' for e in each)}  of target {' '.join(f'{e / w:4.2f}' for e, w in zip(each, want))}  "
               f"4x job of alone {each[-1] / alone[1]:4.2f}  records {sum(j['n'] for j in r['jobs'])}, "
               f"wrong {bad}, given twice {twice}, never given {never}", flush=True)
+        if mode == "shared":
+            g = r["groups"]
+            print(f"{'':14}group: {g['rounds']} rounds gave {g['given']} records, {g['shared']} of them to several jobs at once, "
+                  f"saving {g['saved']} reads (given counts what the jobs' next epochs were given before they closed)", flush=True)
 
 
 def part_overlap(args) -> None:
@@ -324,14 +356,14 @@ def main() -> None:
     ap.add_argument("--jsonl-rate", type=int, default=6000, help="speeds-jsonl: the 1x job's samples/s")
     ap.add_argument("--files", type=int, default=48000, help="speeds-dir: files in the tree")
     ap.add_argument("--files-rate", type=int, default=750, help="speeds-dir: the 1x job's samples/s")
-    ap.add_argument("--var-memory", default="1GiB", help="speeds-jsonl, speeds-dir: the daemon's cgroup memory limit")
-    ap.add_argument("--var-cache", default="512MiB", help="speeds-jsonl, speeds-dir: the daemon's record cache")
+    ap.add_argument("--var-memory", default="1.125GiB", help="speeds-jsonl, speeds-dir: the daemon's cgroup memory limit")
+    ap.add_argument("--var-cache", default="768MiB", help="speeds-jsonl, speeds-dir: the daemon's record cache")
     args = ap.parse_args()
     subprocess.run(["make", "-C", str(REPO), "build"], check=True, stdout=subprocess.DEVNULL)
     for part in args.parts.split(","):
         {"speeds": part_speeds, "overlap": part_overlap, "decode": part_decode, "joader": part_joader,
          "speeds-jsonl": lambda a: part_speeds_var(a, "jsonl"),
-         "speeds-dir": lambda a: part_speeds_var(a, "dir")}[part](args)
+         "speeds-dir": lambda a: part_speeds_var(a, "dir"), "speeds-fixed": lambda a: part_speeds_var(a, "fixed")}[part](args)
 
 
 if __name__ == "__main__":
