@@ -114,6 +114,17 @@ records (--record-size, default 4096) is written first.`,
 					rs = append(rs, r)
 					return nil
 				}
+				// runOpen runs f on the dataset opened afresh, so that no
+				// cache of an earlier measurement (a Parquet file's decoded
+				// pages) serves it.
+				runOpen := func(f func(ds dataset.Dataset) (bench.Result, error)) error {
+					d, err := df.open(ctx, args)
+					if err != nil {
+						return err
+					}
+					defer d.Close()
+					return run(func() (bench.Result, error) { return f(d) })
+				}
 				if inf.Indexed() {
 					if err := run(func() (bench.Result, error) { return bench.Index(ctx, df.opts, args...) }); err != nil {
 						return err
@@ -126,7 +137,7 @@ records (--record-size, default 4096) is written first.`,
 					if err != nil {
 						return err
 					}
-					if err := run(func() (bench.Result, error) {
+					if err := runOpen(func(ds dataset.Dataset) (bench.Result, error) {
 						r, err := bench.Riffle(ctx, ds, s, opts, lim)
 						if k != "global" {
 							r.Name = "riffle " + name
@@ -136,7 +147,7 @@ records (--record-size, default 4096) is written first.`,
 						return err
 					}
 				}
-				if err := run(func() (bench.Result, error) { return bench.Pread(ctx, ds, sf.Seed, lim) }); err != nil {
+				if err := runOpen(func(ds dataset.Dataset) (bench.Result, error) { return bench.Pread(ctx, ds, sf.Seed, lim) }); err != nil {
 					return err
 				}
 				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, objs, recSize, lim) }); err != nil {

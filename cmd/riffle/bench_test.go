@@ -13,14 +13,17 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/riffle-ml/riffle/internal/synth"
 )
 
 // bench runs on every format inspect opens, reading the dataset's own
 // objects for its baselines: a directory tree, a JSONL file, a pack
-// directory and a Hugging Face save_to_disk directory (rows) each report
-// a riffle rate above zero and a sequential baseline.
+// directory, a Hugging Face save_to_disk directory and a Parquet file
+// (both rows) each report a riffle rate above zero and a sequential
+// baseline.
 func TestBenchEveryFormat(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -56,6 +59,26 @@ func TestBenchEveryFormat(t *testing.T) {
 			writeHF(t, root, 500)
 			return root
 		}},
+		{"parquet", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "d.parquet")
+			sc, rec := hfRows(500)
+			defer rec.Release()
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(100)), pqarrow.DefaultWriterProps())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Write(rec); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil { // closes f
+				t.Fatal(err)
+			}
+			return p
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := tc.make(t, t.TempDir())
@@ -69,11 +92,10 @@ func TestBenchEveryFormat(t *testing.T) {
 					t.Fatalf("bench %s printed %q:\n%s", tc.name, bad, out)
 				}
 			}
-			if rate := column(t, out, "riffle", 2); rate <= 0 {
-				t.Fatalf("bench %s: riffle MB/s %v:\n%s", tc.name, rate, out)
-			}
-			if rate := column(t, out, "sequential", 2); rate <= 0 {
-				t.Fatalf("bench %s: sequential MB/s %v:\n%s", tc.name, rate, out)
+			for _, row := range []string{"riffle", "pread", "sequential"} {
+				if rate := column(t, out, row, 2); rate <= 0 {
+					t.Fatalf("bench %s: %s MB/s %v:\n%s", tc.name, row, rate, out)
+				}
 			}
 			for _, want := range []string{"riffle / sequential MB/s", "read MB:"} {
 				if !strings.Contains(out, want) {
@@ -112,14 +134,7 @@ func writeHF(t *testing.T, root string, n int) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sc := arrow.NewSchema([]arrow.Field{{Name: "label", Type: arrow.PrimitiveTypes.Int64}, {Name: "text", Type: arrow.BinaryTypes.String}}, nil)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
-	defer b.Release()
-	for i := range n {
-		b.Field(0).(*array.Int64Builder).Append(int64(i % 3))
-		b.Field(1).(*array.StringBuilder).Append(strings.Repeat(fmt.Sprint(i), 1+i%40))
-	}
-	rec := b.NewRecordBatch()
+	sc, rec := hfRows(n)
 	defer rec.Release()
 	f, err := os.Create(filepath.Join(root, "data-00000-of-00001.arrow"))
 	if err != nil {
@@ -144,4 +159,16 @@ func writeHF(t *testing.T, root string, n int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// hfRows is n rows of an int label and a text of varying length.
+func hfRows(n int) (*arrow.Schema, arrow.RecordBatch) {
+	sc := arrow.NewSchema([]arrow.Field{{Name: "label", Type: arrow.PrimitiveTypes.Int64}, {Name: "text", Type: arrow.BinaryTypes.String}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for i := range n {
+		b.Field(0).(*array.Int64Builder).Append(int64(i % 3))
+		b.Field(1).(*array.StringBuilder).Append(strings.Repeat(fmt.Sprint(i), 1+i%40))
+	}
+	return sc, b.NewRecordBatch()
 }
