@@ -61,6 +61,7 @@ type Item struct {
 	err     error // why its load failed
 	waiters []func(error)
 	hi      int // index in the heap, -1 when not there
+	val     any // what goes with the bytes (Set), for caches of decoded values
 }
 
 // New makes a cache.
@@ -150,6 +151,58 @@ func (c *Cache) Get(key Key) (*Item, Status) {
 	}
 	return it, Loading
 }
+
+// GetOrClaim is Get, and on a miss makes the item, claimed by the caller:
+// one caller of many that miss one key claims it, the others find it
+// Loading and wait (OnReady). The claimer fills it (Set, then Fill) or
+// fails it (Fill with an error); an empty claimed item needs no room.
+func (c *Cache) GetOrClaim(key Key) (*Item, Status) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if it, ok := c.items[key]; ok {
+		c.st.Hits++
+		c.pin(it)
+		switch {
+		case it.ready:
+			return it, Ready
+		case !it.claimed:
+			it.claimed = true
+			return it, Claimed
+		}
+		return it, Loading
+	}
+	c.st.Misses++
+	c.clock++
+	it := &Item{c: c, key: key, hi: -1, claimed: true, pins: 1,
+		meta: Meta{Refs: 1, NextUse: Never, LastUse: c.clock, Seq: c.clock}}
+	c.items[key] = it
+	c.st.Inserts++
+	return it, Claimed
+}
+
+// Set gives a claimed item its bytes, and a value that goes with them (a
+// decoded page's description), before Fill: whoever holds the bytes states
+// their size. It evicts others to make room; when none can be made the
+// item is not kept (those waiting for it still get it), and Set says so.
+func (c *Cache) Set(it *Item, b []byte, v any) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.used -= int64(len(it.buf))
+	it.buf = nil
+	if !c.makeRoom(int64(len(b))) {
+		c.remove(it)
+		c.st.Refused++
+		it.buf, it.val = b, v
+		return false
+	}
+	it.buf, it.val = b, v
+	c.used += int64(len(b))
+	return true
+}
+
+// Value is what Set gave with the item's bytes; valid, like them, until
+// Done.
+func (it *Item) Value() any { return it.val }
 
 // OnReady calls fn once the item is filled, at once if it is, or with the
 // error its load failed with.

@@ -180,3 +180,66 @@ func TestRefCntOrder(t *testing.T) {
 		t.Fatal("RefCnt should evict record 2: one reader left, its next use the farthest")
 	}
 }
+
+// Of readers that miss one key, one claims it and the others wait for its
+// fill: a value and its bytes, whose size the filler states.
+func TestGetOrClaimFillsOnce(t *testing.T) {
+	c := New(Options{Budget: 1 << 10, Policy: LRU{}})
+	key := Key{Space: 1, ID: 2}
+	first, st := c.GetOrClaim(key)
+	if st != Claimed {
+		t.Fatalf("first reader: %v, want Claimed", st)
+	}
+	var got []any
+	waiters := 0
+	for range 3 {
+		it, st := c.GetOrClaim(key)
+		if st != Loading {
+			t.Fatalf("a later reader: %v, want Loading", st)
+		}
+		waiters++
+		it.OnReady(func(err error) {
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got = append(got, it.Value())
+			it.Done(false)
+		})
+	}
+	if !c.Set(first, make([]byte, 100), "page") {
+		t.Fatal("100 bytes did not fit a 1 KiB cache")
+	}
+	c.Fill(first, nil)
+	first.Done(false)
+	if len(got) != waiters || got[0] != "page" {
+		t.Fatalf("waiters got %v", got)
+	}
+	if st := c.Stats(); st.Bytes != 100 || st.Items != 1 {
+		t.Fatalf("after the fill: %+v", st)
+	}
+	if it, st := c.GetOrClaim(key); st != Ready || it.Value() != "page" {
+		t.Fatalf("a reader after the fill: %v", st)
+	} else {
+		it.Done(false)
+	}
+	// Bytes larger than the budget are handed to whoever waits, not kept.
+	big, _ := c.GetOrClaim(Key{Space: 1, ID: 3})
+	w, st := c.GetOrClaim(Key{Space: 1, ID: 3})
+	if st != Loading {
+		t.Fatalf("%v", st)
+	}
+	var v any
+	w.OnReady(func(error) { v = w.Value() })
+	if c.Set(big, make([]byte, 2<<10), "big") {
+		t.Fatal("2 KiB kept in a 1 KiB cache")
+	}
+	c.Fill(big, nil)
+	if v != "big" {
+		t.Fatalf("the waiter got %v", v)
+	}
+	big.Done(false)
+	w.Done(false)
+	if _, st := c.GetOrClaim(Key{Space: 1, ID: 3}); st != Claimed {
+		t.Fatalf("an item not kept is claimed anew, got %v", st)
+	}
+}

@@ -2,7 +2,6 @@ package dataset
 
 import (
 	"bytes"
-	"container/list"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -24,6 +22,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/arrow-go/v18/parquet/schema"
 
+	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/storage"
 )
@@ -101,7 +100,7 @@ type parquetSet struct {
 	all    []*pqColumn // every readable column
 	cols   []int       // the projection, as indexes into all
 	lay    *columnar.Layout
-	pages  *pageCache
+	pages  *cache.Cache // decoded page groups: one claim/fill/wait cache, as the record cache
 	blocks []int
 }
 
@@ -241,7 +240,7 @@ func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []arrow.Field, error) 
 }
 
 func openParquet(ctx context.Context, names []string, opts Options) (Dataset, error) {
-	d := &parquetSet{starts: []int{0}, pages: newPageCache(64 << 20)}
+	d := &parquetSet{starts: []int{0}, pages: cache.New(cache.Options{Budget: 64 << 20, Policy: cache.LRU{}})}
 	for _, name := range names {
 		r, err := opts.Store.Open(ctx, name)
 		if err != nil {
@@ -1159,6 +1158,11 @@ func (d *parquetSet) Close() error {
 // pageKey names a page group in the cache of decoded pages.
 type pageKey struct{ file, rg, col, page int }
 
+// cacheKey is k as the cache names it, exactly: each number fits 32 bits.
+func (k pageKey) cacheKey() cache.Key {
+	return cache.Key{Space: uint64(uint32(k.file))<<32 | uint64(uint32(k.rg)), ID: int64(uint32(k.col))<<32 | int64(uint32(k.page))}
+}
+
 type decoded struct {
 	src  *columnar.Source
 	body []byte
@@ -1173,7 +1177,7 @@ type pqRows struct {
 	n      int
 	keys   [][]pageKey // [slot][projected column]
 	rows   [][]int64   // [slot][projected column]: the row in its page
-	pages  map[pageKey]*pageEntry
+	pages  map[pageKey]*cache.Item // pinned until the batch is assembled or released
 	claims map[pageKey]bool
 	plan   *columnar.Plan
 	done   bool
@@ -1181,7 +1185,7 @@ type pqRows struct {
 
 func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
 	b := &pqRows{d: d, n: len(ids), keys: make([][]pageKey, len(ids)), rows: make([][]int64, len(ids)),
-		pages: map[pageKey]*pageEntry{}, claims: map[pageKey]bool{}}
+		pages: map[pageKey]*cache.Item{}, claims: map[pageKey]bool{}}
 	refs := make([]columnar.RowRef, len(ids))
 	for slot, id := range ids {
 		k, rg, row := d.where(id)
@@ -1193,9 +1197,9 @@ func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
 			key := pageKey{k, rg, c, pi}
 			b.keys[slot][i], b.rows[slot][i] = key, row-p.first
 			if _, ok := b.pages[key]; !ok {
-				e, claimed := d.pages.acquire(key)
-				b.pages[key] = e
-				if claimed {
+				it, st := d.pages.GetOrClaim(key.cacheKey())
+				b.pages[key] = it
+				if st == cache.Claimed {
 					b.claims[key] = true
 				}
 			}
@@ -1286,10 +1290,11 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 				continue
 			}
 			published[key] = true
-			dec, size, err := b.decode(key, cell(slot, 2*i), cell(slot, 2*i+1))
-			d.pages.publish(b.pages[key], dec, size, err)
+			dec, _, err := b.decode(key, cell(slot, 2*i), cell(slot, 2*i+1))
+			b.publish(key, dec, err)
 			if err != nil {
 				b.releaseClaims(published)
+				b.unpin()
 				return 0, err
 			}
 		}
@@ -1298,13 +1303,18 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 	// batch that claimed one may be another job's, stalled by its consumer
 	// before it could read; then read it here, under this batch's own
 	// context, so a loader that closes stops its reads too.
+	defer b.unpin()
 	have := map[pageKey]*decoded{}
 	deadline := time.After(claimWait)
-	for key, e := range b.pages {
+	for key, it := range b.pages {
+		ready := make(chan error, 1)
+		it.OnReady(func(err error) { ready <- err })
 		var dec *decoded
 		select {
-		case <-e.ready:
-			dec = e.dec
+		case err := <-ready:
+			if err == nil {
+				dec, _ = it.Value().(*decoded)
+			}
 		case <-deadline:
 		case <-ctx.Done():
 			return 0, ctx.Err()
@@ -1349,13 +1359,34 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 	return n, nil
 }
 
+// publish settles a page group this batch claimed: decoded, kept with its
+// bytes' size, or failed (then gone, so a later batch claims it again).
+func (b *pqRows) publish(key pageKey, dec *decoded, err error) {
+	it := b.pages[key]
+	if err == nil && dec != nil {
+		b.d.pages.Set(it, dec.body, dec)
+	}
+	if err == nil && dec == nil {
+		err = errAbandonedPage
+	}
+	b.d.pages.Fill(it, err)
+}
+
 // releaseClaims gives up the claims not published yet: whoever waits reads
 // the page itself.
 func (b *pqRows) releaseClaims(published map[pageKey]bool) {
 	for key := range b.claims {
 		if !published[key] {
-			b.d.pages.publish(b.pages[key], nil, 0, errAbandonedPage)
+			b.publish(key, nil, errAbandonedPage)
 		}
+	}
+}
+
+// unpin lets the cache evict the page groups this batch held, once.
+func (b *pqRows) unpin() {
+	for key, it := range b.pages {
+		it.Done(false)
+		delete(b.pages, key)
 	}
 }
 
@@ -1369,6 +1400,7 @@ func (b *pqRows) Release() {
 	if !b.done {
 		b.done = true
 		b.releaseClaims(nil)
+		b.unpin()
 	}
 }
 
@@ -1383,72 +1415,3 @@ func (b *pqRows) Table() (nodes [][2]int64, buffers [][2]int64, body int) {
 	return nodes, buffers, b.plan.Body
 }
 
-// pageCache keeps decoded pages under a byte budget, least recently used
-// first out, and the pages being decoded, so that a batch needing a page
-// another batch reads waits for it instead of reading it again.
-type pageCache struct {
-	mu     sync.Mutex
-	budget int
-	used   int
-	ll     *list.List // ready entries, most recently used first
-	items  map[pageKey]*pageEntry
-}
-
-type pageEntry struct {
-	key   pageKey
-	ready chan struct{} // closed once dec (or nothing, if it failed) is set
-	dec   *decoded
-	size  int
-	elem  *list.Element
-}
-
-func newPageCache(budget int) *pageCache {
-	return &pageCache{budget: budget, ll: list.New(), items: map[pageKey]*pageEntry{}}
-}
-
-// acquire returns the page's entry, ready or being decoded, or a new one
-// the caller claims (claimed) and must publish.
-func (c *pageCache) acquire(k pageKey) (e *pageEntry, claimed bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.items[k]; ok {
-		if e.elem != nil {
-			c.ll.MoveToFront(e.elem)
-		}
-		return e, false
-	}
-	e = &pageEntry{key: k, ready: make(chan struct{})}
-	c.items[k] = e
-	return e, true
-}
-
-// publish settles a claimed entry: decoded, or failed (then forgotten, so
-// a later batch claims it again).
-func (c *pageCache) publish(e *pageEntry, dec *decoded, size int, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-e.ready:
-		return // settled already
-	default:
-	}
-	if err != nil || dec == nil || size > c.budget {
-		if c.items[e.key] == e {
-			delete(c.items, e.key)
-		}
-		e.dec = dec
-		close(e.ready)
-		return
-	}
-	e.dec, e.size = dec, size
-	e.elem = c.ll.PushFront(e)
-	c.used += size
-	close(e.ready)
-	for c.used > c.budget {
-		old := c.ll.Back().Value.(*pageEntry)
-		c.ll.Remove(old.elem)
-		old.elem = nil
-		delete(c.items, old.key)
-		c.used -= old.size
-	}
-}
