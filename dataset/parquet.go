@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1175,8 +1175,8 @@ type decoded struct {
 type pqRows struct {
 	d      *parquetSet
 	n      int
-	keys   [][]pageKey // [slot][projected column]
-	rows   [][]int64   // [slot][projected column]: the row in its page
+	keys   [][]pageKey             // [slot][projected column]
+	rows   [][]int64               // [slot][projected column]: the row in its page
 	pages  map[pageKey]*cache.Item // pinned until the batch is assembled or released
 	claims map[pageKey]bool
 	plan   *columnar.Plan
@@ -1414,4 +1414,3 @@ func (b *pqRows) Table() (nodes [][2]int64, buffers [][2]int64, body int) {
 	}
 	return nodes, buffers, b.plan.Body
 }
-
