@@ -32,8 +32,10 @@ import (
 // decoding of its pages (and of its column chunk's dictionary page). So a
 // row's cells are those pages, the loader reads each page a batch needs
 // once, and the dataset decodes each once per batch, keeping decoded
-// pages in a small cache so that a page used by the next batches is not
-// decoded again. A record-level global shuffle still decodes a whole page
+// pages in a small cache (the one claim/fill/wait cache.Cache: of the
+// batches that miss a page one decodes it, the others wait) so that a page
+// used by the next batches is not decoded again. A record-level global
+// shuffle still decodes a whole page
 // for each row it takes from it; the block-aware order with a page as its
 // block (Blocks; the default for Parquet) reads and decodes each page once
 // per epoch.
