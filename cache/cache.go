@@ -140,6 +140,12 @@ func (c *Cache) Get(key Key) (*Item, Status) {
 		c.st.Misses++
 		return nil, Miss
 	}
+	return c.found(it)
+}
+
+// found pins an item a lookup found and says its state, claiming it for
+// the caller if it was reserved and nobody reads it yet.
+func (c *Cache) found(it *Item) (*Item, Status) {
 	c.st.Hits++
 	c.pin(it)
 	switch {
@@ -160,16 +166,7 @@ func (c *Cache) GetOrClaim(key Key) (*Item, Status) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if it, ok := c.items[key]; ok {
-		c.st.Hits++
-		c.pin(it)
-		switch {
-		case it.ready:
-			return it, Ready
-		case !it.claimed:
-			it.claimed = true
-			return it, Claimed
-		}
-		return it, Loading
+		return c.found(it)
 	}
 	c.st.Misses++
 	c.clock++
