@@ -13,6 +13,7 @@ import (
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/share"
+	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/transform"
 )
 
@@ -40,6 +41,7 @@ type Job struct {
 	subset    int // records this job reads per epoch (before sharding)
 	started   time.Time
 	once      sync.Once
+	epoch     int // of the last batch Next gave, -1 before the first
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
@@ -60,7 +62,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	if err != nil {
 		return nil, err
 	}
-	j := &Job{ID: env.seq.Add(1), env: env, plan: plan, src: src, sets: env.sets, started: time.Now()}
+	j := &Job{ID: env.seq.Add(1), env: env, plan: plan, src: src, sets: env.sets, started: time.Now(), epoch: -1}
 	fail := func(err error) (*Job, error) {
 		env.groups.leave(j)
 		j.sets.put(j.src)
@@ -165,7 +167,26 @@ const sharedPrefetch = 2
 
 // Next returns the job's next batch, or io.EOF after its last epoch. The
 // batch is the caller's until its Release.
-func (j *Job) Next(ctx context.Context) (*loader.Batch, error) { return j.l.Next(ctx) }
+//
+// A job reads its dataset as it was when it opened. Before the first batch
+// of each later epoch it checks the files' versions (the files of a glob,
+// a directory's root and class folders: one stat each), and a dataset
+// changed since is an error that says so, never an epoch over other
+// records, or over files it still holds open after they were removed.
+func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
+	b, err := j.l.Next(ctx)
+	if err != nil || b.Epoch == j.epoch {
+		return b, err
+	}
+	first := j.epoch < 0
+	j.epoch = b.Epoch
+	if !first && !j.sets.current(ctx, j.src) {
+		b.Release()
+		return nil, fmt.Errorf("%s: %w: files were added, removed or rewritten since this job opened it; build a new loader to read it as it is now",
+			j.src.desc(), storage.ErrChanged)
+	}
+	return b, nil
+}
 
 // Place is the job's place (the next batch it delivers) without the
 // sampler's state; stream says whether the order has a state to save.

@@ -263,8 +263,8 @@ def test_data_changed_between_epochs_is_an_error(daemon, tmp_path):
     assert sum(b.n for b in ld) == 300
     for p in list(files)[:30]:
         os.remove(p)
-    # The loader's job reads on into the next epoch: a removed file is a change, named.
-    with pytest.raises(riffle.DataChanged, match="removed"):
+    # The loader's job reads on into the next epoch: the change is found before its first batch.
+    with pytest.raises(riffle.DataChanged, match="build a new loader"):
         for _ in ld:
             pass
     # A new job over the changed files: the loader says the data changed and what to do.
