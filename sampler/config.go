@@ -64,7 +64,7 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 	if world == 1 && c.Rank == 0 {
 		return s, name, nil
 	}
-	sh, err := NewShard(s, c.Rank, world, c.ShardDropLast)
+	sh, err := NewRankPart(s, c.Rank, world, c.ShardDropLast)
 	if err != nil {
 		return nil, "", err
 	}

@@ -51,7 +51,7 @@ func TestFillFromAnyPosition(t *testing.T) {
 		var s Sampler = Global{N: n, Seed: rapid.Uint64().Draw(t, "seed")}
 		if rapid.Bool().Draw(t, "shard") {
 			w := rapid.IntRange(1, 9).Draw(t, "world")
-			sh, err := NewShard(s, rapid.IntRange(0, w-1).Draw(t, "rank"), w, rapid.Bool().Draw(t, "droplast"))
+			sh, err := NewRankPart(s, rapid.IntRange(0, w-1).Draw(t, "rank"), w, rapid.Bool().Draw(t, "droplast"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +192,7 @@ func TestDisplacementLikeFisherYates(t *testing.T) {
 	}
 }
 
-func TestShardExactlyOnce(t *testing.T) {
+func TestRankPartExactlyOnce(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 2000).Draw(t, "n")
 		w := rapid.IntRange(1, 16).Draw(t, "world")
@@ -208,7 +208,7 @@ func TestShardExactlyOnce(t *testing.T) {
 		epoch := Order(base, e)
 		var all []int
 		for r := range w {
-			s, err := NewShard(base, r, w, dropLast)
+			s, err := NewRankPart(base, r, w, dropLast)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +258,7 @@ func TestShardExactlyOnce(t *testing.T) {
 // Chunked sharding is DistributedSampler over runs of Chunk positions:
 // each rank's runs are whole runs of the order, and the ranks together cover
 // the order, padded or cut to a multiple of World runs.
-func TestShardChunks(t *testing.T) {
+func TestRankPartChunks(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 2000).Draw(t, "n")
 		w := rapid.IntRange(1, 8).Draw(t, "world")
@@ -273,7 +273,7 @@ func TestShardChunks(t *testing.T) {
 		counts := make([]int, n)
 		total := 0
 		for r := range w {
-			s := &Shard{Base: base, Rank: r, World: w, DropLast: dropLast, Chunk: c}
+			s := &RankPart{Base: base, Rank: r, World: w, DropLast: dropLast, Chunk: c}
 			part := Order(s, 3)
 			for i, id := range part {
 				if want := epoch[(((i/c)*w+r)*c+i%c)%n]; id != want {
@@ -306,9 +306,9 @@ func TestShardChunks(t *testing.T) {
 	})
 }
 
-func TestShardRejectsBadRank(t *testing.T) {
+func TestRankPartRejectsBadRank(t *testing.T) {
 	for _, c := range [][2]int{{-1, 2}, {2, 2}, {0, 0}} {
-		if _, err := NewShard(Sequential{N: 4}, c[0], c[1], false); err == nil {
+		if _, err := NewRankPart(Sequential{N: 4}, c[0], c[1], false); err == nil {
 			t.Errorf("rank %d of world %d accepted", c[0], c[1])
 		}
 	}

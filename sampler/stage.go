@@ -40,7 +40,7 @@ func IsStream(s Sampler) bool {
 	switch s := s.(type) {
 	case *Buffered:
 		return true
-	case *Shard:
+	case *RankPart:
 		return IsStream(s.Base)
 	case interface{ Stream() bool }:
 		return s.Stream()
@@ -55,7 +55,7 @@ func SmallState(s Sampler) bool {
 	switch s := s.(type) {
 	case *Buffered:
 		return s.Buffer <= 8192
-	case *Shard:
+	case *RankPart:
 		return SmallState(s.Base)
 	}
 	return false

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Shard is rank Rank's part of a data-parallel job of World ranks, with
+// RankPart is rank Rank's part of a data-parallel job of World ranks, with
 // torch.utils.data.DistributedSampler's semantics: the epoch's order (of
 // Base) is cut to a multiple of World (DropLast) or padded to one by
 // repeating its start, and rank r takes positions r, r+World, r+2*World...
@@ -17,7 +17,7 @@ import (
 // blocks whole this way (with Chunk the batch size, every batch of a rank
 // is a batch of the unsharded order) instead of scattering each block's
 // records over the ranks.
-type Shard struct {
+type RankPart struct {
 	Base        Sampler
 	Rank, World int
 	DropLast    bool
@@ -26,18 +26,19 @@ type Shard struct {
 	lastEpoch, lastPos int // after the last Fill, for Mark
 }
 
-// NewShard checks rank and world.
-func NewShard(base Sampler, rank, world int, dropLast bool) (*Shard, error) {
+// NewRankPart checks rank and world. (A "shard" is a pack's file of
+// records; a rank's split of an epoch is its part.)
+func NewRankPart(base Sampler, rank, world int, dropLast bool) (*RankPart, error) {
 	if world < 1 || rank < 0 || rank >= world {
 		return nil, fmt.Errorf("rank %d of world %d: want 0 <= rank < world", rank, world)
 	}
-	return &Shard{Base: base, Rank: rank, World: world, DropLast: dropLast, Chunk: 1}, nil
+	return &RankPart{Base: base, Rank: rank, World: world, DropLast: dropLast, Chunk: 1}, nil
 }
 
-func (s *Shard) chunk() int { return max(1, s.Chunk) }
+func (s *RankPart) chunk() int { return max(1, s.Chunk) }
 
 // Len is the number of positions this rank gets per epoch.
-func (s *Shard) Len() int {
+func (s *RankPart) Len() int {
 	unit := s.World * s.chunk()
 	if s.DropLast {
 		return s.Base.Len() / unit * s.chunk()
@@ -45,7 +46,7 @@ func (s *Shard) Len() int {
 	return (s.Base.Len() + unit - 1) / unit * s.chunk()
 }
 
-func (s *Shard) Fill(epoch, pos int, dst []int) int {
+func (s *RankPart) Fill(epoch, pos int, dst []int) int {
 	n := s.Base.Len()
 	c := s.chunk()
 	m := max(0, min(len(dst), s.Len()-pos))
@@ -66,7 +67,7 @@ type shardMark struct {
 }
 
 // Mark, Save and Restore make a shard of a Stateful sampler Stateful too.
-func (s *Shard) Mark() any {
+func (s *RankPart) Mark() any {
 	st, ok := s.Base.(Stateful)
 	if !ok {
 		return nil
@@ -74,7 +75,7 @@ func (s *Shard) Mark() any {
 	return &shardMark{epoch: s.lastEpoch, pos: s.lastPos, base: st.Mark()}
 }
 
-func (s *Shard) Save(mark any) ([]byte, error) {
+func (s *RankPart) Save(mark any) ([]byte, error) {
 	m, ok := mark.(*shardMark)
 	st, stateful := s.Base.(Stateful)
 	if !ok || !stateful {
@@ -89,7 +90,7 @@ func (s *Shard) Save(mark any) ([]byte, error) {
 	return append(out, b...), nil
 }
 
-func (s *Shard) Restore(state []byte) (int, int, error) {
+func (s *RankPart) Restore(state []byte) (int, int, error) {
 	st, ok := s.Base.(Stateful)
 	if !ok || len(state) < 7 || string(state[:7]) != "RFSHD1\x00" {
 		return 0, 0, fmt.Errorf("sharded sampler: %w", ErrState)
