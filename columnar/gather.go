@@ -287,10 +287,8 @@ func (a *assembler) offsets(o *out, src []byte, cnt, base int64) (first, last in
 		return 0, 0, fmt.Errorf("column %q: offsets cell of %d bytes for %d elements", o.n.Name, len(src), cnt)
 	}
 	get := func(j int64) int64 {
-		if w == 4 {
-			return int64(int32(binary.LittleEndian.Uint32(src[j*4:])))
-		}
-		return int64(binary.LittleEndian.Uint64(src[j*8:]))
+		v, _ := offsetAt(src, w, j) // in range: the cell's length is checked above
+		return v
 	}
 	first = get(0)
 	for j := int64(0); j <= cnt; j++ {

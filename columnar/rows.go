@@ -380,13 +380,11 @@ func runEnds(n *Node, ends, voffs []byte, elems []int64) ([]int64, error) {
 	}
 	vw := int64(n.Values.Width)
 	off := func(i int64) (int64, error) {
-		if (i+1)*vw > int64(len(voffs)) {
+		v, ok := offsetAt(voffs, vw, i)
+		if !ok {
 			return 0, fmt.Errorf("column %q: values offsets of %d bytes, value %d asked", n.Name, len(voffs), i)
 		}
-		if vw == 4 {
-			return int64(int32(binary.LittleEndian.Uint32(voffs[i*4:]))), nil
-		}
-		return int64(binary.LittleEndian.Uint64(voffs[i*8:])), nil
+		return v, nil
 	}
 	t := make([]int64, 0, 3*(len(elems)-1))
 	for _, e := range elems[:len(elems)-1] {
@@ -454,22 +452,16 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 				return err
 			}
 			starts[n.Var] = t
-		case KViews:
+		case KViews, KView:
 			b, err := offsets(n)
 			if err != nil {
 				return err
 			}
-			t, err := viewsRanges(src, n, b, s)
-			if err != nil {
-				return err
+			ranges := viewRanges
+			if n.Kind == KViews {
+				ranges = viewsRanges
 			}
-			starts[n.Var] = t
-		case KView:
-			b, err := offsets(n)
-			if err != nil {
-				return err
-			}
-			t, err := viewRanges(src, n, b, s)
+			t, err := ranges(src, n, b, s)
 			if err != nil {
 				return err
 			}
@@ -482,13 +474,9 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 			w := int64(n.Width)
 			t := make([]int64, len(s))
 			for i, e := range s {
-				if (e+1)*w > int64(len(b)) || e < 0 {
+				var ok bool
+				if t[i], ok = offsetAt(b, w, e); !ok {
 					return fmt.Errorf("column %q: offsets buffer of %d bytes, element %d asked", n.Name, len(b), e)
-				}
-				if w == 4 {
-					t[i] = int64(int32(binary.LittleEndian.Uint32(b[e*4:])))
-				} else {
-					t[i] = int64(binary.LittleEndian.Uint64(b[e*8:]))
 				}
 			}
 			starts[n.Var] = t
@@ -510,13 +498,11 @@ func (l *Layout) StartsFrom(m *BatchMeta, bodyLen int64, offsets func(n *Node) (
 			}
 			w := int64(n.Width)
 			get := func(b []byte, e int64) (int64, error) {
-				if e < 0 || (e+1)*w > int64(len(b)) {
+				v, ok := offsetAt(b, w, e)
+				if !ok {
 					return 0, fmt.Errorf("column %q: offsets or sizes buffer of %d bytes, element %d asked", n.Name, len(b), e)
 				}
-				if w == 4 {
-					return int64(int32(binary.LittleEndian.Uint32(b[e*4:]))), nil
-				}
-				return int64(binary.LittleEndian.Uint64(b[e*8:])), nil
+				return v, nil
 			}
 			t := make([]int64, 0, 2*(len(s)-1))
 			for _, e := range s[:len(s)-1] {
@@ -795,4 +781,16 @@ func hasOffset(d arrow.ArrayData) bool {
 		}
 	}
 	return false
+}
+
+// offsetAt reads element e of a buffer of w-byte (4 or 8) little-endian
+// signed offsets (or sizes), and says false if e lies outside it.
+func offsetAt(b []byte, w, e int64) (int64, bool) {
+	if e < 0 || (e+1)*w > int64(len(b)) {
+		return 0, false
+	}
+	if w == 4 {
+		return int64(int32(binary.LittleEndian.Uint32(b[e*4:]))), true
+	}
+	return int64(binary.LittleEndian.Uint64(b[e*8:])), true
 }
