@@ -761,21 +761,28 @@ func pageFile(c *pqColumn, codec compress.Compression, dict, pages []byte, value
 	if err := rgb.Finish(info.CompressedSize, 0); err != nil {
 		return nil, err
 	}
+	return finishFile(&b, fmb)
+}
+
+// finishFile ends a one-row-group file made in memory (b holds its magic
+// and column chunks): its footer, its length and the magic, and opens it
+// for arrow-go's reader.
+func finishFile(b *bytes.Buffer, fmb *metadata.FileMetaDataBuilder) (*file.Reader, error) {
 	fm, err := fmb.Finish()
 	if err != nil {
 		return nil, err
 	}
 	at := b.Len()
-	if _, err := fm.WriteTo(&b, nil); err != nil {
+	if _, err := fm.WriteTo(b, nil); err != nil {
 		return nil, err
 	}
 	var n [4]byte
 	binary.LittleEndian.PutUint32(n[:], uint32(b.Len()-at))
 	b.Write(n[:])
 	b.WriteString("PAR1")
-	props2 := parquet.NewReaderProperties(memory.DefaultAllocator)
-	props2.BufferedStreamEnabled = false
-	return file.NewParquetReader(bytes.NewReader(b.Bytes()), file.WithReadProps(props2))
+	rp := parquet.NewReaderProperties(memory.DefaultAllocator)
+	rp.BufferedStreamEnabled = false
+	return file.NewParquetReader(bytes.NewReader(b.Bytes()), file.WithReadProps(rp))
 }
 
 // decodePage decodes a group of pages into the column's Arrow array.
@@ -894,21 +901,7 @@ func groupFile(c *pqColumn, rgm *metadata.RowGroupMetaData, span []byte, off int
 	if err := rgb.Finish(total, 0); err != nil {
 		return nil, err
 	}
-	fm, err := fmb.Finish()
-	if err != nil {
-		return nil, err
-	}
-	at := b.Len()
-	if _, err := fm.WriteTo(&b, nil); err != nil {
-		return nil, err
-	}
-	var n [4]byte
-	binary.LittleEndian.PutUint32(n[:], uint32(b.Len()-at))
-	b.Write(n[:])
-	b.WriteString("PAR1")
-	rp := parquet.NewReaderProperties(memory.DefaultAllocator)
-	rp.BufferedStreamEnabled = false
-	return file.NewParquetReader(bytes.NewReader(b.Bytes()), file.WithReadProps(rp))
+	return finishFile(&b, fmb)
 }
 
 // decodeGroup decodes column c's leaves in a row group, from their bytes
