@@ -3,7 +3,6 @@ package loader_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
@@ -91,76 +90,34 @@ func TestSharedJobsReadOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	ct := &counting{Transform: tf}
-	c := cache.New(cache.Options{Budget: 64 << 20, DropUnreferenced: true})
-	key := func(id int) cache.Key { return cache.Key{Space: 7, ID: int64(id)} }
-	g := share.NewGroup(share.Options{Records: n, Cache: c, Key: key, Size: func(int) int { return ct.Size() }, Seed: 3})
-	var wg sync.WaitGroup
-	var reads atomic.Int64
-	pace := newBarrier(2) // one batch each at a time, as jobs at one speed
-	got := make([][]int, 2)
-	errs := make([]error, 2)
-	for k := range 2 {
-		m, err := g.Join(nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer m.Leave()
-			l, err := loader.New(context.Background(), ds, m, loader.Options{BatchSize: 64, Cache: c, CacheSpace: 7, Transform: ct, Epochs: 2})
-			if err != nil {
-				errs[k] = err
-				return
-			}
-			defer l.Close()
-			for {
-				b, err := l.Next(context.Background())
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					errs[k] = err
-					return
-				}
-				for i, id := range b.IDs {
-					want := make([]byte, ct.Size())
-					loc := ds.Locate(id)
-					raw := make([]byte, loc.Len)
-					ds.Object(loc.Object).ReadAt(context.Background(), raw, loc.Off)
-					tf.Apply(raw, want)
-					if !slices.Equal(b.Record(i), want) {
-						errs[k] = fmt.Errorf("record %d: the batch holds another output", id)
-					}
-				}
-				got[k] = append(got[k], b.IDs...)
-				b.Release()
-				pace.wait()
-			}
-			reads.Add(l.Stats().Reads)
-		}()
-	}
-	wg.Wait()
-	for k := range 2 {
-		if errs[k] != nil {
-			t.Fatal(errs[k])
+	res, g, c := sharedRun(t, ds, sharedCase{jobs: 2, size: func(int) int { return ct.Size() }, tf: ct, seed: 3,
+		ref: func(raw []byte) []byte {
+			out := make([]byte, tf.Size())
+			tf.Apply(raw, out)
+			return out
+		}})
+	var reads int64
+	for k, r := range res {
+		if r.err != nil || r.wrong != 0 {
+			t.Fatalf("job %d: %d records hold another output, error %v", k, r.wrong, r.err)
 		}
 		for e := range 2 {
-			ep := slices.Sorted(slices.Values(got[k][e*n : (e+1)*n]))
+			ep := slices.Sorted(slices.Values(r.ids[e*n : (e+1)*n]))
 			for i := range n {
 				if ep[i] != i {
 					t.Fatalf("job %d epoch %d: record %d missing or repeated", k, e, i)
 				}
 			}
 		}
+		reads += r.reads
 	}
 	st := g.Stats()
 	// Reads and transforms: once per record per epoch for both jobs, plus
 	// the rounds one job ran alone while the other's queue was full.
 	alone := st.Given - 2*st.Shared
-	t.Logf("reads %d, transforms %d, shared rounds %d, given %d", reads.Load(), ct.runs.Load(), st.Shared, st.Given)
-	if r := reads.Load(); r > st.Shared+alone+10 || r > int64(2*n)*2*3/4 {
-		t.Fatalf("%d reads for 2 jobs x 2 epochs x %d records (%d shared rounds)", r, n, st.Shared)
+	t.Logf("reads %d, transforms %d, shared rounds %d, given %d", reads, ct.runs.Load(), st.Shared, st.Given)
+	if reads > st.Shared+alone+10 || reads > int64(2*n)*2*3/4 {
+		t.Fatalf("%d reads for 2 jobs x 2 epochs x %d records (%d shared rounds)", reads, n, st.Shared)
 	}
 	if runs := ct.runs.Load(); runs > st.Shared+alone+10 {
 		t.Fatalf("the transform ran %d times, for %d shared and %d single records", runs, st.Shared, alone)
@@ -189,15 +146,36 @@ func TestTransformErrorNamesTheRecord(t *testing.T) {
 	}
 }
 
-// sharedRun runs jobs members of one group over ds for two epochs at one
-// pace, each item sized by size, and returns each job's first error and
-// how many delivered records were not the bytes a solo read gives.
-func sharedRun(t *testing.T, ds dataset.Dataset, jobs int, size func(int) int) ([]error, []int) {
+// sharedCase is jobs of one group over a dataset, reading two epochs at
+// one pace, each record's cache item sized by size.
+type sharedCase struct {
+	jobs int
+	size func(id int) int
+	tf   loader.Transform // the jobs' transform; nil for none
+	// ref is a record's bytes in a batch, from a solo read of its raw
+	// bytes; nil: the raw bytes.
+	ref  func(raw []byte) []byte
+	seed uint64
+}
+
+// sharedResult is one job's run: its first error, how many delivered
+// records were not what a solo read gives, its ids in delivery order, and
+// its reads from storage.
+type sharedResult struct {
+	err   error
+	wrong int
+	ids   []int
+	reads int64
+}
+
+// sharedRun runs a sharedCase, and returns each job's result, the group
+// and the cache.
+func sharedRun(t *testing.T, ds dataset.Dataset, sc sharedCase) ([]sharedResult, *share.Group, *cache.Cache) {
 	t.Helper()
 	n := ds.Len()
 	c := cache.New(cache.Options{Budget: 64 << 20, DropUnreferenced: true})
 	key := func(id int) cache.Key { return cache.Key{Space: 9, ID: int64(id)} }
-	g := share.NewGroup(share.Options{Records: n, Cache: c, Key: key, Size: size, Seed: 5})
+	g := share.NewGroup(share.Options{Records: n, Cache: c, Key: key, Size: sc.size, Seed: sc.seed})
 	solo := make([][]byte, n)
 	for id := range n {
 		loc := ds.Locate(id)
@@ -205,11 +183,14 @@ func sharedRun(t *testing.T, ds dataset.Dataset, jobs int, size func(int) int) (
 		if err := ds.Object(loc.Object).ReadAt(context.Background(), solo[id], loc.Off); err != nil {
 			t.Fatal(err)
 		}
+		if sc.ref != nil {
+			solo[id] = sc.ref(solo[id])
+		}
 	}
 	var wg sync.WaitGroup
-	pace := newBarrier(jobs)
-	errs, wrong := make([]error, jobs), make([]int, jobs)
-	for k := range jobs {
+	pace := newBarrier(sc.jobs) // one batch each at a time, as jobs at one speed
+	res := make([]sharedResult, sc.jobs)
+	for k := range sc.jobs {
 		m, err := g.Join(nil, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -220,33 +201,36 @@ func sharedRun(t *testing.T, ds dataset.Dataset, jobs int, size func(int) int) (
 			defer m.Leave()
 			// A job that ends or fails leaves the pace: the others go on.
 			defer pace.leave()
-			l, err := loader.New(context.Background(), ds, m, loader.Options{BatchSize: 64, Cache: c, CacheSpace: 9, Epochs: 2})
+			r := &res[k]
+			l, err := loader.New(context.Background(), ds, m, loader.Options{BatchSize: 64, Cache: c, CacheSpace: 9, Transform: sc.tf, Epochs: 2})
 			if err != nil {
-				errs[k] = err
+				r.err = err
 				return
 			}
 			defer l.Close()
 			for {
 				b, err := l.Next(context.Background())
 				if errors.Is(err, io.EOF) {
+					r.reads = l.Stats().Reads
 					return
 				}
 				if err != nil {
-					errs[k] = err
+					r.err = err
 					return
 				}
 				for i, id := range b.IDs {
 					if !slices.Equal(b.Record(i), solo[id]) {
-						wrong[k]++
+						r.wrong++
 					}
 				}
+				r.ids = append(r.ids, b.IDs...)
 				b.Release()
 				pace.wait()
 			}
 		}()
 	}
 	wg.Wait()
-	return errs, wrong
+	return res, g, c
 }
 
 // Three sharing jobs over variable-size records (issue 22's first silent
@@ -259,10 +243,10 @@ func TestSharedVariableSizeRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ds.Close()
-	errs, wrong := sharedRun(t, ds, 3, func(id int) int { return ds.Locate(id).Len })
-	for k := range errs {
-		if errs[k] != nil || wrong[k] != 0 {
-			t.Fatalf("job %d: %d records wrong, error %v", k, wrong[k], errs[k])
+	res, _, _ := sharedRun(t, ds, sharedCase{jobs: 3, size: func(id int) int { return ds.Locate(id).Len }, seed: 5})
+	for k, r := range res {
+		if r.err != nil || r.wrong != 0 {
+			t.Fatalf("job %d: %d records wrong, error %v", k, r.wrong, r.err)
 		}
 	}
 }
@@ -278,17 +262,17 @@ func TestSharedItemOfAnotherSizeFails(t *testing.T) {
 	}
 	defer ds.Close()
 	mean := int(ds.Info().Bytes / int64(ds.Len()))
-	errs, wrong := sharedRun(t, ds, 3, func(int) int { return mean })
+	res, _, _ := sharedRun(t, ds, sharedCase{jobs: 3, size: func(int) int { return mean }, seed: 5})
 	failed := 0
-	for k := range errs {
-		if wrong[k] != 0 {
-			t.Fatalf("job %d delivered %d wrong records", k, wrong[k])
+	for k, r := range res {
+		if r.wrong != 0 {
+			t.Fatalf("job %d delivered %d wrong records", k, r.wrong)
 		}
 		var re *loader.RecordError
 		var se *cache.SizeError
-		if errs[k] != nil {
-			if !errors.As(errs[k], &re) || !errors.As(errs[k], &se) || re.Object != p {
-				t.Fatalf("job %d: error %v, want a RecordError naming %s with a cache.SizeError", k, errs[k], p)
+		if r.err != nil {
+			if !errors.As(r.err, &re) || !errors.As(r.err, &se) || re.Object != p {
+				t.Fatalf("job %d: error %v, want a RecordError naming %s with a cache.SizeError", k, r.err, p)
 			}
 			failed++
 		}
