@@ -13,6 +13,7 @@ import (
 	"github.com/riffle-ml/riffle/catalogue"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/privdir"
+	"github.com/riffle-ml/riffle/internal/privdir/privdirtest"
 	"github.com/riffle-ml/riffle/pack"
 )
 
@@ -92,20 +93,7 @@ func TestCatalogueSymlinkedShard(t *testing.T) {
 // refused: nothing is found in it, nothing is packed into it, and the
 // error says where, whose and what mode.
 func TestCatalogueRefusesForeignOrWritable(t *testing.T) {
-	var bad []string
-	world := filepath.Join(t.TempDir(), "world")
-	os.Mkdir(world, 0o700)
-	os.Chmod(world, 0o777)
-	bad = append(bad, world)
-	if os.Geteuid() == 0 {
-		foreign := filepath.Join(t.TempDir(), "foreign")
-		os.Mkdir(foreign, 0o700)
-		if err := os.Chown(foreign, 65534, 65534); err != nil {
-			t.Fatal(err)
-		}
-		bad = append(bad, foreign)
-	}
-	for _, d := range bad {
+	for _, d := range privdirtest.UnsafeDirs(t) {
 		// An output made while the directory was private, then the
 		// directory opened to others (or given away).
 		c := catalogue.Catalogue{Dir: filepath.Join(t.TempDir(), "outputs")}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	. "github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/privdir/privdirtest"
 )
 
 // lines makes n lines whose lengths depend on seed, padded so that every
@@ -188,18 +189,7 @@ func TestIndexDirPrivate(t *testing.T) {
 		}
 	}
 
-	world := filepath.Join(t.TempDir(), "world")
-	os.Mkdir(world, 0o777)
-	dirs := []string{world}
-	if os.Geteuid() == 0 {
-		foreign := filepath.Join(t.TempDir(), "foreign")
-		os.Mkdir(foreign, 0o700)
-		if err := os.Chown(foreign, 65534, 65534); err != nil {
-			t.Fatal(err)
-		}
-		dirs = append(dirs, foreign)
-	}
-	for _, d := range dirs {
+	for _, d := range privdirtest.UnsafeDirs(t) {
 		ds, err := Open(ctx, Options{Format: "text", IndexDir: d, IndexInDirOnly: true}, p)
 		if err != nil {
 			t.Fatalf("%s: %v", d, err)

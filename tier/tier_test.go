@@ -22,6 +22,7 @@ import (
 
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/internal/privdir"
+	"github.com/riffle-ml/riffle/internal/privdir/privdirtest"
 	"github.com/riffle-ml/riffle/internal/s3test"
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/sampler"
@@ -414,25 +415,14 @@ func TestTierDirPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	local, _ := storage.NewLocal(false, nil)
-	world := filepath.Join(t.TempDir(), "world")
-	os.Mkdir(world, 0o777)
-	bad := []string{world}
-	if os.Geteuid() == 0 {
-		foreign := filepath.Join(t.TempDir(), "foreign")
-		os.Mkdir(foreign, 0o700)
-		if err := os.Chown(foreign, 65534, 65534); err != nil {
-			t.Fatal(err)
-		}
-		bad = append(bad, foreign)
-	}
-	for _, d := range bad {
+	for _, d := range privdirtest.UnsafeDirs(t) {
 		if _, err := tier.New(local, tier.Options{Dir: d, Budget: 1 << 20, Block: block}); !errors.Is(err, privdir.ErrNotPrivate) ||
 			!strings.Contains(err.Error(), d) {
-			t.Fatalf("a tr in %s: %v", d, err)
+			t.Fatalf("a tier in %s: %v", d, err)
 		}
 	}
 
-	dir := filepath.Join(t.TempDir(), "tr")
+	dir := filepath.Join(t.TempDir(), "tier")
 	tr, err := tier.New(local, tier.Options{Dir: dir, Budget: 1 << 20, Block: block})
 	if err != nil {
 		t.Fatal(err)
