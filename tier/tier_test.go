@@ -299,13 +299,12 @@ func (r *countingReader) ReadAt(ctx context.Context, p []byte, off int64) error 
 	return r.Reader.ReadAt(ctx, p, off)
 }
 
-// Readers that miss one block at once fetch it once: the first fetches,
-// the others wait for its fill (the store's read is held until they all
-// do), and every one gets the block's bytes.
-func TestTierFetchesAMissOnce(t *testing.T) {
-	ctx := context.Background()
-	const block = 64 << 10
-	data := synth.RandomBytes(4*block+100, 8)
+// gatedTier is a tier of blocks of block bytes over a file of size random
+// bytes (from seed), in front of a local store that counts its reads and
+// holds each until the test opens its gate.
+func gatedTier(t *testing.T, size int, block int64, seed uint64) ([]byte, string, *countingStore, *tier.Tier) {
+	t.Helper()
+	data := synth.RandomBytes(size, seed)
 	path := filepath.Join(t.TempDir(), "d.bin")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -316,6 +315,16 @@ func TestTierFetchesAMissOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data, path, st, tr
+}
+
+// Readers that miss one block at once fetch it once: the first fetches,
+// the others wait for its fill (the store's read is held until they all
+// do), and every one gets the block's bytes.
+func TestTierFetchesAMissOnce(t *testing.T) {
+	ctx := context.Background()
+	const block = 64 << 10
+	data, path, st, tr := gatedTier(t, 4*block+100, block, 8)
 	r, err := tr.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
@@ -366,17 +375,7 @@ func TestTierFetchesAMissOnce(t *testing.T) {
 // fetches the block itself and gets it.
 func TestTierWaiterRetriesAFailedFetch(t *testing.T) {
 	const block = 64 << 10
-	data := synth.RandomBytes(2*block, 9)
-	path := filepath.Join(t.TempDir(), "d.bin")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	local, _ := storage.NewLocal(false, nil)
-	st := &countingStore{Store: local, gate: make(chan struct{})}
-	tr, err := tier.New(st, tier.Options{Dir: t.TempDir(), Budget: 1 << 20, Block: block})
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, path, st, tr := gatedTier(t, 2*block, block, 9)
 	r, _ := tr.Open(context.Background(), path)
 	first, cancel := context.WithCancel(context.Background())
 	firstErr := make(chan error, 1)
