@@ -172,44 +172,7 @@ func writeManifest(d *privdir.Dir, m *dataset.PackManifestFile) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(d, dataset.PackManifest, b)
-}
-
-// writeAtomic writes the file name in d under a temporary name (mode
-// 0600, ending .tmp so that a resumed pack removes it), syncs it, renames
-// it into place and syncs the directory.
-func writeAtomic(d *privdir.Dir, name string, b []byte) error {
-	f, tmp, err := d.CreateTemp(name)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = d.Rename(tmp, name)
-	}
-	if err != nil {
-		d.Remove(tmp)
-		return err
-	}
-	return syncDir(d)
-}
-
-// syncDir makes d's renames durable. privdir keeps its descriptor to
-// itself, so the directory is opened by path: one renamed since would
-// only be synced in vain, nothing is read or written through it.
-func syncDir(d *privdir.Dir) error {
-	f, err := os.Open(d.Path())
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	return d.WriteFileSync(dataset.PackManifest, b)
 }
 
 // shardWriter writes one shard.
@@ -298,7 +261,7 @@ func (w *shardWriter) finish(d *privdir.Dir) (int64, error) {
 	if err := d.Rename(w.name+".tmp", w.name); err != nil {
 		return 0, err
 	}
-	return size, syncDir(d)
+	return size, d.Sync()
 }
 
 func (w *shardWriter) abort(d *privdir.Dir) {

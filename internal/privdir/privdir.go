@@ -219,7 +219,13 @@ func (d *Dir) CreateTemp(prefix string) (*os.File, string, error) {
 // WriteFile writes b to the file name atomically (a reader sees the old
 // file or the new one, never a part): through a temporary file, mode
 // 0600, renamed over it.
-func (d *Dir) WriteFile(name string, b []byte) error {
+func (d *Dir) WriteFile(name string, b []byte) error { return d.writeFile(name, b, false) }
+
+// WriteFileSync is WriteFile that also survives a crash: the file is
+// synced before the rename, and the directory after it.
+func (d *Dir) WriteFileSync(name string, b []byte) error { return d.writeFile(name, b, true) }
+
+func (d *Dir) writeFile(name string, b []byte, durable bool) error {
 	if err := d.entry("write", name); err != nil {
 		return err
 	}
@@ -228,6 +234,9 @@ func (d *Dir) WriteFile(name string, b []byte) error {
 		return err
 	}
 	_, err = f.Write(b)
+	if err == nil && durable {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -236,8 +245,20 @@ func (d *Dir) WriteFile(name string, b []byte) error {
 	}
 	if err != nil {
 		d.Remove(tmp)
+		return err
 	}
-	return err
+	if durable {
+		return d.Sync()
+	}
+	return nil
+}
+
+// Sync makes the directory's entries (its renames) durable.
+func (d *Dir) Sync() error {
+	if err := unix.Fsync(d.fd); err != nil {
+		return &fs.PathError{Op: "sync", Path: d.path, Err: err}
+	}
+	return nil
 }
 
 // Rename renames the entry old to new (which it replaces; a symlink at new

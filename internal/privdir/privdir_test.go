@@ -201,3 +201,24 @@ func TestSymlinkNotFollowed(t *testing.T) {
 		t.Fatalf("the tree is still there: %v", err)
 	}
 }
+
+// WriteFileSync writes as WriteFile does, synced, and Sync syncs the
+// directory through its own descriptor.
+func TestWriteFileSync(t *testing.T) {
+	d, err := privdir.Open(filepath.Join(t.TempDir(), "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.WriteFileSync("m.json", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.ReadFile("m.json", 1<<10)
+	st, serr := os.Stat(filepath.Join(d.Path(), "m.json"))
+	if err != nil || string(b) != "{}" || serr != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("read %q %v, mode %v %v", b, err, st.Mode(), serr)
+	}
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
