@@ -233,16 +233,24 @@ func sharedRun(t *testing.T, ds dataset.Dataset, sc sharedCase) ([]sharedResult,
 	return res, g, c
 }
 
-// Three sharing jobs over variable-size records (issue 22's first silent
-// failure): every delivered record is the bytes a solo read gives.
-func TestSharedVariableSizeRecords(t *testing.T) {
+// jsonlDataset is a JSONL file of n variable-size lines, open, and its
+// path; it closes with the test.
+func jsonlDataset(t *testing.T, n int) (dataset.Dataset, string) {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "d.jsonl")
-	synth.WriteLines(p, "jsonl", 2000, false)
+	synth.WriteLines(p, "jsonl", n, false)
 	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ds.Close()
+	t.Cleanup(func() { ds.Close() })
+	return ds, p
+}
+
+// Three sharing jobs over variable-size records (issue 22's first silent
+// failure): every delivered record is the bytes a solo read gives.
+func TestSharedVariableSizeRecords(t *testing.T) {
+	ds, _ := jsonlDataset(t, 2000)
 	res, _, _ := sharedRun(t, ds, sharedCase{jobs: 3, size: func(id int) int { return ds.Locate(id).Len }, seed: 5})
 	for k, r := range res {
 		if r.err != nil || r.wrong != 0 {
@@ -254,13 +262,7 @@ func TestSharedVariableSizeRecords(t *testing.T) {
 // A shared item reserved at another size than its record's (the mean, as
 // once) is an error naming the record, never a cut record.
 func TestSharedItemOfAnotherSizeFails(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "d.jsonl")
-	synth.WriteLines(p, "jsonl", 2000, false)
-	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
+	ds, p := jsonlDataset(t, 2000)
 	mean := int(ds.Info().Bytes / int64(ds.Len()))
 	res, _, _ := sharedRun(t, ds, sharedCase{jobs: 3, size: func(int) int { return mean }, seed: 5})
 	failed := 0
