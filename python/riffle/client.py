@@ -676,18 +676,25 @@ class Loader:
     def _conn(self) -> Connection:
         return connect(*self._conn_args)
 
+    def _opening(self, msg: dict) -> tuple[Connection, dict, list[int]]:
+        """Send an open or a check, and its reply. The process's shared connection may be to a daemon that has
+        since gone (restarted, say): an open is safe to make again on a new connection, which starts a daemon if
+        none answers. An index may be built on the way, so the reply may take long."""
+        conn = self._conn()
+        try:
+            reply, _, fds = conn.request(msg, timeout=max(conn.timeout, 600.0))
+        except DaemonGone:
+            conn = self._conn()
+            reply, _, fds = conn.request(msg, timeout=max(conn.timeout, 600.0))
+        return conn, reply, fds
+
     def _check(self) -> None:
         """Ask the daemon what opening this loader's job would answer: a bad option or path fails here, when the
         loader is built, as the exception a PyTorch user catches (ValueError, FileNotFoundError)."""
         spec = dict(self.spec, epoch=self.epoch, batch=self._batch, epochs=-1)
-        msg = {"op": wire.OP_CHECK, "spec": spec}
-        conn = self._conn()
-        try:
-            # An index may be built on the way, as for an open.
-            reply, _, _ = conn.request(msg, timeout=max(conn.timeout, 600.0))
-        except DaemonGone:
-            conn = self._conn()  # a daemon restarted since this process last spoke to it
-            reply, _, _ = conn.request(msg, timeout=max(conn.timeout, 600.0))
+        _, reply, fds = self._opening({"op": wire.OP_CHECK, "spec": spec})
+        for fd in fds:
+            os.close(fd)
         self._meta = reply
         # The loader is bound to the data as it was when it was built.
         self._version = reply.get("dataset_version")
@@ -701,20 +708,12 @@ class Loader:
         if self._unresolved and j is not None and os.getpid() == j.conn.pid:
             self._resolve()  # the new job starts from the whole state
         self.close()
-        conn = self._conn()
         spec = dict(self.spec, epoch=self.epoch, batch=self._batch, epochs=-1)
         if self._sampler_state:
             spec["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
             spec["skip"] = self._skip
-        try:
-            reply, _, fds = conn.request({"op": wire.OP_OPEN, "spec": spec}, timeout=max(conn.timeout, 600.0))
-        except DaemonGone:
-            # The process's shared connection was to a daemon that has
-            # since gone (restarted, say): an open is safe to make again
-            # on a new connection, which starts a daemon if none answers.
-            conn = self._conn()
-            reply, _, fds = conn.request({"op": wire.OP_OPEN, "spec": spec}, timeout=max(conn.timeout, 600.0))
+        conn, reply, fds = self._opening({"op": wire.OP_OPEN, "spec": spec})
         mm = None
         if reply.get("arena_size"):
             if not fds:
