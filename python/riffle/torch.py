@@ -287,10 +287,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             raise ValueError("this state was saved by an older riffle with DataLoader workers: resume with as many")
         epoch, batch = int(state["epoch"]), int(state["batch"])
         # The place after an epoch's last batch is the next epoch's start.
-        rank, world = self._where()
-        probe = Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=int(state.get("seed", self.seed)),
-                       rank=rank, world_size=world, drop_last=self.drop_last, shard_drop_last=self.shard_drop_last,
-                       dtype=self.dtype, shape=self.shape, **kw)
+        probe = self._new_loader(int(state.get("seed", self.seed)), kw)
         if batch >= len(probe):
             epoch, batch = epoch + 1, 0
         return {"epoch": epoch, "batch": batch, "seed": state.get("seed", self.seed)}
@@ -303,8 +300,14 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._place = {"epoch": epoch, "batch": index + 1}
 
     # --- loading ---
-    def _loader(self) -> Loader:
+    def _new_loader(self, seed: int, kw: dict) -> Loader:
+        """A Loader of this dataset's options for this rank, with kw (the loader's own options, a role's stride)."""
         rank, world = self._where()
+        return Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=seed, rank=rank, world_size=world,
+                      drop_last=self.drop_last, shard_drop_last=self.shard_drop_last, dtype=self.dtype,
+                      shape=self.shape, **kw)
+
+    def _loader(self) -> Loader:
         info = torch.utils.data.get_worker_info()
         kw = dict(self.loader_kwargs)
         worker = 0
@@ -318,9 +321,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         owner = (os.getpid(), worker)
         if ld is None or self._ld_owner != owner:
             # A forked worker inherits the main process's loader: it needs its own.
-            ld = Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=self.seed, rank=rank, world_size=world,
-                        drop_last=self.drop_last, shard_drop_last=self.shard_drop_last, dtype=self.dtype,
-                        shape=self.shape, **kw)
+            ld = self._new_loader(self.seed, kw)
             self._ld, self._ld_owner = ld, owner
         epoch = self.epoch
         res = self._resume
@@ -397,13 +398,10 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if self._samples is None:
             root = os.path.abspath(info["paths"][0])
             idx = self.class_to_idx
-            ld = self._loader()
-            n = int(info["records"])
             out = []
-            for lo in range(0, n, 1 << 15):
-                for path, _ in ld.locate(list(range(lo, min(n, lo + (1 << 15))))):
-                    rel = os.path.relpath(path, root)
-                    out.append((path, idx.get(rel.split(os.sep, 1)[0], -1)))
+            for path in _record_paths(self._loader()):
+                rel = os.path.relpath(path, root)
+                out.append((path, idx.get(rel.split(os.sep, 1)[0], -1)))
             self._samples = out
         return self._samples
 
@@ -430,11 +428,10 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return total
 
     def _role_loader(self, role: int) -> Loader:
-        rank, world = self._where()
-        return Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=self.seed, rank=rank, world_size=world,
-                      drop_last=self.drop_last, shard_drop_last=self.shard_drop_last, dtype=self.dtype,
-                      shape=self.shape, **dict(self.loader_kwargs, batch_stride=self._workers, batch_offset=role)
-                      if self._workers > 1 else self.loader_kwargs)
+        kw = self.loader_kwargs
+        if self._workers > 1:
+            kw = dict(kw, batch_stride=self._workers, batch_offset=role)
+        return self._new_loader(self.seed, kw)
 
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
@@ -578,18 +575,21 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return [bytes(r) for r in batch.records()]
 
 
+def _record_paths(ld: Loader) -> Iterator[str]:
+    """The file of every record of ld's dataset, in id order: where the daemon says each lives, asked in chunks."""
+    n = int(ld.info()["records"])
+    for lo in range(0, n, 1 << 15):
+        for path, _ in ld.locate(list(range(lo, min(n, lo + (1 << 15))))):
+            yield path
+
+
 def _valid_files(paths: Any, is_valid_file: Callable[[str], bool], kw: dict) -> list[int]:
     """The records whose file is_valid_file takes, as ImageFolder's is_valid_file: a subset of ids, found
     once from where each record lives (the daemon's own listing, so the ids are its)."""
     probe = Loader(paths, 1, shuffle=False, **{k: v for k, v in kw.items() if k in ("format", "split", "socket",
                                                                                    "address", "token", "autostart")})
-    n = int(probe.info()["records"])
-    ids = []
     try:
-        for lo in range(0, n, 1 << 15):
-            for i, (path, _) in enumerate(probe.locate(list(range(lo, min(n, lo + (1 << 15)))))):
-                if is_valid_file(path):
-                    ids.append(lo + i)
+        ids = [i for i, path in enumerate(_record_paths(probe)) if is_valid_file(path)]
     finally:
         probe.close()
     if not ids:
