@@ -334,24 +334,28 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 
 // open opens a job and starts its worker.
 // check answers what an open of m's spec would: the job is made, lazy so
-// that it reads nothing, described and closed.
+// that it reads and allocates nothing (no arena), described and closed.
 func (cn *conn) check(m *wire.Msg) {
-	h, err := cn.s.openHandle(cn.ctx, m.Spec, false, true)
+	plan, err := job.Check(m.Spec)
+	var j *job.Job
+	if err == nil {
+		plan.Loader.Lazy = true
+		j, err = cn.s.env.Open(cn.ctx, plan, nil)
+	}
 	if err != nil {
 		if cn.ctx.Err() == nil {
 			cn.fail(m.Tag, err)
 		}
 		return
 	}
-	r := h.opened()
-	r.Tag, r.Job = m.Tag, 0
-	close(h.done) // no worker serves it
-	h.close()
+	r := openedMsg(j.Describe())
+	j.Close()
+	r.Tag = m.Tag
 	cn.reply(r)
 }
 
 func (cn *conn) open(m *wire.Msg) {
-	j, err := cn.s.openHandle(cn.ctx, m.Spec, cn.unix != nil, false)
+	j, err := cn.s.openHandle(cn.ctx, m.Spec, cn.unix != nil)
 	if err != nil {
 		if cn.ctx.Err() == nil {
 			cn.fail(m.Tag, err)

@@ -49,15 +49,11 @@ type handle struct {
 const maxQueued = 64
 
 // openHandle opens spec's job with its batches in an arena: shared memory
-// passed to the client with shm, else bytes sent inline; lazy reads
-// nothing until the first batch is asked (a check).
-func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm, lazy bool) (*handle, error) {
+// passed to the client with shm, else bytes sent inline.
+func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (*handle, error) {
 	plan, err := job.Check(spec)
 	if err != nil {
 		return nil, err
-	}
-	if lazy {
-		plan.Loader.Lazy = true
 	}
 	h := &handle{s: s, inline: !shm, held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -80,10 +76,20 @@ func pad8(n int) int { return (n + 7) &^ 7 }
 
 // opened is the job's "opened" frame.
 func (h *handle) opened() *wire.Msg {
-	d := h.j.Describe()
+	m := openedMsg(h.j.Describe())
+	m.Job = h.id
+	if !h.inline {
+		m.ArenaSize = h.arena.Size()
+	}
+	return m
+}
+
+// openedMsg describes a job as an "opened" frame: for an open, and for a
+// check, which has no handle.
+func openedMsg(d job.Description) *wire.Msg {
 	inf := d.Info
 	m := &wire.Msg{
-		Op: wire.OpOpened, Job: h.id, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
+		Op: wire.OpOpened, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
 		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
@@ -95,9 +101,6 @@ func (h *handle) opened() *wire.Msg {
 	if d.Transform != "" {
 		m.Info.Transform, m.Info.Persisted = d.Transform, d.Persisted
 		m.Info.RecordSize, m.Info.Dtype, m.Info.Shape = d.OutputSize, d.OutputDtype, d.OutputShape
-	}
-	if !h.inline {
-		m.ArenaSize = h.arena.Size()
 	}
 	return m
 }
