@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -175,6 +176,11 @@ const sharedPrefetch = 2
 // records, or over files it still holds open after they were removed.
 func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
 	b, err := j.l.Next(ctx)
+	if errors.Is(err, storage.ErrChanged) {
+		// A read found a file changed (the loader reads ahead, so perhaps
+		// before this epoch's check): the same advice.
+		return nil, fmt.Errorf("%w; build a new loader to read the dataset as it is now", err)
+	}
 	if err != nil || b.Epoch == j.epoch {
 		return b, err
 	}
