@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -54,6 +56,26 @@ func writeToken(path, token string) error {
 
 func tokenOK(got, want string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// showPaths says whether an HTTP request may see dataset paths as they
+// are (it presents the daemon's token: Authorization: Bearer TOKEN) or
+// only their hashes (no Authorization header). A wrong token, or any
+// token when the daemon has none, is refused with 401, slowed as a failed
+// hello is, and ok is false: the caller has answered and writes nothing.
+// /metrics and the live view follow this one rule.
+func (s *Server) showPaths(w http.ResponseWriter, r *http.Request) (full, ok bool) {
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return false, true
+	}
+	got, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || s.token == "" || !tokenOK(strings.TrimSpace(got), s.token) {
+		s.fails.wait()
+		http.Error(w, "wrong token", http.StatusUnauthorized)
+		return false, false
+	}
+	return true, true
 }
 
 // failures slows down failed handshakes for the whole daemon: each waits

@@ -90,7 +90,8 @@ type Server struct {
 	helloWait                         time.Duration // helloTimeout, shorter in tests
 	peerIdle                          time.Duration // peer.IdleTimeout, shorter in tests
 	metricsAddr                       string
-	metricsKey                        []byte // keys the hashes of paths in metrics
+	metricsKey                        []byte        // keys the hashes of paths in metrics
+	viewEvery                         time.Duration // how often the live view samples; a second, shorter in tests
 
 	gate     preAuth       // TCP connections not yet authenticated
 	tcpSlots chan struct{} // TCP connections authenticated
@@ -107,6 +108,7 @@ type Server struct {
 	doneRead int64 // bytes read and served by jobs that ended
 	doneServ int64
 	fails    failures
+	view     viewRing // the live view's recent samples (view.go)
 	clients  atomic.Int64
 	jobs     atomic.Int64
 	idle     chan struct{}
@@ -335,6 +337,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	if ml != nil {
 		g.Go(func() error { return s.serveMetrics(gctx, ml) })
+		g.Go(func() error { return s.sampleView(gctx) })
 	}
 	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "cache", budget)
 	close(s.ready)
