@@ -148,19 +148,15 @@ func (s *Server) serveMetrics(ctx context.Context, l net.Listener) error {
 	hashed, full := handler(false), handler(true)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		if auth == "" {
-			hashed.ServeHTTP(w, r)
+		if all, ok := s.showPaths(w, r); !ok {
+			return
+		} else if all {
+			full.ServeHTTP(w, r)
 			return
 		}
-		got, ok := strings.CutPrefix(auth, "Bearer ")
-		if !ok || s.token == "" || !tokenOK(strings.TrimSpace(got), s.token) {
-			s.fails.wait()
-			http.Error(w, "wrong token", http.StatusUnauthorized)
-			return
-		}
-		full.ServeHTTP(w, r)
+		hashed.ServeHTTP(w, r)
 	})
+	s.viewRoutes(mux)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	shut := make(chan struct{})
 	go func() {
