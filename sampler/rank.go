@@ -11,17 +11,19 @@ import (
 // repeating its start, and rank r takes positions r, r+World, r+2*World...
 // The ranks' parts are disjoint and together are the epoch's order.
 //
-// With Chunk > 1 the same is done to runs of Chunk consecutive positions
-// instead of single ones: rank r takes runs r, r+World, ... of the order,
-// cut or padded to a multiple of World runs. A block-aware order keeps its
-// blocks whole this way (with Chunk the batch size, every batch of a rank
-// is a batch of the unsharded order) instead of scattering each block's
-// records over the ranks.
+// With Contiguous, rank r takes the r-th of World equal runs of the order
+// instead: positions [r*Len, (r+1)*Len) of the padded (or cut) order. A
+// block-aware order keeps its blocks whole this way, but for the at most
+// World-1 blocks a run boundary cuts, instead of scattering each block's
+// records over the ranks. Each rank gets as many positions as with
+// striding, and the padding is the same at most World-1 repeats: taking
+// whole batch-sized runs by stride instead padded an epoch to a multiple
+// of World batches (168 repeats of 600 rows for 3 ranks of batch 64).
 type RankPart struct {
 	Base        Sampler
 	Rank, World int
 	DropLast    bool
-	Chunk       int
+	Contiguous  bool
 
 	lastEpoch, lastPos int // after the last Fill, for Mark
 }
@@ -32,28 +34,37 @@ func NewRankPart(base Sampler, rank, world int, dropLast bool) (*RankPart, error
 	if world < 1 || rank < 0 || rank >= world {
 		return nil, fmt.Errorf("rank %d of world %d: want 0 <= rank < world", rank, world)
 	}
-	return &RankPart{Base: base, Rank: rank, World: world, DropLast: dropLast, Chunk: 1}, nil
+	return &RankPart{Base: base, Rank: rank, World: world, DropLast: dropLast}, nil
 }
 
-func (s *RankPart) chunk() int { return max(1, s.Chunk) }
-
-// Len is the number of positions this rank gets per epoch.
+// Len is the number of positions this rank gets per epoch: the epoch cut
+// or padded to a multiple of World, divided by World.
 func (s *RankPart) Len() int {
-	unit := s.World * s.chunk()
 	if s.DropLast {
-		return s.Base.Len() / unit * s.chunk()
+		return s.Base.Len() / s.World
 	}
-	return (s.Base.Len() + unit - 1) / unit * s.chunk()
+	return (s.Base.Len() + s.World - 1) / s.World
 }
 
 func (s *RankPart) Fill(epoch, pos int, dst []int) int {
 	n := s.Base.Len()
-	c := s.chunk()
 	m := max(0, min(len(dst), s.Len()-pos))
-	for i := range m {
-		p := pos + i
-		g := ((p/c)*s.World+s.Rank)*c + p%c
-		s.Base.Fill(epoch, g%n, dst[i:i+1]) // padding repeats the order's start
+	if s.Contiguous {
+		// One run of the order: fill it in one call, split where the
+		// padding wraps to the order's start.
+		g := s.Rank*s.Len() + pos
+		k := min(m, max(0, n-g))
+		if k > 0 {
+			s.Base.Fill(epoch, g, dst[:k])
+		}
+		for i := k; i < m; i++ {
+			s.Base.Fill(epoch, (g+i)%n, dst[i:i+1])
+		}
+	} else {
+		for i := range m {
+			g := (pos+i)*s.World + s.Rank
+			s.Base.Fill(epoch, g%n, dst[i:i+1]) // padding repeats the order's start
+		}
 	}
 	s.lastEpoch, s.lastPos = epoch, pos+m
 	return m

@@ -255,14 +255,15 @@ func TestRankPartExactlyOnce(t *testing.T) {
 	})
 }
 
-// Chunked sharding is DistributedSampler over runs of Chunk positions:
-// each rank's runs are whole runs of the order, and the ranks together cover
-// the order, padded or cut to a multiple of World runs.
-func TestRankPartChunks(t *testing.T) {
+// Contiguous sharding gives rank r the r-th of World equal runs of the
+// order: each rank as many positions as DistributedSampler gives it, the
+// ranks together the order cut or padded to a multiple of World, so at
+// most World-1 repeats. (By whole batches it padded to a multiple of
+// World batches.)
+func TestRankPartContiguous(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 2000).Draw(t, "n")
 		w := rapid.IntRange(1, 8).Draw(t, "world")
-		c := rapid.IntRange(1, 64).Draw(t, "chunk")
 		dropLast := rapid.Bool().Draw(t, "droplast")
 		base, _, err := Config{Kind: rapid.SampledFrom(Kinds).Draw(t, "kind"), Seed: rapid.Uint64().Draw(t, "seed"),
 			BlockSize: 1000, Buffer: 8, Reservoir: 50}.Build(n, func(id int) (int, int64, int) { return 0, int64(id) * 64, 64 })
@@ -270,38 +271,34 @@ func TestRankPartChunks(t *testing.T) {
 			t.Fatal(err)
 		}
 		epoch := Order(base, 3)
-		counts := make([]int, n)
-		total := 0
+		var all []int
 		for r := range w {
-			s := &RankPart{Base: base, Rank: r, World: w, DropLast: dropLast, Chunk: c}
+			s := &RankPart{Base: base, Rank: r, World: w, DropLast: dropLast, Contiguous: true}
 			part := Order(s, 3)
-			for i, id := range part {
-				if want := epoch[(((i/c)*w+r)*c+i%c)%n]; id != want {
-					t.Fatalf("rank %d position %d: %d, want %d", r, i, id, want)
-				}
-				counts[id]++
+			want := n / w
+			if !dropLast {
+				want = (n + w - 1) / w
 			}
-			total += len(part)
-		}
-		unit := w * c
-		if dropLast {
-			if total != n/unit*unit {
-				t.Fatalf("drop_last: %d positions, want %d", total, n/unit*unit)
+			if len(part) != want || s.Len() != want {
+				t.Fatalf("rank %d: %d positions (Len %d), want %d", r, len(part), s.Len(), want)
 			}
-			for id, k := range counts {
-				if k > 1 {
-					t.Fatalf("id %d on %d ranks", id, k)
+			// Piecewise fills agree with one fill of the epoch.
+			if cut := rapid.IntRange(0, len(part)).Draw(t, "cut"); cut > 0 {
+				dst := make([]int, len(part)-cut)
+				s.Fill(3, cut, dst)
+				if !slices.Equal(dst, part[cut:]) {
+					t.Fatalf("rank %d: fill from %d differs", r, cut)
 				}
 			}
-			return
+			all = append(all, part...)
 		}
-		if total != (n+unit-1)/unit*unit {
-			t.Fatalf("padded: %d positions, want %d", total, (n+unit-1)/unit*unit)
-		}
-		for id, k := range counts {
-			if k == 0 {
-				t.Fatalf("id %d on no rank", id)
+		for i, id := range all {
+			if want := epoch[i%n]; id != want {
+				t.Fatalf("position %d of the ranks' runs: %d, want %d", i, id, want)
 			}
+		}
+		if !dropLast && len(all)-n > w-1 {
+			t.Fatalf("%d repeats for %d ranks", len(all)-n, w)
 		}
 	})
 }
