@@ -308,6 +308,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                       shape=self.shape, **kw)
 
     def _loader(self) -> Loader:
+        """This process's Loader at its role's place (a resumed role's may be past this epoch)."""
         info = torch.utils.data.get_worker_info()
         kw = dict(self.loader_kwargs)
         worker = 0
@@ -439,6 +440,11 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             self._begin()
         ld = self._loader()
         self._resume = None
+        if ld.epoch > self.epoch:
+            # This role delivered its last batch of the epoch before the
+            # state was saved (its place is the next epoch's start): it has
+            # nothing left of this epoch.
+            return
         stamp = info is not None and self._driven
         worker = info.id if info is not None else 0
         for batch in ld:

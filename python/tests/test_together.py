@@ -114,6 +114,29 @@ def test_resume_with_workers_then_whole_epochs(daemon, tmp_path, workers):
     assert sorted(epoch_ids(dl3)) == list(range(1000))
 
 
+@pytest.mark.parametrize("sampler", ["global", "reservoir"])
+def test_resume_at_every_batch_with_workers(daemon, tmp_path, sampler):
+    """A checkpoint after any batch resumes exactly, with 2 workers: also after a worker's last batch of the
+    epoch, when the other still has one (that worker's place is then the next epoch's start, and resumed it
+    used to deliver the next epoch's batches inside this one)."""
+    path = write_ids(tmp_path / "ids.npy", 500)
+    kw = dict(num_workers=2, seed=9, sampler=sampler)
+    if sampler == "reservoir":
+        kw["reservoir"] = 64
+    n = len(rt.loader(path, 100, **kw))
+    for stop in range(1, n + 1):
+        dl = rt.loader(path, 100, **kw)
+        it = iter(dl)
+        head = [int(i) for _ in range(stop) for i in next(it).reshape(-1)]
+        state = dl.state_dict()
+        del it
+        dl2 = rt.loader(path, 100, **kw)
+        dl2.load_state_dict(state)
+        rest = epoch_ids(dl2) if stop < n else []
+        assert sorted(head + rest) == list(range(500)), f"stop after batch {stop} of {n}"
+        assert sorted(epoch_ids(dl2)) == list(range(500)), f"the epoch after a stop after batch {stop}"
+
+
 SPAWN = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, {py!r})
