@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -71,6 +72,35 @@ type Engine struct {
 	misses chan *Request // cache misses for the ring
 	blocks chan *Request // reads for the goroutine pool
 	ring   bool
+
+	inFlight, reads, bytes atomic.Int64 // for Stats
+}
+
+// EngineStats is what an engine has done so far.
+type EngineStats struct {
+	// InFlight is the reads submitted and not yet done: queued, being
+	// copied from cached pages, or at the device.
+	InFlight int64
+	// Reads and Bytes count the reads that succeeded and their bytes,
+	// cached pages included: a reader of Bytes over time sees the device's
+	// MB/s as the jobs see it.
+	Reads, Bytes int64
+}
+
+// Stats reads the engine's counts; safe at any time, from any goroutine.
+func (e *Engine) Stats() EngineStats {
+	return EngineStats{InFlight: e.inFlight.Load(), Reads: e.reads.Load(), Bytes: e.bytes.Load()}
+}
+
+// finish ends a submitted read: every one ends here exactly once, so that
+// InFlight comes back to zero.
+func (e *Engine) finish(r *Request, err error) {
+	if err == nil && len(r.P) > 0 {
+		e.reads.Add(1)
+		e.bytes.Add(int64(len(r.P)))
+	}
+	e.inFlight.Add(-1)
+	r.Done(err)
 }
 
 // NewEngine starts an engine. Close it when no reads are left to submit.
@@ -128,11 +158,18 @@ func NewEngine(opts EngineOptions) *Engine {
 
 // Submit queues reads; it never blocks. Each request's Done is called once.
 func (e *Engine) Submit(reqs ...*Request) {
+	e.inFlight.Add(int64(len(reqs)))
+	e.enqueue(reqs...)
+}
+
+// enqueue queues submitted reads (a delayed read comes back through it
+// without being counted twice).
+func (e *Engine) enqueue(reqs ...*Request) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		for _, r := range reqs {
-			r.Done(errEngineClosed)
+			e.finish(r, errEngineClosed)
 		}
 		return
 	}
@@ -198,11 +235,11 @@ func (e *Engine) serve() {
 
 func (e *Engine) serveOne(r *Request) {
 	if err := r.Ctx.Err(); err != nil {
-		r.Done(err)
+		e.finish(r, err)
 		return
 	}
 	if len(r.P) == 0 {
-		r.Done(nil) // a zero-length record costs no read
+		e.finish(r, nil) // a zero-length record costs no read
 		return
 	}
 	if f, ok := r.R.(*Faulty); ok {
@@ -211,18 +248,18 @@ func (e *Engine) serveOne(r *Request) {
 			// or fails as soon as its context is done.
 			r.delayed = true
 			var once sync.Once
-			t := time.AfterFunc(f.Delay, func() { once.Do(func() { e.Submit(r) }) })
+			t := time.AfterFunc(f.Delay, func() { once.Do(func() { e.enqueue(r) }) })
 			context.AfterFunc(r.Ctx, func() {
 				once.Do(func() {
 					t.Stop()
-					r.Done(r.Ctx.Err())
+					e.finish(r, r.Ctx.Err())
 				})
 			})
 			return
 		}
 		first, err := f.inject(r.Off, len(r.P))
 		if err != nil {
-			r.Done(err)
+			e.finish(r, err)
 			return
 		}
 		r.first = first
@@ -242,7 +279,7 @@ func (e *Engine) serveOne(r *Request) {
 		return
 	}
 	if err != nil {
-		r.Done(err)
+		e.finish(r, err)
 		return
 	}
 	r.file, r.release = file, release
@@ -261,7 +298,7 @@ func (e *Engine) toPool(r *Request) {
 	select {
 	case e.blocks <- r:
 	case <-r.Ctx.Done():
-		r.Done(r.Ctx.Err())
+		e.finish(r, r.Ctx.Err())
 	}
 }
 
@@ -275,7 +312,7 @@ func (e *Engine) complete(r *Request, err error) {
 			f.Reads.Add(1)
 		}
 	}
-	r.Done(err)
+	e.finish(r, err)
 }
 
 // runRing keeps the misses in flight through io_uring until the front

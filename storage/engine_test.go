@@ -175,3 +175,38 @@ func TestEngineClosedRefusesReads(t *testing.T) {
 		t.Fatal("a closed engine read")
 	}
 }
+
+// Stats counts the reads that succeeded and their bytes, and a read is in
+// flight from its Submit to its Done, whether it succeeds, fails, waits on
+// an injected delay or is cancelled.
+func TestEngineStats(t *testing.T) {
+	p, _ := testFile(t, 1<<16)
+	f, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for name, e := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			for i := range 5 {
+				if err := e.Read(context.Background(), f, make([]byte, 1000), int64(i)*4096); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.Read(context.Background(), f, make([]byte, 100), 1<<16-50); err == nil {
+				t.Fatal("a read past the end succeeded")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			e.Submit(&Request{Ctx: ctx, R: &Faulty{Reader: f, Delay: time.Hour}, P: make([]byte, 10), Done: func(err error) { done <- err }})
+			if got := e.Stats().InFlight; got != 1 {
+				t.Fatalf("a waiting read: %d in flight", got)
+			}
+			cancel()
+			<-done
+			if got := e.Stats(); got != (EngineStats{InFlight: 0, Reads: 5, Bytes: 5000}) {
+				t.Fatalf("stats %+v, want 5 reads of 5000 bytes and none in flight", got)
+			}
+		})
+	}
+}
