@@ -32,7 +32,7 @@ N = 600  # records: a multiple of every world size drawn, so no rank is padded
 EPOCHS = 2
 REGRESSIONS = Path(__file__).with_name("combinations.json")
 
-FORMATS = ("fixed", "lines", "dir", "arrow", "tar", "libsvm")
+FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm")
 SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic")
 # Orders that are functions of (seed, epoch, position): they resume on any number of workers.
 POSITIONAL = ("global", "block", "sequential")
@@ -56,7 +56,7 @@ def draw(rng: random.Random) -> dict:
         c["resume_workers"] = rng.randint(0, 3) if c["sampler"] in POSITIONAL and not c["share"] else c["workers"]
         if c["transform"] and c["format"] != "libsvm":
             c["transform"] = False
-        if c["format"] == "arrow" and (c["share"] or c["sampler"] == "opportunistic"):
+        if c["format"] in ("arrow", "parquet") and (c["share"] or c["sampler"] == "opportunistic"):
             continue  # rows are not shared or opportunistic yet (issue 23)
         if not c["share"]:
             c["jobs"] = 1
@@ -112,6 +112,16 @@ def make_data(fmt: str, root: Path) -> str:
             for b in table.to_batches(max_chunksize=97):
                 w.write_batch(b)
         return str(p)
+    if fmt == "parquet":
+        pa = pytest.importorskip("pyarrow")
+        pq = pytest.importorskip("pyarrow.parquet")
+        p = root / "d.parquet"
+        table = pa.table({"id": pa.array(range(N), pa.int64()),
+                          "text": pa.array(["z" * int(k) for k in rng.integers(0, 300, N)]),
+                          "v": pa.array(rng.random(N))})
+        # Small pages in four row groups: the default order reads many pages, a few per batch.
+        pq.write_table(table, str(p), row_group_size=150, data_page_size=2048)
+        return str(p)
     raise ValueError(fmt)
 
 
@@ -124,6 +134,8 @@ def options(c: dict) -> dict:
     s = c["sampler"]
     if s == "opportunistic":
         kw.update(sampler="global", opportunistic=2)
+    elif s == "block" and c["format"] == "parquet":
+        kw.update(sampler="block", window=4)  # over the file's own pages
     elif s == "block":
         kw.update(sampler="block", block_size=4096, window=4)
     elif s == "buffered":
