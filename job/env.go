@@ -1,7 +1,9 @@
 package job
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -124,6 +126,27 @@ func (e *Env) Close() error {
 		}
 	}
 	return first
+}
+
+// Device is the read engine of one device and what it has done.
+type Device struct {
+	// ID is the device (storage.DeviceOf): 0 for objects that are not
+	// local files (an object store).
+	ID    uint64
+	Stats storage.EngineStats
+}
+
+// Devices reads the counts of the read engines, one per device the Env's
+// jobs have read, in ID order. Safe at any time.
+func (e *Env) Devices() []Device {
+	e.engMu.Lock()
+	out := make([]Device, 0, len(e.engines))
+	for id, en := range e.engines {
+		out = append(out, Device{ID: id, Stats: en.Stats()})
+	}
+	e.engMu.Unlock()
+	slices.SortFunc(out, func(a, b Device) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
 // engineFor returns the read engine of the device r's object lives on:
