@@ -3,9 +3,11 @@
 # only when something is missing: real PyTorch, torchvision, numpy and
 # Pillow for the Python client's tests and examples, scikit-learn as an
 # independent LIBSVM reader, pytest to run them, fio for the benchmarks'
-# device ceiling; then a virtualenv (.venv, on top of those) with the pinned
-# PyPI packages the tests use as independent writers and readers (pyarrow,
-# datasets, webdataset: python/requirements-test.txt).
+# device ceiling, chromium for the test of the daemon's live view in a
+# real headless browser (server/view_browser_test.go); then a virtualenv
+# (.venv, on top of those) with the pinned PyPI packages the tests use as
+# independent writers and readers (pyarrow, datasets, webdataset:
+# python/requirements-test.txt).
 set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
@@ -15,6 +17,7 @@ need=()
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || need+=(python3-torchvision)
 /usr/bin/python3 -c 'import sklearn' 2>/dev/null || need+=(python3-sklearn)
 command -v fio >/dev/null || need+=(fio)
+command -v chromium >/dev/null || need+=(chromium)
 [ -e /usr/include/turbojpeg.h ] || need+=(libturbojpeg0-dev)
 /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
