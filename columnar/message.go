@@ -26,6 +26,7 @@ type BatchMeta struct {
 	Nodes    []FieldNode
 	Buffers  []BufferLoc
 	Variadic []int64 // the data buffer counts of view-typed fields, in order
+	Codec    Codec   // how the buffers are compressed (compress.go)
 }
 
 // Message is an IPC message's metadata.
@@ -141,11 +142,14 @@ func parseBatch(t table, b *BatchMeta) error {
 		p := t.b[start+16*i:]
 		b.Buffers[i] = BufferLoc{int64(binary.LittleEndian.Uint64(p)), int64(binary.LittleEndian.Uint64(p[8:]))}
 	}
-	if _, ok, err := t.table(3); err != nil || ok {
-		if err != nil {
+	c, ok, err := t.table(3)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if b.Codec, err = parseCompression(c); err != nil {
 			return err
 		}
-		return ErrCompressed
 	}
 	if start, n, err = t.vector(4, 8); err != nil {
 		return err
@@ -164,10 +168,6 @@ func parseBatch(t table, b *BatchMeta) error {
 // read (its views under a list in three data buffers or more), though the
 // file is sound.
 var ErrUnreadRow = errors.New("a row riffle does not read")
-
-// ErrCompressed is a record batch whose buffers are compressed (LZ4 or
-// ZSTD): no row can be read without decompressing its whole buffers.
-var ErrCompressed = fmt.Errorf("compressed IPC buffers have no random access to rows: rewrite the file uncompressed with `riffle convert`")
 
 // Block is a footer's entry for one message.
 type Block struct {

@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/storage"
 )
@@ -46,19 +48,43 @@ import (
 
 func init() {
 	RegisterFormat(Format{Name: "arrow", Extensions: []string{".arrow", ".feather", ".arrows", ".ipc"}, Indexed: true,
-		OpenFiles: openArrow})
+		OpenFiles: func(ctx context.Context, names []string, opts Options) (Dataset, error) {
+			d, err := openArrow(ctx, names, opts)
+			if err != nil {
+				return nil, err
+			}
+			return d.dataset(), nil
+		}})
 }
 
 var arrowMagic = []byte("ARROW1")
 
 // arrowBatch is one record batch (or dictionary batch) of a file.
 type arrowBatch struct {
+	// src is the batch as rows are read from it: in the file, or for a
+	// compressed batch (src.Meta.Codec) in its decompressed body, whose
+	// buffers' places src.Meta.Buffers gives (src.Body is then 0).
 	src     columnar.Source
+	body    int64 // where its body starts in the file
 	bodyLen int64
 	msgOff  int64 // where its message starts, for errors
-	dictID  int64 // dictionary batches
-	delta   bool
-	before  int // dictionary batches: the record batches before it
+	// A compressed batch's buffers as its message places them in the
+	// body, and the length of its decompressed body.
+	packed   []columnar.BufferLoc
+	unpacked int64
+	dictID   int64 // dictionary batches
+	delta    bool
+	before   int // dictionary batches: the record batches before it
+}
+
+func (b *arrowBatch) compressed() bool { return b.src.Meta.Codec != columnar.CodecNone }
+
+// srcLen is the length of the body src's buffers lie in.
+func (b *arrowBatch) srcLen() int64 {
+	if b.compressed() {
+		return b.unpacked
+	}
+	return b.bodyLen
 }
 
 // arrowFile is one file's index: its schema and batches.
@@ -79,11 +105,14 @@ type arrowSet struct {
 	starts []int // the first row id of each file; one extra at the end
 	full   *columnar.Layout
 	lay    *columnar.Layout // the projection read
+	// unpacked holds compressed batches decompressed: the one
+	// claim/fill/wait cache, under the budget of Parquet's decoded pages.
+	unpacked *cache.Cache
 }
 
-const arrowVariant = 0x41525232 // "ARR2": run-end encoded columns and list views keep their rows' runs and ranges
+const arrowVariant = 0x41525233 // "ARR3": compressed batches keep their codec and both layouts
 
-func openArrow(ctx context.Context, names []string, opts Options) (Dataset, error) {
+func openArrow(ctx context.Context, names []string, opts Options) (*arrowSet, error) {
 	d := &arrowSet{starts: []int{0}}
 	for _, name := range names {
 		r, err := opts.Store.Open(ctx, name)
@@ -282,7 +311,7 @@ func (f *arrowFile) scan(ctx context.Context, full *columnar.Layout, schemaAt in
 	add := func(off int64, meta []byte, hl int64) (int64, error) {
 		m, err := columnar.ParseMessage(meta)
 		if err != nil {
-			if errors.Is(err, columnar.ErrCompressed) {
+			if errors.Is(err, columnar.ErrCodec) {
 				return 0, &FormatError{Path: f.r.Name(), Offset: off, Err: fmt.Errorf("%w: %w", err, ErrUnsupported)}
 			}
 			return 0, f.bad(off, "message: %v", err)
@@ -291,10 +320,19 @@ func (f *arrowFile) scan(ctx context.Context, full *columnar.Layout, schemaAt in
 		if m.BodyLen > f.r.Size()-body {
 			return 0, f.bad(off, "message body of %d bytes past the end of the file (%d bytes)", m.BodyLen, f.r.Size())
 		}
-		b := arrowBatch{src: columnar.Source{Body: body, Meta: &m.Batch}, bodyLen: m.BodyLen, msgOff: off}
+		b := arrowBatch{src: columnar.Source{Body: body, Meta: &m.Batch}, body: body, bodyLen: m.BodyLen, msgOff: off}
+		var unpacked []byte
+		if b.compressed() && m.Type != 1 {
+			// A compressed batch is read and decompressed whole once
+			// here, for its buffers' places and its rows' starts.
+			b.packed, m.Batch.Buffers = m.Batch.Buffers, nil
+			if unpacked, err = f.readUnpacked(ctx, &b); err != nil {
+				return 0, err
+			}
+		}
 		switch m.Type {
 		case 3:
-			if err := f.index(ctx, full, &b); err != nil {
+			if err := f.index(ctx, full, &b, unpacked); err != nil {
 				return 0, err
 			}
 			f.batches = append(f.batches, b)
@@ -395,13 +433,59 @@ func (f *arrowFile) scanFooter(ctx context.Context, add func(off int64, meta []b
 	return nil
 }
 
-// index reads a record batch's offsets buffers for its rows' child starts
+// readUnpacked reads a compressed batch's body and decompresses it. The
+// first time (b.src.Meta.Buffers nil: the scan) it sets the decompressed
+// buffers' places; after, it checks them.
+func (f *arrowFile) readUnpacked(ctx context.Context, b *arrowBatch) ([]byte, error) {
+	raw := make([]byte, b.bodyLen)
+	if err := f.r.ReadAt(ctx, raw, b.body); err != nil {
+		return nil, err
+	}
+	return f.unpack(b, raw)
+}
+
+// unpack decompresses a compressed batch's body, raw (bodyLen bytes): a
+// body that does not decompress to the buffers the index holds is an
+// error naming the byte of the file where the buffer at fault starts.
+func (f *arrowFile) unpack(b *arrowBatch, raw []byte) ([]byte, error) {
+	m := b.src.Meta
+	if int64(len(raw)) != b.bodyLen {
+		return nil, f.bad(b.body, "%v record batch body of %d bytes, read %d", m.Codec, b.bodyLen, len(raw))
+	}
+	out, bufs, err := columnar.Decompress(m.Codec, b.packed, raw)
+	if err != nil {
+		at := b.body
+		var be *columnar.BufferError
+		if errors.As(err, &be) {
+			at += be.Offset
+		}
+		return nil, f.bad(at, "%v batch (message at %d): %v", m.Codec, b.msgOff, err)
+	}
+	if m.Buffers == nil {
+		m.Buffers, b.unpacked = bufs, int64(len(out))
+		return out, nil
+	}
+	if int64(len(out)) != b.unpacked || !slices.Equal(bufs, m.Buffers) {
+		return nil, f.bad(b.body, "%v batch (message at %d) decompresses to %d bytes, not the %d indexed: the file changed since it was indexed", m.Codec, b.msgOff, len(out), b.unpacked)
+	}
+	return out, nil
+}
+
+// index reads a record batch's offsets buffers (from the file, or from
+// the decompressed body of a compressed batch) for its rows' child starts
 // and checks the batch against every column.
-func (f *arrowFile) index(ctx context.Context, full *columnar.Layout, b *arrowBatch) error {
-	starts, err := full.StartsFrom(b.src.Meta, b.bodyLen, func(n *columnar.Node) ([]byte, error) {
+func (f *arrowFile) index(ctx context.Context, full *columnar.Layout, b *arrowBatch, unpacked []byte) error {
+	if b.compressed() {
+		b.src.Body = 0
+	}
+	size := b.srcLen()
+	starts, err := full.StartsFrom(b.src.Meta, size, func(n *columnar.Node) ([]byte, error) {
 		loc, ok := b.src.OffsetsBuffer(n)
-		if !ok || loc.Offset < 0 || loc.Length < 0 || loc.Offset > b.bodyLen || loc.Length > b.bodyLen-loc.Offset {
+		if !ok || loc.Offset < 0 || loc.Length < 0 || loc.Offset > size || loc.Length > size-loc.Offset {
 			return nil, f.bad(b.msgOff, "column %q: offsets buffer outside the batch's body", n.Name)
+		}
+		if b.compressed() {
+			return unpacked[loc.Offset : loc.Offset+loc.Length], nil
 		}
 		buf := make([]byte, loc.Length)
 		if err := f.r.ReadAt(ctx, buf, b.src.Body+loc.Offset); err != nil {
@@ -420,7 +504,7 @@ func (f *arrowFile) index(ctx context.Context, full *columnar.Layout, b *arrowBa
 		return f.bad(b.msgOff, "%v", err)
 	}
 	b.src.Starts = starts
-	if err := full.Check(&b.src, b.bodyLen); err != nil {
+	if err := full.Check(&b.src, size); err != nil {
 		return f.bad(b.msgOff, "record batch: %v", err)
 	}
 	return nil
@@ -453,8 +537,14 @@ func (f *arrowFile) attachDicts(ctx context.Context, full *columnar.Layout) erro
 				continue // a dictionary of a column riffle does not read
 			}
 			body := make([]byte, db.bodyLen)
-			if err := f.r.ReadAt(ctx, body, db.src.Body); err != nil {
+			if err := f.r.ReadAt(ctx, body, db.body); err != nil {
 				return err
+			}
+			if db.compressed() {
+				var err error
+				if body, err = f.unpack(db, body); err != nil {
+					return err
+				}
 			}
 			d, err := columnar.NewDict(v, db.src.Meta, body)
 			if err != nil {
@@ -482,7 +572,7 @@ func (f *arrowFile) encode() []byte {
 	var w []int64
 	put := func(b *arrowBatch, dict bool) {
 		m := b.src.Meta
-		w = append(w, b.msgOff, b.src.Body, b.bodyLen, m.Rows, int64(len(m.Nodes)), int64(len(m.Buffers)), int64(len(m.Variadic)))
+		w = append(w, b.msgOff, b.body, b.bodyLen, m.Rows, int64(len(m.Nodes)), int64(len(m.Buffers)), int64(len(m.Variadic)))
 		for _, n := range m.Nodes {
 			w = append(w, n.Length, n.NullCount)
 		}
@@ -490,6 +580,13 @@ func (f *arrowFile) encode() []byte {
 			w = append(w, x.Offset, x.Length)
 		}
 		w = append(w, m.Variadic...)
+		w = append(w, int64(m.Codec))
+		if b.compressed() {
+			w = append(w, b.unpacked, int64(len(b.packed)))
+			for _, x := range b.packed {
+				w = append(w, x.Offset, x.Length)
+			}
+		}
 		if dict {
 			d := int64(0)
 			if b.delta {
@@ -549,7 +646,7 @@ func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
 				return b, err
 			}
 		}
-		b.msgOff, b.src.Body, b.bodyLen, m.Rows = vals[0], vals[1], vals[2], vals[3]
+		b.msgOff, b.body, b.bodyLen, m.Rows = vals[0], vals[1], vals[2], vals[3]
 		nn, err := count()
 		if err != nil {
 			return b, err
@@ -586,8 +683,38 @@ func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
 				return b, err
 			}
 		}
-		b.src.Meta = &m
-		if b.src.Body < 0 || b.bodyLen < 0 || b.src.Body > f.r.Size() || b.bodyLen > f.r.Size()-b.src.Body || m.Rows < 0 {
+		codec, err := next()
+		if err != nil {
+			return b, err
+		}
+		if codec < int64(columnar.CodecNone) || codec > int64(columnar.CodecZstd) {
+			return b, fmt.Errorf("index codec %d", codec)
+		}
+		m.Codec = columnar.Codec(codec)
+		b.src.Meta, b.src.Body = &m, b.body
+		if b.compressed() {
+			b.src.Body = 0
+			if b.unpacked, err = next(); err != nil {
+				return b, err
+			}
+			np, err := count()
+			if err != nil {
+				return b, err
+			}
+			b.packed = make([]columnar.BufferLoc, np)
+			for i := range b.packed {
+				if b.packed[i].Offset, err = next(); err != nil {
+					return b, err
+				}
+				if b.packed[i].Length, err = next(); err != nil {
+					return b, err
+				}
+			}
+			if b.unpacked < 0 || len(b.packed) != len(m.Buffers) {
+				return b, fmt.Errorf("compressed batch of %d buffers, %d decompressed, in %d bytes", len(b.packed), len(m.Buffers), b.unpacked)
+			}
+		}
+		if b.body < 0 || b.bodyLen < 0 || b.body > f.r.Size() || b.bodyLen > f.r.Size()-b.body || m.Rows < 0 {
 			return b, fmt.Errorf("batch body outside the file")
 		}
 		if dict {
@@ -627,7 +754,7 @@ func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
 			}
 			b.src.Starts[i] = s
 		}
-		if err := full.Check(&b.src, b.bodyLen); err != nil {
+		if err := full.Check(&b.src, b.srcLen()); err != nil {
 			return b, err
 		}
 		return b, nil
@@ -661,7 +788,7 @@ func (d *arrowSet) Len() int   { return d.starts[len(d.starts)-1] }
 func (d *arrowSet) Info() Info { return d.inf }
 
 // row finds id's file, batch and row in the batch.
-func (d *arrowSet) row(id int) (file int, src *columnar.Source, row int64) {
+func (d *arrowSet) row(id int) (file, batch int, row int64) {
 	k := 0
 	if len(d.files) > 1 {
 		k = sort.SearchInts(d.starts, id+1) - 1
@@ -669,39 +796,42 @@ func (d *arrowSet) row(id int) (file int, src *columnar.Source, row int64) {
 	f := d.files[k]
 	r := int64(id - d.starts[k])
 	b := sort.Search(len(f.batches), func(b int) bool { return f.rows[b+1] > r })
-	return k, &f.batches[b].src, r - f.rows[b]
+	return k, b, r - f.rows[b]
 }
 
 func (d *arrowSet) NumCells() int { return d.lay.NumCells }
 
-// cells appends row id's ranges: a slice of each buffer of its columns.
-func (d *arrowSet) cells(id int, dst []Loc) []Loc {
-	k, src, row := d.row(id)
-	return d.appendCells(k, src, row, dst)
-}
-
-func (d *arrowSet) appendCells(k int, src *columnar.Source, row int64, dst []Loc) []Loc {
+// cells appends row's ranges: a slice of each buffer of its columns, in
+// the file, or for a compressed batch in its decompressed body.
+func (d *arrowSet) cells(b *arrowBatch, row int64, dst []Loc, k int) []Loc {
 	var buf [16]columnar.Range
-	for _, c := range d.lay.Cells(src, int(row), buf[:0]) {
+	for _, c := range d.lay.Cells(&b.src, int(row), buf[:0]) {
 		dst = append(dst, Loc{Object: k, Off: c.Off, Len: int(c.Len)})
 	}
 	return dst
 }
 
 // Locate places a row at its largest cell, with the bytes of all its cells:
-// where block-aware orders group it, and what errors name.
+// where block-aware orders group it, and what errors name. A row of a
+// compressed batch is placed at the batch's body, with its cells'
+// decompressed bytes and its share of the body, which is read whole.
 func (d *arrowSet) Locate(id int) Loc {
+	k, bi, row := d.row(id)
+	b := &d.files[k].batches[bi]
 	var best Loc
 	total := 0
-	for _, c := range d.cells(id, nil) {
+	for _, c := range d.cells(b, row, nil, k) {
 		total += c.Len
 		if c.Len > best.Len {
 			best = c
 		}
 	}
+	if b.compressed() {
+		rows := max(1, b.src.Meta.Rows)
+		return Loc{Object: k, Off: b.body, Len: total + int((b.bodyLen+rows-1)/rows)}
+	}
 	if best.Len == 0 {
-		k, src, _ := d.row(id)
-		best = Loc{Object: k, Off: src.Body}
+		best = Loc{Object: k, Off: b.body}
 	}
 	best.Len = total
 	return best
@@ -719,22 +849,85 @@ func (d *arrowSet) Close() error {
 	return errors.Join(errs...)
 }
 
+// packedArrow is a dataset of Arrow files some of whose record batches
+// are compressed. A compressed record batch is a block, as a Parquet page
+// is: read whole and decompressed once, then kept decompressed (the
+// dataset's decoded cache) while batches take its rows. Its default order
+// is block-aware over record batches, so that each is read and
+// decompressed once per epoch.
+type packedArrow struct {
+	*arrowSet
+	blocks []int
+}
+
+// Blocks are the rows of each record batch.
+func (d *packedArrow) Blocks() []int { return d.blocks }
+
+// dataset is d as a Dataset: a packedArrow if it has a compressed batch.
+func (d *arrowSet) dataset() Dataset {
+	var blocks []int
+	packed := false
+	for k, f := range d.files {
+		for i, b := range f.batches {
+			packed = packed || b.compressed()
+			if b.src.Meta.Rows > 0 { // blocks have rows
+				blocks = append(blocks, d.starts[k]+int(f.rows[i]))
+			}
+		}
+	}
+	if !packed {
+		return d
+	}
+	d.unpacked = newDecodedCache()
+	return &packedArrow{arrowSet: d, blocks: append(blocks, d.Len())}
+}
+
+// batchKey names a record batch: its file and its index there.
+type batchKey struct{ file, batch int }
+
+// cacheKey is k as the decoded cache names it. The cache belongs to the
+// dataset, which read one version of each file.
+func (k batchKey) cacheKey() cache.Key {
+	return cache.Key{Space: uint64(uint32(k.file)), ID: int64(k.batch)}
+}
+
+// unpacked is a compressed record batch's decompressed body.
+type unpacked struct{ body []byte }
+
 type arrowRows struct {
-	d     *arrowSet
-	ids   []int
-	files []int
-	refs  []columnar.RowRef
-	plan  *columnar.Plan
+	d       *arrowSet
+	ids     []int
+	batches []batchKey
+	refs    []columnar.RowRef
+	plan    *columnar.Plan
+	// Compressed batches the rows lie in: pinned, and those claimed
+	// read (their whole body, as the cells of their first row here) and
+	// decompressed by this batch. nil when none is.
+	holds *holds[batchKey, *unpacked]
+	first map[batchKey]int // the first slot of each claimed batch
+	done  bool
 }
 
 func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
-	b := &arrowRows{d: d, ids: ids, refs: make([]columnar.RowRef, len(ids)), files: make([]int, len(ids))}
+	b := &arrowRows{d: d, ids: ids, refs: make([]columnar.RowRef, len(ids)), batches: make([]batchKey, len(ids))}
 	for i, id := range ids {
-		k, src, row := d.row(id)
-		b.refs[i], b.files[i] = columnar.RowRef{S: src, Row: row}, k
+		k, bi, row := d.row(id)
+		ab := &d.files[k].batches[bi]
+		b.refs[i], b.batches[i] = columnar.RowRef{S: &ab.src, Row: row}, batchKey{k, bi}
+		if ab.compressed() {
+			if b.holds == nil {
+				b.holds, b.first = newHolds[batchKey, *unpacked](d.unpacked), map[batchKey]int{}
+			}
+			key := batchKey{k, bi}
+			b.holds.add(key, key.cacheKey())
+			if _, ok := b.first[key]; !ok && b.holds.claimed(key) {
+				b.first[key] = i
+			}
+		}
 	}
 	var err error
 	if b.plan, err = d.lay.Plan(b.refs); err != nil {
+		b.Release()
 		return nil, err
 	}
 	return b, nil
@@ -742,19 +935,90 @@ func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
 
 func (b *arrowRows) Size() int { return b.plan.Size }
 
-func (b *arrowRows) Release() {}
-
-func (b *arrowRows) Cells(slot int, dst []Loc) []Loc {
-	r := b.refs[slot]
-	return b.d.appendCells(b.files[slot], r.S, r.Row, dst)
+// Release gives up the batch's claims if it is not to be assembled.
+func (b *arrowRows) Release() {
+	if !b.done && b.holds != nil {
+		b.holds.abandon()
+		b.holds.unpin()
+	}
+	b.done = true
 }
 
-func (b *arrowRows) Assemble(_ context.Context, cell func(slot, k int) []byte, out []byte) (int, error) {
-	n, err := b.plan.Assemble(b.refs, cell, out)
+// Cells are a row's slice of each buffer; for a row of a compressed
+// batch, the batch's whole body in the first cell of the first of its
+// rows, if this batch claimed it, and nothing else.
+func (b *arrowRows) Cells(slot int, dst []Loc) []Loc {
+	key := b.batches[slot]
+	ab := &b.d.files[key.file].batches[key.batch]
+	if !ab.compressed() {
+		return b.d.cells(ab, b.refs[slot].Row, dst, key.file)
+	}
+	n := b.d.lay.NumCells
+	if s, ok := b.first[key]; ok && s == slot {
+		dst = append(dst, Loc{Object: key.file, Off: ab.body, Len: int(ab.bodyLen)})
+		n--
+	}
+	for range n {
+		dst = append(dst, Loc{})
+	}
+	return dst
+}
+
+func (b *arrowRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, out []byte) (int, error) {
+	values := cell
+	if b.holds != nil {
+		b.done = true
+		defer b.holds.unpin()
+		have, err := b.unpack(ctx, cell)
+		if err != nil {
+			b.holds.abandon()
+			return 0, err
+		}
+		// A compressed row's cells are slices of its decompressed body.
+		var ranges []columnar.Range
+		cur := -1
+		values = func(slot, k int) []byte {
+			key := b.batches[slot]
+			u, ok := have[key]
+			if !ok {
+				return cell(slot, k)
+			}
+			if slot != cur {
+				cur, ranges = slot, b.d.lay.Cells(b.refs[slot].S, int(b.refs[slot].Row), ranges[:0])
+			}
+			r := ranges[k]
+			return u.body[r.Off : r.Off+r.Len]
+		}
+	}
+	n, err := b.plan.Assemble(b.refs, values, out)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", describe(b.d.inf.Paths), err)
 	}
 	return n, nil
+}
+
+// unpack decompresses each compressed batch this batch claimed, once,
+// and publishes it; then waits for those other batches decompress.
+func (b *arrowRows) unpack(ctx context.Context, cell func(slot, k int) []byte) (map[batchKey]*unpacked, error) {
+	d := b.d
+	for key, slot := range b.first {
+		f := d.files[key.file]
+		ab := &f.batches[key.batch]
+		body, err := f.unpack(ab, cell(slot, 0))
+		u := &unpacked{body: body}
+		b.holds.publish(key, u, body, err)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return b.holds.await(ctx, func(key batchKey) (*unpacked, error) {
+		f := d.files[key.file]
+		body, err := f.readUnpacked(ctx, &f.batches[key.batch])
+		if err != nil {
+			return nil, err
+		}
+		return &unpacked{body: body}, nil
+	})
 }
 
 func (b *arrowRows) Table() (nodes [][2]int64, buffers [][2]int64, body int) {

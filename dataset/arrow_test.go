@@ -106,6 +106,13 @@ func arrowRow(r *rand.Rand, id int) map[string]any {
 // arrow-go's own reader gives them back (one JSON line each).
 func writeArrow(t testing.TB, path string, stream bool, sizes []int, seed uint64) []string {
 	t.Helper()
+	return writeArrowWith(t, path, stream, sizes, seed)
+}
+
+// writeArrowWith is writeArrow with more of the writer's options (its
+// body compression).
+func writeArrowWith(t testing.TB, path string, stream bool, sizes []int, seed uint64, opts ...ipc.Option) []string {
+	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 1))
 	mem := memory.NewGoAllocator()
 	f, err := os.Create(path)
@@ -118,9 +125,9 @@ func writeArrow(t testing.TB, path string, stream bool, sizes []int, seed uint64
 		Close() error
 	}
 	if stream {
-		w = ipc.NewWriter(f, ipc.WithSchema(arrowSchema), ipc.WithAllocator(mem))
+		w = ipc.NewWriter(f, append([]ipc.Option{ipc.WithSchema(arrowSchema), ipc.WithAllocator(mem)}, opts...)...)
 	} else {
-		if w, err = ipc.NewFileWriter(f, ipc.WithSchema(arrowSchema), ipc.WithAllocator(mem)); err != nil {
+		if w, err = ipc.NewFileWriter(f, append([]ipc.Option{ipc.WithSchema(arrowSchema), ipc.WithAllocator(mem)}, opts...)...); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -244,16 +244,20 @@ func FuzzArrowFile(f *testing.F) {
 		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int16), Nullable: true},
 		{Name: "d", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}},
 	}, nil)
-	for _, stream := range []bool{false, true} {
+	for i, stream := range []bool{false, true, false, true} {
 		var buf bytes.Buffer
 		var w interface {
 			Write(arrow.RecordBatch) error
 			Close() error
 		}
+		opts := []ipc.Option{ipc.WithSchema(schema)}
+		if i >= 2 { // compressed batches, as pyarrow's feather writes them
+			opts = append(opts, []ipc.Option{ipc.WithLZ4(), ipc.WithZstd()}[i-2])
+		}
 		if stream {
-			w = ipc.NewWriter(&buf, ipc.WithSchema(schema))
+			w = ipc.NewWriter(&buf, opts...)
 		} else {
-			w, _ = ipc.NewFileWriter(&buf, ipc.WithSchema(schema))
+			w, _ = ipc.NewFileWriter(&buf, opts...)
 		}
 		rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), schema,
 			strings.NewReader(`[{"s":"ab","l":[1,2],"d":"x"},{"s":null,"l":null,"d":"y"},{"s":"","l":[],"d":"x"}]`))
@@ -283,12 +287,20 @@ func FuzzArrowFile(f *testing.F) {
 			t.Fatalf("the index does not read back: %v", err)
 		}
 		for i := range af.batches {
-			src := &af.batches[i].src
+			ab := &af.batches[i]
+			src := &ab.src
+			body := b // where the cells lie: the file, or a batch's decompressed body
+			if ab.compressed() {
+				var err error
+				if body, err = af.readUnpacked(ctx, ab); err != nil {
+					t.Fatalf("batch %d decompressed when indexed, not now: %v", i, err)
+				}
+			}
 			var refs []columnar.RowRef
 			for r := range min(src.Meta.Rows, 50) {
 				for _, c := range full.Cells(src, int(r), nil) {
-					if c.Off < 0 || c.Len < 0 || c.Off+c.Len > int64(len(b)) {
-						t.Fatalf("batch %d row %d: cell %d+%d outside a file of %d", i, r, c.Off, c.Len, len(b))
+					if c.Off < 0 || c.Len < 0 || c.Off+c.Len > int64(len(body)) {
+						t.Fatalf("batch %d row %d: cell %d+%d outside a body of %d", i, r, c.Off, c.Len, len(body))
 					}
 				}
 				refs = append(refs, columnar.RowRef{S: src, Row: r})
@@ -300,7 +312,7 @@ func FuzzArrowFile(f *testing.F) {
 			msg := make([]byte, p.Size)
 			p.Assemble(refs, func(slot, k int) []byte {
 				c := full.Cells(src, int(refs[slot].Row), nil)[k]
-				return b[c.Off : c.Off+c.Len]
+				return body[c.Off : c.Off+c.Len]
 			}, msg)
 		}
 	})

@@ -77,11 +77,10 @@ func openHF(ctx context.Context, root string, opts Options) (Dataset, error) {
 		}
 		files = append(files, path.Join(dir, f.Filename))
 	}
-	ds, err := openArrow(ctx, files, opts)
+	d, err := openArrow(ctx, files, opts)
 	if err != nil {
 		return nil, err
 	}
-	d := ds.(*arrowSet)
 	d.inf.Format = "hf"
 	var info struct {
 		Features json.RawMessage `json:"features"`
@@ -92,7 +91,7 @@ func openHF(ctx context.Context, root string, opts Options) (Dataset, error) {
 			d.inf.Features = b.String()
 		}
 	}
-	return d, nil
+	return d.dataset(), nil
 }
 
 func readJSON(ctx context.Context, store storage.Store, p string, v any) error {

@@ -242,7 +242,7 @@ func columnsOf(meta *metadata.FileMetaData) ([]*pqColumn, []arrow.Field, error) 
 }
 
 func openParquet(ctx context.Context, names []string, opts Options) (Dataset, error) {
-	d := &parquetSet{starts: []int{0}, pages: cache.New(cache.Options{Budget: 64 << 20, Policy: cache.LRU{}})}
+	d := &parquetSet{starts: []int{0}, pages: newDecodedCache()}
 	for _, name := range names {
 		r, err := opts.Store.Open(ctx, name)
 		if err != nil {
@@ -1386,9 +1386,6 @@ func (b *pqRows) unpin() {
 }
 
 var errAbandonedPage = errors.New("the batch that was to decode this page gave up")
-
-// claimWait bounds how long a batch waits for a page another batch claimed.
-const claimWait = 2 * time.Second
 
 // Release gives up the batch's claims if it is not to be assembled.
 func (b *pqRows) Release() {

@@ -1,0 +1,123 @@
+package dataset
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/riffle-ml/riffle/cache"
+)
+
+// Decoded blocks: a Parquet page group, a compressed Arrow record batch.
+// Such a block is read and decoded whole, however few of its rows a batch
+// takes, so a dataset keeps the blocks it decoded in one claim/fill/wait
+// cache.Cache under one budget: of the batches that miss a block one
+// claims it (reads and decodes it), the others wait for it, and the next
+// batches that take rows of it find it decoded.
+
+// decodedBudget bounds the decoded blocks one dataset keeps.
+const decodedBudget = 64 << 20
+
+func newDecodedCache() *cache.Cache {
+	return cache.New(cache.Options{Budget: decodedBudget, Policy: cache.LRU{}})
+}
+
+// claimWait bounds how long a batch waits for a block another batch
+// claimed.
+const claimWait = 2 * time.Second
+
+var errAbandonedBlock = errors.New("the batch that was to decode this block gave up")
+
+// holds is one batch's hold on the decoded blocks it needs, K naming a
+// block: each is pinned from the plan until the batch is assembled or
+// released, and those the batch claimed are its to decode and publish.
+type holds[K comparable, V any] struct {
+	c     *cache.Cache
+	items map[K]*cache.Item
+	mine  map[K]bool
+	done  map[K]bool // claims published
+}
+
+func newHolds[K comparable, V any](c *cache.Cache) *holds[K, V] {
+	return &holds[K, V]{c: c, items: map[K]*cache.Item{}, mine: map[K]bool{}, done: map[K]bool{}}
+}
+
+// add pins block key (ck in the cache), claiming it if no batch has.
+func (h *holds[K, V]) add(key K, ck cache.Key) {
+	if _, ok := h.items[key]; ok {
+		return
+	}
+	it, st := h.c.GetOrClaim(ck)
+	h.items[key] = it
+	if st == cache.Claimed {
+		h.mine[key] = true
+	}
+}
+
+// claimed reports whether the batch is to decode block key.
+func (h *holds[K, V]) claimed(key K) bool { return h.mine[key] }
+
+// publish settles a block the batch claimed: decoded (kept with its
+// bytes' size, body) or failed (then gone, so a later batch claims it
+// again). Only the first publish of a key counts.
+func (h *holds[K, V]) publish(key K, v V, body []byte, err error) {
+	if !h.mine[key] || h.done[key] {
+		return
+	}
+	h.done[key] = true
+	it := h.items[key]
+	if err == nil {
+		h.c.Set(it, body, v)
+	}
+	h.c.Fill(it, err)
+}
+
+// abandon gives up the claims not published yet: whoever waits for them
+// decodes the block itself.
+func (h *holds[K, V]) abandon() {
+	var zero V
+	for key := range h.mine {
+		h.publish(key, zero, nil, errAbandonedBlock)
+	}
+}
+
+// unpin lets the cache evict the blocks the batch held, once.
+func (h *holds[K, V]) unpin() {
+	for key, it := range h.items {
+		it.Done(false)
+		delete(h.items, key)
+	}
+}
+
+// await returns every block the batch holds, waiting for those other
+// batches decode: for a while, since the batch that claimed one may be
+// another job's, stalled by its consumer before it could read; then
+// decoding it here (self), under this batch's own context, so a loader
+// that closes stops its reads too.
+func (h *holds[K, V]) await(ctx context.Context, self func(K) (V, error)) (map[K]V, error) {
+	have := make(map[K]V, len(h.items))
+	deadline := time.After(claimWait)
+	for key, it := range h.items {
+		ready := make(chan error, 1)
+		it.OnReady(func(err error) { ready <- err })
+		var v V
+		ok := false
+		select {
+		case err := <-ready:
+			if err == nil {
+				v, ok = it.Value().(V)
+			}
+		case <-deadline:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if !ok {
+			var err error
+			if v, err = self(key); err != nil {
+				return nil, err
+			}
+		}
+		have[key] = v
+	}
+	return have, nil
+}
