@@ -79,8 +79,9 @@ type Server struct {
 	// transforming; default catalogue.Default().
 	Outputs string
 	// Metrics, if set, serves Prometheus metrics at http://Metrics/metrics
-	// (a bare ":port" is loopback). Dataset paths in its labels are
-	// hashed unless the request presents the token (metrics.go).
+	// (a bare ":port" is loopback), and a live view of charts at
+	// http://Metrics/view/ (view.go). Dataset paths in either are hashed
+	// unless the request presents the token (metrics.go, showPaths).
 	Metrics string
 	// Version is reported to clients.
 	Version string

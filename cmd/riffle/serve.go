@@ -97,7 +97,7 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.StringVar(&s.Outputs, "outputs", "", "the catalogue of persisted transform outputs (default $RIFFLE_CACHE_DIR/outputs or ~/.cache/riffle/outputs)")
 	fl.DurationVar(&s.IdleExit, "idle-exit", 0, "exit after this long without clients (0: never)")
 	fl.IntVar(&s.MaxConns, "max-conns", 256, "connections served at once on the Unix socket, and as many authenticated on TCP (before their hello, TCP connections have a room of their own: 128, 32 per address)")
-	fl.StringVar(&s.Metrics, "metrics", "", "serve Prometheus metrics at this address (\":9470\" is loopback), path /metrics")
+	fl.StringVar(&s.Metrics, "metrics", "", "serve Prometheus metrics at this address (\":9470\" is loopback), path /metrics, and a live view of charts at /view/")
 	fl.StringVar(&s.IndexDir, "index-dir", "", "where to keep indexes (default $XDG_CACHE_HOME/riffle)")
 	fl.StringVar(&s.TierDir, "cache-dir", "", "keep blocks of s3:// objects on this local disk, across restarts")
 	fl.Var(sizeFlag{&s.TierBytes}, "cache-dir-bytes", "the disk cache's budget, like 100GiB (default 64MiB)")
