@@ -31,14 +31,14 @@ type groupEntry struct {
 func newGroups() *groups { return &groups{all: map[string]*groupEntry{}} }
 
 // join puts j in its source's group, making the group if need be.
-func (gs *groups) join(j *Job, c *cache.Cache, key func(int) cache.Key, size func(int) int, mean int, subset *roaring.Bitmap, epoch int) (*share.Member, *groupEntry, error) {
+func (gs *groups) join(j *Job, c *cache.Cache, key func(int) cache.Key, size func(int) int, subset *roaring.Bitmap, epoch int) (*share.Member, *groupEntry, error) {
 	k := fmt.Sprintf("%s|%s", j.src.key, j.transform)
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	ge, ok := gs.all[k]
 	if !ok {
 		ge = &groupEntry{key: k, source: j.src.desc(), jobs: map[*Job]bool{},
-			g: share.NewGroup(share.Options{Records: j.src.ds.Len(), Cache: c, Key: key, Size: size, MeanSize: mean})}
+			g: share.NewGroup(share.Options{Records: j.src.ds.Len(), Cache: c, Key: key, Size: size})}
 		gs.all[k] = ge
 	}
 	m, err := ge.g.Join(subset, epoch)

@@ -45,12 +45,11 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 		// transform's output size; never a mean, which cuts the longer
 		// records of a variable-size dataset.
 		size := func(id int) int { return ds.Locate(id).Len }
-		mean := int(ds.Info().Bytes / int64(max(1, ds.Len())))
 		if j.tf != nil {
 			out := j.tf.Size()
-			size, mean = func(int) int { return out }, out
+			size = func(int) int { return out }
 		}
-		m, ge, err := j.env.groups.join(j, j.env.cache, key, size, mean, mine, plan.Loader.Epoch)
+		m, ge, err := j.env.groups.join(j, j.env.cache, key, size, mine, plan.Loader.Epoch)
 		if err == nil {
 			j.member, j.group = m, ge
 			if mine != nil && mine.IsEmpty() {

@@ -33,13 +33,14 @@ type Options struct {
 	// item is reserved at that size, and a copy of any other length fails.
 	Key  func(id int) cache.Key
 	Size func(id int) int
-	// MeanSize is a record's mean size, for sizing queues (QueueCap's
-	// default); 0 takes Size(0).
-	MeanSize int
 	// QueueCap bounds the records a job was given but has not taken yet:
-	// a job whose queue is full sits out rounds. Default: four fifths of
-	// what the cache holds (the jobs behind the leader are mostly given the
-	// same records, so their queues overlap in the cache), at least 64.
+	// a job whose queue is full sits out rounds. By default the bound is
+	// the bytes, not the count: a job sits out while the records given to
+	// it and to others in one round (read once, kept in the cache until
+	// each has taken it) come to four fifths of the cache's budget. The
+	// jobs behind the leader are mostly given the same records, so their
+	// queues overlap in the cache; a record given to it alone is read when
+	// it takes it and costs its queue a few bytes.
 	QueueCap int
 	// Seed seeds the group's random source; 0 draws one.
 	Seed uint64
@@ -105,6 +106,7 @@ type Member struct {
 	give      int     // the epoch being given (epoch, or epoch+1)
 	remaining int     // records of give with this member's bit: not given yet
 	queue     []given // given, not yet taken
+	held      int64   // bytes of queue's records kept in the cache for it
 	seq       []int32 // this epoch's records, in the order taken
 	// done is seq as a set, kept as seq grows so that saving a state
 	// costs the set's size, not a pass over the epoch so far.
@@ -121,6 +123,7 @@ type Member struct {
 type given struct {
 	id    int32
 	epoch int32
+	size  int32 // its bytes in the cache, if it was given to others too; else 0
 }
 
 // Join inserts a job reading subset (nil: all records) at the start of
@@ -178,6 +181,7 @@ func (m *Member) dropQueue() {
 		}
 	}
 	m.queue = m.queue[:0]
+	m.held = 0
 }
 
 // start makes epoch e this member's, from its start: its records are all
@@ -256,37 +260,32 @@ func (m *Member) take() int {
 	}
 	q := m.queue[0]
 	m.queue = m.queue[1:]
+	m.held -= int64(q.size)
 	m.seq = append(m.seq, q.id)
 	m.done.Add(uint32(q.id))
 	return int(q.id)
 }
 
-// queueCap is how far a member may be given records ahead of taking them.
-func (g *Group) queueCap() int {
+// room says whether member o may be given more records ahead of taking
+// them. The records given to it and others wait in the cache; when the
+// jobs behind the leader hold more than it can, RefCnt evicts and they
+// read again.
+func (g *Group) room(o *Member) bool {
 	if g.opts.QueueCap > 0 {
-		return g.opts.QueueCap
+		return len(o.queue) < g.opts.QueueCap
 	}
-	// The records given and not taken wait in the cache; when jobs behind
-	// the leader hold more than it can, RefCnt evicts and they read again.
-	q := 64
-	if c := g.opts.Cache; c != nil && g.opts.Records > 0 {
-		mean := g.opts.MeanSize
-		if mean == 0 {
-			mean = g.opts.Size(0)
-		}
-		per := int64(mean) + 64
-		q = int(c.Budget() * 4 / 5 / per)
+	if c := g.opts.Cache; c != nil {
+		return len(o.queue) < 64 || o.held < c.Budget()*4/5
 	}
-	return max(64, q)
+	return len(o.queue) < 64
 }
 
 // run runs one round for m and every member with records left and room
 // in its queue, and hands out the picks.
 func (g *Group) run(m *Member) {
-	limit := g.queueCap()
 	parts := []*Member{m}
 	for _, o := range g.mem {
-		if o != nil && o != m && o.active && o.remaining > 0 && len(o.queue) < limit {
+		if o != nil && o != m && o.active && o.remaining > 0 && g.room(o) {
 			parts = append(parts, o)
 		}
 	}
@@ -303,7 +302,12 @@ func (g *Group) run(m *Member) {
 	for i, e := range picks {
 		p := parts[i]
 		p.remaining--
-		p.queue = append(p.queue, given{id: int32(e), epoch: int32(p.give)})
+		q := given{id: int32(e), epoch: int32(p.give)}
+		if g.opts.Cache != nil && popcount(clear[e]) >= 2 {
+			q.size = int32(g.opts.Size(e)) + 64 // and the item's bookkeeping
+			p.held += int64(q.size)
+		}
+		p.queue = append(p.queue, q)
 		if p.remaining == 0 {
 			// Its epoch is all given: give the next one from now on,
 			// unless it has no next one.

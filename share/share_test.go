@@ -237,6 +237,51 @@ func TestQueueCapBoundsLag(t *testing.T) {
 	isPermutationOf(t, append(slices.Clone([]int{int(slow.seq[0])}), epochOf(slow, 0)[1:]...), nil, 1000)
 }
 
+// With a cache and no QueueCap, a job that falls behind is bounded by the
+// bytes kept for it: the records it was given with others (read once,
+// waiting in the cache) come to at most four fifths of the cache's budget,
+// and a record given to it alone counts nothing there, as it is read when
+// taken.
+func TestLagBoundedByCachedBytes(t *testing.T) {
+	const size, budget = 100, 64 << 10
+	c := cache.New(cache.Options{Budget: budget, DropUnreferenced: true})
+	key := func(id int) cache.Key { return cache.Key{ID: int64(id)} }
+	g := NewGroup(Options{Records: 5000, Seed: 2, Cache: c, Key: key, Size: func(int) int { return size }})
+	// The slow job wants every record; the fast one the first half only.
+	half := roaring.New()
+	half.AddRange(0, 2500)
+	fast, _ := g.Join(half, 0)
+	slow, _ := g.Join(nil, 0)
+	slow.Fill(0, 0, []int{0})
+	epochOf(fast, 0)
+	var held int64
+	shared := 0
+	for _, q := range slow.queue {
+		held += int64(q.size)
+		if q.size > 0 {
+			shared++
+		}
+	}
+	if held != slow.held || held > budget*4/5+size+64 {
+		t.Fatalf("%d bytes held for the slow job (counted %d), want at most %d", held, slow.held, budget*4/5+size+64)
+	}
+	if shared == 0 || len(slow.queue) <= shared {
+		t.Fatalf("queue of %d, %d of them shared: want the records given to it alone too", len(slow.queue), shared)
+	}
+	// Taking a record gives its bytes back.
+	buf := []int{0}
+	for p := 1; p < 200; p++ {
+		slow.Fill(0, p, buf)
+	}
+	var after int64
+	for _, q := range slow.queue {
+		after += int64(q.size)
+	}
+	if after != slow.held {
+		t.Fatalf("held %d after taking, queue's records hold %d", slow.held, after)
+	}
+}
+
 // Shared records are reserved in the cache with one use per job that was
 // given them; a job that leaves gives its uses back, and a record no job
 // will read again leaves the cache at once.
