@@ -12,8 +12,9 @@ import (
 
 // Convert rewrites an Arrow IPC stream or file as an uncompressed IPC
 // file: Rinas's conversion (rinas.txt §5), which riffle does not need to
-// read a stream (it indexes streams in place) but does to read one whose
-// buffers are compressed. Dictionaries are unified across batches, as the
+// read a stream (it indexes streams in place) nor a compressed file (it
+// decompresses a record batch whole, once), but which lets it read a
+// compressed file's rows as their own byte ranges. Dictionaries are unified across batches, as the
 // file format wants. It returns the rows written.
 func Convert(src io.ReaderAt, size int64, dst io.Writer) (int64, error) {
 	head := make([]byte, min(8, size))

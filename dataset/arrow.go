@@ -45,6 +45,16 @@ import (
 // list view under a list, unions) refuses the dataset unless columns=
 // leaves it out; a row whose views under a list lie in three data
 // buffers or more (writers fill one, then the next) is refused, naming it.
+//
+// A record batch with compressed buffers (LZ4_FRAME or ZSTD: Feather v2's
+// default, IpcWriteOptions(compression=)) has no row's bytes in the file:
+// such a batch is a block, as a Parquet page is. Indexing decompresses it
+// once for its buffers' places and its rows' starts, in a body laid out as
+// an uncompressed one's; a batch of rows reads each such block it needs
+// whole, once, decompresses it once, and keeps it in the dataset's decoded
+// cache (decoded.go) for the next batches, gathering rows from it as from
+// a file. The default order is block-aware over record batches
+// (packedArrow), so that each is read and decompressed once per epoch.
 
 func init() {
 	RegisterFormat(Format{Name: "arrow", Extensions: []string{".arrow", ".feather", ".arrows", ".ipc"}, Indexed: true,

@@ -15,9 +15,10 @@ func convertCmd() *cobra.Command {
 		Short: "Rewrite an Arrow IPC stream (or a compressed IPC file) as an uncompressed IPC file",
 		Long: `convert rewrites an Arrow IPC stream or file as an uncompressed Arrow IPC
 file, as Rinas does to make Hugging Face's stream files indexable. riffle
-reads streams in place (it indexes them once), so this is needed only for
-files whose buffers are LZ4- or ZSTD-compressed, which have no random
-access to rows.`,
+reads streams in place (it indexes them once), and files whose buffers are
+LZ4- or ZSTD-compressed a record batch at a time (each read whole and
+decompressed once); rewritten uncompressed, such a file's rows are read
+as the byte ranges that hold them, with no batch decompressed whole.`,
 		Example: "  riffle convert data-00000-of-00001.arrow --out train.arrow",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
