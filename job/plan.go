@@ -243,7 +243,7 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	}
 	c.Sampler = sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window,
 		Buffer: spec.Buffer, Reservoir: spec.Reservoir, Rank: spec.Rank, World: world,
-		ShardDropLast: spec.ShardDropLast}
+		ShardDropLast: spec.ShardDropLast, BatchSize: spec.BatchSize}
 	ordered := kind == "sequential"
 	if spec.Ordered != nil {
 		ordered = *spec.Ordered

@@ -44,6 +44,9 @@ type Config struct {
 	// ShardDropLast is DistributedSampler's drop_last: drop the epoch's
 	// tail so ranks get equal shares, instead of padding it.
 	ShardDropLast bool
+	// BatchSize lets a block order be split over ranks in runs of a batch,
+	// so its blocks stay whole on each rank.
+	BatchSize int
 }
 
 // Kinds lists the sampler kinds Build knows.
@@ -65,8 +68,8 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 	if err != nil {
 		return nil, "", err
 	}
-	if _, ok := s.(*Block); ok {
-		sh.Contiguous = true // ranks take runs of the order, so blocks stay whole
+	if _, ok := s.(*Block); ok && c.BatchSize > 0 {
+		sh.Chunk = c.BatchSize // ranks take runs of the order, so blocks stay whole
 	}
 	return sh, fmt.Sprintf("%s rank %d of %d", name, c.Rank, world), nil
 }

@@ -11,19 +11,23 @@ import (
 // repeating its start, and rank r takes positions r, r+World, r+2*World...
 // The ranks' parts are disjoint and together are the epoch's order.
 //
-// With Contiguous, rank r takes the r-th of World equal runs of the order
-// instead: positions [r*Len, (r+1)*Len) of the padded (or cut) order. A
-// block-aware order keeps its blocks whole this way, but for the at most
-// World-1 blocks a run boundary cuts, instead of scattering each block's
-// records over the ranks. Each rank gets as many positions as with
-// striding, and the padding is the same at most World-1 repeats: taking
-// whole batch-sized runs by stride instead padded an epoch to a multiple
-// of World batches (168 repeats of 600 rows for 3 ranks of batch 64).
+// With Chunk c > 1 the order is cut into global batches of World*c
+// positions, and rank r takes the r-th run of c positions of each: a
+// block-aware order keeps its blocks whole this way (with c the batch
+// size, a rank's batch is a run of the order) instead of scattering each
+// block's records over the ranks. The last, partial global batch is split
+// as DistributedSampler splits an epoch, in runs: each rank takes an equal
+// run of it, padded from the order's start (or cut, with DropLast). So
+// each rank gets as many positions as with c = 1, at most World-1 repeat,
+// and after k batches of every rank the ranks together have taken
+// exactly the order's first k*World*c positions, as with c = 1. (Padding
+// to whole global batches instead repeated up to World*c-1 records: 168
+// of 600 rows for 3 ranks of batch 64.)
 type RankPart struct {
 	Base        Sampler
 	Rank, World int
 	DropLast    bool
-	Contiguous  bool
+	Chunk       int
 
 	lastEpoch, lastPos int // after the last Fill, for Mark
 }
@@ -34,37 +38,48 @@ func NewRankPart(base Sampler, rank, world int, dropLast bool) (*RankPart, error
 	if world < 1 || rank < 0 || rank >= world {
 		return nil, fmt.Errorf("rank %d of world %d: want 0 <= rank < world", rank, world)
 	}
-	return &RankPart{Base: base, Rank: rank, World: world, DropLast: dropLast}, nil
+	return &RankPart{Base: base, Rank: rank, World: world, DropLast: dropLast, Chunk: 1}, nil
+}
+
+// split is the epoch's shape for the ranks: k whole global batches, of
+// which each rank takes c positions, then a tail of which each takes t.
+func (s *RankPart) split() (c, k, t int) {
+	n := s.Base.Len()
+	c = max(1, s.Chunk)
+	k = n / (s.World * c)
+	rest := n - k*s.World*c
+	if s.DropLast {
+		return c, k, rest / s.World
+	}
+	return c, k, (rest + s.World - 1) / s.World
 }
 
 // Len is the number of positions this rank gets per epoch: the epoch cut
 // or padded to a multiple of World, divided by World.
 func (s *RankPart) Len() int {
-	if s.DropLast {
-		return s.Base.Len() / s.World
-	}
-	return (s.Base.Len() + s.World - 1) / s.World
+	c, k, t := s.split()
+	return k*c + t
 }
 
 func (s *RankPart) Fill(epoch, pos int, dst []int) int {
 	n := s.Base.Len()
-	m := max(0, min(len(dst), s.Len()-pos))
-	if s.Contiguous {
-		// One run of the order: fill it in one call, split where the
-		// padding wraps to the order's start.
-		g := s.Rank*s.Len() + pos
-		k := min(m, max(0, n-g))
-		if k > 0 {
-			s.Base.Fill(epoch, g, dst[:k])
+	c, k, t := s.split()
+	m := max(0, min(len(dst), k*c+t-pos))
+	for i := 0; i < m; {
+		p := pos + i
+		var g, run int
+		if p < k*c {
+			g, run = (p/c)*s.World*c+s.Rank*c+p%c, c-p%c
+		} else {
+			g = k*s.World*c + s.Rank*t + (p - k*c)
+			run = k*c + t - p
 		}
-		for i := k; i < m; i++ {
-			s.Base.Fill(epoch, (g+i)%n, dst[i:i+1])
+		if g >= n {
+			g, run = g%n, 1 // padding repeats the order's start
 		}
-	} else {
-		for i := range m {
-			g := (pos+i)*s.World + s.Rank
-			s.Base.Fill(epoch, g%n, dst[i:i+1]) // padding repeats the order's start
-		}
+		run = min(run, m-i, n-g)
+		s.Base.Fill(epoch, g, dst[i:i+run])
+		i += run
 	}
 	s.lastEpoch, s.lastPos = epoch, pos+m
 	return m

@@ -255,15 +255,16 @@ func TestRankPartExactlyOnce(t *testing.T) {
 	})
 }
 
-// Contiguous sharding gives rank r the r-th of World equal runs of the
-// order: each rank as many positions as DistributedSampler gives it, the
-// ranks together the order cut or padded to a multiple of World, so at
-// most World-1 repeats. (By whole batches it padded to a multiple of
-// World batches.)
-func TestRankPartContiguous(t *testing.T) {
+// Chunked sharding gives rank r the r-th run of Chunk positions of each
+// global batch (World*Chunk positions) and an equal run of the last,
+// partial one: each rank as many positions as DistributedSampler gives
+// it, at most World-1 repeats, and after k runs of every rank the ranks
+// together hold exactly the order's first k*World*Chunk positions.
+func TestRankPartChunks(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 2000).Draw(t, "n")
 		w := rapid.IntRange(1, 8).Draw(t, "world")
+		c := rapid.IntRange(1, 64).Draw(t, "chunk")
 		dropLast := rapid.Bool().Draw(t, "droplast")
 		base, _, err := Config{Kind: rapid.SampledFrom(Kinds).Draw(t, "kind"), Seed: rapid.Uint64().Draw(t, "seed"),
 			BlockSize: 1000, Buffer: 8, Reservoir: 50}.Build(n, func(id int) (int, int64, int) { return 0, int64(id) * 64, 64 })
@@ -271,34 +272,49 @@ func TestRankPartContiguous(t *testing.T) {
 			t.Fatal(err)
 		}
 		epoch := Order(base, 3)
-		var all []int
+		want := (n + w - 1) / w
+		if dropLast {
+			want = n / w
+		}
+		parts := make([][]int, w)
 		for r := range w {
-			s := &RankPart{Base: base, Rank: r, World: w, DropLast: dropLast, Contiguous: true}
-			part := Order(s, 3)
-			want := n / w
-			if !dropLast {
-				want = (n + w - 1) / w
-			}
-			if len(part) != want || s.Len() != want {
-				t.Fatalf("rank %d: %d positions (Len %d), want %d", r, len(part), s.Len(), want)
+			s := &RankPart{Base: base, Rank: r, World: w, DropLast: dropLast, Chunk: c}
+			parts[r] = Order(s, 3)
+			if len(parts[r]) != want || s.Len() != want {
+				t.Fatalf("rank %d: %d positions (Len %d), want %d", r, len(parts[r]), s.Len(), want)
 			}
 			// Piecewise fills agree with one fill of the epoch.
-			if cut := rapid.IntRange(0, len(part)).Draw(t, "cut"); cut > 0 {
-				dst := make([]int, len(part)-cut)
+			if cut := rapid.IntRange(0, want).Draw(t, "cut"); cut > 0 {
+				dst := make([]int, want-cut)
 				s.Fill(3, cut, dst)
-				if !slices.Equal(dst, part[cut:]) {
+				if !slices.Equal(dst, parts[r][cut:]) {
 					t.Fatalf("rank %d: fill from %d differs", r, cut)
 				}
 			}
-			all = append(all, part...)
 		}
-		for i, id := range all {
-			if want := epoch[i%n]; id != want {
-				t.Fatalf("position %d of the ranks' runs: %d, want %d", i, id, want)
+		// Global batch by global batch, the ranks' runs are the order's prefix.
+		var all []int
+		for k := 0; k*c < want; k++ {
+			for r := range w {
+				all = append(all, parts[r][k*c:min(want, (k+1)*c)]...)
+			}
+			if full := (k + 1) * c * w; full <= n && (k+1)*c <= want && !slices.Equal(all, epoch[:full]) {
+				t.Fatalf("after %d runs of every rank: not the order's first %d positions", k+1, full)
 			}
 		}
-		if !dropLast && len(all)-n > w-1 {
-			t.Fatalf("%d repeats for %d ranks", len(all)-n, w)
+		counts := make([]int, n)
+		for _, id := range all {
+			counts[id]++
+		}
+		repeats := 0
+		for id, k := range counts {
+			if k == 0 && !dropLast {
+				t.Fatalf("id %d on no rank", id)
+			}
+			repeats += max(0, k-1)
+		}
+		if dropLast && repeats > 0 || repeats > w-1 {
+			t.Fatalf("%d repeats for %d ranks (drop_last %v)", repeats, w, dropLast)
 		}
 	})
 }
