@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -1168,19 +1167,18 @@ type decoded struct {
 // batch (it waits for that one); or its own to read and decode (it
 // claimed it, and publishes the result for the others).
 type pqRows struct {
-	d      *parquetSet
-	n      int
-	keys   [][]pageKey             // [slot][projected column]
-	rows   [][]int64               // [slot][projected column]: the row in its page
-	pages  map[pageKey]*cache.Item // pinned until the batch is assembled or released
-	claims map[pageKey]bool
-	plan   *columnar.Plan
-	done   bool
+	d     *parquetSet
+	n     int
+	keys  [][]pageKey // [slot][projected column]
+	rows  [][]int64   // [slot][projected column]: the row in its page
+	pages *holds[pageKey, *decoded]
+	plan  *columnar.Plan
+	done  bool
 }
 
 func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
 	b := &pqRows{d: d, n: len(ids), keys: make([][]pageKey, len(ids)), rows: make([][]int64, len(ids)),
-		pages: map[pageKey]*cache.Item{}, claims: map[pageKey]bool{}}
+		pages: newHolds[pageKey, *decoded](d.pages)}
 	refs := make([]columnar.RowRef, len(ids))
 	for slot, id := range ids {
 		k, rg, row := d.where(id)
@@ -1191,13 +1189,7 @@ func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
 			pi, p := d.page(k, rg, c, row)
 			key := pageKey{k, rg, c, pi}
 			b.keys[slot][i], b.rows[slot][i] = key, row-p.first
-			if _, ok := b.pages[key]; !ok {
-				it, st := d.pages.GetOrClaim(key.cacheKey())
-				b.pages[key] = it
-				if st == cache.Claimed {
-					b.claims[key] = true
-				}
-			}
+			b.pages.add(key, key.cacheKey())
 			refs[slot].Cols[i] = columnar.ColRef{S: p.skel, Row: row - p.first}
 		}
 	}
@@ -1215,7 +1207,7 @@ func (b *pqRows) Size() int { return b.plan.Size }
 // the pages this batch claimed; none for the others.
 func (b *pqRows) Cells(slot int, dst []Loc) []Loc {
 	for _, key := range b.keys[slot] {
-		if !b.claims[key] {
+		if !b.pages.claimed(key) {
 			dst = append(dst, Loc{}, Loc{})
 			continue
 		}
@@ -1281,46 +1273,24 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 	published := map[pageKey]bool{}
 	for slot, keys := range b.keys {
 		for i, key := range keys {
-			if !b.claims[key] || published[key] {
+			if !b.pages.claimed(key) || published[key] {
 				continue
 			}
 			published[key] = true
 			dec, _, err := b.decode(key, cell(slot, 2*i), cell(slot, 2*i+1))
-			b.publish(key, dec, err)
+			b.pages.publish(key, dec, bodyOf(dec), err)
 			if err != nil {
-				b.releaseClaims(published)
-				b.unpin()
+				b.pages.abandon()
+				b.pages.unpin()
 				return 0, err
 			}
 		}
 	}
-	// Wait for the pages other batches decode: for a while, since the
-	// batch that claimed one may be another job's, stalled by its consumer
-	// before it could read; then read it here, under this batch's own
-	// context, so a loader that closes stops its reads too.
-	defer b.unpin()
-	have := map[pageKey]*decoded{}
-	deadline := time.After(claimWait)
-	for key, it := range b.pages {
-		ready := make(chan error, 1)
-		it.OnReady(func(err error) { ready <- err })
-		var dec *decoded
-		select {
-		case err := <-ready:
-			if err == nil {
-				dec, _ = it.Value().(*decoded)
-			}
-		case <-deadline:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		if dec == nil {
-			var err error
-			if dec, err = b.readAndDecode(ctx, key); err != nil {
-				return 0, err
-			}
-		}
-		have[key] = dec
+	// Wait for the pages other batches decode (or decode them here).
+	defer b.pages.unpin()
+	have, err := b.pages.await(ctx, func(key pageKey) (*decoded, error) { return b.readAndDecode(ctx, key) })
+	if err != nil {
+		return 0, err
 	}
 	refs := make([]columnar.RowRef, b.n)
 	bases := make([]int, len(d.cols)+1)
@@ -1354,45 +1324,20 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 	return n, nil
 }
 
-// publish settles a page group this batch claimed: decoded, kept with its
-// bytes' size, or failed (then gone, so a later batch claims it again).
-func (b *pqRows) publish(key pageKey, dec *decoded, err error) {
-	it := b.pages[key]
-	if err == nil && dec != nil {
-		b.d.pages.Set(it, dec.body, dec)
+// bodyOf is a decoded page group's bytes, or none.
+func bodyOf(dec *decoded) []byte {
+	if dec == nil {
+		return nil
 	}
-	if err == nil && dec == nil {
-		err = errAbandonedPage
-	}
-	b.d.pages.Fill(it, err)
+	return dec.body
 }
-
-// releaseClaims gives up the claims not published yet: whoever waits reads
-// the page itself.
-func (b *pqRows) releaseClaims(published map[pageKey]bool) {
-	for key := range b.claims {
-		if !published[key] {
-			b.publish(key, nil, errAbandonedPage)
-		}
-	}
-}
-
-// unpin lets the cache evict the page groups this batch held, once.
-func (b *pqRows) unpin() {
-	for key, it := range b.pages {
-		it.Done(false)
-		delete(b.pages, key)
-	}
-}
-
-var errAbandonedPage = errors.New("the batch that was to decode this page gave up")
 
 // Release gives up the batch's claims if it is not to be assembled.
 func (b *pqRows) Release() {
 	if !b.done {
 		b.done = true
-		b.releaseClaims(nil)
-		b.unpin()
+		b.pages.abandon()
+		b.pages.unpin()
 	}
 }
 
