@@ -132,6 +132,9 @@ records (--record-size, default 4096) is written first.`,
 				}
 				opts := loader.Options{BatchSize: batch, Depth: depth, Opportunistic: opportunistic}
 				sf.RecordSize = inf.RecordSize
+				if b, ok := ds.(dataset.Blocker); ok && !cmd.Flags().Changed("block-size") {
+					sf.Bounds = b.Blocks() // the dataset's own blocks (Parquet pages, compressed Arrow record batches), as a job's block order takes them
+				}
 				for _, k := range sf.list() {
 					s, name, err := sf.build(k, ds.Len(), dataset.Locator(ds))
 					if err != nil {
