@@ -23,6 +23,11 @@ type EnvOptions struct {
 	// CacheBytes is the record cache's budget (shared records, and the
 	// stages of buffered and reservoir orders); default 256 MiB.
 	CacheBytes int64
+	// JobMemory, if set, is the most memory a job is given when its plan
+	// names none beyond room for 16 of its batches: a daemon sets it to a
+	// fair share of its budget for jobs, so that several default jobs fit
+	// at once. 0 leaves the default at 64 MiB or 16 batches.
+	JobMemory int64
 	// IndexDir is where indexes go when a dataset's own directory is
 	// read-only; IndexInDirOnly keeps them there always.
 	IndexDir       string

@@ -40,9 +40,16 @@ func Kind(err error) string {
 		return wire.KindData
 	case errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):
 		return wire.KindClosed
+	case errors.Is(err, ErrMemory):
+		return wire.KindMemory
 	}
 	return wire.KindInternal
 }
+
+// ErrMemory marks a job that does not fit its memory: its daemon's budget
+// is too small for it, or it waited for room and found none, or its
+// client holds batches that fill its own bound.
+var ErrMemory = errors.New("memory budget")
 
 // ErrClosed is the error of requests a closing job or daemon leaves
 // unanswered.

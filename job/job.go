@@ -78,6 +78,20 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		j.usePersisted(ctx)
 		ds, inf = j.src.ds, j.src.ds.Info()
 	}
+	// The memory first: an alloc may wait for room in a daemon's budget,
+	// and a job waiting there must not yet be a member of its group, to
+	// which records would be given that it cannot take.
+	_, rows := ds.(dataset.Rows)
+	size, err := j.size(rows)
+	if err != nil {
+		return fail(err)
+	}
+	lopts := plan.Loader
+	if alloc != nil {
+		if lopts.Alloc, err = alloc(size); err != nil {
+			return fail(err)
+		}
+	}
 	subset, err := subsetOf(plan.Subset, ds)
 	if err != nil {
 		return fail(err)
@@ -86,7 +100,6 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	if subset != nil {
 		j.subset = int(subset.GetCardinality())
 	}
-	lopts := plan.Loader
 	key := cacheKey(j.src, j.transform)
 	if j.smp, err = j.order(subset, key); err != nil {
 		return fail(err)
@@ -102,19 +115,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		}
 		lopts.Lazy = true
 	}
-	_, rows := ds.(dataset.Rows)
 	if rows && (j.tf != nil || j.member != nil || plan.Loader.Opportunistic > 1) {
 		return fail(specErr("a dataset of rows (%s) is read without transform=, share= or opportunistic=: "+
 			"its rows are put together per batch, not cached or transformed one by one (yet)", inf.Format))
-	}
-	size, err := j.size(rows)
-	if err != nil {
-		return fail(err)
-	}
-	if alloc != nil {
-		if lopts.Alloc, err = alloc(size); err != nil {
-			return fail(err)
-		}
 	}
 	lopts.MemoryBytes = j.memory
 	lopts.Engine = env.engineFor(ds.Object(0))
@@ -193,6 +196,9 @@ func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
 	}
 	return b, nil
 }
+
+// Memory is the job's bound on batches in flight and held.
+func (j *Job) Memory() int64 { return j.memory }
 
 // Place is the job's place (the next batch it delivers) without the
 // sampler's state; stream says whether the order has a state to save.

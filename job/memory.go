@@ -1,7 +1,14 @@
 package job
 
 import (
+	"bufio"
 	"container/heap"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/storage"
@@ -9,10 +16,79 @@ import (
 
 // jobMemory is a job's bound on batches in flight and held when the plan
 // does not give one: room for 16 batches of meanRecord-byte records and
-// two of the largest, at least 64 MiB, at most what one job may have.
-func jobMemory(meanRecord int64, batch int, maxBatch int64) int64 {
-	m := max(64<<20, mulSat(16, mulSat(int64(batch), meanRecord)), mulSat(2, maxBatch))
+// two of the largest, at least 64 MiB (or share, if smaller and not 0),
+// at most what one job may have. share is a daemon's fair share of its
+// budget for jobs (EnvOptions.JobMemory): a floor larger than that would
+// let a few default jobs take the whole budget, and the others wait.
+func jobMemory(meanRecord int64, batch int, maxBatch, share int64) int64 {
+	floor := int64(64 << 20)
+	if share > 0 {
+		floor = min(floor, share)
+	}
+	m := max(floor, mulSat(16, mulSat(int64(batch), meanRecord)), mulSat(2, maxBatch))
 	return min(m, MaxMemory())
+}
+
+// MaxMemory bounds one job's memory: half the memory the process may use
+// (AvailableMemory).
+func MaxMemory() int64 { return AvailableMemory() / 2 }
+
+// AvailableMemory is the memory this process may use: the machine's, or
+// the limit of its memory cgroup (v1 or v2, the lowest on its path from
+// the root) if lower. It is read again at each call: a process can be
+// moved to another cgroup.
+func AvailableMemory() int64 {
+	var si unix.Sysinfo_t
+	total := int64(8 << 30)
+	if unix.Sysinfo(&si) == nil {
+		total = int64(si.Totalram) * int64(si.Unit)
+	}
+	if lim, ok := cgroupLimit(); ok && lim < total {
+		return lim
+	}
+	return total
+}
+
+// cgroupLimit reads the memory limit of the process's cgroup, v1
+// (memory.limit_in_bytes) or v2 (memory.max): the lowest of its own and
+// its ancestors', since a parent's limit bounds its children's sum.
+func cgroupLimit() (int64, bool) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	best, found := int64(0), false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var root, file string
+		switch {
+		case parts[1] == "memory" || strings.Contains(","+parts[1]+",", ",memory,"):
+			root, file = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+		case parts[0] == "0" && parts[1] == "":
+			root, file = "/sys/fs/cgroup", "memory.max"
+		default:
+			continue
+		}
+		for dir := filepath.Clean("/" + parts[2]); ; dir = filepath.Dir(dir) {
+			b, err := os.ReadFile(filepath.Join(root, dir, file))
+			if err == nil {
+				v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				// "max", or v1's "no limit" (a page short of MaxInt64), is none.
+				if err == nil && v > 0 && v < 1<<62 && (!found || v < best) {
+					best, found = v, true
+				}
+			}
+			if dir == "/" {
+				break
+			}
+		}
+	}
+	return best, found
 }
 
 // metaBytes is the room for a batch's ids, offsets, lengths and labels:
@@ -42,7 +118,7 @@ func (j *Job) size(rows bool) (int64, error) {
 	}
 	mem := j.plan.Memory
 	if mem == 0 {
-		mem = jobMemory(mean, bs, biggest)
+		mem = jobMemory(mean, bs, biggest, j.env.opts.JobMemory)
 	}
 	if mem < biggest {
 		return 0, specErr("memory_bytes %d is smaller than one batch (up to %d bytes for batch_size %d of this dataset): raise memory_bytes or lower batch_size",

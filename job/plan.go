@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
@@ -123,7 +121,7 @@ var Options = []Option{
 		Doc: "batches read ahead", int: func(s *wire.JobSpec) int64 { return int64(s.Prefetch) }},
 	{Name: "depth", Kind: "int", Group: "batches", Max: loader.MaxDepth, Default: "the device's (64 local)",
 		Doc: "reads in flight", int: func(s *wire.JobSpec) int64 { return int64(s.Depth) }},
-	{Name: "memory_bytes", Python: "memory", Kind: "int", Group: "batches", Max: math.MaxInt64, Default: "room for 16 batches, at least 64 MiB",
+	{Name: "memory_bytes", Python: "memory", Kind: "int", Group: "batches", Max: math.MaxInt64, Default: "room for 16 batches, at least 64 MiB (in a small memory budget, a 32nd of its part for jobs)",
 		Doc: "the bound on batches in flight and held", int: func(s *wire.JobSpec) int64 { return s.MemoryBytes }},
 	{Name: "ordered", Kind: "bool", Group: "batches", Default: "false when shuffling", Doc: "keep the sampler's order inside batches"},
 	{Name: "batch_stride", Kind: "int", Group: "batches", Max: maxWorld, Default: "1",
@@ -258,15 +256,6 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	c.Transform = spec.Transform
 	c.Share = spec.Share != nil && *spec.Share
 	return c, nil
-}
-
-// MaxMemory bounds one job's memory: half the machine's memory.
-func MaxMemory() int64 {
-	var si unix.Sysinfo_t
-	if unix.Sysinfo(&si) != nil {
-		return 1 << 34
-	}
-	return int64(si.Totalram) * int64(si.Unit) / 2
 }
 
 // mulSat multiplies non-negative numbers, saturating at MaxInt64 instead

@@ -51,7 +51,7 @@ func RenderTable() string {
 		if o.int != nil {
 			bounds = fmt.Sprintf("%d to %d", o.Min, o.Max)
 			if o.Name == "memory_bytes" {
-				bounds = fmt.Sprintf("%d to half the RAM", minMemory)
+				bounds = fmt.Sprintf("%d to half the daemon's memory limit", minMemory)
 			}
 		} else if o.Max > 0 {
 			bounds = fmt.Sprintf("at most %d", o.Max)

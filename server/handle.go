@@ -5,10 +5,14 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
@@ -37,10 +41,18 @@ type handle struct {
 	reqs chan uint64 // tags of next requests, served in order
 	done chan struct{}
 
+	// reserved is the arena's bytes, reserved from the daemon's budget
+	// until unreserve gives them back, after the arena is closed.
+	reserved  int64
+	unreserve func()
+
 	mu   sync.Mutex
 	seq  uint64
 	held map[uint64]heldBatch // handed to the client, not yet released
-	once sync.Once
+	// heldBytes is the bytes of the batches in held, largest the largest
+	// batch handed out so far.
+	heldBytes, largest int64
+	once               sync.Once
 
 	records, bytes atomic.Int64
 }
@@ -58,6 +70,13 @@ func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (
 	h := &handle{s: s, inline: !shm, held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	alloc := func(size int64) (loader.Allocator, error) {
+		// The arena is all the memory the job's batches may take: reserved
+		// whole before any of it is made, waiting for room if need be.
+		release, err := s.budget.reserve(ctx, size)
+		if err != nil {
+			return nil, err
+		}
+		h.reserved, h.unreserve = size, release
 		a, err := NewArena("riffle-job", size)
 		h.arena = a
 		return a, err
@@ -66,6 +85,9 @@ func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (
 		h.cancel()
 		if h.arena != nil {
 			h.arena.Close()
+		}
+		if h.unreserve != nil {
+			h.unreserve()
 		}
 		return nil, err
 	}
@@ -110,7 +132,7 @@ func openedMsg(d job.Description) *wire.Msg {
 // pipelining client has several batches in flight) and returns its header
 // and, inline, the bytes to send after it.
 func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
-	b, err := h.j.Next(ctx)
+	b, err := h.nextBatch(ctx)
 	if errors.Is(err, io.EOF) {
 		return &wire.Msg{Op: wire.OpEnd, Job: h.id}, nil, nil
 	}
@@ -165,6 +187,8 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	h.seq++
 	seq := h.seq
 	h.held[seq] = heldBatch{b, meta}
+	h.heldBytes += int64(len(b.Data))
+	h.largest = max(h.largest, int64(len(b.Data)))
 	h.mu.Unlock()
 	h.records.Add(int64(n))
 	h.bytes.Add(int64(len(data)))
@@ -218,10 +242,43 @@ func (h *handle) release(seqs []uint64) {
 	defer h.mu.Unlock()
 	for _, s := range seqs {
 		if hb, ok := h.held[s]; ok {
+			h.heldBytes -= int64(len(hb.b.Data))
 			hb.release(h.arena, h.inline)
 			delete(h.held, s)
 		}
 	}
+}
+
+// heldGrace is how long a next request waits for a batch when the batches
+// its client holds leave the job no memory for another.
+const heldGrace = 5 * time.Second
+
+// nextBatch is the job's next batch. A client that holds so many batches
+// that its job's memory bound leaves no room for another would wait for
+// ever: its releases come with its next request, after this one's reply
+// (a pipelining client's too). So when the held batches fill the bound,
+// the request waits heldGrace for a batch read ahead (or a release from
+// another thread), then fails with ErrMemory saying why; the job stays
+// where it was, and goes on once the client releases batches.
+func (h *handle) nextBatch(ctx context.Context) (*loader.Batch, error) {
+	h.mu.Lock()
+	held, n, largest := h.heldBytes, len(h.held), h.largest
+	h.mu.Unlock()
+	mem := h.j.Memory()
+	// Twice the largest: the loader counts a batch with its padding and
+	// alignment, a little more than its bytes.
+	if largest == 0 || held+2*largest <= mem {
+		return h.j.Next(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, heldGrace)
+	defer cancel()
+	b, err := h.j.Next(wctx)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil, fmt.Errorf("%w: the client holds %d batches (%s) of this job's %s of memory_bytes, which leave no room for the next; "+
+			"drop the batches you are done with, or open the job with a larger memory_bytes (or a smaller batch_size)",
+			job.ErrMemory, n, humanize.IBytes(uint64(held)), humanize.IBytes(uint64(mem)))
+	}
+	return b, err
 }
 
 // close stops the handle's worker and the job, then frees the arena: the
@@ -237,8 +294,10 @@ func (h *handle) close() {
 			hb.release(h.arena, h.inline)
 			delete(h.held, s)
 		}
+		h.heldBytes = 0
 		h.mu.Unlock()
 		h.arena.Close()
+		h.unreserve()
 		h.s.retire(h)
 	})
 }

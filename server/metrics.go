@@ -46,11 +46,20 @@ var (
 	descGroupJobs   = prometheus.NewDesc("riffle_group_jobs", "Jobs sampling dependently in each group (source: a hash of its paths, the paths with the token).", []string{"source"}, nil)
 	descShared      = prometheus.NewDesc("riffle_group_shared_records_total", "Records one read served to several jobs (source: a hash of its paths, the paths with the token).", []string{"source"}, nil)
 	descJobSamples  = prometheus.NewDesc("riffle_job_samples_per_second", "Each job's records per second since it opened.", []string{"job"}, nil)
+	descMemLimit    = prometheus.NewDesc("riffle_memory_limit_bytes", "The memory the daemon may use: its cgroup's limit, or the machine's.", nil, nil)
+	descMemJobs     = prometheus.NewDesc("riffle_memory_jobs_budget_bytes", "The part of the limit for jobs' shared memory.", nil, nil)
+	descMemHeld     = prometheus.NewDesc("riffle_memory_held_bytes", "Jobs' shared memory reserved from the budget.", nil, nil)
+	descMemHolders  = prometheus.NewDesc("riffle_memory_holders", "Jobs holding shared memory of the budget.", nil, nil)
+	descMemWaiting  = prometheus.NewDesc("riffle_memory_waiting_opens", "Opens waiting for room in the budget.", nil, nil)
+	descMemRefused  = prometheus.NewDesc("riffle_memory_refused_total", "Opens refused for memory.", nil, nil)
+	descGoLimit     = prometheus.NewDesc("riffle_go_memory_limit_bytes", "The Go runtime's memory limit, which follows the jobs' reservations.", nil, nil)
+	descJobMemory   = prometheus.NewDesc("riffle_job_memory_bytes", "Each job's shared memory, reserved from the budget.", []string{"job"}, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReadBytes, descServedBytes, descJobs, descClients, descCacheBytes, descCacheBudget,
-		descCacheItems, descCacheHits, descCacheMisses, descCacheEvict, descGroupJobs, descShared, descJobSamples} {
+		descCacheItems, descCacheHits, descCacheMisses, descCacheEvict, descGroupJobs, descShared, descJobSamples,
+		descMemLimit, descMemJobs, descMemHeld, descMemHolders, descMemWaiting, descMemRefused, descGoLimit, descJobMemory} {
 		ch <- d
 	}
 }
@@ -70,6 +79,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	m(descCacheHits, prometheus.CounterValue, float64(st.Cache.Hits))
 	m(descCacheMisses, prometheus.CounterValue, float64(st.Cache.Misses))
 	m(descCacheEvict, prometheus.CounterValue, float64(st.Cache.Evictions))
+	if mem := st.Memory; mem != nil {
+		m(descMemLimit, prometheus.GaugeValue, float64(mem.Limit))
+		m(descMemJobs, prometheus.GaugeValue, float64(mem.Jobs))
+		m(descMemHeld, prometheus.GaugeValue, float64(mem.Held))
+		m(descMemHolders, prometheus.GaugeValue, float64(mem.Holders))
+		m(descMemWaiting, prometheus.GaugeValue, float64(len(mem.Waiting)))
+		m(descMemRefused, prometheus.CounterValue, float64(mem.Refused))
+		m(descGoLimit, prometheus.GaugeValue, float64(mem.GoLimit))
+	}
 	for _, g := range st.Groups {
 		src := g.Source
 		if !c.full {
@@ -79,6 +97,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		m(descShared, prometheus.CounterValue, float64(g.Shared), src)
 		for _, j := range g.Jobs {
 			m(descJobSamples, prometheus.GaugeValue, j.SamplesSec, j.ID)
+			m(descJobMemory, prometheus.GaugeValue, float64(j.Memory), j.ID)
 		}
 	}
 }

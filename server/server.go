@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,10 +52,21 @@ type Server struct {
 	// that no one who can reach the port crowds out the socket's owner or
 	// a client holding the token.
 	MaxConns int
-	// CacheBytes is the record cache's budget; default a quarter of the
-	// memory available to the daemon (its cgroup's limit, if lower than
-	// the machine's).
+	// CacheBytes is the record cache's budget; default a quarter of
+	// MemoryBytes.
 	CacheBytes int64
+	// MemoryBytes is the memory the daemon may use; default its memory
+	// cgroup's limit (v1 or v2), or the machine's memory if lower. The
+	// record cache, a reserve for the Go heap and the jobs' shared memory
+	// are carved from it (budget.go): a job's open reserves its arena, and
+	// waits for room, at most MemoryWait (default 2 minutes), or is
+	// refused with job.ErrMemory.
+	MemoryBytes int64
+	MemoryWait  time.Duration
+	// HeapLimit keeps the Go runtime's memory limit
+	// (runtime/debug.SetMemoryLimit, a process-wide setting: a command
+	// sets it, not a library) at what the jobs' reservations leave.
+	HeapLimit bool
 	// IndexDir is where indexes are kept; default $XDG_CACHE_HOME/riffle.
 	IndexDir string
 	// S3 configures the object store s3:// paths are read from (by default
@@ -99,6 +111,7 @@ type Server struct {
 
 	store   *storage.Router
 	env     *job.Env
+	budget  *budget
 	tier    atomic.Pointer[tier.Tier]
 	cluster atomic.Pointer[peer.Cluster]
 	// opener, if set, opens datasets in place of dataset.Open (a test
@@ -216,9 +229,19 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}()
 	defer s.store.Close()
-	budget := s.CacheBytes
-	if budget <= 0 {
-		budget = availableMemory() / 4
+	total := s.MemoryBytes
+	if total <= 0 {
+		total = job.AvailableMemory()
+	}
+	sp := splitMemory(total, s.CacheBytes)
+	wait := s.MemoryWait
+	if wait <= 0 {
+		wait = 2 * time.Minute
+	}
+	s.budget = &budget{sp: sp, wait: wait}
+	if s.HeapLimit {
+		s.budget.changed = func(held int64) { debug.SetMemoryLimit(sp.heapLimit(held)) }
+		s.budget.changed(0)
 	}
 	// The catalogue is the daemon's own directory, outside any root.
 	cat := catalogue.Default()
@@ -230,7 +253,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		return err
 	}
 	defer own.Close()
-	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: budget, IndexDir: s.IndexDir,
+	// A default job's memory is at most a 32nd of the jobs' budget (its
+	// arena twice that): sixteen default jobs fit at once.
+	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: sp.cache, JobMemory: sp.jobs / 32, IndexDir: s.IndexDir,
 		IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.tier.Load, Open: s.opener})
 	if err != nil {
 		return err
@@ -340,7 +365,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		g.Go(func() error { return s.serveMetrics(gctx, ml) })
 		g.Go(func() error { return s.sampleView(gctx) })
 	}
-	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "cache", budget)
+	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "memory", sp.total, "cache", sp.cache, "jobs", sp.jobs)
 	close(s.ready)
 	err = g.Wait()
 	cancel()
@@ -402,18 +427,4 @@ func (s *Server) poke() {
 	case s.idle <- struct{}{}:
 	default:
 	}
-}
-
-// availableMemory is the memory the daemon may use: the machine's, or its
-// memory cgroup's limit if lower (v1 or v2).
-func availableMemory() int64 {
-	var si unix.Sysinfo_t
-	total := int64(8 << 30)
-	if unix.Sysinfo(&si) == nil {
-		total = int64(si.Totalram) * int64(si.Unit)
-	}
-	if lim, ok := cgroupLimit(); ok && lim < total {
-		return lim
-	}
-	return total
 }

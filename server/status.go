@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"runtime/metrics"
 
 	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/wire"
@@ -61,6 +62,8 @@ func (s *Server) status() *wire.Status {
 		ts := t.Stats()
 		out.Disk = &wire.DiskStatus{Bytes: ts.Bytes, Blocks: ts.Blocks, Hits: ts.Hits, Misses: ts.Misses}
 	}
+	out.Memory = s.budget.status()
+	out.Memory.GoLimit, out.Memory.GoHeap = goMemory()
 	if c := s.cluster.Load(); c != nil {
 		cs := c.Stats()
 		out.Peers = &wire.PeersStatus{Node: s.Node, Nodes: len(s.Peers), Local: cs.Local, FromPeers: cs.FromPeers,
@@ -70,7 +73,7 @@ func (s *Server) status() *wire.Status {
 	s.statMu.Lock()
 	for h := range s.live {
 		if st := h.j.Status(h.records.Load()); !st.Shared {
-			out.Groups = append(out.Groups, wire.GroupStatus{Source: st.Source, Records: st.Records, Jobs: []wire.JobStatus{jobStatus(st)}})
+			out.Groups = append(out.Groups, wire.GroupStatus{Source: st.Source, Records: st.Records, Jobs: []wire.JobStatus{h.status(st)}})
 		}
 	}
 	s.statMu.Unlock()
@@ -79,10 +82,10 @@ func (s *Server) status() *wire.Status {
 
 // groupStatus lists the share groups and their jobs.
 func (s *Server) groupStatus() []wire.GroupStatus {
-	records := map[*job.Job]int64{}
+	handles := map[*job.Job]*handle{}
 	s.statMu.Lock()
 	for h := range s.live {
-		records[h.j] = h.records.Load()
+		handles[h.j] = h
 	}
 	s.statMu.Unlock()
 	var out []wire.GroupStatus
@@ -90,8 +93,8 @@ func (s *Server) groupStatus() []wire.GroupStatus {
 		gs := wire.GroupStatus{Source: g.Source, Records: g.Records, Shared: g.Stats.Shared, Rounds: g.Stats.Rounds,
 			Given: g.Stats.Given, Saved: g.Stats.Saved}
 		for _, j := range g.Jobs {
-			if n, ok := records[j]; ok { // open, not a check
-				gs.Jobs = append(gs.Jobs, jobStatus(j.Status(n)))
+			if h, ok := handles[j]; ok { // open, not a check
+				gs.Jobs = append(gs.Jobs, h.status(j.Status(h.records.Load())))
 			}
 		}
 		out = append(out, gs)
@@ -99,7 +102,27 @@ func (s *Server) groupStatus() []wire.GroupStatus {
 	return out
 }
 
-func jobStatus(st job.Status) wire.JobStatus {
+// status is the job's line in status: what the job says of itself, and
+// the memory its handle reserved.
+func (h *handle) status(st job.Status) wire.JobStatus {
 	return wire.JobStatus{ID: fmt.Sprint(st.ID), Subset: st.Subset, Epoch: st.Epoch, Position: st.Position,
-		SamplesSec: st.SamplesSec, Transform: st.Transform}
+		SamplesSec: st.SamplesSec, Transform: st.Transform, Memory: h.reserved}
+}
+
+// goMemory is the Go runtime's memory limit and its heap's objects, live
+// or not yet collected.
+func goMemory() (limit, heap int64) {
+	ms := []metrics.Sample{{Name: "/gc/gomemlimit:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(ms)
+	for i, m := range ms {
+		if m.Value.Kind() == metrics.KindUint64 {
+			v := int64(min(m.Value.Uint64(), 1<<63-1))
+			if i == 0 {
+				limit = v
+			} else {
+				heap = v
+			}
+		}
+	}
+	return limit, heap
 }

@@ -62,6 +62,7 @@ const (
 	KindData     = "data"      // the data is bad: corrupt, truncated, a CRC mismatch, a record a transform refused
 	KindChanged  = "changed"   // the data changed since the job opened it
 	KindClosed   = "closed"    // the job or the daemon is closing
+	KindMemory   = "memory"    // the job does not fit the daemon's memory budget (now, or at all)
 	KindInternal = "internal"  // anything else: the daemon's own failure
 )
 
@@ -253,6 +254,33 @@ type Status struct {
 	Disk   *DiskStatus   `json:"disk,omitempty"`
 	// Peers is the cluster's memory tier (serve --peers), if there is one.
 	Peers *PeersStatus `json:"peers,omitempty"`
+	// Memory is the daemon's memory budget and what holds it.
+	Memory *MemoryStatus `json:"memory,omitempty"`
+}
+
+// MemoryStatus is how the daemon divides its memory limit, and what holds
+// the part for jobs: each open job's shared memory (arena), reserved
+// whole when it opens; opens that do not fit wait in a queue.
+type MemoryStatus struct {
+	Limit   int64        `json:"limit"`   // the memory cgroup's limit, or the machine's memory
+	Cache   int64        `json:"cache"`   // the record cache's budget
+	Heap    int64        `json:"heap"`    // kept for the rest of the Go heap
+	Jobs    int64        `json:"jobs"`    // for the jobs' arenas
+	Held    int64        `json:"held"`    // of Jobs, reserved by open jobs
+	Holders int          `json:"holders"` // the jobs holding it
+	Waiting []MemoryWait `json:"waiting,omitempty"`
+	Refused int64        `json:"refused"` // opens refused for memory, since start
+	// GoLimit is the Go runtime's memory limit now, GoHeap its heap in
+	// use (objects, live or not yet collected).
+	GoLimit int64 `json:"go_limit"`
+	GoHeap  int64 `json:"go_heap"`
+}
+
+// MemoryWait is an open waiting for room: the bytes it needs, and for how
+// long it has waited.
+type MemoryWait struct {
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
 }
 
 // PeersStatus is the cluster's memory tier seen from this node.
@@ -301,6 +329,7 @@ type JobStatus struct {
 	Position   int     `json:"position"`
 	SamplesSec float64 `json:"samples_per_sec"`
 	Transform  string  `json:"transform,omitempty"`
+	Memory     int64   `json:"memory,omitempty"` // its shared memory, reserved from the daemon's budget
 }
 
 // CacheStatus is the daemon's record cache.

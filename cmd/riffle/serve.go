@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,6 +44,14 @@ is slow or gone. The launcher gives membership: the list, this node's
 index (from --node or the usual variables of torchrun, Slurm and
 Kubernetes), and a --token all nodes share; every daemon needs --tcp.
 
+The daemon adds up its memory: --memory (default its memory cgroup's
+limit, or the machine's memory) is split into the record cache (a quarter,
+or --cache-bytes), a reserve for the Go heap, and the jobs' shared memory.
+Each job's open reserves its arena from that part; one that does not fit
+waits up to --memory-wait for others to end, then is refused with an error
+that says what it needs and what holds the budget. riffle status shows the
+budget. Start the daemon inside its cgroup: it reads the limit at start.
+
 --root limits the files jobs may read to those directories: every file is
 opened through them, so no symlink leads out, and indexes are written beside
 the data there. Without --root the daemon reads any file its user can, and
@@ -67,9 +75,9 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 				return err
 			}
 			s.Version = version
-			if lim := server.GoMemoryLimit(); lim > 0 && os.Getenv("GOMEMLIMIT") == "" {
-				debug.SetMemoryLimit(lim)
-			}
+			// The daemon keeps the Go heap's limit at what its jobs' shared
+			// memory leaves, unless the user set one.
+			s.HeapLimit = os.Getenv("GOMEMLIMIT") == ""
 			if path := os.Getenv("RIFFLE_CPUPROFILE"); path != "" {
 				// For finding where the daemon spends its time.
 				f, err := os.Create(path)
@@ -101,7 +109,9 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.StringVar(&s.IndexDir, "index-dir", "", "where to keep indexes (default $XDG_CACHE_HOME/riffle)")
 	fl.StringVar(&s.TierDir, "cache-dir", "", "keep blocks of s3:// objects on this local disk, across restarts")
 	fl.Var(sizeFlag{&s.TierBytes}, "cache-dir-bytes", "the disk cache's budget, like 100GiB (default 64MiB)")
-	fl.Var(sizeFlag{&s.CacheBytes}, "cache-bytes", "the record cache's budget, like 8GiB (default a quarter of the memory the daemon may use)")
+	fl.Var(sizeFlag{&s.CacheBytes}, "cache-bytes", "the record cache's budget, like 8GiB (default a quarter of --memory)")
+	fl.Var(sizeFlag{&s.MemoryBytes}, "memory", "the memory the daemon may use, like 16GiB: the record cache, the Go heap and every job's shared memory (default its memory cgroup's limit, or the machine's memory)")
+	fl.DurationVar(&s.MemoryWait, "memory-wait", 2*time.Minute, "how long a job's open waits for room in the memory budget before it is refused")
 	fl.StringVar(&peers, "peers", "", "every node's daemon (host:port,... in the same order on every node, or dns:NAME:PORT for a headless service; default $RIFFLE_PEERS): their memory holds s3:// blocks together")
 	fl.IntVar(&node, "node", -1, "this node's index in --peers (default $RIFFLE_NODE, $NODE_RANK, $GROUP_RANK, $SLURM_NODEID, else where --tcp is in the list)")
 	fl.Var(sizeFlag{&s.PeerBytes}, "peer-bytes", "memory for the blocks this node owns, like 8GiB (default 64MiB)")

@@ -16,7 +16,9 @@ func statusCmd() *cobra.Command {
 		Long: `status asks the local daemon what it is doing: each group of jobs sharing a
 source (dependent sampling) and each job alone, with its subset's size, its
 place and its samples/s; the record cache's bytes, hit rate and evictions;
-the bytes read from storage and served to jobs; and, for each group, the
+the daemon's memory budget (its limit split into the record cache, the Go
+heap and the jobs' shared memory; what each job holds, and the opens waiting
+for room); the bytes read from storage and served to jobs; and, for each group, the
 reads sharing avoided (a record read once for k jobs avoided k-1 reads,
 whatever a transform made of it).`,
 		Args: cobra.NoArgs,
@@ -40,6 +42,14 @@ whatever a transform made of it).`,
 				hit = 100 * float64(c.Hits) / float64(c.Hits+c.Misses)
 			}
 			fmt.Fprintf(out, "cache: %s of %s, %d items, hit rate %.1f%%, %d evictions\n", human(float64(c.Bytes)), human(float64(c.Budget)), c.Items, hit, c.Evictions)
+			if m := st.Memory; m != nil {
+				fmt.Fprintf(out, "memory: %s limit: cache %s, heap %s beyond it (Go heap now %s, limit %s), jobs %s: %s held by %d jobs, %d waiting, %d refused\n",
+					human(float64(m.Limit)), human(float64(m.Cache)), human(float64(m.Heap)), human(float64(m.GoHeap)), human(float64(m.GoLimit)),
+					human(float64(m.Jobs)), human(float64(m.Held)), m.Holders, len(m.Waiting), m.Refused)
+				for _, w := range m.Waiting {
+					fmt.Fprintf(out, "  an open waiting %.0fs for %s\n", w.Seconds, human(float64(w.Bytes)))
+				}
+			}
 			if len(st.Groups) == 0 {
 				fmt.Fprintln(out, "no jobs")
 			}
@@ -49,9 +59,9 @@ whatever a transform made of it).`,
 					fmt.Fprintf(out, ", %d jobs sharing, %d records read once for several, %d reads avoided", len(g.Jobs), g.Shared, g.Saved)
 				}
 				fmt.Fprintln(out, ")")
-				fmt.Fprintf(out, "  %-6s %10s %6s %10s %12s  %s\n", "job", "subset", "epoch", "position", "samples/s", "transform")
+				fmt.Fprintf(out, "  %-6s %10s %6s %10s %12s %10s  %s\n", "job", "subset", "epoch", "position", "samples/s", "memory", "transform")
 				for _, j := range g.Jobs {
-					fmt.Fprintf(out, "  %-6s %10d %6d %10d %12.0f  %s\n", j.ID, j.Subset, j.Epoch, j.Position, j.SamplesSec, j.Transform)
+					fmt.Fprintf(out, "  %-6s %10d %6d %10d %12.0f %10s  %s\n", j.ID, j.Subset, j.Epoch, j.Position, j.SamplesSec, human(float64(j.Memory)), j.Transform)
 				}
 			}
 			return nil

@@ -11,7 +11,7 @@ import (
 )
 
 // status counts the clients besides itself, says how many reads sharing
-// avoided, and a socket whose directory is missing is "no daemon", not a
+// avoided and what holds the memory budget, and a socket whose directory is missing is "no daemon", not a
 // system call's error.
 func TestStatus(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
@@ -28,7 +28,8 @@ func TestStatus(t *testing.T) {
 	}()
 	<-s.Ready()
 	out, err := run(t, statusCmd(), "--socket", s.Addr())
-	if err != nil || !strings.Contains(out, "clients: 0\n") || !strings.Contains(out, "reads sharing avoided: 0 records") {
+	if err != nil || !strings.Contains(out, "clients: 0\n") || !strings.Contains(out, "reads sharing avoided: 0 records") ||
+		!strings.Contains(out, "held by 0 jobs, 0 waiting, 0 refused") {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
 	missing := filepath.Join(t.TempDir(), "gone", "s.sock")

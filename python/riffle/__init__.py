@@ -5,10 +5,10 @@ shared memory; ``riffle.torch`` adapts it to PyTorch; ``riffle.decode`` turns
 record bytes into arrays.
 """
 
-from .client import (Batch, DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed, Loader, PathNotFound,
-                     RiffleError, connect, default_socket)
+from .client import (Batch, DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed, Loader, MemoryBudget,
+                     PathNotFound, RiffleError, connect, default_socket)
 from . import decode
 
-__all__ = ["Batch", "DaemonGone", "DataChanged", "DataError", "InvalidSpec", "JobClosed", "Loader", "PathNotFound",
-           "RiffleError", "connect", "decode", "default_socket"]
+__all__ = ["Batch", "DaemonGone", "DataChanged", "DataError", "InvalidSpec", "JobClosed", "Loader", "MemoryBudget",
+           "PathNotFound", "RiffleError", "connect", "decode", "default_socket"]
 __version__ = "0.2.0"

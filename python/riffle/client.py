@@ -76,6 +76,12 @@ class JobClosed(RiffleError):
     """The job, or the daemon, was closing."""
 
 
+class MemoryBudget(RiffleError, MemoryError):
+    """The job does not fit the daemon's memory budget: it needs more than the budget holds, or waited for room
+    while other jobs held it. The message says how much it needs and what holds the budget; a smaller ``memory``
+    or ``batch_size`` fits sooner. Also a ``MemoryError``."""
+
+
 class DaemonGone(RiffleError):
     """The daemon closed the connection or stopped answering."""
 
@@ -83,7 +89,7 @@ class DaemonGone(RiffleError):
 # The error frame's kind (wire.KIND_*) and the exception it raises.
 _KINDS: dict[str, type[RiffleError]] = {
     wire.KIND_SPEC: InvalidSpec, wire.KIND_NOT_FOUND: PathNotFound, wire.KIND_DATA: DataError,
-    wire.KIND_CHANGED: DataChanged, wire.KIND_CLOSED: JobClosed,
+    wire.KIND_CHANGED: DataChanged, wire.KIND_CLOSED: JobClosed, wire.KIND_MEMORY: MemoryBudget,
 }
 
 

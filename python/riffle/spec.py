@@ -40,7 +40,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "drop_last": ("drop_last", "bool", None, None, "false", "DataLoader's drop_last: drop the last short batch"),
     "prefetch": ("prefetch", "int", 0, 1024, "adaptive (sharing: 2)", "batches read ahead"),
     "depth": ("depth", "int", 0, 4096, "the device's (64 local)", "reads in flight"),
-    "memory_bytes": ("memory", "int", 0, 9223372036854775807, "room for 16 batches, at least 64 MiB", "the bound on batches in flight and held"),
+    "memory_bytes": ("memory", "int", 0, 9223372036854775807, "room for 16 batches, at least 64 MiB (in a small memory budget, a 32nd of its part for jobs)", "the bound on batches in flight and held"),
     "ordered": ("ordered", "bool", None, None, "false when shuffling", "keep the sampler's order inside batches"),
     "batch_stride": ("batch_stride", "int", 0, 65536, "1", "deliver only batches offset, offset+stride, ... (DataLoader workers)"),
     "batch_offset": ("batch_offset", "int", 0, 65535, "0", "see batch_stride"),

@@ -38,6 +38,7 @@ KIND_NOT_FOUND = "not_found"
 KIND_DATA = "data"
 KIND_CHANGED = "changed"
 KIND_CLOSED = "closed"
+KIND_MEMORY = "memory"
 KIND_INTERNAL = "internal"
 
 _LEN = struct.Struct("<I")

@@ -49,11 +49,64 @@ def free_port() -> int:
     return port
 
 
+class MemoryCgroup:
+    """A memory cgroup (v1) of its own, limited to ``limit`` bytes, for a daemon started in it (``Daemon(cgroup=)``).
+    Needs root and a v1 memory hierarchy at /sys/fs/cgroup/memory."""
+
+    ROOT = Path("/sys/fs/cgroup/memory")
+
+    @classmethod
+    def available(cls) -> bool:
+        return os.geteuid() == 0 and (cls.ROOT / "memory.limit_in_bytes").exists()
+
+    def __init__(self, name: str, limit: int):
+        self.path = self.ROOT / f"{name}-{os.getpid()}"
+        self.path.mkdir(exist_ok=True)
+        (self.path / "memory.limit_in_bytes").write_text(str(limit))
+        (self.path / "memory.max_usage_in_bytes").write_text("0")
+        self.oom_kills_before = self.oom_kills()
+
+    def _read(self, name: str) -> str:
+        return (self.path / name).read_text()
+
+    def oom_kills(self) -> int:
+        """Processes of the cgroup the kernel's OOM killer ended (memory.oom_control's oom_kill)."""
+        for line in self._read("memory.oom_control").splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill":
+                return int(v)
+        return 0
+
+    def peak(self) -> int:
+        """The most memory the cgroup was charged (memory.max_usage_in_bytes)."""
+        return int(self._read("memory.max_usage_in_bytes"))
+
+    def failcnt(self) -> int:
+        """How often a charge hit the limit (and the kernel reclaimed, page cache first)."""
+        return int(self._read("memory.failcnt"))
+
+    def remove(self) -> None:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
 class Daemon:
-    def __init__(self, sock: str, *args: str):
+    def __init__(self, sock: str, *args: str, cgroup: MemoryCgroup | None = None):
         self.sock = sock
         self.log = open(sock + ".log", "wb")
-        self.proc = subprocess.Popen([riffle_bin(), "serve", "--socket", sock, *args], stdout=self.log, stderr=self.log)
+        cmd = [riffle_bin(), "serve", "--socket", sock, *args]
+        if cgroup is not None:
+            # Into the cgroup before it allocates anything: the daemon sizes
+            # its budget from the limit it finds at start.
+            cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.path / "cgroup.procs"), *cmd]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
         if not client.wait_for_socket(sock, 20.0):
             raise RuntimeError(f"no daemon on {sock}")
 
