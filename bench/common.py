@@ -120,9 +120,11 @@ class Daemon:
             self.cg = Path(f"/sys/fs/cgroup/memory/{name}")
             self.cg.mkdir(exist_ok=True)
             (self.cg / "memory.limit_in_bytes").write_text(str(memory))
-        self.proc = subprocess.Popen(args)
         if self.cg:
-            (self.cg / "cgroup.procs").write_text(str(self.proc.pid))
+            # Into the cgroup before it starts: the daemon reads its limit
+            # at start to split its memory (server/budget.go).
+            args = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cg / "cgroup.procs"), *args]
+        self.proc = subprocess.Popen(args)
         from riffle import client
         if not client.wait_for_socket(self.sock, 20):
             raise SystemExit("the daemon did not start")

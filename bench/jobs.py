@@ -157,8 +157,9 @@ def main() -> None:
     run_dir.mkdir(mode=0o700, exist_ok=True)
     os.chmod(run_dir, 0o700)
     sock = str(run_dir / "riffle.sock")
-    d = subprocess.Popen([args.bin, "serve", "--socket", sock, "--quiet"])
-    (cg / "cgroup.procs").write_text(str(d.pid))
+    # Into the cgroup before it starts: the daemon reads its limit at start.
+    d = subprocess.Popen(["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cg / "cgroup.procs"),
+                          args.bin, "serve", "--socket", sock, "--quiet"])
     from riffle import client
     client.wait_for_socket(sock, 20)
     results = []
