@@ -168,6 +168,39 @@ func (a *Arena) InUse() int64 {
 	return t
 }
 
+// dropExcept gives the arena's pages outside keep (regions Alloc
+// returned) back to the system: holes punched in the memfd, which reads
+// as zeros after. A client maps the memfd, and its pages stay charged to
+// the daemon's memory cgroup until the last mapping goes, so a closing
+// job keeps only the pages of batches its client may still read.
+func (a *Arena) dropExcept(keep [][]byte) error {
+	spans := make([]span, 0, len(keep))
+	for _, b := range keep {
+		spans = append(spans, span{a.Offset(b), int64(cap(b))})
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].off < spans[j].off })
+	page := int64(unix.Getpagesize())
+	at := int64(0)
+	punch := func(from, to int64) error {
+		from = (from + page - 1) / page * page
+		to = to / page * page
+		if to <= from {
+			return nil
+		}
+		return unix.Fallocate(a.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, from, to-from)
+	}
+	for _, s := range spans {
+		if err := punch(at, s.off); err != nil {
+			return fmt.Errorf("freeing shared memory: %w", err)
+		}
+		at = max(at, s.off+s.n)
+	}
+	if err := punch(at, int64(len(a.mem))); err != nil {
+		return fmt.Errorf("freeing shared memory: %w", err)
+	}
+	return nil
+}
+
 // Close unmaps the arena and closes its memfd. Nothing may write into it
 // after: the loader that filled it must be closed first. A client's mapping
 // stays valid, so batches the user holds survive the job.

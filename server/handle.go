@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -290,6 +291,17 @@ func (h *handle) close() {
 		<-h.done
 		h.j.Close()
 		h.mu.Lock()
+		if !h.inline {
+			// Its reservation goes back to the budget below; the pages
+			// the client may still read stay, the others go now.
+			keep := make([][]byte, 0, 2*len(h.held))
+			for _, hb := range h.held {
+				keep = append(keep, hb.b.Data, hb.meta)
+			}
+			if err := h.arena.dropExcept(keep); err != nil {
+				slog.Warn("closing a job", "err", err)
+			}
+		}
 		for s, hb := range h.held {
 			hb.release(h.arena, h.inline)
 			delete(h.held, s)
