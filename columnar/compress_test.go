@@ -128,3 +128,25 @@ func FuzzDecompress(f *testing.F) {
 		}
 	})
 }
+
+// Decompression throughput of a body of typical buffers (floats, short
+// strings, zeros), in decompressed bytes.
+func BenchmarkDecompress(b *testing.B) {
+	floats := make([]byte, 1<<20)
+	for i := range floats {
+		floats[i] = byte(i * 7919 >> 3)
+	}
+	words := []byte(strings.Repeat("word12 word345 w6 ", 1<<16))
+	zeros := make([]byte, 1<<20)
+	for _, codec := range []Codec{CodecLZ4, CodecZstd} {
+		body, locs := packBody(b, codec, floats, nil, words, zeros)
+		b.Run(codec.String(), func(b *testing.B) {
+			b.SetBytes(int64(len(floats) + len(words) + len(zeros)))
+			for b.Loop() {
+				if _, _, err := Decompress(codec, locs, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
