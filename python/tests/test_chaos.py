@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
 import time
 
-from conftest import REPO, Daemon, MemoryCgroup, write_fixed
+from conftest import REPO, Daemon, MemoryCgroup, free_port, write_fixed
+from test_s3 import REC, s3  # noqa: F401  (the S3 server fixture)
 
 N = 4000
 
@@ -29,7 +32,7 @@ SURVIVOR = textwrap.dedent("""
         # reconnect=0: this client resumes from its own checkpoint, as a
         # training script does after a crash (test_together covers the
         # loader's own reconnection).
-        return riffle.Loader({path!r}, batch_size=50, record_size=256, seed={seed}, timeout=5, autostart=False,
+        return riffle.Loader({path!r}, batch_size=50, record_size={rec}, seed={seed}, timeout=5, autostart=False,
                              sampler={sampler!r}, reconnect=0)
     ld = loader()
     for epoch in range(2):
@@ -63,7 +66,7 @@ VICTIM = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {py!r})
     import riffle
-    ld = riffle.Loader({path!r}, batch_size=50, record_size=256, seed={seed}, autostart=False, pipeline=4)
+    ld = riffle.Loader({path!r}, batch_size=50, record_size={rec}, seed={seed}, autostart=False, pipeline=4)
     held = []
     for b in ld:
         held.append(b)  # holds its batches: its shared memory is in use when it dies
@@ -133,11 +136,11 @@ def test_chaos(tmp_path):
     d = Daemon(sock, "--cache-bytes", "16MiB", cgroup=cg)
     _, _, base_rss = settle(d)
     try:
-        survivors = [spawn(SURVIVOR.format(py=py, path=path, seed=s, n=N, sleep=0.015, sampler=smp), sock)
+        survivors = [spawn(SURVIVOR.format(py=py, path=path, rec=256, seed=s, n=N, sleep=0.015, sampler=smp), sock)
                      for s, smp in [(1, "global"), (2, "buffered"), (3, "block")]]
-        slow = spawn(SURVIVOR.format(py=py, path=path, seed=9, n=N, sleep=0.05, sampler="global"), sock)
+        slow = spawn(SURVIVOR.format(py=py, path=path, rec=256, seed=9, n=N, sleep=0.05, sampler="global"), sock)
         absurd = [spawn(ABSURD.format(py=py, path=path, n=N), sock) for _ in range(2)]
-        victims = [spawn(VICTIM.format(py=py, path=path, seed=10 + i), sock) for i in range(4)]
+        victims = [spawn(VICTIM.format(py=py, path=path, rec=256, seed=10 + i), sock) for i in range(4)]
         for v in victims:
             for _ in range(rng.randint(1, 6)):
                 v.stdout.readline()
@@ -174,3 +177,92 @@ def test_chaos(tmp_path):
         d.stop()
         if cg is not None:
             cg.remove()
+
+
+def absurd_peer_frames(addr: str, token: bytes, rng: random.Random) -> None:
+    """Peer frames a hostile or broken node might send (docs/peers.md): block
+    and offset near 2^63 and 2^62, negative lengths, names past their bounds,
+    and random bytes after the magic. Each ends in an answer or a closed
+    connection, never the daemon."""
+    host, port = addr.split(":")
+    frames = []
+    for block, off, n in [(0, 2**63 - 10, 100), (2**62, 0, 0), (-1, 0, 0), (0, -5, 10), (0, 0, -1), (2**63 - 1, 2**63 - 1, 2**63 - 1)]:
+        obj, ver = b"bkt/fixed/part-0.bin", b"x"
+        frames.append(struct.pack("<QqqqHH", 7, block, off, n, len(obj), len(ver)) + obj + ver)
+    frames.append(struct.pack("<QqqqHH", 8, 0, 0, 0, 65535, 65535))
+    frames.append(bytes(rng.getrandbits(8) for _ in range(200)))
+    for f in frames:
+        try:
+            with socket.create_connection((host, int(port)), 5) as c:
+                c.settimeout(5)
+                c.sendall(b"RFLP" + struct.pack("<BH", 1, len(token)) + token + f)
+                c.shutdown(socket.SHUT_WR)  # the frame is all: the daemon answers, then reads the end
+                while c.recv(1 << 16):
+                    pass
+        except OSError:
+            pass
+
+
+def test_chaos_with_peers(s3, tmp_path, monkeypatch):  # noqa: F811
+    """Two nodes whose memory holds an s3:// dataset together (--peers),
+    each daemon in a memory cgroup of its own where the machine allows:
+    clients on both read every record exactly once per epoch while others
+    holding batches are killed, absurd peer frames arrive, and one node's
+    daemon is killed and restarted; its clients resume, the other node's
+    go on from the object store. No OOM kill, no daemon lost but the one
+    killed."""
+    rng = random.Random(7)
+    for k, v in s3["env"].items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("RIFFLE_TOKEN", "chaos-token")
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    cgs = [MemoryCgroup(f"riffle-test-chaos-node{i}", 512 << 20) if MemoryCgroup.available() else None for i in range(2)]
+    socks = []
+    for i in range(2):
+        run = tmp_path / f"run{i}"
+        run.mkdir(mode=0o700)
+        socks.append(str(run / "riffle.sock"))
+
+    def start(i: int) -> Daemon:
+        return Daemon(socks[i], "--tcp", addrs[i], "--peers", ",".join(addrs), "--node", str(i),
+                      "--peer-bytes", "32MiB", "--cache-bytes", "16MiB", cgroup=cgs[i])
+
+    nodes = [start(i) for i in range(2)]
+    py, path, n = str(REPO / "python"), "s3://bkt/fixed/*.bin", 2100
+    try:
+        # 42 batches an epoch, 2 s.
+        survivors = [spawn(SURVIVOR.format(py=py, path=path, rec=REC, seed=s, n=n, sleep=0.05, sampler="global"), socks[s % 2])
+                     for s in range(4)]
+        victims = [spawn(VICTIM.format(py=py, path=path, rec=REC, seed=10 + i), socks[i % 2]) for i in range(2)]
+        for v in victims:
+            for _ in range(rng.randint(1, 4)):
+                v.stdout.readline()
+            v.send_signal(signal.SIGKILL)
+            v.wait()
+        for addr in addrs:
+            absurd_peer_frames(addr, b"chaos-token", rng)
+        assert all(nd.proc.poll() is None for nd in nodes), "a node died of peer frames"
+        # Node 1's daemon dies once its clients have said their first epoch
+        # was whole; a new one starts in its place.
+        for p in survivors[1::2]:
+            assert p.stdout.readline().startswith("epoch ok 0"), p.stderr.read()[-2000:]
+        nodes[1].proc.send_signal(signal.SIGKILL)
+        nodes[1].proc.wait()
+        nodes[1].log.close()
+        nodes[1] = start(1)
+        for i, p in enumerate(survivors):
+            # Not communicate(): the lines readline buffered would be lost.
+            out, err = p.stdout.read(), p.stderr.read()
+            assert p.wait(timeout=300) == 0 and out.strip().endswith("ok"), err[-2000:]
+            if i % 2:
+                assert "resumed" in out, f"a client of node 1 was not cut off by its daemon's death: {out}"
+        assert nodes[0].proc.poll() is None, "node 0 died"
+        for cg in cgs:
+            if cg is not None:
+                assert cg.oom_kills() == cg.oom_kills_before, "the OOM killer ended a process of a node's cgroup"
+    finally:
+        for nd in nodes:
+            nd.stop()
+        for cg in cgs:
+            if cg is not None:
+                cg.remove()
