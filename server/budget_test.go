@@ -3,11 +3,16 @@ package server
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/job"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 // The split adds up to the limit, and the Go heap's limit gives back what
@@ -128,4 +133,63 @@ func TestBudget(t *testing.T) {
 	if limits[len(limits)-1] != 0 {
 		t.Fatalf("the heap's limit was last told %d held", limits[len(limits)-1])
 	}
+}
+
+// Over the socket: opens reserve their arenas from the budget; one that
+// does not fit waits (status shows it) until a job closes; one larger than
+// the budget is refused at once, and one that waits too long is refused;
+// a client whose held batches fill its job's memory is told so.
+func TestBudgetOverTheSocket(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "d.bin")
+	synth.WriteFixed(data, 4096, 4096, 0)
+	// 64 MiB: 4 slack, 16 cache, 8 heap, 36 for jobs.
+	s := &Server{Socket: sockPath(t), MemoryBytes: 64 << 20, MemoryWait: time.Minute, heldWait: 50 * time.Millisecond}
+	stop := serve(t, s)
+	defer stop()
+	spec := func(mem int64) *wire.JobSpec {
+		return &wire.JobSpec{Paths: []string{data}, RecordSize: 4096, Shuffle: true, BatchSize: 64, World: 1, MemoryBytes: mem, Epochs: 1}
+	}
+	a, b, c, watch := dial(t, s.Socket), dial(t, s.Socket), dial(t, s.Socket), dial(t, s.Socket)
+	for _, cl := range []*client{a, b, c, watch} {
+		defer cl.c.Close()
+	}
+	memory := func() *wire.MemoryStatus { return watch.req(t, &wire.Msg{Op: wire.OpStatus}).Status.Memory }
+	ja := a.req(t, &wire.Msg{Op: wire.OpOpen, Spec: spec(8 << 20)})
+	jb := b.req(t, &wire.Msg{Op: wire.OpOpen, Spec: spec(8 << 20)})
+	if ja.Op != wire.OpOpened || jb.Op != wire.OpOpened {
+		t.Fatalf("opens that fit: %+v %+v", ja, jb)
+	}
+	unix.Close(a.fd)
+	unix.Close(b.fd)
+	if m := memory(); m.Jobs != 36<<20 || m.Holders != 2 || m.Held != ja.ArenaSize+jb.ArenaSize {
+		t.Fatalf("two jobs open: %+v (arenas %d, %d)", m, ja.ArenaSize, jb.ArenaSize)
+	}
+	// Larger than the whole budget: refused at once.
+	if r := c.req(t, &wire.Msg{Op: wire.OpOpen, Spec: spec(20 << 20)}); r.Op != wire.OpError || r.Kind != wire.KindMemory ||
+		!strings.Contains(r.Message, "lower memory_bytes or batch_size") {
+		t.Fatalf("a job larger than the budget: %+v", r)
+	}
+	// No room: c waits, and opens once a's job closes.
+	tag := c.send(t, &wire.Msg{Op: wire.OpOpen, Spec: spec(8 << 20)})
+	waitFor(t, "an open waiting", func() bool { return len(memory().Waiting) == 1 })
+	a.req(t, &wire.Msg{Op: wire.OpClose, Job: ja.Job})
+	if r := c.recv(t); r.Tag != tag || r.Op != wire.OpOpened {
+		t.Fatalf("the waiting open: %+v", r)
+	}
+	if m := memory(); m.Holders != 2 || len(m.Waiting) != 0 {
+		t.Fatalf("after the wait: %+v", m)
+	}
+	// c's job holds its batches: 8 MiB of memory, 256 KiB batches; the
+	// request after the bound is filled is told why.
+	var last *wire.Msg
+	for range 40 {
+		if last = c.req(t, &wire.Msg{Op: wire.OpNext, Job: 1}); last.Op != wire.OpBatch {
+			break
+		}
+	}
+	if last.Op != wire.OpError || last.Kind != wire.KindMemory || !strings.Contains(last.Message, "the client holds") {
+		t.Fatalf("a client holding every batch: %+v", last)
+	}
+	unix.Close(c.fd)
 }

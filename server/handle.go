@@ -251,7 +251,8 @@ func (h *handle) release(seqs []uint64) {
 }
 
 // heldGrace is how long a next request waits for a batch when the batches
-// its client holds leave the job no memory for another.
+// its client holds leave the job no memory for another (Server.heldWait
+// in tests).
 const heldGrace = 5 * time.Second
 
 // nextBatch is the job's next batch. A client that holds so many batches
@@ -271,7 +272,11 @@ func (h *handle) nextBatch(ctx context.Context) (*loader.Batch, error) {
 	if largest == 0 || held+2*largest <= mem {
 		return h.j.Next(ctx)
 	}
-	wctx, cancel := context.WithTimeout(ctx, heldGrace)
+	grace := h.s.heldWait
+	if grace == 0 {
+		grace = heldGrace
+	}
+	wctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	b, err := h.j.Next(wctx)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {

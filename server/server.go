@@ -102,6 +102,7 @@ type Server struct {
 	ready                             chan struct{}
 	helloWait                         time.Duration // helloTimeout, shorter in tests
 	peerIdle                          time.Duration // peer.IdleTimeout, shorter in tests
+	heldWait                          time.Duration // heldGrace, shorter in tests
 	metricsAddr                       string
 	metricsKey                        []byte        // keys the hashes of paths in metrics
 	viewEvery                         time.Duration // how often the live view samples; a second, shorter in tests
