@@ -130,6 +130,9 @@ var Options = []Option{
 		Doc: "see batch_stride", int: func(s *wire.JobSpec) int64 { return int64(s.BatchOffset) }},
 	{Name: "epoch", Kind: "int", Group: "place", Max: maxEpoch, Default: "0", Doc: "the epoch to start at",
 		int: func(s *wire.JobSpec) int64 { return int64(s.Epoch) }},
+	{Name: "start", Kind: "int", Group: "place", Max: maxEpoch, Default: "0",
+		Doc: "positions of epoch's order delivered by another topology: the job is the rest of that epoch (one epoch; global, block or sequential order)",
+		int: func(s *wire.JobSpec) int64 { return int64(s.Start) }},
 	{Name: "batch", Kind: "int", Group: "place", Max: maxEpoch, Default: "0", Doc: "the batch to start at",
 		int: func(s *wire.JobSpec) int64 { return int64(s.Batch) }},
 	{Name: "epochs", Kind: "int", Group: "place", Min: -1, Max: maxEpochs, Default: "1 (negative: without end)",
@@ -230,6 +233,10 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	if kind != "" && !slices.Contains(sampler.Kinds, kind) {
 		return c, specErr("sampler %q (known: %s)", kind, strings.Join(sampler.Kinds, ", "))
 	}
+	if spec.Start > 0 && (spec.Epochs != 1 || (spec.Share != nil && *spec.Share) || spec.Opportunistic > 1 || len(spec.SamplerState) > 0 ||
+		!slices.Contains([]string{"", "global", "block", "sequential"}, kind)) {
+		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of a global, block or sequential order, unshared and not opportunistic", spec.Start)
+	}
 	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {
 		return c, specErr("batch_offset %d of batch_stride %d: want offset < stride", spec.BatchOffset, spec.BatchStride)
 	}
@@ -241,7 +248,7 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	}
 	c.Sampler = sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window,
 		Buffer: spec.Buffer, Reservoir: spec.Reservoir, Rank: spec.Rank, World: world,
-		ShardDropLast: spec.ShardDropLast, BatchSize: spec.BatchSize}
+		ShardDropLast: spec.ShardDropLast, BatchSize: spec.BatchSize, Start: spec.Start}
 	ordered := kind == "sequential"
 	if spec.Ordered != nil {
 		ordered = *spec.Ordered

@@ -24,6 +24,7 @@ func TestCheckBounds(t *testing.T) {
 		"prefetch": func(s *wire.JobSpec, v int64) { s.Prefetch = int(v) }, "depth": func(s *wire.JobSpec, v int64) { s.Depth = int(v) },
 		"memory_bytes": func(s *wire.JobSpec, v int64) { s.MemoryBytes = v }, "batch_stride": func(s *wire.JobSpec, v int64) { s.BatchStride = int(v) },
 		"batch_offset": func(s *wire.JobSpec, v int64) { s.BatchOffset = int(v) }, "epoch": func(s *wire.JobSpec, v int64) { s.Epoch = int(v) },
+		"start": func(s *wire.JobSpec, v int64) { s.Start = int(v) },
 		"batch": func(s *wire.JobSpec, v int64) { s.Batch = int(v) }, "epochs": func(s *wire.JobSpec, v int64) { s.Epochs = int(v) },
 	}
 	for _, o := range Options {
@@ -69,5 +70,24 @@ func TestOptionsCoverTheSpec(t *testing.T) {
 	}
 	for name := range seen {
 		t.Errorf("Options has %s, which no spec field is", name)
+	}
+}
+
+// A start (the rest of an epoch begun on another topology) is one epoch of
+// an order that is a function of position: anything else is refused.
+func TestStartNeedsOneEpochOfAPositionalOrder(t *testing.T) {
+	yes := true
+	for name, c := range map[string]wire.JobSpec{
+		"ok":            {Epochs: 1, Sampler: "block"},
+		"many epochs":   {Epochs: -1},
+		"reservoir":     {Epochs: 1, Sampler: "reservoir"},
+		"shared":        {Epochs: 1, Share: &yes},
+		"opportunistic": {Epochs: 1, Opportunistic: 4},
+	} {
+		c.Paths, c.BatchSize, c.Start, c.Shuffle = []string{"/x"}, 8, 100, true
+		_, err := Check(&c)
+		if (err == nil) != (name == "ok") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -44,6 +45,11 @@ type Config struct {
 	// ShardDropLast is DistributedSampler's drop_last: drop the epoch's
 	// tail so ranks get equal shares, instead of padding it.
 	ShardDropLast bool
+	// Start drops the first Start positions of each epoch's order before
+	// the ranks split it: the rest of an epoch that ranks of another
+	// topology began, resumed (elastic resume; only orders that are
+	// functions of position, whose rest is cheap to compute).
+	Start int
 	// BatchSize lets a block order be split over ranks in runs of a batch,
 	// so its blocks stay whole on each rank.
 	BatchSize int
@@ -59,6 +65,12 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 	s, name, err := c.build(n, locate)
 	if err != nil {
 		return nil, "", err
+	}
+	if c.Start > 0 {
+		if !slices.Contains([]string{"", "global", "block", "sequential"}, c.Kind) || c.Start >= n {
+			return nil, "", fmt.Errorf("start %d: want a global, block or sequential order and a start below its %d positions", c.Start, n)
+		}
+		s, name = From{Base: s, Start: c.Start}, fmt.Sprintf("%s from %d", name, c.Start)
 	}
 	world := max(1, c.World)
 	if world == 1 && c.Rank == 0 {

@@ -46,3 +46,17 @@ func (s Sequential) Fill(epoch, pos int, dst []int) int {
 	}
 	return n
 }
+
+// From is the rest of Base's epochs from position Start on: what is left
+// of an epoch whose first Start positions were delivered, by ranks and
+// workers of any number. It is a function of (epoch, position) as Base is.
+type From struct {
+	Base  Sampler
+	Start int
+}
+
+func (s From) Len() int { return max(0, s.Base.Len()-s.Start) }
+
+func (s From) Fill(epoch, pos int, dst []int) int {
+	return s.Base.Fill(epoch, s.Start+pos, dst[:max(0, min(len(dst), s.Len()-pos))])
+}

@@ -364,3 +364,48 @@ func BenchmarkGlobalFill(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*256)/b.Elapsed().Seconds(), "ids/s")
 }
+
+// An elastic resume: the epoch's first Start positions were delivered by
+// some topology; ranks of any other take the rest between them, each
+// position once (and at most World-1 repeats of the rest's start).
+func TestStartResumesTheRestOnAnyTopology(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(2, 3000).Draw(t, "n")
+		kind := rapid.SampledFrom([]string{"global", "block", "sequential"}).Draw(t, "kind")
+		cfg := Config{Kind: kind, Seed: rapid.Uint64().Draw(t, "seed"), BlockSize: 1000}
+		locate := func(id int) (int, int64, int) { return 0, int64(id) * 64, 64 }
+		base, _, err := cfg.Build(n, locate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epoch := Order(base, 5)
+		cfg.Start = rapid.IntRange(1, n-1).Draw(t, "start")
+		cfg.World = rapid.IntRange(1, 8).Draw(t, "world")
+		cfg.BatchSize = rapid.IntRange(1, 64).Draw(t, "batch")
+		counts := map[int]int{}
+		for r := range cfg.World {
+			cfg.Rank = r
+			s, _, err := cfg.Build(n, locate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range Order(s, 5) {
+				counts[id]++
+			}
+		}
+		extra := 0
+		for _, id := range epoch[cfg.Start:] {
+			if counts[id] == 0 {
+				t.Fatalf("id %d of the rest on no rank", id)
+			}
+			extra += counts[id] - 1
+			delete(counts, id)
+		}
+		if len(counts) > 0 || extra > cfg.World-1 {
+			t.Fatalf("%d ids delivered before the start came again, %d repeats", len(counts), extra)
+		}
+	})
+	if _, _, err := (Config{Kind: "reservoir", Start: 3}).Build(10, nil); err == nil {
+		t.Fatal("a start in a reservoir order (a stream) was accepted")
+	}
+}

@@ -204,8 +204,11 @@ type JobSpec struct {
 	BatchStride int `json:"batch_stride,omitempty"`
 	BatchOffset int `json:"batch_offset,omitempty"`
 
-	// Where to start and for how long.
+	// Where to start and for how long. Start, if not 0, is how many
+	// positions of Epoch's order were delivered by ranks of another
+	// topology: the job is the rest of that epoch, split over this one's.
 	Epoch        int    `json:"epoch"`
+	Start        int    `json:"start,omitempty"`
 	Batch        int    `json:"batch"`
 	Epochs       int    `json:"epochs,omitempty"`
 	SamplerState []byte `json:"sampler_state,omitempty"`

@@ -45,6 +45,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "batch_stride": ("batch_stride", "int", 0, 65536, "1", "deliver only batches offset, offset+stride, ... (DataLoader workers)"),
     "batch_offset": ("batch_offset", "int", 0, 65535, "0", "see batch_stride"),
     "epoch": ("epoch", "int", 0, 1099511627776, "0", "the epoch to start at"),
+    "start": ("start", "int", 0, 1099511627776, "0", "positions of epoch's order delivered by another topology: the job is the rest of that epoch (one epoch; global, block or sequential order)"),
     "batch": ("batch", "int", 0, 1099511627776, "0", "the batch to start at"),
     "epochs": ("epochs", "int", -1, 1073741824, "1 (negative: without end)", "epochs to load"),
     "sampler_state": ("sampler_state", "bytes", None, None, "none", "a stream order's saved state (from a batch's state)"),
