@@ -491,10 +491,11 @@ def _release(conn_ref, job: int, seq: int) -> None:
 class _Job:
     """An open job: its connection, shared memory and place."""
 
-    def __init__(self, conn: Connection, reply: dict, mm: mmap.mmap | None, epoch: int, batch: int):
+    def __init__(self, conn: Connection, reply: dict, mm: mmap.mmap | None, epoch: int, batch: int, start: int = 0):
         self.conn, self.reply, self.mm = conn, reply, mm
         self.id = reply["job"]
         self.epoch, self.batch = epoch, batch  # the next batch it delivers
+        self.start = start  # the epoch's positions delivered before it, if it is the rest of one
         # Batches it delivers of its first epoch from where it opened, then
         # of each whole epoch: the daemon's counts, never worked out here
         # (the stride of a shared job is the daemon's to decide).
@@ -626,6 +627,10 @@ class Loader:
         self._records: int | None = None
         self.epoch = epoch
         self._batch = 0
+        # Positions of this epoch's order delivered before its batch 0, by
+        # ranks of another topology (an elastic resume): this epoch is the
+        # rest of the order, a job of its own.
+        self._start = 0
         self._sampler_state: bytes | None = None
         self._skip: list[int] | None = None
         self._unresolved = False  # the sampler state of this place is still the daemon's
@@ -639,20 +644,38 @@ class Loader:
     # --- epochs and checkpoints ---
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch)."""
-        if epoch != self.epoch or self._batch:
+        if epoch != self.epoch or self._batch or self._start:
             self.epoch, self._batch, self._sampler_state, self._skip = epoch, 0, None, None
-            self._unresolved = False
+            self._start, self._unresolved = 0, False
 
     def state_dict(self) -> dict[str, Any]:
         """The place of the next batch: save it with the model's checkpoint."""
         if self._unresolved:
             self._resolve()
-        st = {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"]}
+        st = {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"], "world": self._world()}
+        if self._positional() and int(self.spec.get("batch_stride", 1) or 1) <= 1:
+            # Where the epoch is for every rank, in positions of its order:
+            # after b batches of each of W ranks, the ranks together hold
+            # the order's first W*b*batch_size positions (DistributedSampler's
+            # stride, or a block order's runs of a batch), so any topology
+            # resumes from it.
+            st["position"] = self._start + self._batch * self._world() * self.spec["batch_size"]
+        if self._start:
+            st["start"] = self._start
         if self._sampler_state:
             st["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
             st["skip"] = list(self._skip)
         return st
+
+    def _world(self) -> int:
+        return max(1, int(self.spec.get("world", 1) or 1))
+
+    def _positional(self) -> bool:
+        """Whether this loader's order is a function of (seed, epoch, position), so that a place is a position."""
+        sp = self.spec
+        return (not sp.get("share") and int(sp.get("opportunistic", 1) or 1) <= 1
+                and sp.get("sampler") in (None, "global", "block", "sequential"))
 
     def _resolve(self) -> None:
         # The place came with a batch of a job whose sampler state stays in
@@ -673,7 +696,19 @@ class Loader:
         if state.get("seed", self.spec["seed"]) != self.spec["seed"]:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
         self._unresolved = False
-        self.epoch, self._batch = int(state["epoch"]), int(state["batch"])
+        self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
+        world = int(state.get("world", self._world()))
+        if "position" in state and self._positional():
+            # Elastic: the place in this topology. A position on a boundary
+            # of this topology's global batches is a batch of the whole
+            # epoch's job, as if this run had got there itself; any other
+            # is the rest of the epoch, from there, split over these ranks.
+            pos, glob = int(state["position"]), self._world() * self.spec["batch_size"]
+            self._batch, self._start = (pos // glob, 0) if pos % glob == 0 else (0, pos)
+        elif world != self._world():
+            raise ValueError(f"this state was saved on {world} ranks and this loader is one of {self._world()}: its "
+                             "order (shared, opportunistic, buffered or reservoir) resumes only on as many; a global, "
+                             "block or sequential order resumes on any number")
         ss = state.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = list(state["skip"]) if state.get("skip") else None
@@ -709,12 +744,14 @@ class Loader:
     def _open(self) -> _Job:
         """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
         j = self._job
-        if j is not None and (j.epoch, j.batch) == (self.epoch, self._batch) and os.getpid() == j.conn.pid:
+        if j is not None and (j.epoch, j.batch, j.start) == (self.epoch, self._batch, self._start) and os.getpid() == j.conn.pid:
             return j
         if self._unresolved and j is not None and os.getpid() == j.conn.pid:
             self._resolve()  # the new job starts from the whole state
         self.close()
         spec = dict(self.spec, epoch=self.epoch, batch=self._batch, epochs=-1)
+        if self._start:
+            spec.update(start=self._start, epochs=1)  # the rest of one epoch: the next is a job of its own
         if self._sampler_state:
             spec["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
@@ -729,7 +766,7 @@ class Loader:
             finally:
                 for fd in fds:
                     os.close(fd)
-        self._job = _Job(conn, reply, mm, self.epoch, self._batch)
+        self._job = _Job(conn, reply, mm, self.epoch, self._batch, self._start)
         self._finalizer = weakref.finalize(self, _close_job, self._job)
         if self._version and reply.get("dataset_version") != self._version:
             # The rule: a loader reads the data as it was when it was built.
@@ -872,7 +909,10 @@ class Loader:
                 self.close()
 
     def _advance(self, st: dict, m: dict, stream: bool = False) -> None:
+        epoch = self.epoch
         self.epoch, self._batch = int(st.get("epoch", m["epoch"])), int(st.get("batch", m["index"] + 1))
+        if self.epoch != epoch:
+            self._start = 0  # the rest of an epoch was one epoch
         ss = st.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = st.get("skip") or None

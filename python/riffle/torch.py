@@ -237,13 +237,16 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             # position.
             start = {"epoch": self.epoch, "batch": 0, "seed": self.seed}
             roles = {str(w): dict(self._states.get(w, start)) for w in range(self._workers)}
-            place = dict(self._place or {"epoch": self.epoch, "batch": 0})
+            place = dict(self._place or {"epoch": self.epoch, "batch": 0, "position": 0 if self._positional() else None})
             # The epoch is over once every role is past it.
             first = min(int(st["epoch"]) for st in roles.values())
             if first > place["epoch"]:
-                place = {"epoch": first, "batch": 0}
-            return {"epoch": place["epoch"], "batch": place["batch"], "seed": self.seed, "num_workers": self._workers,
-                    "next_worker": self._next if place["batch"] else 0, "workers": roles}
+                place = {"epoch": first, "batch": 0, "position": 0}
+            out = {"epoch": place["epoch"], "batch": place["batch"], "seed": self.seed, "num_workers": self._workers,
+                   "next_worker": self._next if place["batch"] else 0, "workers": roles, "world": self._where()[1]}
+            if place.get("position") is not None:
+                out["position"] = place["position"]  # the rank's place, in positions of the epoch: any topology resumes it
+            return out
         if self._ld is not None:
             return self._ld.state_dict()
         return {"epoch": self.epoch, "batch": 0, "seed": self.seed}
@@ -254,6 +257,12 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             if not self._seed_drawn:
                 raise ValueError(f"state was saved with seed {state['seed']}, this dataset has seed {self.seed}")
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
+        if "position" in state and self._positional():
+            state = self._placed(state)
+        elif int(state.get("world", self._where()[1])) != self._where()[1]:
+            raise ValueError(f"this state was saved on {state['world']} ranks and this run has {self._where()[1]}: its "
+                             "order (shared, opportunistic, buffered or reservoir) resumes only on as many; a global, "
+                             "block or sequential order resumes on any number")
         if "workers" in state and int(state.get("num_workers", 0)) != max(1, self._workers):
             state = self._merged(state)
         self._epoch.value = int(state["epoch"])
@@ -271,8 +280,26 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             # 0 plays the role of its batch.
             self._states = {w: dict(state) for w in range(self._workers)}
             self._shift.value = int(state.get("batch", 0)) % max(1, self._workers)
-            self._place = {"epoch": int(state["epoch"]), "batch": int(state.get("batch", 0))}
+            self._place = {"epoch": int(state["epoch"]), "batch": int(state.get("batch", 0)), "position": state.get("position")}
         self._next = self._shift.value
+
+    def _placed(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state's position as this rank's place: any number of ranks and workers resumes it.
+
+        After b batches of each of W ranks, the ranks together have taken
+        the order's first W*b*batch_size positions. A position on a boundary
+        of this run's global batches (world_size x batch_size) is the batch
+        an uninterrupted run of this topology would be at; any other starts
+        the rest of the epoch from there, split over this run's ranks, and
+        the epochs after it are this topology's own.
+        """
+        pos, glob = int(state["position"]), self._where()[1] * self.batch_size
+        place = {"epoch": int(state["epoch"]), "seed": state.get("seed", self.seed), "position": pos}
+        if pos % glob == 0:
+            place["batch"] = pos // glob
+        else:
+            place.update(batch=0, start=pos)
+        return place
 
     def _merged(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved with other workers, as the rank's one place: for orders that are functions of position."""
@@ -297,7 +324,19 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         role = (worker + self._shift.value) % max(1, self._workers)
         self._states[role] = state
         self._next = (role + 1) % max(1, self._workers)
-        self._place = {"epoch": epoch, "batch": index + 1}
+        # DataLoader hands batches over in order, so the rank's place is
+        # after this batch: every rank's first index+1 batches, which are
+        # the order's first (index+1) x world x batch_size positions after
+        # the epoch's start (not 0 in the rest of an epoch resumed on
+        # another topology).
+        pos = None
+        if self._positional() and isinstance(state, dict):
+            pos = int(state.get("start", 0)) + (index + 1) * self._where()[1] * self.batch_size
+        self._place = {"epoch": epoch, "batch": index + 1, "position": pos}
+
+    def _positional(self) -> bool:
+        kw = self.loader_kwargs
+        return not kw.get("share") and (kw.get("opportunistic") or 1) <= 1 and kw.get("sampler") in (None, "global", "block", "sequential")
 
     # --- loading ---
     def _new_loader(self, seed: int, kw: dict) -> Loader:

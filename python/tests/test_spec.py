@@ -12,7 +12,7 @@ from riffle import spec
 CLIENT_ONLY = {"self", "paths", "socket", "address", "token", "timeout", "autostart", "dtype", "shape", "pipeline",
                "reconnect"}
 # Options a client sets itself, from its place and its epochs, not from keywords.
-PLACE = {"epochs", "sampler_state", "skip", "batch"}
+PLACE = {"epochs", "sampler_state", "skip", "batch", "start"}
 
 
 def test_loader_keywords_are_the_table():

@@ -1,0 +1,94 @@
+"""Elastic resume (issue 25): one checkpoint, saved by rank 0, resumes on
+any number of ranks and DataLoader workers. The rest of the epoch comes
+exactly once across the new ranks, the epochs after it are the new
+topology's own, and with the global batch (ranks x batch size) unchanged
+the global batches are an uninterrupted run's."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+import riffle
+import riffle.torch as rt
+
+N = 1000
+
+
+@pytest.fixture
+def ids(tmp_path):
+    p = tmp_path / "ids.npy"
+    np.save(p, np.arange(N, dtype=np.int64))
+    return str(p)
+
+
+def run(path, rank, world, workers, bs, sampler, state=None, stop=None):
+    """A rank's batches (to `stop`, then its state) or its epoch and the next."""
+    dl = rt.loader(path, bs, num_workers=workers, seed=5, rank=rank, world_size=world, sampler=sampler)
+    if state is not None:
+        dl.load_state_dict(state)
+    out = []
+    for k, b in enumerate(dl):
+        out.append([int(i) for i in b.reshape(-1)])
+        if stop is not None and k + 1 == stop:
+            return out, dl.state_dict()
+    return out, [[int(i) for i in b.reshape(-1)] for b in dl]
+
+
+@pytest.mark.parametrize("sampler", ["global", "block", "sequential"])
+@pytest.mark.parametrize("before,after", [((2, 2, 50), (3, 1, 50)), ((2, 2, 50), (4, 0, 25)), ((2, 1, 50), (1, 3, 64)),
+                                          ((3, 0, 40), (2, 2, 40)), ((1, 0, 100), (8, 1, 10))])
+def test_rank0_state_resumes_on_any_topology(daemon, ids, sampler, before, after):
+    (w, k, b), (w2, k2, b2) = before, after
+    head, st = [], None
+    for r in range(w):
+        got, state = run(ids, r, w, k, b, sampler, stop=3)
+        head += [i for batch in got for i in batch]
+        st = st or state  # rank 0's, as a user saves it with the model
+    assert st["position"] == 3 * w * b
+    rest, restarts = [], {}
+    for r in range(w2):
+        got, nxt = run(ids, r, w2, k2, b2, sampler, state=st)
+        rest.append([i for batch in got for i in batch])
+        # The epoch after is what an uninterrupted run on this topology delivers.
+        dl = rt.loader(ids, b2, num_workers=k2, seed=5, rank=r, world_size=w2, sampler=sampler)
+        dl.dataset.set_epoch(1)
+        assert nxt == [[int(i) for i in t.reshape(-1)] for t in dl], f"rank {r}: the next epoch is not this topology's"
+        restarts[r] = got
+    assert len({len(x) for x in rest}) == 1, "ranks of unequal lengths would hang DDP"
+    counts = collections.Counter(head + [i for x in rest for i in x])
+    assert set(counts) == set(range(N)), f"{N - len(counts)} records lost"
+    assert sum(c - 1 for c in counts.values()) <= w2 - 1, "more repeats than DistributedSampler's padding"
+    if w * b == w2 * b2:
+        # The same global batch: each step's global batch is the uninterrupted run's.
+        plain = [run(ids, r, w, k, b, sampler)[0] for r in range(w)]
+        for step in range(len(restarts[0])):
+            want = {i for r in range(w) for i in plain[r][3 + step]}
+            assert {i for r in range(w2) for i in restarts[r][step]} == want, f"global batch {3 + step}"
+
+
+def test_stream_order_refuses_another_world(daemon, ids):
+    """A reservoir order keeps a state per rank: on another number of ranks it is refused, not half applied."""
+    ld = riffle.Loader(ids, 50, seed=1, rank=0, world_size=2, sampler="reservoir", reservoir=64)
+    it = iter(ld)
+    next(it)
+    st = ld.state_dict()
+    del it
+    assert "position" not in st
+    with pytest.raises(ValueError, match="resumes only on as many"):
+        riffle.Loader(ids, 50, seed=1, rank=0, world_size=3, sampler="reservoir", reservoir=64).load_state_dict(st)
+    ds = rt.RiffleDataset(ids, 50, seed=1, rank=0, world_size=3, sampler="reservoir", reservoir=64)
+    with pytest.raises(ValueError, match="resumes only on as many"):
+        ds.load_state_dict(st)
+
+
+def test_state_is_small(daemon, ids):
+    """A positional order's state is a few numbers, whatever the dataset's size and place."""
+    ld = riffle.Loader(ids, 50, seed=1, world_size=2)
+    it = iter(ld)
+    for _ in range(5):
+        next(it)
+    st = ld.state_dict()
+    assert st == {"epoch": 0, "batch": 5, "seed": 1, "world": 2, "position": 500}
