@@ -1,7 +1,8 @@
 """Features combined: a property test that draws cases from format x sampler
 x share (1-3 concurrent jobs) x DataLoader workers (0-3) x ranks (1-3, by
 environment or by mp.spawn) x a stop and resume at a random batch with
-another worker count x transform, runs each as a user would (real
+another worker count and, from rank 0's state, another number of ranks
+(elastic) x transform, runs each as a user would (real
 processes, the real daemon), and checks that every delivered record's bytes
 equal a solo read's and that every epoch is exactly once across the ranks.
 
@@ -53,14 +54,16 @@ def draw(rng: random.Random) -> dict:
             "transform": rng.random() < 0.5,
             "batch": rng.choice((16, 50, 64)),
         }
-        c["resume_workers"] = rng.randint(0, 3) if c["sampler"] in POSITIONAL and not c["share"] else c["workers"]
+        elastic = c["sampler"] in POSITIONAL and not c["share"]
+        c["resume_workers"] = rng.randint(0, 3) if elastic else c["workers"]
+        c["resume_world"] = rng.randint(1, 3) if elastic else c["world"]
         if c["transform"] and c["format"] != "libsvm":
             c["transform"] = False
         if c["format"] in ("arrow", "parquet") and (c["share"] or c["sampler"] == "opportunistic"):
             continue  # rows are not shared or opportunistic yet (issue 23)
         if not c["share"]:
             c["jobs"] = 1
-        if c["jobs"] * c["world"] > 4:
+        if c["jobs"] * max(c["world"], c["resume_world"]) > 4:
             continue  # two cores
         return c
 
@@ -175,7 +178,7 @@ RANK = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import torch
     import riffle.torch as rt
-    from test_combinations import digests
+    from test_combinations import POSITIONAL, digests
 
     def decode(b):
         return [(int(i), d) for i, d in zip(b.ids, digests(b))]
@@ -186,28 +189,33 @@ RANK = textwrap.dedent("""
             batch = batch[0]
         return [(int(i), str(d)) for i, d in batch]
 
-    def run(rank, world, out):
+    def run(rank, world, out, phase):
         case, path, opts, seed = json.load(open({case!r}))
         if case["launch"] == "spawn" and world > 1:
             import torch.distributed as dist
             dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         kw = dict(opts, seed=seed, decode=decode, rank=rank, world_size=world)
-        dl = rt.loader(path, case["batch"], num_workers=case["workers"], **kw)
-        epochs = [[], []]
-        n0 = len(dl)
-        it = iter(dl)
-        for _ in range(case["stop"]):
-            try:
-                epochs[0].append(unlabel(next(it)))
-            except StopIteration:
-                break
-        state = dl.state_dict()
-        del it, dl
-        # Resumed as after a kill: a new loader, maybe with another worker count.
+        if phase == 1:
+            dl = rt.loader(path, case["batch"], num_workers=case["workers"], **kw)
+            head, n0 = [], len(dl)
+            it = iter(dl)
+            for _ in range(case["stop"]):
+                try:
+                    head.append(unlabel(next(it)))
+                except StopIteration:
+                    break
+            with open(f"{{out}}.head.{{rank}}", "w") as f:
+                json.dump({{"head": head, "state": dl.state_dict(), "done": len(head) >= n0}}, f)
+            return
+        # Resumed as after a kill: a new loader, maybe with other worker and
+        # rank counts; an elastic order from rank 0's state, as users save it.
+        mine = 0 if case["sampler"] in POSITIONAL and not case["share"] else rank
+        saved = json.load(open(f"{{out}}.head.{{mine}}"))
         dl = rt.loader(path, case["batch"], num_workers=case["resume_workers"], **kw)
-        dl.load_state_dict(state)
+        dl.load_state_dict(saved["state"])
+        epochs = [[], []]
         # A stop after the epoch's last batch resumes at the next epoch.
-        for e in range(0 if len(epochs[0]) < n0 else 1, 2):
+        for e in range(1 if saved["done"] else 0, 2):
             for batch in dl:
                 epochs[e].append(unlabel(batch))
         with open(f"{{out}}.{{rank}}", "w") as f:
@@ -215,11 +223,13 @@ RANK = textwrap.dedent("""
 
     if __name__ == "__main__":
         case = json.load(open({case!r}))[0]
-        if case["launch"] == "spawn" and case["world"] > 1:
+        phase = int(sys.argv[1])
+        world = case["world"] if phase == 1 else case["resume_world"]
+        if case["launch"] == "spawn" and world > 1:
             import torch.multiprocessing as mp
-            mp.spawn(run, args=(case["world"], {out!r}), nprocs=case["world"])
+            mp.spawn(run, args=(world, {out!r}, phase), nprocs=world)
         else:
-            run(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), {out!r})
+            run(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), {out!r}, phase)
 """)
 
 
@@ -227,37 +237,46 @@ def run_case(c: dict, tmp: Path) -> None:
     path = make_data(c["format"], tmp / "data")
     ref = reference(path, c)
     assert len(ref) == N
-    procs, outs = [], []
-    for job in range(c["jobs"]):
-        case = tmp / f"case{job}.json"
-        case.write_text(json.dumps([c, path, options(c), 100 + job]))
-        out = str(tmp / f"out{job}")
-        script = tmp / f"job{job}.py"
-        script.write_text(RANK.format(py=str(REPO / "python"), tests=str(Path(__file__).parent), case=str(case),
-                                      port=free_port(), out=out))
-        outs.append(out)
-        if c["launch"] == "spawn" and c["world"] > 1:
-            procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
-        else:
-            for r in range(c["world"]):
-                procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True,
-                                              env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(c["world"]))))
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, f"{c}: {err[-3000:]}"
+    outs = []
+    for phase, world in ((1, c["world"]), (2, c["resume_world"])):
+        procs = []
+        for job in range(c["jobs"]):
+            case = tmp / f"case{job}.json"
+            case.write_text(json.dumps([c, path, options(c), 100 + job]))
+            out = str(tmp / f"out{job}")
+            script = tmp / f"job{job}-{phase}.py"
+            script.write_text(RANK.format(py=str(REPO / "python"), tests=str(Path(__file__).parent), case=str(case),
+                                          port=free_port(), out=out))
+            if phase == 1:
+                outs.append(out)
+            if c["launch"] == "spawn" and world > 1:
+                procs.append(subprocess.Popen([sys.executable, str(script), str(phase)], stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+            else:
+                for r in range(world):
+                    procs.append(subprocess.Popen([sys.executable, str(script), str(phase)], stdout=subprocess.PIPE,
+                                                  stderr=subprocess.PIPE, text=True,
+                                                  env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(world))))
+        for p in procs:
+            _, err = p.communicate(timeout=600)
+            assert p.returncode == 0, f"{c}: phase {phase}: {err[-3000:]}"
     for job, out in enumerate(outs):
         for e in range(EPOCHS):
             seen: dict[int, int] = {}
-            for r in range(c["world"]):
-                for batch in json.load(open(f"{out}.{r}"))[e]:
-                    for rid, d in batch:
-                        assert d == ref[rid], f"{c}: job {job} epoch {e} rank {r}: record {rid}'s bytes are not a solo read's"
-                        seen[rid] = seen.get(rid, 0) + 1
-            dup = [i for i, k in seen.items() if k > 1]
+            batches = []
+            if e == 0:
+                batches += [(r, b) for r in range(c["world"]) for b in json.load(open(f"{out}.head.{r}"))["head"]]
+            batches += [(r, b) for r in range(c["resume_world"]) for b in json.load(open(f"{out}.{r}"))[e]]
+            for r, batch in batches:
+                for rid, d in batch:
+                    assert d == ref[rid], f"{c}: job {job} epoch {e} rank {r}: record {rid}'s bytes are not a solo read's"
+                    seen[rid] = seen.get(rid, 0) + 1
+            repeats = sum(k - 1 for k in seen.values())
             lost = sorted(set(range(N)) - set(seen))
-            assert not dup and not lost, f"{c}: job {job} epoch {e}: {len(dup)} repeated, {len(lost)} lost"
+            # The rest of an epoch resumed on another number of ranks is
+            # padded as DistributedSampler pads: at most ranks-1 repeats.
+            pad = c["resume_world"] - 1 if e == 0 and c["resume_world"] != c["world"] else 0
+            assert repeats <= pad and not lost, f"{c}: job {job} epoch {e}: {repeats} repeated, {len(lost)} lost"
 
 
 def cases() -> list[dict]:
@@ -286,4 +305,5 @@ def test_draws_cover_every_value():
             seen.setdefault(k, set()).add(v)
     assert seen["format"] == set(FORMATS) and seen["sampler"] == set(SAMPLERS)
     assert seen["jobs"] == {1, 2, 3} and seen["workers"] == {0, 1, 2, 3} and seen["world"] == {1, 2, 3}
+    assert seen["resume_world"] == {1, 2, 3}
     assert seen["share"] == seen["transform"] == {True, False} and seen["launch"] == {"env", "spawn"}
