@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -114,6 +115,7 @@ func (b *budget) reserve(ctx context.Context, need int64) (func(), error) {
 		return release, nil
 	default:
 	}
+	slog.Info("an open waits for memory", "needs", need, "held", b.heldNow(), "budget", b.sp.jobs, "at most", b.wait)
 	t := time.NewTimer(b.wait)
 	defer t.Stop()
 	var why string
@@ -179,6 +181,12 @@ func (b *budget) give(n int64) {
 		b.changed(b.held)
 	}
 	b.admit()
+}
+
+func (b *budget) heldNow() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
 }
 
 // status is the budget as `riffle status` shows it.
