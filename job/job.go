@@ -39,7 +39,7 @@ type Job struct {
 	memory    int64
 	member    *share.Member // set when the job samples dependently in a group
 	group     *groupEntry
-	subset    int // records this job reads per epoch (before sharding)
+	subset    int // records this job reads per epoch (before the ranks split them)
 	started   time.Time
 	once      sync.Once
 	epoch     int // of the last batch Next gave, -1 before the first
@@ -242,7 +242,7 @@ func (j *Job) Locate(ids []int) ([]Location, error) {
 // the counts it iterates by.
 type Description struct {
 	Records   int // in the dataset
-	Positions int // per epoch for this job (its shard, its part of a group)
+	Positions int // per epoch for this job (its rank's part, its part of a group)
 	Batches   int // it delivers per epoch
 	// Left is how many batches it delivers of the epoch it opened at, from
 	// the batch it opened at.

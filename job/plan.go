@@ -111,7 +111,7 @@ var Options = []Option{
 		int: func(s *wire.JobSpec) int64 { return int64(s.Rank) }},
 	{Name: "world", Python: "world_size", Kind: "int", Group: "order", Max: maxWorld, Default: "1", Doc: "ranks sharing each epoch",
 		int: func(s *wire.JobSpec) int64 { return int64(s.World) }},
-	{Name: "shard_drop_last", Kind: "bool", Group: "order", Default: "false", Doc: "DistributedSampler's drop_last: ranks drop the tail instead of padding"},
+	{Name: "rank_drop_last", Kind: "bool", Group: "order", Default: "false", Doc: "DistributedSampler's drop_last: ranks drop the tail instead of padding"},
 	{Name: "share", Kind: "bool", Group: "order", Default: "false",
 		Doc: "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared"},
 	{Name: "batch_size", Kind: "int", Group: "batches", Min: 1, Max: loader.MaxBatchSize, Default: fmt.Sprint(DefaultBatchSize),
@@ -248,7 +248,7 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	}
 	c.Sampler = sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window,
 		Buffer: spec.Buffer, Reservoir: spec.Reservoir, Rank: spec.Rank, World: world,
-		ShardDropLast: spec.ShardDropLast, BatchSize: spec.BatchSize, Start: spec.Start}
+		RankDropLast: spec.RankDropLast, BatchSize: spec.BatchSize, Start: spec.Start}
 	ordered := kind == "sequential"
 	if spec.Ordered != nil {
 		ordered = *spec.Ordered

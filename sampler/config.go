@@ -6,7 +6,7 @@ import (
 	"strconv"
 )
 
-// Config names a sampler, its parameters and its sharding, so that the
+// Config names a sampler, its parameters and its split over ranks, so that the
 // command line, the daemon's job spec and the Go API build orders one way.
 // The zero value is a global shuffle of seed 0 over all records.
 type Config struct {
@@ -39,12 +39,12 @@ type Config struct {
 	// loads; default 1024.
 	Chunk int
 
-	// Rank and World shard each epoch as torch's DistributedSampler does;
-	// World 0 or 1 is no sharding.
+	// Rank and World split each epoch as torch's DistributedSampler does;
+	// World 0 or 1 is no split.
 	Rank, World int
-	// ShardDropLast is DistributedSampler's drop_last: drop the epoch's
+	// RankDropLast is DistributedSampler's drop_last: drop the epoch's
 	// tail so ranks get equal shares, instead of padding it.
-	ShardDropLast bool
+	RankDropLast bool
 	// Start drops the first Start positions of each epoch's order before
 	// the ranks split it: the rest of an epoch that ranks of another
 	// topology began, resumed (elastic resume; only orders that are
@@ -58,7 +58,7 @@ type Config struct {
 // Kinds lists the sampler kinds Build knows.
 var Kinds = []string{"global", "sequential", "block", "buffered", "reservoir"}
 
-// Build makes the configured sampler over n records, sharded if World > 1;
+// Build makes the configured sampler over n records, split over ranks if World > 1;
 // locate says where each record is, for block boundaries. It also returns
 // a short name.
 func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int)) (Sampler, string, error) {
@@ -76,7 +76,7 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 	if world == 1 && c.Rank == 0 {
 		return s, name, nil
 	}
-	sh, err := NewRankPart(s, c.Rank, world, c.ShardDropLast)
+	sh, err := NewRankPart(s, c.Rank, world, c.RankDropLast)
 	if err != nil {
 		return nil, "", err
 	}

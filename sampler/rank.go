@@ -85,24 +85,24 @@ func (s *RankPart) Fill(epoch, pos int, dst []int) int {
 	return m
 }
 
-// shardMark is a sharded stream sampler's state: the shard's position
+// partMark is a rank part of a stream sampler: the part's position
 // and its base's state there.
-type shardMark struct {
+type partMark struct {
 	epoch, pos int
 	base       any
 }
 
-// Mark, Save and Restore make a shard of a Stateful sampler Stateful too.
+// Mark, Save and Restore make a rank's part of a Stateful sampler Stateful too.
 func (s *RankPart) Mark() any {
 	st, ok := s.Base.(Stateful)
 	if !ok {
 		return nil
 	}
-	return &shardMark{epoch: s.lastEpoch, pos: s.lastPos, base: st.Mark()}
+	return &partMark{epoch: s.lastEpoch, pos: s.lastPos, base: st.Mark()}
 }
 
 func (s *RankPart) Save(mark any) ([]byte, error) {
-	m, ok := mark.(*shardMark)
+	m, ok := mark.(*partMark)
 	st, stateful := s.Base.(Stateful)
 	if !ok || !stateful {
 		return nil, nil
@@ -119,17 +119,17 @@ func (s *RankPart) Save(mark any) ([]byte, error) {
 func (s *RankPart) Restore(state []byte) (int, int, error) {
 	st, ok := s.Base.(Stateful)
 	if !ok || len(state) < 7 || string(state[:7]) != "RFSHD1\x00" {
-		return 0, 0, fmt.Errorf("sharded sampler: %w", ErrState)
+		return 0, 0, fmt.Errorf("rank part of a sampler: %w", ErrState)
 	}
 	r := state[7:]
 	e, n := binary.Uvarint(r)
 	if n <= 0 {
-		return 0, 0, fmt.Errorf("sharded sampler: %w (truncated)", ErrState)
+		return 0, 0, fmt.Errorf("rank part of a sampler: %w (truncated)", ErrState)
 	}
 	r = r[n:]
 	pos, n := binary.Uvarint(r)
 	if n <= 0 || pos > uint64(s.Len()) {
-		return 0, 0, fmt.Errorf("sharded sampler: %w (bad position)", ErrState)
+		return 0, 0, fmt.Errorf("rank part of a sampler: %w (bad position)", ErrState)
 	}
 	if _, _, err := st.Restore(r[n:]); err != nil {
 		return 0, 0, err

@@ -179,9 +179,9 @@ type JobSpec struct {
 	Seed          uint64 `json:"seed"`
 	Rank          int    `json:"rank"`
 	World         int    `json:"world"`
-	// ShardDropLast is DistributedSampler's drop_last: ranks drop the
+	// RankDropLast is DistributedSampler's drop_last: ranks drop the
 	// epoch's tail instead of padding it, so their shares are equal.
-	ShardDropLast bool `json:"shard_drop_last,omitempty"`
+	RankDropLast bool `json:"rank_drop_last,omitempty"`
 	// Share makes the job join the other sharing jobs on its source in
 	// dependent sampling: reads, transforms and the cache shared, each
 	// job's epoch still a uniform permutation of its records, but no

@@ -31,6 +31,7 @@ import struct
 import subprocess
 import threading
 import time
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -575,8 +576,8 @@ class Loader:
     job still sees each of its records once per epoch in a uniform order,
     though no longer one fixed by (seed, epoch).
 
-    ``rank``/``world_size`` shard each epoch as DistributedSampler does;
-    ``shard_drop_last`` is its ``drop_last`` (drop the tail so ranks get
+    ``rank``/``world_size`` split each epoch as DistributedSampler does;
+    ``rank_drop_last`` is its ``drop_last`` (drop the tail so ranks get
     equal shares) and ``drop_last`` DataLoader's (drop the last short
     batch). ``state_dict()`` is the place of the next batch; pass it to
     ``load_state_dict()`` to resume exactly there.
@@ -592,14 +593,19 @@ class Loader:
                  drop_partial: bool = False, direct: bool = False, columns: Sequence[str] | None = None,
                  split: str | None = None, extensions: Sequence[str] | None = None, subset: dict | None = None,
                  transform: str | None = None,
-                 rank: int = 0, world_size: int = 1, drop_last: bool = False, shard_drop_last: bool = False,
+                 rank: int = 0, world_size: int = 1, drop_last: bool = False, rank_drop_last: bool = False,
                  prefetch: int | None = None, depth: int | None = None, memory: int | None = None,
                  ordered: bool | None = None, epoch: int = 0, socket: str | None = None, address: str | None = None,
                  token: str | None = None, timeout: float = 60.0, autostart: bool = True, dtype=None,
                  shape: Sequence[int] | None = None, sampler: str | None = None, block_size: int | None = None,
                  window: int | None = None, buffer: int | None = None, reservoir: int | None = None,
                  opportunistic: int | None = None, pipeline: int = 4, share: bool | None = None,
-                 batch_stride: int | None = None, batch_offset: int | None = None, reconnect: float = 60.0):
+                 batch_stride: int | None = None, batch_offset: int | None = None, reconnect: float = 60.0,
+                 shard_drop_last: bool | None = None):
+        if shard_drop_last is not None:
+            # The old name: a "shard" is a pack's file of records, a rank's split of an epoch its part.
+            warnings.warn("shard_drop_last is now rank_drop_last", DeprecationWarning, stacklevel=2)
+            rank_drop_last = rank_drop_last or shard_drop_last
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         _check_args(paths, batch_size)
@@ -613,7 +619,7 @@ class Loader:
             ("extensions", [e if e.startswith(".") else "." + e for e in extensions] if extensions else None),
             ("subset", subset),
             ("transform", transform), ("rank", rank), ("world_size", world_size), ("drop_last", drop_last),
-            ("shard_drop_last", shard_drop_last), ("prefetch", prefetch), ("depth", depth), ("memory", memory),
+            ("rank_drop_last", rank_drop_last), ("prefetch", prefetch), ("depth", depth), ("memory", memory),
             ("ordered", ordered), ("sampler", sampler), ("block_size", block_size), ("window", window),
             ("buffer", buffer), ("reservoir", reservoir), ("opportunistic", opportunistic), ("share", share),
             ("batch_stride", batch_stride), ("batch_offset", batch_offset))}

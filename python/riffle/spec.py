@@ -34,7 +34,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "seed": ("seed", "int", 0, 9223372036854775807, "0 (riffle.torch: drawn from torch's generator)", "the order's seed: epochs are functions of (seed, epoch)"),
     "rank": ("rank", "int", 0, 65535, "0", "this rank, as DistributedSampler's"),
     "world": ("world_size", "int", 0, 65536, "1", "ranks sharing each epoch"),
-    "shard_drop_last": ("shard_drop_last", "bool", None, None, "false", "DistributedSampler's drop_last: ranks drop the tail instead of padding"),
+    "rank_drop_last": ("rank_drop_last", "bool", None, None, "false", "DistributedSampler's drop_last: ranks drop the tail instead of padding"),
     "share": ("share", "bool", None, None, "false", "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared"),
     "batch_size": ("batch_size", "int", 1, 1048576, "256", "records per batch"),
     "drop_last": ("drop_last", "bool", None, None, "false", "DataLoader's drop_last: drop the last short batch"),

@@ -88,11 +88,11 @@ def _draw_seed(world: int) -> int:
     """A seed from torch's default generator, as RandomSampler draws one, the same on every rank.
 
     ``torch.manual_seed`` then decides the data order, as it does for
-    ``DataLoader(shuffle=True)``. Ranks must shard one order, so with a
+    ``DataLoader(shuffle=True)``. Ranks must split one order, so with a
     process group rank 0's draw is broadcast to all (every rank builds its
     loader, as every rank builds its DistributedSampler). Without one there
     is no way to agree, and ranks that seeded torch differently would
-    shard different orders: a seed must then be given.
+    split different orders: a seed must then be given.
     """
     seed = int(torch.empty((), dtype=torch.int64).random_().item())
     if world <= 1:
@@ -131,7 +131,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                  decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None, shape: Sequence[int] | None = None,
                  n_features: int | None = None, transform: Callable | None = None,
                  batch_transform: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 drop_last: bool = False, shard_drop_last: bool = False,
+                 drop_last: bool = False, rank_drop_last: bool = False,
                  is_valid_file: Callable[[str], bool] | None = None, **loader_kwargs: Any):
         super().__init__()
         if not callable(decode) and decode not in DECODERS:
@@ -167,14 +167,14 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self.paths, self.batch_size, self.shuffle, self.seed = paths, batch_size, shuffle, seed
         self.decode, self.dtype, self.shape, self.n_features = decode, dtype, shape, n_features
         self.transform, self.batch_transform = transform, batch_transform
-        self.drop_last, self.shard_drop_last = drop_last, shard_drop_last
+        self.drop_last, self.rank_drop_last = drop_last, rank_drop_last
         if isinstance(transform, str):
             loader_kwargs["transform"], transform = transform, None
             self.transform = None
         self.loader_kwargs = loader_kwargs
         # Loader's own checks, now: a misspelt option fails here, not at the first batch.
         Loader(paths, batch_size, shuffle=shuffle, seed=seed, dtype=dtype, shape=shape, drop_last=drop_last,
-               shard_drop_last=shard_drop_last, **loader_kwargs)
+               rank_drop_last=rank_drop_last, **loader_kwargs)
         # The epoch lives in shared memory, so persistent workers see set_epoch
         # too; so does the shift of workers' roles a resumed state asks for.
         self._epoch = multiprocessing.get_context().Value("q", 0, lock=False)
@@ -343,7 +343,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         """A Loader of this dataset's options for this rank, with kw (the loader's own options, a role's stride)."""
         rank, world = self._where()
         return Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=seed, rank=rank, world_size=world,
-                      drop_last=self.drop_last, shard_drop_last=self.shard_drop_last, dtype=self.dtype,
+                      drop_last=self.drop_last, rank_drop_last=self.rank_drop_last, dtype=self.dtype,
                       shape=self.shape, **kw)
 
     def _loader(self) -> Loader:

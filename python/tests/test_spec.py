@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 import riffle
 import riffle.torch as rt
 from riffle import spec
 
 # Keywords that are the client's own (the connection, the view of batches), not job options.
 CLIENT_ONLY = {"self", "paths", "socket", "address", "token", "timeout", "autostart", "dtype", "shape", "pipeline",
-               "reconnect"}
+               "reconnect", "shard_drop_last"}  # shard_drop_last: rank_drop_last's old name
 # Options a client sets itself, from its place and its epochs, not from keywords.
 PLACE = {"epochs", "sampler_state", "skip", "batch", "start"}
 
@@ -31,3 +33,15 @@ def test_spec_sends_the_table_names(daemon, fixed_file):
     ld = riffle.Loader(fixed_file, 10, record_size=64, world_size=2, rank=1, memory=1 << 20)
     assert ld.spec["world"] == 2 and ld.spec["memory_bytes"] == 1 << 20
     assert set(ld.spec) <= set(spec.OPTIONS)
+
+
+def test_shard_drop_last_is_rank_drop_last_old_name(daemon, tmp_path):
+    """One noun, one idea: a rank's split of an epoch is its part, a shard a pack's file; the old keyword warns and works."""
+    import numpy as np
+    p = tmp_path / "ids.npy"
+    np.save(p, np.arange(10, dtype=np.int64))
+    with pytest.warns(DeprecationWarning, match="rank_drop_last"):
+        old = riffle.Loader(str(p), 2, seed=1, rank=0, world_size=3, shard_drop_last=True)
+    new = riffle.Loader(str(p), 2, seed=1, rank=0, world_size=3, rank_drop_last=True)
+    assert [b.ids.tolist() for b in old] == [b.ids.tolist() for b in new]
+    assert sum(b.n for b in new) == 3  # 10 records over 3 ranks, the tail dropped

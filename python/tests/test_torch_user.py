@@ -98,20 +98,20 @@ def test_an_epoch_is_the_same_for_any_number_of_workers(daemon, tmp_path, drop_l
     assert seqs[0] == seqs[1] == seqs[2], "workers changed the batches"
 
 
-def test_drop_last_and_shard_drop_last_mean_what_torch_means(daemon, tmp_path):
+def test_drop_last_and_rank_drop_last_mean_what_torch_means(daemon, tmp_path):
     p = write_fixed(tmp_path / "n.bin", 1000, 64)
-    for shard_drop_last in (False, True):
+    for rank_drop_last in (False, True):
         ds = list(range(1000))
         for rank in range(3):
             ref = torch.utils.data.DistributedSampler(ds, num_replicas=3, rank=rank, shuffle=True,
-                                                      drop_last=shard_drop_last)
+                                                      drop_last=rank_drop_last)
             share = len(ref)  # 334 padded, 333 dropped
             for drop_last in (False, True):
                 want = share // 64 * 64 if drop_last else share
                 dl = rt.loader(str(p), 64, record_size=64, dtype=np.int64, shape=(8,), rank=rank, world_size=3, seed=4,
-                               drop_last=drop_last, shard_drop_last=shard_drop_last)
+                               drop_last=drop_last, rank_drop_last=rank_drop_last)
                 got = sum(len(t) for t in dl)
-                assert got == want, f"rank {rank} shard_drop_last={shard_drop_last} drop_last={drop_last}"
+                assert got == want, f"rank {rank} rank_drop_last={rank_drop_last} drop_last={drop_last}"
 
 
 @pytest.mark.parametrize("workers", [0, 2])
