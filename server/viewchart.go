@@ -8,6 +8,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // The live view's charts, drawn as SVG by gonum/plot from the ring of
@@ -87,10 +89,7 @@ func between(all []viewSample, name string, f func(a, b viewSample) (float64, bo
 func perJob(all []viewSample, f func(a, b viewSample, id string) (float64, bool)) []viewSeries {
 	var out []viewSeries
 	for _, id := range jobIDs(all) {
-		s := between(all, "job "+id, func(a, b viewSample) (float64, bool) { return f(a, b, id) })
-		if len(s.xy) > 0 {
-			out = append(out, s)
-		}
+		out = append(out, between(all, "job "+id, func(a, b viewSample) (float64, bool) { return f(a, b, id) }))
 	}
 	return out
 }
@@ -109,10 +108,7 @@ func perDevice(all []viewSample, name func(uint64) string, f func(a, b viewSampl
 	}
 	var out []viewSeries
 	for _, id := range ids {
-		s := between(all, name(id), func(a, b viewSample) (float64, bool) { return f(a, b, id) })
-		if len(s.xy) > 0 {
-			out = append(out, s)
-		}
+		out = append(out, between(all, name(id), func(a, b viewSample) (float64, bool) { return f(a, b, id) }))
 	}
 	return out
 }
@@ -126,7 +122,11 @@ func (c viewChart) render(all []viewSample, name func(uint64) string) ([]byte, e
 	p.Legend.Top, p.Legend.Left = true, true
 	var lines []viewSeries
 	if len(all) > 0 {
-		lines = c.lines(all, name)
+		for _, l := range c.lines(all, name) {
+			if len(l.xy) > 0 { // a line with no points yet is no line
+				lines = append(lines, l)
+			}
+		}
 	}
 	for i, l := range lines {
 		line, err := plotter.NewLine(l.xy)
@@ -150,12 +150,12 @@ func (c viewChart) render(all []viewSample, name func(uint64) string) ([]byte, e
 	if c.top > 0 {
 		p.Y.Max = c.top
 	}
-	w, err := p.WriterTo(6*vg.Inch, 3*vg.Inch, "svg")
-	if err != nil {
-		return nil, err
-	}
+	// A margin on the right, where the last tick's label ("0") would
+	// otherwise be cut in half by the edge.
+	svg := vgsvg.New(6*vg.Inch, 3*vg.Inch)
+	p.Draw(draw.Crop(draw.New(svg), 0, -vg.Points(8), 0, 0))
 	var b bytes.Buffer
-	if _, err := w.WriteTo(&b); err != nil {
+	if _, err := svg.WriteTo(&b); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
