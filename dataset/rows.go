@@ -55,8 +55,6 @@ type RowBatch interface {
 // returns the batch they make (an Arrow IPC message) and its description:
 // for inspecting a few rows and for tests, not for speed.
 func ReadRows(ctx context.Context, ds Rows, ids []int) ([]byte, RowBatch, error) {
-	k := ds.NumCells()
-	cells := make([][]byte, len(ids)*k)
 	for _, id := range ids {
 		if id < 0 || id >= ds.Len() {
 			return nil, nil, fmt.Errorf("row %d is not in [0, %d)", id, ds.Len())
@@ -66,8 +64,20 @@ func ReadRows(ctx context.Context, ds Rows, ids []int) ([]byte, RowBatch, error)
 	if err != nil {
 		return nil, nil, err
 	}
+	out, err := readPlanned(ctx, ds, rb, len(ids))
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, rb, nil
+}
+
+// readPlanned reads and assembles a planned batch of n rows one cell at a
+// time, and releases it.
+func readPlanned(ctx context.Context, ds Rows, rb RowBatch, n int) ([]byte, error) {
+	k := ds.NumCells()
+	cells := make([][]byte, n*k)
 	var locs []Loc
-	for slot := range ids {
+	for slot := range n {
 		locs = rb.Cells(slot, locs[:0])
 		for c, l := range locs {
 			if l.Len == 0 {
@@ -76,16 +86,16 @@ func ReadRows(ctx context.Context, ds Rows, ids []int) ([]byte, RowBatch, error)
 			b := make([]byte, l.Len)
 			if err := ds.Object(l.Object).ReadAt(ctx, b, l.Off); err != nil {
 				rb.Release()
-				return nil, nil, err
+				return nil, err
 			}
 			cells[slot*k+c] = b
 		}
 	}
 	out := make([]byte, rb.Size())
-	n, err := rb.Assemble(ctx, func(slot, c int) []byte { return cells[slot*k+c] }, out)
+	m, err := rb.Assemble(ctx, func(slot, c int) []byte { return cells[slot*k+c] }, out)
 	rb.Release()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return out[:n], rb, nil
+	return out[:m], nil
 }
