@@ -3,8 +3,9 @@ package job
 import (
 	"bufio"
 	"container/heap"
+	"io/fs"
 	"os"
-	"path/filepath"
+	"path"
 	"strconv"
 	"strings"
 
@@ -52,8 +53,11 @@ func AvailableMemory() int64 {
 // cgroupLimit reads the memory limit of the process's cgroup, v1
 // (memory.limit_in_bytes) or v2 (memory.max): the lowest of its own and
 // its ancestors', since a parent's limit bounds its children's sum.
-func cgroupLimit() (int64, bool) {
-	f, err := os.Open("/proc/self/cgroup")
+func cgroupLimit() (int64, bool) { return cgroupLimitIn(os.DirFS("/")) }
+
+// cgroupLimitIn is cgroupLimit over a file system rooted where / is.
+func cgroupLimitIn(fsys fs.FS) (int64, bool) {
+	f, err := fsys.Open("proc/self/cgroup")
 	if err != nil {
 		return 0, false
 	}
@@ -68,14 +72,14 @@ func cgroupLimit() (int64, bool) {
 		var root, file string
 		switch {
 		case parts[1] == "memory" || strings.Contains(","+parts[1]+",", ",memory,"):
-			root, file = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+			root, file = "sys/fs/cgroup/memory", "memory.limit_in_bytes"
 		case parts[0] == "0" && parts[1] == "":
-			root, file = "/sys/fs/cgroup", "memory.max"
+			root, file = "sys/fs/cgroup", "memory.max"
 		default:
 			continue
 		}
-		for dir := filepath.Clean("/" + parts[2]); ; dir = filepath.Dir(dir) {
-			b, err := os.ReadFile(filepath.Join(root, dir, file))
+		for dir := path.Clean("/" + parts[2]); ; dir = path.Dir(dir) {
+			b, err := fs.ReadFile(fsys, path.Join(root, dir, file))
 			if err == nil {
 				v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 				// "max", or v1's "no limit" (a page short of MaxInt64), is none.
