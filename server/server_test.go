@@ -445,6 +445,12 @@ func TestMetricsHidePaths(t *testing.T) {
 	if !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(label[1]) {
 		t.Fatalf("a source's label %q is not a short hash", label[1])
 	}
+	// The memory budget and what holds it: the one job's arena.
+	if !regexp.MustCompile(`(?m)^riffle_memory_holders 1$`).MatchString(body) ||
+		!regexp.MustCompile(`(?m)^riffle_memory_held_bytes [1-9]`).MatchString(body) ||
+		!regexp.MustCompile(`(?m)^riffle_job_memory_bytes\{job="[0-9]+"\} [1-9]`).MatchString(body) {
+		t.Fatalf("metrics without the memory budget:\n%s", body)
+	}
 	// The same key, and so the same label, for a daemon on this socket later.
 	again := &Server{socket: s.Addr()}
 	if err := again.loadMetricsKey(); err != nil || again.hashPath(data) != s.hashPath(data) {
