@@ -966,8 +966,13 @@ class Loader:
     def _unhold(self, size: int) -> None:
         self._held -= size
 
+    def _bound(self) -> int | None:
+        """The job's memory bound: ``memory=``, or the one the daemon chose (it says in its answer to the check)."""
+        return self.memory or (self._meta or {}).get("memory_bytes") or None
+
     def _room(self, next_bytes: int) -> bool:
-        return self.memory is None or self._held + next_bytes <= self.memory
+        bound = self._bound()
+        return bound is None or self._held + next_bytes <= bound
 
     def _wait_for_memory(self, next_bytes: int) -> None:
         # The daemon cannot load a batch while held batches fill the job's
@@ -976,6 +981,6 @@ class Loader:
             return
         gc.collect()
         if not self._room(next_bytes):
-            raise RiffleError(
-                f"{self._held} bytes of batches are still referenced, the job's whole memory ({self.memory} bytes): "
+            raise MemoryBudget(
+                f"{self._held} bytes of batches are still referenced, the job's whole memory ({self._bound()} bytes): "
                 "drop references to old batches, or raise memory=")
