@@ -198,6 +198,7 @@ func (l *Loader) plan() error {
 				j.unpin()
 				return nil
 			}
+			l.claim(j)
 			if j.Data, err = l.opts.Alloc.Alloc(l.ctx, j.size(), l.align); err != nil {
 				l.mem.Release(j.weight)
 				j.unpin()

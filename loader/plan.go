@@ -146,10 +146,10 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 		}
 		return cmp.Compare(a.off, b.off)
 	})
+	// Laid out as if every record were read: the most memory the batch
+	// can take. Its records are looked up in the cache (claiming those it
+	// is to read for the others) only once it is admitted (claim).
 	j.rawEnd = 0
-	if l.cache != nil {
-		l.lookup(j)
-	}
 	l.layout(j)
 	j.weight = min(int64(j.size()+j.rawEnd), l.opts.MemoryBytes)
 	if l.window() > 1 {
@@ -198,6 +198,32 @@ func (l *Loader) order(j *load, e, b int) {
 	sampler.Global{N: n, Seed: key}.Fill(0, 0, j.perm)
 	for slot, k := range j.perm {
 		j.IDs[slot] = j.ids[k]
+	}
+}
+
+// claim looks the admitted batch's records up in the cache and lays it
+// out again, copies where the cache has them, and gives back the memory
+// the copies save. It comes after the batch's memory and its place in
+// flight: a loader that claimed records (for others sharing them to wait
+// on) and then waited for its own consumer to take a batch would hold
+// those others, whose consumers it may itself be waiting for (jobs paced
+// together: a deadlock).
+func (l *Loader) claim(j *load) {
+	if l.cache == nil {
+		return
+	}
+	l.lookup(j)
+	j.rawEnd = 0
+	l.layout(j)
+	switch w := min(int64(j.size()+j.rawEnd), l.opts.MemoryBytes); {
+	case w < j.weight:
+		l.mem.Release(j.weight - w)
+		j.weight = w
+	case w > j.weight && l.mem.TryAcquire(w-j.weight):
+		// Split reads can round to more aligned blocks than one read of
+		// them all. Without the room now, the batch goes a few blocks
+		// over rather than wait holding its claims.
+		j.weight = w
 	}
 }
 
