@@ -2,9 +2,12 @@ package share
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -108,6 +111,11 @@ type Member struct {
 	queue     []given // given, not yet taken
 	held      int64   // bytes of queue's records kept in the cache for it
 	seq       []int32 // this epoch's records, in the order taken
+	// last is the epoch before's seq, whole, while its places may still be
+	// saved (a loader reads ahead into the next epoch before the state of
+	// its last batches is asked for); lastEpoch is that epoch, or -1.
+	last      []int32
+	lastEpoch int
 	// done is seq as a set, kept as seq grows so that saving a state
 	// costs the set's size, not a pass over the epoch so far.
 	done   roaring.Bitmap
@@ -133,7 +141,7 @@ func (g *Group) Join(subset *roaring.Bitmap, epoch int) (*Member, error) {
 	defer g.mu.Unlock()
 	for i := range g.mem {
 		if g.mem[i] == nil {
-			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1, Last: -1}
+			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1, Last: -1, lastEpoch: -1}
 			if subset != nil {
 				if subset.GetCardinality() > 0 && int(subset.Maximum()) >= g.opts.Records {
 					return nil, fmt.Errorf("share: subset names record %d of %d", subset.Maximum(), g.opts.Records)
@@ -191,7 +199,7 @@ func (m *Member) start(e int) {
 		m.g.cl.clearBit(m.bit)
 	}
 	m.dropQueue()
-	m.epoch, m.seq = e, m.seq[:0]
+	m.epoch, m.seq, m.lastEpoch = e, m.seq[:0], -1
 	m.done.Clear()
 	m.insert(e)
 }
@@ -229,7 +237,10 @@ func (m *Member) Fill(epoch, pos int, dst []int) int {
 	}
 	if epoch != m.epoch {
 		if epoch == m.epoch+1 && len(m.seq) == m.size && pos == 0 {
-			m.epoch, m.seq = epoch, m.seq[:0] // the next epoch, given ahead already
+			// The next epoch, given ahead already; the last one is kept
+			// for the states of its last places.
+			m.last, m.lastEpoch = append(m.last[:0], m.seq...), m.epoch
+			m.epoch, m.seq = epoch, m.seq[:0]
 			m.done.Clear()
 		} else {
 			m.start(epoch)
@@ -358,47 +369,98 @@ func (m *Member) Mark() any {
 	return memberMark{m.epoch, len(m.seq)}
 }
 
-const memberMagic = "RFSHR1\x00"
+// A member's state: "RFSHR2\x00", then "epoch pos size tail\n", the set
+// of the records delivered before the tail (a roaring bitmap), and the
+// tail's records in the order taken, as uvarints. RFSHR1 states (no
+// tail) still restore.
+const (
+	memberMagicV1 = "RFSHR1\x00"
+	memberMagic   = "RFSHR2\x00"
+)
 
 // Save encodes the records delivered this epoch up to the mark.
-func (m *Member) Save(mark any) ([]byte, error) {
+func (m *Member) Save(mark any) ([]byte, error) { return m.SaveFrom(mark, -1) }
+
+// SaveFrom is Save, keeping the order of the records taken from position
+// from to the mark: a loader whose opportunistic window was taken whole
+// loads the window again, so the restored member must give the same
+// records at the window's positions, not any of the delivered ones.
+func (m *Member) SaveFrom(mark any, from int) ([]byte, error) {
 	mk, ok := mark.(memberMark)
 	if !ok {
 		return nil, nil
 	}
 	m.g.mu.Lock()
-	bm := roaring.New()
-	if mk.epoch == m.epoch {
-		// The set now, less what was taken after the mark (a few
-		// batches read ahead).
-		bm = m.done.Clone()
-		for _, e := range m.seq[min(mk.pos, len(m.seq)):] {
-			bm.Remove(uint32(e))
-		}
+	var seq []int32
+	switch {
+	case mk.epoch == m.epoch && mk.pos <= len(m.seq):
+		seq = m.seq[:mk.pos]
+	case mk.epoch == m.lastEpoch && mk.pos <= len(m.last):
+		// A place of the epoch before, asked after the loader read on
+		// into this one.
+		seq = m.last[:mk.pos]
+	case mk.pos > 0:
+		m.g.mu.Unlock()
+		return nil, fmt.Errorf("shared sampler: the records delivered up to position %d of epoch %d are no longer kept (the job is at epoch %d)", mk.pos, mk.epoch, m.epoch)
 	}
+	if from < 0 || from > len(seq) || mk.epoch != m.epoch {
+		from = len(seq)
+	}
+	bm := roaring.New()
+	for _, e := range seq[:from] {
+		bm.Add(uint32(e))
+	}
+	tail := slices.Clone(seq[from:])
 	m.g.mu.Unlock()
 	var b bytes.Buffer
 	b.WriteString(memberMagic)
-	fmt.Fprintf(&b, "%d %d %d\n", mk.epoch, mk.pos, m.size)
+	fmt.Fprintf(&b, "%d %d %d %d\n", mk.epoch, mk.pos, m.size, len(tail))
 	if _, err := bm.WriteTo(&b); err != nil {
 		return nil, err
+	}
+	for _, e := range tail {
+		b.Write(binary.AppendUvarint(nil, uint64(e)))
 	}
 	return b.Bytes(), nil
 }
 
 // Restore continues an epoch without the records a saved state delivered.
 func (m *Member) Restore(state []byte) (int, int, error) {
-	if !bytes.HasPrefix(state, []byte(memberMagic)) {
+	var r *bytes.Reader
+	var epoch, pos, size, ntail int
+	var err error
+	switch {
+	case bytes.HasPrefix(state, []byte(memberMagic)):
+		r = bytes.NewReader(state[len(memberMagic):])
+		_, err = fmt.Fscanf(r, "%d %d %d %d\n", &epoch, &pos, &size, &ntail)
+	case bytes.HasPrefix(state, []byte(memberMagicV1)):
+		r = bytes.NewReader(state[len(memberMagicV1):])
+		_, err = fmt.Fscanf(r, "%d %d %d\n", &epoch, &pos, &size)
+	default:
 		return 0, 0, fmt.Errorf("shared sampler: %w", sampler.ErrState)
 	}
-	r := bytes.NewReader(state[len(memberMagic):])
-	var epoch, pos, size int
-	if _, err := fmt.Fscanf(r, "%d %d %d\n", &epoch, &pos, &size); err != nil || size != m.size || pos < 0 || pos > size || epoch < 0 {
+	if err != nil || size != m.size || pos < 0 || pos > size || epoch < 0 || ntail < 0 || ntail > pos {
 		return 0, 0, fmt.Errorf("shared sampler: %w (saved for %d records, this job has %d)", sampler.ErrState, size, m.size)
 	}
 	done := roaring.New()
-	if _, err := done.ReadFrom(r); err != nil || int(done.GetCardinality()) != pos {
+	if _, err := done.ReadFrom(r); err != nil || int(done.GetCardinality()) != pos-ntail {
 		return 0, 0, fmt.Errorf("shared sampler: %w (delivered set)", sampler.ErrState)
+	}
+	order := make([]int, 0, pos)
+	it := done.Iterator()
+	for it.HasNext() {
+		order = append(order, int(it.Next()))
+	}
+	for range ntail {
+		e, err := binary.ReadUvarint(r)
+		if err != nil || e > math.MaxInt32 || done.Contains(uint32(e)) {
+			return 0, 0, fmt.Errorf("shared sampler: %w (the records taken last)", sampler.ErrState)
+		}
+		done.Add(uint32(e))
+		order = append(order, int(e))
+	}
+	if int(done.GetCardinality()) != pos {
+		return 0, 0, fmt.Errorf("shared sampler: %w (a record taken twice)", sampler.ErrState)
 	}
 	g := m.g
 	g.mu.Lock()
@@ -409,9 +471,7 @@ func (m *Member) Restore(state []byte) (int, int, error) {
 		m.start(epoch + 1)
 		return epoch + 1, 0, nil
 	}
-	it := done.Iterator()
-	for it.HasNext() {
-		e := int(it.Next())
+	for _, e := range order {
 		if e >= g.opts.Records || g.cl.sig(e)&m.bit == 0 {
 			return 0, 0, fmt.Errorf("shared sampler: %w (record %d is not this job's)", sampler.ErrState, e)
 		}

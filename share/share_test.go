@@ -383,3 +383,43 @@ func BenchmarkRound(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*4)/b.Elapsed().Seconds(), "records/s")
 }
+
+// A place's state asked for after the member read on into the next epoch
+// (a loader reads ahead across the boundary) is that place's, not an empty
+// set that says it delivered nothing: the resumed job then repeated the
+// epoch's first records (a resume with DataLoader workers and short epochs).
+func TestSaveAPlaceOfTheEpochBefore(t *testing.T) {
+	g := NewGroup(Options{Records: 100, Seed: 1})
+	m, _ := g.Join(nil, 0)
+	buf := []int{0}
+	var head []int
+	for p := range 60 {
+		m.Fill(0, p, buf)
+		head = append(head, buf[0])
+	}
+	mark := m.Mark()
+	for p := 60; p < 100; p++ {
+		m.Fill(0, p, buf)
+	}
+	m.Fill(1, 0, buf) // on into epoch 1
+	st, err := m.Save(mark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := NewGroup(Options{Records: 100, Seed: 2})
+	m2, _ := g2.Join(nil, 0)
+	if e, pos, err := m2.Restore(st); err != nil || e != 0 || pos != 60 {
+		t.Fatalf("restored at epoch %d position %d (%v), want 0, 60", e, pos, err)
+	}
+	rest := make([]int, 40)
+	m2.Fill(0, 60, rest)
+	isPermutationOf(t, append(head, rest...), nil, 100)
+	// A place two epochs back is gone: an error, never an empty set.
+	for p := 1; p < 100; p++ {
+		m.Fill(1, p, buf)
+	}
+	m.Fill(2, 0, buf)
+	if _, err := m.Save(mark); err == nil {
+		t.Fatal("a place two epochs back saved")
+	}
+}
