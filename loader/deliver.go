@@ -162,11 +162,32 @@ func (l *Loader) State() State {
 	st, mark := l.state, l.mark
 	l.stMu.Unlock()
 	if mark != nil {
-		if b, err := l.stateful.Save(mark); err == nil {
+		if b, err := l.save(mark, st.Batch); err == nil {
 			st.Sampler = b
 		}
 	}
 	return st
+}
+
+// save is the sampler's state at mark, the place before batch. An
+// opportunistic window is loaded again whole on a resume, less the records
+// delivered (Skip), so a stream that can keeps the order of the records
+// it gave from the window's start on: the window gets them back.
+func (l *Loader) save(mark any, batch int) ([]byte, error) {
+	type saverFrom interface {
+		SaveFrom(mark any, from int) ([]byte, error)
+	}
+	if step := l.window(); step > 1 {
+		if sf, ok := l.stateful.(saverFrom); ok {
+			bs := l.Batches()
+			from := bs.Len
+			if w := batch / step * step; w < bs.Count() {
+				from, _ = bs.Span(w)
+			}
+			return sf.SaveFrom(mark, from)
+		}
+	}
+	return l.stateful.Save(mark)
 }
 
 // Place is State without the sampler's state: cheap, for every batch.
@@ -197,7 +218,7 @@ func (l *Loader) StateAt(epoch, batch int) (State, error) {
 		if p.state.Epoch == epoch && p.state.Batch == batch {
 			st := p.state
 			if p.mark != nil {
-				b, err := l.stateful.Save(p.mark)
+				b, err := l.save(p.mark, p.state.Batch)
 				if err != nil {
 					return State{}, err
 				}

@@ -93,8 +93,19 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 			}
 			// A stream is only ever moved forward: a state at or before the
 			// next batch's position (a strided loader's state lies after its
-			// own last batch) continues there.
-			if want, _ := l.Batches().Span(opts.Batch); e != opts.Epoch || pos > want {
+			// own last batch) continues there. An opportunistic window is
+			// taken from the sampler whole, so a state saved inside one is
+			// at its end, and the window is loaded again less Skip.
+			bs := l.Batches()
+			want, _ := bs.Span(opts.Batch)
+			if step := l.window(); step > 1 {
+				if end := (opts.Batch/step + 1) * step; end >= bs.Count() {
+					want = bs.Len
+				} else {
+					want, _ = bs.Span(end)
+				}
+			}
+			if e != opts.Epoch || pos > want {
 				return nil, fmt.Errorf("loader: resuming: sampler state is at epoch %d position %d, the loader at epoch %d batch %d (position %d): %w",
 					e, pos, opts.Epoch, opts.Batch, want, sampler.ErrState)
 			}
