@@ -873,6 +873,17 @@ type packedArrow struct {
 // Blocks are the rows of each record batch.
 func (d *packedArrow) Blocks() []int { return d.blocks }
 
+// BlockBytes is the largest decompressed body of a record batch.
+func (d *packedArrow) BlockBytes() int64 {
+	var most int64
+	for _, f := range d.files {
+		for i := range f.batches {
+			most = max(most, f.batches[i].srcLen())
+		}
+	}
+	return most
+}
+
 // dataset is d as a Dataset: a packedArrow if it has a compressed batch.
 func (d *arrowSet) dataset() Dataset {
 	var blocks []int

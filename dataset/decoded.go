@@ -15,11 +15,19 @@ import (
 // claims it (reads and decodes it), the others wait for it, and the next
 // batches that take rows of it find it decoded.
 
-// decodedBudget bounds the decoded blocks one dataset keeps.
-const decodedBudget = 64 << 20
+// DecodedBudget bounds the decoded blocks one dataset keeps.
+const DecodedBudget = 64 << 20
+
+// BlockSizer is a dataset whose blocks are decoded whole into that budget:
+// BlockBytes is the most one block takes decoded. An order that spreads a
+// window of blocks over batches keeps the window's blocks decoded, so the
+// window must fit.
+type BlockSizer interface {
+	BlockBytes() int64
+}
 
 func newDecodedCache() *cache.Cache {
-	return cache.New(cache.Options{Budget: decodedBudget, Policy: cache.LRU{}})
+	return cache.New(cache.Options{Budget: DecodedBudget, Policy: cache.LRU{}})
 }
 
 // claimWait bounds how long a batch waits for a block another batch
