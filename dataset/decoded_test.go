@@ -95,7 +95,10 @@ func TestDecodedOverBudget(t *testing.T) {
 			}
 		}
 	}
-	if st := d.unpacked.Stats(); st.Bytes > st.Budget || st.Evictions == 0 {
+	// Full: a block evicted another, or, with the one it would evict
+	// pinned by a batch still using it, was handed over and not kept
+	// (which of the two depends on the readers' timing).
+	if st := d.unpacked.Stats(); st.Bytes > st.Budget || st.Evictions+st.Refused == 0 {
 		t.Fatalf("cache %+v: over its budget, or never full", st)
 	}
 }
