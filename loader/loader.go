@@ -128,7 +128,10 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 			l.workers, l.ownWorkers = NewWorkers(0), true
 		}
 	}
-	if st, ok := s.(sampler.Staged); ok && l.rows == nil {
+	if st, ok := s.(sampler.Staged); ok && l.rows == nil && opts.Transform == nil {
+		// A stage's raw records wait in the cache for their batches. With
+		// a transform the cache holds its outputs, under the same keys:
+		// each record is read when its batch needs it instead.
 		l.staged = st
 		if l.cache == nil {
 			l.cache = cache.New(cache.Options{Budget: l.stageBudget(), DropUnreferenced: true})

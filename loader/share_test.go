@@ -325,3 +325,68 @@ func TestResumeSharedOpportunistic(t *testing.T) {
 		}
 	}
 }
+
+// A staged order (buffered, reservoir: records read a stage at a time into
+// the cache) with a transform: the cache's items are the transform's
+// outputs, so the raw records of a stage are not staged there (a batch
+// took a staged 60-byte line for its 84-byte output: "holds 60 bytes, the
+// copy has 84"); each record is read when its batch needs it, and every
+// output is the transform of its record.
+func TestStagedOrderWithTransform(t *testing.T) {
+	const n = 2000
+	p := filepath.Join(t.TempDir(), "d.svm")
+	synth.WriteLines(p, "libsvm", n, false)
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	tf, _, err := transform.New("libsvm_dense:n_features=20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]byte, n)
+	for id := range n {
+		loc := ds.Locate(id)
+		raw := make([]byte, loc.Len)
+		if err := ds.Object(loc.Object).ReadAt(context.Background(), raw, loc.Off); err != nil {
+			t.Fatal(err)
+		}
+		want[id] = make([]byte, tf.Size())
+		if err := tf.Apply(raw, want[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kind := range []string{"reservoir", "buffered"} {
+		s, _, err := sampler.Config{Kind: kind, Seed: 5, Reservoir: 128, Buffer: 128}.Build(n, dataset.Locator(ds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cache.New(cache.Options{Budget: 1 << 20, DropUnreferenced: true})
+		l, err := loader.New(context.Background(), ds, s, loader.Options{BatchSize: 64, Transform: tf, Cache: c, CacheSpace: 7, Epochs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for {
+			b, err := l.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", kind, err)
+			}
+			for i, id := range b.IDs {
+				if !slices.Equal(b.Record(i), want[id]) {
+					t.Fatalf("%s: record %d is not its transform's output", kind, id)
+				}
+			}
+			seen += len(b.IDs)
+			b.Release()
+		}
+		l.Close()
+		if seen != 2*n {
+			t.Fatalf("%s: %d records in 2 epochs of %d", kind, seen, n)
+		}
+	}
+}
