@@ -38,12 +38,12 @@ type Options struct {
 	Size func(id int) int
 	// QueueCap bounds the records a job was given but has not taken yet:
 	// a job whose queue is full sits out rounds. By default the bound is
-	// the bytes, not the count: a job sits out while the records given to
-	// it and to others in one round (read once, kept in the cache until
-	// each has taken it) come to four fifths of the cache's budget. The
-	// jobs behind the leader are mostly given the same records, so their
-	// queues overlap in the cache; a record given to it alone is read when
-	// it takes it and costs its queue a few bytes.
+	// the group's bytes in the cache, not a count: the jobs behind the
+	// leader sit out while the records given to several jobs in one round
+	// (read once, kept in the cache until each has taken it) come to four
+	// fifths of the cache's budget, counted once however many jobs wait
+	// for one. A record given to one job alone is read when it takes it
+	// and costs its queue a few bytes.
 	QueueCap int
 	// Seed seeds the group's random source; 0 draws one.
 	Seed uint64
@@ -56,6 +56,10 @@ type Group struct {
 	cl   *classes
 	rng  *rand.Rand
 	mem  [MaxMembers]*Member
+	// waiting counts, for each record given to several jobs, the jobs yet
+	// to take it; held is those records' bytes in the cache.
+	waiting map[int32]int32
+	held    int64
 
 	rounds, given, shared, saved atomic.Int64
 }
@@ -66,7 +70,8 @@ func NewGroup(opts Options) *Group {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	return &Group{opts: opts, cl: newClasses(opts.Records), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return &Group{opts: opts, cl: newClasses(opts.Records), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		waiting: map[int32]int32{}}
 }
 
 // Stats are a group's counts: rounds run, records given to jobs, and
@@ -109,7 +114,6 @@ type Member struct {
 	give      int     // the epoch being given (epoch, or epoch+1)
 	remaining int     // records of give with this member's bit: not given yet
 	queue     []given // given, not yet taken
-	held      int64   // bytes of queue's records kept in the cache for it
 	seq       []int32 // this epoch's records, in the order taken
 	// last is the epoch before's seq, whole, while its places may still be
 	// saved (a loader reads ahead into the next epoch before the state of
@@ -188,8 +192,10 @@ func (m *Member) dropQueue() {
 			g.opts.Cache.AddRefs(g.opts.Key(int(q.id)), -1)
 		}
 	}
+	for _, q := range m.queue {
+		g.taken(q)
+	}
 	m.queue = m.queue[:0]
-	m.held = 0
 }
 
 // start makes epoch e this member's, from its start: its records are all
@@ -271,7 +277,7 @@ func (m *Member) take() int {
 	}
 	q := m.queue[0]
 	m.queue = m.queue[1:]
-	m.held -= int64(q.size)
+	m.g.taken(q)
 	m.seq = append(m.seq, q.id)
 	m.done.Add(uint32(q.id))
 	return int(q.id)
@@ -286,9 +292,21 @@ func (g *Group) room(o *Member) bool {
 		return len(o.queue) < g.opts.QueueCap
 	}
 	if c := g.opts.Cache; c != nil {
-		return len(o.queue) < 64 || o.held < c.Budget()*4/5
+		return len(o.queue) < 64 || g.held < c.Budget()*4/5
 	}
 	return len(o.queue) < 64
+}
+
+// taken counts q, given to several jobs, taken by one of them (or given
+// up): the last to take it ends the group's hold on its bytes.
+func (g *Group) taken(q given) {
+	if q.size == 0 {
+		return
+	}
+	if g.waiting[q.id]--; g.waiting[q.id] <= 0 {
+		delete(g.waiting, q.id)
+		g.held -= int64(q.size)
+	}
 }
 
 // run runs one round for m and every member with records left and room
@@ -314,9 +332,12 @@ func (g *Group) run(m *Member) {
 		p := parts[i]
 		p.remaining--
 		q := given{id: int32(e), epoch: int32(p.give)}
-		if g.opts.Cache != nil && popcount(clear[e]) >= 2 {
+		if k := int32(popcount(clear[e])); g.opts.Cache != nil && k >= 2 {
 			q.size = int32(g.opts.Size(e)) + 64 // and the item's bookkeeping
-			p.held += int64(q.size)
+			if _, ok := g.waiting[q.id]; !ok {
+				g.held += int64(q.size)
+			}
+			g.waiting[q.id]++
 		}
 		p.queue = append(p.queue, q)
 		if p.remaining == 0 {
