@@ -7,6 +7,7 @@ the global batches are an uninterrupted run's."""
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,3 +93,14 @@ def test_state_is_small(daemon, ids):
         next(it)
     st = ld.state_dict()
     assert st == {"epoch": 0, "batch": 5, "seed": 1, "world": 2, "position": 500}
+
+
+def test_chaos_bounded(tmp_path):
+    """bench/elastic.py, bounded: a job killed (SIGKILL, every rank, sometimes the daemon) at random moments and
+    resumed from rank 0's last checkpoint on a random topology, beside two sharing jobs: every epoch exactly once."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import elastic
+    res = elastic.run(8000, 4, seed=11, max_procs=6, workdir=str(tmp_path))
+    assert res["duplicates"] == 0 and res["losses"] == 0, res
+    assert res["complete_epochs"] >= 2 and res["mid_epoch_resumes"] >= 1, res
