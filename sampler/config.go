@@ -66,6 +66,7 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 	if err != nil {
 		return nil, "", err
 	}
+	_, block := s.(*Block)
 	if c.Start > 0 {
 		if !slices.Contains([]string{"", "global", "block", "sequential"}, c.Kind) || c.Start >= n {
 			return nil, "", fmt.Errorf("start %d: want a global, block or sequential order and a start below its %d positions", c.Start, n)
@@ -80,8 +81,8 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 	if err != nil {
 		return nil, "", err
 	}
-	if _, ok := s.(*Block); ok && c.BatchSize > 0 {
-		sh.Chunk = c.BatchSize // ranks take runs of the order, so blocks stay whole
+	if block && c.BatchSize > 0 {
+		sh.Chunk = c.BatchSize // ranks take runs of the order (or of its rest), so blocks stay whole
 	}
 	return sh, fmt.Sprintf("%s rank %d of %d", name, c.Rank, world), nil
 }

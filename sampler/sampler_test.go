@@ -409,3 +409,16 @@ func TestStartResumesTheRestOnAnyTopology(t *testing.T) {
 		t.Fatal("a start in a reservoir order (a stream) was accepted")
 	}
 }
+
+// The rest of a block order is split over ranks in runs of a batch too,
+// as the whole epoch is: blocks stay whole on a resumed rank.
+func TestStartKeepsBlockRuns(t *testing.T) {
+	cfg := Config{Kind: "block", Seed: 3, BlockSize: 4096, Start: 100, World: 2, Rank: 1, BatchSize: 16}
+	s, _, err := cfg.Build(1000, func(id int) (int, int64, int) { return 0, int64(id) * 64, 64 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp, ok := s.(*RankPart); !ok || rp.Chunk != 16 {
+		t.Fatalf("%T %+v: want a rank part in runs of 16 over the rest", s, s)
+	}
+}
