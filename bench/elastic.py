@@ -80,7 +80,7 @@ def main() -> None:
 
 
 def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log=lambda *a: None,
-        workdir: str | None = None, step_s: float = 0.002) -> dict:
+        workdir: str | None = None, step_s: float = 0.002, kill_after: float = 3.0) -> dict:
     """Kill and resume `kills` times over an ids.npy of n records; returns the counts."""
     import numpy as np
     rng = random.Random(seed)
@@ -119,7 +119,7 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
                     if any(p.poll() not in (None, 0) for p in procs):
                         break
                     time.sleep(0.05)
-                time.sleep(rng.uniform(0.0, 3.0))
+                time.sleep(rng.uniform(0.0, kill_after))
                 if rng.random() < 0.2:
                     subprocess.run(["pkill", "-KILL", "-f", f"riffle serve --socket {sock_dir}"], check=False)
                     daemon_kills += 1

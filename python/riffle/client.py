@@ -73,6 +73,14 @@ class DataChanged(DataError):
     """The data changed since the job opened it: build a new loader to read it as it is now."""
 
 
+def _check_dataset(state: dict, version: str | None) -> None:
+    """Refuse a state saved over other data: its place would name other records."""
+    if state.get("dataset") and version and state["dataset"] != version:
+        raise DataChanged("this state was saved for another dataset, or another version of its files (added, "
+                          "removed or rewritten since): its place names records these files do not hold in that "
+                          "order; resume with the data it was saved with, or start the epoch anew")
+
+
 class JobClosed(RiffleError):
     """The job, or the daemon, was closing."""
 
@@ -659,6 +667,8 @@ class Loader:
         if self._unresolved:
             self._resolve()
         st = {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"], "world": self._world()}
+        if self._version:
+            st["dataset"] = self._version  # the version of the files the place is in
         if self._positional() and int(self.spec.get("batch_stride", 1) or 1) <= 1:
             # Where the epoch is for every rank, in positions of its order:
             # after b batches of each of W ranks, the ranks together hold
@@ -701,6 +711,7 @@ class Loader:
         """Resume at a place ``state_dict()`` returned."""
         if state.get("seed", self.spec["seed"]) != self.spec["seed"]:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
+        _check_dataset(state, self._version)
         self._unresolved = False
         self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
         world = int(state.get("world", self._world()))

@@ -37,7 +37,7 @@ import torch.utils.data
 
 from . import decode as _decode
 from . import spec
-from .client import Batch, Loader, RiffleError
+from .client import Batch, Loader, RiffleError, _check_dataset
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
@@ -173,8 +173,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             self.transform = None
         self.loader_kwargs = loader_kwargs
         # Loader's own checks, now: a misspelt option fails here, not at the first batch.
-        Loader(paths, batch_size, shuffle=shuffle, seed=seed, dtype=dtype, shape=shape, drop_last=drop_last,
-               rank_drop_last=rank_drop_last, **loader_kwargs)
+        probe = Loader(paths, batch_size, shuffle=shuffle, seed=seed, dtype=dtype, shape=shape, drop_last=drop_last,
+                       rank_drop_last=rank_drop_last, **loader_kwargs)
+        self._dataset_version = probe._version  # a state saved over other data is refused
         # The epoch lives in shared memory, so persistent workers see set_epoch
         # too; so does the shift of workers' roles a resumed state asks for.
         self._epoch = multiprocessing.get_context().Value("q", 0, lock=False)
@@ -243,7 +244,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             if first > place["epoch"]:
                 place = {"epoch": first, "batch": 0, "position": 0}
             out = {"epoch": place["epoch"], "batch": place["batch"], "seed": self.seed, "num_workers": self._workers,
-                   "next_worker": self._next if place["batch"] else 0, "workers": roles, "world": self._where()[1]}
+                   "next_worker": self._next if place["batch"] else 0, "workers": roles, "world": self._where()[1],
+                   "dataset": self._dataset_version}
             if place.get("position") is not None:
                 out["position"] = place["position"]  # the rank's place, in positions of the epoch: any topology resumes it
             return out
@@ -257,6 +259,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             if not self._seed_drawn:
                 raise ValueError(f"state was saved with seed {state['seed']}, this dataset has seed {self.seed}")
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
+        _check_dataset(state, self._dataset_version)
         if "position" in state and self._positional():
             state = self._placed(state)
         elif int(state.get("world", self._where()[1])) != self._where()[1]:

@@ -92,7 +92,23 @@ def test_state_is_small(daemon, ids):
     for _ in range(5):
         next(it)
     st = ld.state_dict()
-    assert st == {"epoch": 0, "batch": 5, "seed": 1, "world": 2, "position": 500}
+    assert st == {"epoch": 0, "batch": 5, "seed": 1, "world": 2, "position": 500, "dataset": st["dataset"]}
+    assert len(st["dataset"]) <= 64
+
+
+def test_state_of_other_data_is_refused(daemon, ids, tmp_path):
+    """A state names a place in one version of the files: on other data it is refused, never half applied."""
+    ld = riffle.Loader(ids, 50, seed=1)
+    it = iter(ld)
+    next(it)
+    st = ld.state_dict()
+    del it
+    other = tmp_path / "other.npy"
+    np.save(other, np.arange(N + 10, dtype=np.int64))
+    with pytest.raises(riffle.DataChanged, match="another dataset"):
+        riffle.Loader(str(other), 50, seed=1).load_state_dict(st)
+    with pytest.raises(riffle.DataChanged, match="another dataset"):
+        rt.loader(str(other), 50, seed=1).load_state_dict(st)
 
 
 def test_chaos_bounded(tmp_path):
@@ -101,6 +117,8 @@ def test_chaos_bounded(tmp_path):
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import elastic
-    res = elastic.run(8000, 4, seed=11, max_procs=6, workdir=str(tmp_path))
+    # Steps of 20 ms and kills within half a second of every rank's first
+    # batch: the kills land inside epochs.
+    res = elastic.run(8000, 4, seed=11, max_procs=6, workdir=str(tmp_path), step_s=0.02, kill_after=0.5)
     assert res["duplicates"] == 0 and res["losses"] == 0, res
     assert res["complete_epochs"] >= 2 and res["mid_epoch_resumes"] >= 1, res
