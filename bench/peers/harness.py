@@ -14,7 +14,9 @@ smaller copy: one whole epoch's order (its randomization level and
 neighbour co-occurrence from `riffle quality --ids`, and whether every
 record came exactly once), two ranks sharding it, exact resume (does the
 state saved mid-epoch restore to the same next batch?) and what the loader
-does with a truncated file. A loader that delivers a wrong count or a
+does with a truncated file; and an elastic resume (rank 0's state of 2 ranks x 2
+workers loaded by 3 ranks x 1 worker: records repeated and lost over the
+epoch). A loader that delivers a wrong count or a
 record twice is flagged in the table, never averaged in.
 """
 
@@ -298,21 +300,24 @@ def make_source(path: Path, total: int, size: int) -> bool:
     return True
 
 
-def prepare(args, size: int, total: int, tag: str) -> dict[str, str]:
+def prepare(args, size: int, total: int, tag: str, fmts=None) -> dict[str, str]:
     """The source file and every peer's format of it; returns format -> path.
     Each format remembers the source it was written from (a stamp), and is
     written again when the source changed."""
     root = Path(args.data) / f"{tag}-{size}"
     src = root / "raw" / "records.bin"
     make_source(src, total, size)
-    return write_formats(root, src, size, f"{src.stat().st_size} {src.stat().st_mtime_ns}")
+    return write_formats(root, src, size, f"{src.stat().st_size} {src.stat().st_mtime_ns}", fmts)
 
 
-def write_formats(root: Path, src: Path, size: int, stamp: str) -> dict[str, str]:
-    """Every peer's format of src under root, each written by the peer's
-    own writer unless it was written from this same source (stamp)."""
+def write_formats(root: Path, src: Path, size: int, stamp: str, fmts=None) -> dict[str, str]:
+    """Every peer's format of src under root (or those in fmts), each
+    written by the peer's own writer unless it was written from this same
+    source (stamp)."""
     paths = {"raw": str(src)}
     for fmt, env in WRITER_ENV.items():
+        if fmts is not None and fmt not in fmts:
+            continue
         out, mark = root / fmt, root / f".{fmt}.source"
         if not out.exists() or not mark.exists() or mark.read_text() != stamp:
             shutil.rmtree(out, ignore_errors=True)
@@ -377,6 +382,69 @@ def part_jpeg(args, peers, emit, lines_of, raw) -> None:
                  f"| {'; '.join(fl) or 'ok'} |")
 
 
+# --- elastic resume ---
+
+ELASTIC_PEERS = ["riffle", "torchdata", "hf", "mosaic", "grain"]
+# What each peer's elastic run is, for the table.
+ELASTIC_HOW = {
+    "riffle": "riffle.torch.loader(rank=, world_size=, num_workers=), rank 0's state_dict()",
+    "torchdata": "StatefulDataLoader + DistributedSampler, rank 0's state_dict()",
+    "hf": "to_iterable_dataset(64 shards) + split_dataset_by_node + shuffle(1000), StatefulDataLoader, rank 0's state_dict()",
+    "mosaic": "StreamingDataset(py1e) + StreamingDataLoader, rank 0's state_dict()",
+    "grain": "grain.python.DataLoader, IndexSampler(ShardOptions), rank 0's iterator get_state()",
+}
+
+
+def elastic_counts(n: int, before: list[int], after: list[int]) -> tuple[int, int]:
+    """(records delivered more than once, records never delivered) of one
+    epoch of n records, over every rank of both phases."""
+    seen = np.bincount(np.asarray(before + after, dtype=np.int64), minlength=n)[:n] if before or after else np.zeros(n)
+    return int((seen > 1).sum()), int((seen == 0).sum())
+
+
+def elastic_cell(n: int, phase1: list[Run], phase2: list[Run]) -> str:
+    """The table's cell: the counts, or why there are none."""
+    for r in phase1:
+        if r.error:
+            return f"error in phase 1 ({r.error[:120]})"
+    for r in phase2:
+        if r.error:
+            return f"refused or failed ({r.error[:160]})"
+    dup, lost = elastic_counts(n, [i for r in phase1 for i in r.ids], [i for r in phase2 for i in r.ids])
+    return f"{dup} duplicates, {lost} lost"
+
+
+def part_elastic(args, peers, emit) -> None:
+    """Each peer saves rank 0's state after 3 batches of 2 ranks x 2
+    workers, and 3 ranks x 1 worker load it and finish the epoch."""
+    peers = [p for p in peers if p in ELASTIC_PEERS]
+    size = int(args.sizes.split(",")[0])
+    n = parse_size(args.elastic_bytes) // size
+    small = prepare(args, size, parse_size(args.elastic_bytes), "elastic", {PEERS[p][1] for p in peers})
+    emit()
+    emit(f"### elastic resume: 2 ranks x 2 workers onto 3 ranks x 1 worker ({n} records of {size // 1024} KiB, "
+         f"batch 256, 3 batches a rank before the save)")
+    emit()
+    emit("| loader | how | onto 3 ranks x 1 worker | onto 3 ranks x 2 workers (only the ranks change) |")
+    emit("|---|---|---|---|")
+    for peer in peers:
+        env, fmt, _ = PEERS[peer]
+        state = Path(args.data) / f"elastic-{peer}.state"
+        for f in Path(args.data).glob(f"elastic-{peer}.state*"):
+            f.unlink()
+        common_ = ["--state", str(state)]
+        one = run_ranks(peer, "fast", "elastic", small[fmt], size, args, ranks=[0, 1], world=2, timeout=300,
+                        extra=common_ + ["--phase", "1", "--workers", "2"])
+        if not state.exists() and not any(r.error for r in one):
+            one[0].error = "rank 0 saved no state"
+        cells = []
+        for workers in (1, 2):  # the same state, loaded twice
+            two = run_ranks(peer, "fast", "elastic", small[fmt], size, args, ranks=[0, 1, 2], world=3, timeout=300,
+                            extra=common_ + ["--phase", "2", "--workers", str(workers)]) if state.exists() else []
+            cells.append(elastic_cell(n, one, two))
+        emit(f"| {peer} | {ELASTIC_HOW[peer]} | {' | '.join(cells)} |")
+
+
 # --- the table ---
 
 def main() -> None:
@@ -387,7 +455,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="4096,131072")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--peers", default=",".join(PEERS))
-    ap.add_argument("--parts", default="speed,order,ranks,resume,truncated,jpeg")
+    ap.add_argument("--parts", default="speed,order,ranks,resume,truncated,jpeg,elastic")
+    ap.add_argument("--elastic-bytes", default="16MiB", help="dataset size for the elastic resume")
     ap.add_argument("--images", type=int, default=2000, help="JPEGs for the jpeg part")
     ap.add_argument("--out", default=str(HERE / "results.md"))
     args = ap.parse_args()
@@ -408,7 +477,7 @@ def main() -> None:
         lines_of[peer] = parse_run(r.stdout)["lines"] if r.returncode == 0 else 0
     emit(f"machine: {os.cpu_count()} cores; each run at most {args.seconds:.0f}s or one epoch; batch 256; "
          f"samples/s over the run (first batch included), and after the first batch in parentheses")
-    for size in (map(int, args.sizes.split(",")) if set(parts) - {"jpeg"} else []):
+    for size in (map(int, args.sizes.split(",")) if set(parts) - {"jpeg", "elastic"} else []):
         big = prepare(args, size, parse_size(args.bytes), "big") if "speed" in parts else None
         small = prepare(args, size, parse_size(args.small), "small")
         n_small = parse_size(args.small) // size
@@ -479,6 +548,8 @@ def main() -> None:
                      f"| {fmtv(row.get('rss'), 'd')} | {fmtv(row.get('dev'), '.2f')} | {fmtv(row.get('first'), '.2f')} "
                      f"| {row.get('rl', '-')} | {row.get('nb', '-')} | {row.get('disp', '-')} | {row.get('ranks', '-')} | {row.get('resume', '-')} "
                      f"| {row.get('trunc', '-')} | {lines_of.get(peer, '-')} | {'; '.join(row['flags']) or 'ok'} |")
+    if "elastic" in parts:
+        part_elastic(args, peers, emit)
     if "jpeg" in parts:
         part_jpeg(args, peers, emit, lines_of, raw)
     Path(args.out).write_text("\n".join(lines) + "\n")

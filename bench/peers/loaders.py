@@ -8,7 +8,9 @@ CONFIG is "full" (the peer's fully shuffled configuration, or the closest
 it has) or "fast" (its documented fast path). MODE is "speed" (load until
 --seconds or one epoch), "resume" (save the iterator's state after three
 batches, take the next batch, restore a new iterator from the state and
-compare its next batch), or "epoch" (one whole epoch, whatever happens: the
+compare its next batch), "elastic" (one rank of one phase of an elastic
+resume: --phase 1 takes three batches and rank 0 saves its state to
+--state, --phase 2 loads it on another topology and ends the epoch), or "epoch" (one whole epoch, whatever happens: the
 truncated-file probe). One JSON line goes to stdout.
 
 Every record starts with its id (little-endian uint64); a loader's batch is
@@ -305,6 +307,158 @@ def ray_(a):
     return batches, lambda b: ids_of_rows(b["data"]), None, None
 
 
+# --- elastic resume: 2 ranks x 2 workers onto 3 ranks x 1 worker ---
+#
+# Each builder takes (a, workers) and returns (loader, ids_of, save, load):
+# the loader of rank a.rank of a.world through the peer's documented
+# distributed API, save(loader) -> the state its user checkpoints, and
+# load(loader, state) -> the loader resumed from it (raising if the peer
+# refuses the state in this topology).
+
+def _ids(b) -> list[int]:
+    if hasattr(b, "numpy") and not isinstance(b, np.ndarray):
+        b = b.numpy()
+    if isinstance(b, dict):
+        b = b["data"]
+    if isinstance(b, np.ndarray) and b.dtype != np.uint8:
+        return b.reshape(-1).tolist()
+    return ids_of_rows(b)
+
+
+def elastic_riffle(a, workers):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+    import riffle.torch as rt
+    dl = rt.loader(a.data, BATCH, num_workers=workers, seed=a.seed, rank=a.rank, world_size=a.world,
+                   record_size=a.size)
+
+    def load(dl, st):
+        dl.load_state_dict(st)
+        return dl
+    return dl, _ids, lambda dl: dl.state_dict(), load
+
+
+def elastic_torchdata(a, workers):
+    import torch.utils.data as tud
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    ds = _Records(a.data, a.size)
+    sampler = tud.DistributedSampler(ds, a.world, a.rank, seed=a.seed)
+    dl = StatefulDataLoader(ds, batch_size=BATCH, sampler=sampler, collate_fn=_collate, num_workers=workers)
+
+    def load(dl, st):
+        dl.load_state_dict(st)
+        return dl
+    return dl, _ids, lambda dl: dl.state_dict(), load
+
+
+def elastic_hf(a, workers):
+    import datasets
+    from datasets.distributed import split_dataset_by_node
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    datasets.disable_progress_bars()
+    # datasets' documented way to resume an IterableDataset with workers:
+    # StatefulDataLoader, which calls the dataset's state_dict in each worker.
+    ds = datasets.load_from_disk(os.path.join(a.data, "ds")).to_iterable_dataset(num_shards=64)
+    ds = split_dataset_by_node(ds, a.rank, a.world).shuffle(seed=a.seed, buffer_size=1000)
+    dl = StatefulDataLoader(ds, batch_size=BATCH, num_workers=workers, collate_fn=lambda rows: [r["data"] for r in rows])
+
+    def load(dl, st):
+        dl.load_state_dict(st)
+        return dl
+    return dl, ids_of_rows, lambda dl: dl.state_dict(), load
+
+
+def elastic_mosaic(a, workers):
+    import streaming
+    from streaming import StreamingDataLoader, StreamingDataset
+    # The ranks share this machine: they are its local ranks too. Every
+    # rank clears the shared memory a previous phase left (a collective).
+    # The process group is the training's, made once, as under DDP: each of
+    # Mosaic's calls would otherwise make and tear down its own on one port.
+    import torch.distributed as dist
+    os.environ.update(RANK=str(a.rank), WORLD_SIZE=str(a.world), LOCAL_RANK=str(a.rank), LOCAL_WORLD_SIZE=str(a.world))
+    dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
+    streaming.base.util.clean_stale_shared_memory()
+    ds = StreamingDataset(local=a.data, shuffle=True, shuffle_seed=a.seed, batch_size=BATCH, shuffle_algo="py1e")
+    # A dict batch: StreamingDataLoader counts the samples it yielded as
+    # the length of a batch's first value (of a list batch, its first row's).
+    dl = StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers,
+                             collate_fn=lambda rows: {"data": [r["data"] for r in rows]})
+
+    def load(dl, st):
+        dl.load_state_dict(st)
+        return dl
+    return dl, lambda b: ids_of_rows(b["data"]), lambda dl: dl.state_dict(), load
+
+
+def elastic_grain(a, workers):
+    import grain.python as gp
+    src = gp.ArrayRecordDataSource(files(a.data, "*.array_record"))
+    sampler = gp.IndexSampler(len(src), shard_options=gp.ShardOptions(a.rank, a.world, drop_remainder=False),
+                              shuffle=True, num_epochs=1, seed=a.seed)
+
+    class Ids(gp.MapTransform):
+        def map(self, r):
+            return np.frombuffer(r, np.uint8)
+    dl = gp.DataLoader(data_source=src, sampler=sampler, operations=[Ids(), gp.Batch(BATCH)], worker_count=workers)
+
+    class Resumable:
+        """grain's DataLoader: the state is its iterator's get_state()."""
+
+        def __init__(self):
+            self.it = iter(dl)
+
+        def __iter__(self):
+            return self.it
+
+    def load(r, st):
+        r.it.set_state(st)
+        return r
+    return Resumable(), ids_of_rows, lambda r: r.it.get_state(), load
+
+
+ELASTIC = {"riffle": elastic_riffle, "torchdata": elastic_torchdata, "hf": elastic_hf, "mosaic": elastic_mosaic,
+           "grain": elastic_grain}
+
+
+def elastic(a) -> None:
+    """One rank of one phase. Phase 1 (2 ranks x 2 workers): take
+    ELASTIC_BATCHES batches, rank 0 writes its state to a.state. Phase 2
+    (3 ranks x 1 worker): load that state and finish the epoch. Prints the
+    rank's ids; an exception of the resume is the run's error."""
+    import pickle
+    if a.peer not in ELASTIC:
+        finish({"n": 0, "distinct": 0, "seconds": 0, "first": None, "error": "no elastic builder", "ids": []})
+    t0 = time.time()
+    dl, ids_of, save, load = ELASTIC[a.peer](a, a.workers)
+    ids: list[int] = []
+    err = None
+    if a.phase == 1:
+        it = iter(dl)
+        for _ in range(ELASTIC_BATCHES):
+            ids += ids_of(next(it))
+        if a.rank == 0:
+            with open(a.state + ".tmp", "wb") as f:
+                pickle.dump(save(dl), f)
+            os.rename(a.state + ".tmp", a.state)
+    else:
+        with open(a.state, "rb") as f:
+            st = pickle.load(f)
+        try:
+            dl = load(dl, st)
+            for b in dl:
+                ids += ids_of(b)
+        except Exception as e:  # the peer refused the state, or failed on it
+            import traceback
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            msg = " ".join(str(e).split()) or f"{os.path.basename(where.filename)}:{where.lineno}: {where.line}"
+            err = f"{type(e).__name__}: {msg[:200]}"
+    finish({"n": len(ids), "distinct": len(set(ids)), "seconds": time.time() - t0, "first": None, "error": err,
+            "ids": ids})
+
+
+ELASTIC_BATCHES = 3
+
+
 PEERS = {"riffle": riffle_, "torch": torch_, "torchdata": torchdata_, "hf": hf_, "tf": tf_, "grain": grain_,
          "webdataset": wds_, "mosaic": mosaic_, "ray": ray_}
 
@@ -340,7 +494,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("peer", choices=PEERS)
     p.add_argument("config", choices=["full", "fast"])
-    p.add_argument("mode", choices=["speed", "resume", "epoch", "lines"])
+    p.add_argument("mode", choices=["speed", "resume", "epoch", "lines", "elastic"])
     p.add_argument("--data", default="")
     p.add_argument("--size", type=int, default=4096)
     p.add_argument("--seconds", type=float, default=10)
@@ -350,11 +504,16 @@ def main() -> None:
     p.add_argument("--ids", action="store_true")
     p.add_argument("--image", action="store_true", help="records are JPEGs: decode, resize, crop")
     p.add_argument("--tmp", default="/tmp/riffle-peers-tmp")
+    p.add_argument("--phase", type=int, default=1, help="elastic: 1 saves the state, 2 resumes from it")
+    p.add_argument("--workers", type=int, default=WORKERS, help="elastic: DataLoader workers per rank")
+    p.add_argument("--state", default="", help="elastic: the file rank 0's state goes to")
     a = p.parse_args()
     os.makedirs(a.tmp, exist_ok=True)
     if a.mode == "lines":
         print(json.dumps({"lines": user_lines(a.peer)}))
         return
+    if a.mode == "elastic":
+        elastic(a)
     t0 = time.time()
     loader, ids_of, state, restore = PEERS[a.peer](a)
     if a.image:

@@ -4,13 +4,15 @@
 # Debian's python3 and its PyTorch 1.13 for the PyTorch loaders, and one of
 # its own for each of tf.data, Grain and Ray Data, whose pins want numpy 2.
 # Everything comes from the package registry; nothing is fetched when the
-# benchmark runs.
+# benchmark runs. With names (`setup.sh torch grain`), only those.
 set -euo pipefail
+only=" $* "
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 "$root/scripts/install-deps.sh"
 mk() { # name, system-site-packages (yes/no), requirements files...
   local name=$1 sys=$2; shift 2
+  if [ "$only" != "  " ] && [[ "$only" != *" $name "* ]]; then return; fi
   local v="$here/.venvs/$name" stamp="$here/.venvs/$name/.requirements"
   if cat "$@" | cmp -s - "$stamp" 2>/dev/null; then return; fi
   echo "making $v" >&2

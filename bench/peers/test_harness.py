@@ -45,3 +45,17 @@ def test_parse_run_skips_noise():
 def test_speed_runs_flag_repeats_without_a_count():
     # A time-bounded run has no expected count, but a repeat still shows.
     assert harness.flags(run([1, 2, 2])) == ["1 records repeated"]
+
+
+def test_elastic_counts_repeats_and_losses():
+    # Records 0..9; phase 1 took 0-3, phase 2 took 3-7 and 3 again: 3 came
+    # three times (one record repeated), 8 and 9 never.
+    assert harness.elastic_counts(10, [0, 1, 2, 3], [3, 4, 5, 6, 7, 3]) == (1, 2)
+    assert harness.elastic_counts(4, [0, 1], [2, 3]) == (0, 0)
+
+
+def test_elastic_cell_reports_a_refusal_not_counts():
+    ok = [run(range(5))]
+    refused = [harness.Run(error="ValueError: Worker count in checkpoint does not match")]
+    assert harness.elastic_cell(10, ok, [run(range(5, 10))]) == "0 duplicates, 0 lost"
+    assert harness.elastic_cell(10, ok, refused).startswith("refused or failed (ValueError: Worker count")
