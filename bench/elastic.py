@@ -97,6 +97,8 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
     epochs: dict[int, list[int]] = {}
     pads: dict[int, int] = {}  # each epoch's padding: its last part's, DistributedSampler's
     delivered = daemon_kills = mid = 0
+    where: dict[int, list] = {}  # (generation, rank, step) of each delivered record, by epoch
+    kept: list[dict] = []  # each generation: its topology, the state it resumed from, the steps kept
     started = time.time()
     try:
         for gen in range(kills + 1):
@@ -150,7 +152,9 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
             for r, rows in enumerate(logs):
                 for step, epoch, ids in rows[:common]:
                     epochs.setdefault(epoch, []).extend(ids)
+                    where.setdefault(epoch, []).extend((gen, r, step) for _ in ids)
                     delivered += len(ids)
+            kept.append({"gen": gen, "world": world, "workers": workers, "from": state, "steps": common})
             if common > 0:
                 st = json.loads((work / f"state.{gen}.{common}").read_text())
                 tmp = work / "ckpt.json.tmp"
@@ -176,7 +180,19 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
         for i in epochs[e]:
             counts[i] = counts.get(i, 0) + 1
         lost += n - len(counts)
-        dup += max(0, sum(c - 1 for c in counts.values()) - pads.get(e, 0))
+        extra = sum(c - 1 for c in counts.values()) - pads.get(e, 0)
+        dup += max(0, extra)
+        if extra > 0:
+            first: dict[int, tuple] = {}
+            pairs: dict[tuple, int] = {}
+            for i, w in zip(epochs[e], where[e]):
+                if i in first:
+                    pairs[(first[i], w)] = pairs.get((first[i], w), 0) + 1
+                else:
+                    first[i] = w
+            (a, b), k = max(pairs.items(), key=lambda kv: kv[1])
+            log(f"epoch {e}: {extra} repeats; e.g. {k} records of gen {a[0]} rank {a[1]} step {a[2]} again at gen "
+                f"{b[0]} rank {b[1]} step {b[2]}; gens {[g for g in kept if g['gen'] in (a[0], b[0])]}")
     return {"kills": kills, "daemon_kills": daemon_kills, "mid_epoch_resumes": mid, "records": n, "delivered": delivered,
             "complete_epochs": len(complete), "duplicates": dup, "losses": lost, "seconds": round(time.time() - started, 1)}
 
