@@ -284,48 +284,6 @@ func TestSharedItemOfAnotherSizeFails(t *testing.T) {
 	}
 }
 
-// A shared (stream) order with opportunistic windows resumes from a state
-// saved inside a window: the sampler took the window whole, so its state
-// lies at the window's end, and the window is loaded again less what was
-// delivered. It used to be refused as a state past the next batch.
-func TestResumeSharedOpportunistic(t *testing.T) {
-	const n = 1000
-	ds := fixedDataset(t, n, 64, 0, false)
-	for _, stop := range []int{1, 2, 3, 4, 5, 6, 7, 15} {
-		g := share.NewGroup(share.Options{Records: n, Seed: 3})
-		m, _ := g.Join(nil, 0)
-		opts := loader.Options{BatchSize: 64, Opportunistic: 3}
-		l := mustLoader(t, ds, m, opts)
-		seen := map[int]int{}
-		for range stop {
-			b, err := l.Next(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, id := range b.IDs {
-				seen[id]++
-			}
-			b.Release()
-		}
-		st := l.State()
-		l.Close()
-		m.Leave()
-		g2 := share.NewGroup(share.Options{Records: n, Seed: 4})
-		m2, _ := g2.Join(nil, 0)
-		opts.Epoch, opts.Batch, opts.Skip, opts.SamplerState = st.Epoch, st.Batch, st.Skip, st.Sampler
-		for _, b := range drainT(t, mustLoader(t, ds, m2, opts)) {
-			for _, id := range b {
-				seen[id]++
-			}
-		}
-		for id := range n {
-			if seen[id] != 1 {
-				t.Fatalf("stopped after %d batches: record %d came %d times", stop, id, seen[id])
-			}
-		}
-	}
-}
-
 // A staged order (buffered, reservoir: records read a stage at a time into
 // the cache) with a transform: the cache's items are the transform's
 // outputs, so the raw records of a stage are not staged there (a batch
