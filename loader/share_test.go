@@ -78,17 +78,7 @@ func (b *barrier) leave() {
 // for both, and a shared transform runs about once per record.
 func TestSharedJobsReadOnce(t *testing.T) {
 	const n = 3000
-	p := filepath.Join(t.TempDir(), "d.svm")
-	synth.WriteLines(p, "libsvm", n, false)
-	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
-	tf, _, err := transform.New("libsvm_dense:n_features=20")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds, tf := libsvmDense(t, n)
 	ct := &counting{Transform: tf}
 	res, g, c := sharedRun(t, ds, sharedCase{jobs: 2, size: func(int) int { return ct.Size() }, tf: ct, seed: 3,
 		ref: func(raw []byte) []byte {
@@ -236,15 +226,33 @@ func sharedRun(t *testing.T, ds dataset.Dataset, sc sharedCase) ([]sharedResult,
 // jsonlDataset is a JSONL file of n variable-size lines, open, and its
 // path; it closes with the test.
 func jsonlDataset(t *testing.T, n int) (dataset.Dataset, string) {
+	return linesDataset(t, "jsonl", "d.jsonl", n)
+}
+
+// linesDataset is a file of n lines of synth's kind (jsonl, libsvm),
+// open, and its path; it closes with the test.
+func linesDataset(t *testing.T, kind, name string, n int) (dataset.Dataset, string) {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "d.jsonl")
-	synth.WriteLines(p, "jsonl", n, false)
+	p := filepath.Join(t.TempDir(), name)
+	synth.WriteLines(p, kind, n, false)
 	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ds.Close() })
 	return ds, p
+}
+
+// libsvmDense is a LIBSVM file of n lines, open, and the transform to 20
+// dense features its lines fit.
+func libsvmDense(t *testing.T, n int) (dataset.Dataset, transform.Transform) {
+	t.Helper()
+	ds, _ := linesDataset(t, "libsvm", "d.svm", n)
+	tf, _, err := transform.New("libsvm_dense:n_features=20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds, tf
 }
 
 // Three sharing jobs over variable-size records (issue 22's first silent
@@ -292,17 +300,7 @@ func TestSharedItemOfAnotherSizeFails(t *testing.T) {
 // output is the transform of its record.
 func TestStagedOrderWithTransform(t *testing.T) {
 	const n = 2000
-	p := filepath.Join(t.TempDir(), "d.svm")
-	synth.WriteLines(p, "libsvm", n, false)
-	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
-	tf, _, err := transform.New("libsvm_dense:n_features=20")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds, tf := libsvmDense(t, n)
 	want := make([][]byte, n)
 	for id := range n {
 		loc := ds.Locate(id)
