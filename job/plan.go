@@ -234,7 +234,7 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		return c, specErr("sampler %q (known: %s)", kind, strings.Join(sampler.Kinds, ", "))
 	}
 	if spec.Start > 0 && (spec.Epochs != 1 || (spec.Share != nil && *spec.Share) || spec.Opportunistic > 1 || len(spec.SamplerState) > 0 ||
-		!slices.Contains([]string{"", "global", "block", "sequential"}, kind)) {
+		!sampler.Positional(kind)) {
 		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of a global, block or sequential order, unshared and not opportunistic", spec.Start)
 	}
 	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {

@@ -68,7 +68,7 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 	}
 	_, block := s.(*Block)
 	if c.Start > 0 {
-		if !slices.Contains([]string{"", "global", "block", "sequential"}, c.Kind) || c.Start >= n {
+		if !Positional(c.Kind) || c.Start >= n {
 			return nil, "", fmt.Errorf("start %d: want a global, block or sequential order and a start below its %d positions", c.Start, n)
 		}
 		s, name = From{Base: s, Start: c.Start}, fmt.Sprintf("%s from %d", name, c.Start)
@@ -85,6 +85,13 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 		sh.Chunk = c.BatchSize // ranks take runs of the order (or of its rest), so blocks stay whole
 	}
 	return sh, fmt.Sprintf("%s rank %d of %d", name, c.Rank, world), nil
+}
+
+// Positional says whether an order of kind ("" is global) is a cheap
+// function of (seed, epoch, position), whose rest from any position (an
+// elastic resume's start) is computed, not replayed.
+func Positional(kind string) bool {
+	return slices.Contains([]string{"", "global", "block", "sequential"}, kind)
 }
 
 func (c Config) build(n int, locate func(id int) (obj int, off int64, length int)) (Sampler, string, error) {

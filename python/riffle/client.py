@@ -73,6 +73,13 @@ class DataChanged(DataError):
     """The data changed since the job opened it: build a new loader to read it as it is now."""
 
 
+def _positional(options: dict) -> bool:
+    """Whether the order these options (a spec, or a loader's keywords: the same names) ask for is a function of
+    (seed, epoch, position), so that a place in it is a position any topology resumes from."""
+    return (not options.get("share") and int(options.get("opportunistic") or 1) <= 1
+            and options.get("sampler") in (None, "global", "block", "sequential"))
+
+
 def _check_dataset(state: dict, version: str | None) -> None:
     """Refuse a state saved over other data: its place would name other records."""
     if state.get("dataset") and version and state["dataset"] != version:
@@ -688,10 +695,7 @@ class Loader:
         return max(1, int(self.spec.get("world", 1) or 1))
 
     def _positional(self) -> bool:
-        """Whether this loader's order is a function of (seed, epoch, position), so that a place is a position."""
-        sp = self.spec
-        return (not sp.get("share") and int(sp.get("opportunistic", 1) or 1) <= 1
-                and sp.get("sampler") in (None, "global", "block", "sequential"))
+        return _positional(self.spec)
 
     def _resolve(self) -> None:
         # The place came with a batch of a job whose sampler state stays in

@@ -37,7 +37,7 @@ import torch.utils.data
 
 from . import decode as _decode
 from . import spec
-from .client import Batch, Loader, RiffleError, _check_dataset
+from .client import Batch, Loader, RiffleError, _check_dataset, _positional
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
@@ -338,8 +338,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._place = {"epoch": epoch, "batch": index + 1, "position": pos}
 
     def _positional(self) -> bool:
-        kw = self.loader_kwargs
-        return not kw.get("share") and (kw.get("opportunistic") or 1) <= 1 and kw.get("sampler") in (None, "global", "block", "sequential")
+        return _positional(self.loader_kwargs)
 
     # --- loading ---
     def _new_loader(self, seed: int, kw: dict) -> Loader:
