@@ -98,6 +98,7 @@ func (t *tree) Locate(id int) Loc {
 	return Loc{Object: id, Off: 0, Len: int(t.sizes[id])}
 }
 func (t *tree) Object(i int) storage.Reader { return t.set.Object(i) }
+func (t *tree) Objects() int                { return len(t.sizes) }
 func (t *tree) Close() error                { return t.set.Close() }
 
 func (t *tree) Label(id int) int {

@@ -131,6 +131,7 @@ func (d *files) Label(id int) int {
 	return d.parts[k].(labeledPart).label(i)
 }
 func (d *files) Object(i int) storage.Reader { return d.objs[i] }
+func (d *files) Objects() int                { return len(d.objs) }
 
 // Checks says the loader should give every record read to Verify: the
 // format checks records (TFRecord's CRCs, a pack's), unless SkipCRC.

@@ -55,11 +55,7 @@ type Alloc func(size int64) (loader.Allocator, error)
 // ahead within the job's memory bound, into memory from alloc. ctx bounds
 // the open only; the job runs until Close.
 func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) {
-	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
-	if err != nil {
-		return nil, err
-	}
-	src, err := env.sets.get(ctx, paths, plan.Dataset)
+	src, err := env.source(ctx, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -75,8 +71,10 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		if j.tf, j.transform, err = transform.New(plan.Transform); err != nil {
 			return fail(fmt.Errorf("%w: %w", errSpec, err))
 		}
-		j.usePersisted(ctx)
-		ds, inf = j.src.ds, j.src.ds.Info()
+		if src.parts == nil {
+			j.usePersisted(ctx)
+			ds, inf = j.src.ds, j.src.ds.Info()
+		}
 	}
 	// The memory first: an alloc may wait for room in a daemon's budget,
 	// and a job waiting there must not yet be a member of its group, to
@@ -138,6 +136,19 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		}
 	}
 	return j, nil
+}
+
+// source opens the plan's dataset: its files, or its mixture's sources
+// one after another.
+func (env *Env) source(ctx context.Context, plan Plan) (*source, error) {
+	if plan.Mixture != nil {
+		return env.sets.mix(ctx, plan.Mixture.Sources, plan.Dataset)
+	}
+	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
+	if err != nil {
+		return nil, err
+	}
+	return env.sets.get(ctx, paths, plan.Dataset)
 }
 
 // usePersisted switches the job to its transform's persisted outputs
@@ -327,6 +338,19 @@ func (j *Job) Close() {
 // lives in and its index there, so jobs whose file lists overlap share the
 // files they have in common.
 func cacheKey(src *source, tf string) func(int) cache.Key {
+	if src.parts != nil {
+		// A mixture's records are its sources': jobs on a source share
+		// them with every mixture of it.
+		c := src.ds.(concatenated)
+		keys := make([]func(int) cache.Key, len(src.parts))
+		for k, p := range src.parts {
+			keys[k] = cacheKey(p, tf)
+		}
+		return func(id int) cache.Key {
+			k, i := c.Part(id)
+			return keys[k](i)
+		}
+	}
 	ds := src.ds
 	inf := ds.Info()
 	o, ok := ds.(dataset.Originer)
@@ -344,4 +368,11 @@ func cacheKey(src *source, tf string) func(int) cache.Key {
 		k, idx := o.Origin(id)
 		return cache.Key{Space: spaces[k], ID: int64(idx)}
 	}
+}
+
+// concatenated is a mixture's dataset (dataset.NewConcat's).
+type concatenated interface {
+	Part(id int) (k, local int)
+	Offsets() []int
+	Parts() []dataset.Dataset
 }

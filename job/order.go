@@ -43,6 +43,9 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 			}
 		}
 	}
+	if plan.Mixture != nil {
+		return j.mixture(smpCfg, subset)
+	}
 	if plan.Share && (smpCfg.Kind == "" || smpCfg.Kind == "global") {
 		// Ranks and DataLoader workers split the subset by a hash of the
 		// id: a shared order is no function of position to cut.
@@ -87,4 +90,60 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
 	}
 	return smp, nil
+}
+
+// mixture is a mixture's order: each source in its own order (of the
+// job's kind, seeded apart, over its part of the subset), mixed by the
+// weights, then split from the start and over ranks as one order is.
+func (j *Job) mixture(cfg sampler.Config, subset *roaring.Bitmap) (sampler.Sampler, error) {
+	c := j.src.ds.(concatenated)
+	parts, offs := c.Parts(), c.Offsets()
+	srcs := make([]sampler.Sampler, len(parts))
+	for k, ds := range parts {
+		own := cfg
+		own.Seed = sampler.Mix(cfg.Seed, uint64(k)+1)
+		own.Rank, own.World, own.Start = 0, 1, 0
+		own.RecordSize = ds.Info().RecordSize
+		own.Align = storage.HintsOf(ds.Object(0)).BlockSize
+		build := func(n int, locate func(int) (int, int64, int)) (sampler.Sampler, error) {
+			s, _, err := own.Build(n, locate)
+			return s, err
+		}
+		var err error
+		if subset == nil {
+			srcs[k], err = build(ds.Len(), dataset.Locator(ds))
+		} else {
+			mine := roaring.New()
+			mine.AddRange(uint64(offs[k]), uint64(offs[k]+ds.Len()))
+			mine.And(subset)
+			if mine.IsEmpty() {
+				return nil, fmt.Errorf("%w: the subset holds no record of mixture source %d (%s)", dataset.ErrEmpty, k, ds.Info().Paths[0])
+			}
+			local := roaring.New()
+			it := mine.Iterator()
+			for it.HasNext() {
+				local.Add(it.Next() - uint32(offs[k]))
+			}
+			ids := local.ToArray()
+			srcs[k], err = newSubsetSampler(func(n int) (sampler.Sampler, error) {
+				return build(n, func(i int) (int, int64, int) {
+					l := ds.Locate(int(ids[i]))
+					return l.Object, l.Off, l.Len
+				})
+			}, local)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: mixture source %d: %w", errSpec, k, err)
+		}
+	}
+	m, err := sampler.NewMixture(srcs, offs, j.plan.Mixture.Segments, j.plan.Mixture.Cycle)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSpec, err)
+	}
+	j.subset = m.Len() // an epoch's samples: the schedule's, not every record
+	s, _, err := cfg.Split(m, "mixture")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSpec, err)
+	}
+	return s, nil
 }

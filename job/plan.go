@@ -28,7 +28,8 @@ type Option struct {
 	// otherwise, the Python keyword.
 	Name   string
 	Python string
-	// Kind is its type: int, bool, string, strings, ids, subset, bytes.
+	// Kind is its type: int, bool, string, strings, ids, subset, bytes,
+	// mixture, weights.
 	Kind string
 	// Min and Max bound an int.
 	Min, Max int64
@@ -63,6 +64,8 @@ const (
 	maxBlockSize  = 1 << 30
 	maxSubsetIDs  = 1 << 24
 	maxColumns    = 1 << 12
+	maxSources    = 1 << 14 // a mixture's
+	maxWeights    = 1 << 10 // weight changes a mixture remembers
 	maxName       = 1 << 12 // a column's or a split's
 	// minMemory is the least memory_bytes a client may ask for.
 	minMemory = 1 << 16
@@ -72,8 +75,14 @@ const (
 
 // Options is the table of job options, in the order the docs list them.
 var Options = []Option{
-	{Name: "paths", Kind: "strings", Group: "dataset", Max: maxPaths, Default: "(required)",
+	{Name: "paths", Kind: "strings", Group: "dataset", Max: maxPaths, Default: "(required, or mixture)",
 		Doc: "files, globs, directories or s3:// URLs making one dataset"},
+	{Name: "mixture", Kind: "mixture", Group: "dataset", Max: maxSources, Default: "none",
+		Doc: "instead of paths: sources mixed by weight, [(paths, weight), ...]; each batch's records come from them in proportion, each source in its own shuffle (global, block or sequential)"},
+	{Name: "mixture_stop", Kind: "string", Group: "dataset", Default: "first_exhausted",
+		Doc: "a mixture's epoch ends when the first source's epoch is used up (first_exhausted) or every source's is, the sooner ones going on into their next epochs (all_exhausted)"},
+	{Name: "mixture_history", Kind: "weights", Group: "place", Max: maxWeights, Default: "none",
+		Doc: "a mixture's weights before its current ones, [{until: epoch, weights: [...]}, ...]: where each source had got when they changed"},
 	{Name: "format", Kind: "string", Group: "dataset", Default: "by extension or content",
 		Doc: "the dataset's format: " + strings.Join(dataset.Formats(), ", ")},
 	{Name: "record_size", Kind: "int", Group: "dataset", Max: maxRecordSize, Default: "0 (from the format)",
@@ -149,6 +158,8 @@ type Plan struct {
 	Sampler   sampler.Config
 	Loader    loader.Options
 	Subset    *wire.Subset
+	// Mixture, if set, is the sources mixed instead of Paths.
+	Mixture   *Mixture
 	Transform string
 	Share     bool
 	Memory    int64 // 0: Open picks
@@ -168,13 +179,19 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	if spec == nil {
 		return c, specErr("open without a spec")
 	}
-	if len(spec.Paths) == 0 || len(spec.Paths) > maxPaths {
-		return c, specErr("paths: %d given, want 1 to %d", len(spec.Paths), maxPaths)
-	}
-	for _, p := range spec.Paths {
-		if p == "" || len(p) > maxPathLen || strings.ContainsRune(p, 0) {
-			return c, specErr("path %.80q: empty, longer than %d bytes or holding a NUL", p, maxPathLen)
+	if len(spec.Mixture) > 0 {
+		if len(spec.Paths) > 0 {
+			return c, specErr("both paths and a mixture: give one")
 		}
+		mix, err := checkMixture(spec)
+		if err != nil {
+			return c, err
+		}
+		c.Mixture = mix
+	} else if err := checkPaths(spec.Paths); err != nil {
+		return c, err
+	} else if spec.MixtureStop != "" || len(spec.MixtureHistory) > 0 {
+		return c, specErr("mixture_stop or mixture_history without a mixture")
 	}
 	for _, o := range Options {
 		if o.int == nil {
@@ -240,6 +257,14 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {
 		return c, specErr("batch_offset %d of batch_stride %d: want offset < stride", spec.BatchOffset, spec.BatchStride)
 	}
+	if c.Mixture != nil {
+		if !sampler.Positional(kind) || (spec.Share != nil && *spec.Share) {
+			return c, specErr("a mixture's sources are in a global, block or sequential order, unshared (sampler %q, share %v)", kind, spec.Share != nil && *spec.Share)
+		}
+		if spec.Epoch < c.Mixture.From() {
+			return c, specErr("epoch %d is before the mixture's weights, which start at epoch %d: open it with the weights it had then", spec.Epoch, c.Mixture.From())
+		}
+	}
 	c.Paths = spec.Paths
 	c.Dataset = dataset.Options{
 		Format: spec.Format, RecordSize: spec.RecordSize, HeaderBytes: spec.HeaderBytes, CSVHeader: spec.CSVHeader,
@@ -263,6 +288,86 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	c.Transform = spec.Transform
 	c.Share = spec.Share != nil && *spec.Share
 	return c, nil
+}
+
+func checkPaths(paths []string) error {
+	if len(paths) == 0 || len(paths) > maxPaths {
+		return specErr("paths: %d given, want 1 to %d", len(paths), maxPaths)
+	}
+	for _, p := range paths {
+		if p == "" || len(p) > maxPathLen || strings.ContainsRune(p, 0) {
+			return specErr("path %.80q: empty, longer than %d bytes or holding a NUL", p, maxPathLen)
+		}
+	}
+	return nil
+}
+
+// Mixture is a checked mixture: its sources' files, and its weights from
+// epoch 0 on, the last the current ones.
+type Mixture struct {
+	Sources  [][]string
+	Segments []sampler.Segment
+	// Cycle: all_exhausted.
+	Cycle bool
+}
+
+// From is the epoch the current weights start at.
+func (m *Mixture) From() int { return m.Segments[len(m.Segments)-1].From }
+
+func checkMixture(spec *wire.JobSpec) (*Mixture, error) {
+	if len(spec.Mixture) > maxSources {
+		return nil, specErr("mixture: %d sources, at most %d", len(spec.Mixture), maxSources)
+	}
+	if len(spec.MixtureHistory) > maxWeights {
+		return nil, specErr("mixture_history: %d changes of weights, at most %d", len(spec.MixtureHistory), maxWeights)
+	}
+	m := &Mixture{}
+	switch spec.MixtureStop {
+	case "", "first_exhausted":
+	case "all_exhausted":
+		m.Cycle = true
+	default:
+		return nil, specErr("mixture_stop %q: want first_exhausted or all_exhausted", spec.MixtureStop)
+	}
+	weights := func(ws []float64, what string) error {
+		if len(ws) != len(spec.Mixture) {
+			return specErr("%s: %d weights for %d sources", what, len(ws), len(spec.Mixture))
+		}
+		for i, w := range ws {
+			if !(w > 0) || math.IsInf(w, 0) {
+				return specErr("%s: source %d's weight is %v, want a positive finite number", what, i, w)
+			}
+		}
+		return nil
+	}
+	npaths := 0
+	cur := make([]float64, len(spec.Mixture))
+	for i, s := range spec.Mixture {
+		if npaths += len(s.Paths); npaths > maxPaths {
+			return nil, specErr("mixture: more than %d paths", maxPaths)
+		}
+		if err := checkPaths(s.Paths); err != nil {
+			return nil, fmt.Errorf("mixture source %d: %w", i, err)
+		}
+		m.Sources = append(m.Sources, s.Paths)
+		cur[i] = s.Weight
+	}
+	from := 0
+	for _, h := range spec.MixtureHistory {
+		if err := weights(h.Weights, fmt.Sprintf("mixture_history until epoch %d", h.Until)); err != nil {
+			return nil, err
+		}
+		if h.Until <= from || h.Until > maxEpoch {
+			return nil, specErr("mixture_history: weights until epoch %d after epoch %d, want increasing epochs", h.Until, from)
+		}
+		m.Segments = append(m.Segments, sampler.Segment{From: from, Weights: h.Weights})
+		from = h.Until
+	}
+	if err := weights(cur, "mixture"); err != nil {
+		return nil, err
+	}
+	m.Segments = append(m.Segments, sampler.Segment{From: from, Weights: cur})
+	return m, nil
 }
 
 // mulSat multiplies non-negative numbers, saturating at MaxInt64 instead

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +63,11 @@ type source struct {
 	// maxBatch remembers maxBatchBytes per batch size: a scan of every
 	// record's length, once per dataset.
 	maxBatch sync.Map
+	// parts, for a mixture, are its sources, each held in the registry as
+	// any dataset is (so jobs on a source and mixtures of it share it),
+	// and ds puts them one after another; the mixture itself is not in
+	// the registry.
+	parts []*source
 }
 
 const keepOpen = 30 * time.Second
@@ -120,6 +126,37 @@ func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options)
 	}
 }
 
+// mix opens each source of a mixture and puts them one after another.
+func (d *sources) mix(ctx context.Context, srcs [][]string, opts dataset.Options) (*source, error) {
+	m := &source{refs: 1, ready: make(chan struct{})}
+	close(m.ready)
+	var ds []dataset.Dataset
+	for i, paths := range srcs {
+		expanded, err := dataset.ExpandPaths(ctx, d.store, paths)
+		if err == nil {
+			var e *source
+			if e, err = d.get(ctx, expanded, opts); err == nil {
+				m.parts = append(m.parts, e)
+				ds = append(ds, e.ds)
+				continue
+			}
+		}
+		d.put(m)
+		return nil, fmt.Errorf("mixture source %d: %w", i, err)
+	}
+	var err error
+	if m.ds, err = dataset.NewConcat(ds); err != nil {
+		d.put(m)
+		return nil, fmt.Errorf("%w: %w", errSpec, err)
+	}
+	keys := make([]string, len(m.parts))
+	for i, p := range m.parts {
+		keys[i] = p.key.paths
+	}
+	m.key = sourceKey{paths: "mixture of " + strings.Join(keys, " "), opts: m.parts[0].key.opts}
+	return m, nil
+}
+
 // safeOpen opens a dataset. A parser's panic on a malformed file is a bug,
 // but one job's file must not take the daemon and every other job with
 // it: it becomes this job's error.
@@ -140,6 +177,14 @@ func isCanceled(err error) bool {
 // current reports whether e's objects are still the versions it was
 // opened from.
 func (d *sources) current(ctx context.Context, e *source) bool {
+	if e.parts != nil {
+		for _, p := range e.parts {
+			if !d.current(ctx, p) {
+				return false
+			}
+		}
+		return true
+	}
 	inf := e.ds.Info()
 	names := inf.Paths
 	if inf.Format == "dir" && len(inf.Classes) > 0 {
@@ -173,6 +218,12 @@ func (d *sources) retire(e *source) {
 }
 
 func (d *sources) put(e *source) {
+	if e.parts != nil || e.key.paths == "" {
+		for _, p := range e.parts {
+			d.put(p)
+		}
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e.refs--

@@ -66,6 +66,13 @@ func (c Config) Build(n int, locate func(id int) (obj int, off int64, length int
 	if err != nil {
 		return nil, "", err
 	}
+	return c.Split(s, name)
+}
+
+// Split is the configured part of s: from Start, this rank's. Build
+// splits the order it makes; a mixture of orders is split the same way.
+func (c Config) Split(s Sampler, name string) (Sampler, string, error) {
+	n := s.Len()
 	_, block := s.(*Block)
 	if c.Start > 0 {
 		if !Positional(c.Kind) || c.Start >= n {

@@ -164,6 +164,18 @@ type JobSpec struct {
 	Extensions []string `json:"extensions,omitempty"`
 	// Subset, if set, is the part of the dataset the job reads.
 	Subset *Subset `json:"subset,omitempty"`
+	// Mixture, given instead of Paths, mixes datasets by weight: each
+	// source its files, read with the dataset options above, and its
+	// weight from MixtureHistory's last epoch on.
+	Mixture []MixSource `json:"mixture,omitempty"`
+	// MixtureStop is "first_exhausted" (the default: an epoch ends when
+	// the first source's epoch is used up) or "all_exhausted" (when every
+	// source's is, the sooner ones going on into their next epochs).
+	MixtureStop string `json:"mixture_stop,omitempty"`
+	// MixtureHistory are the weights of the epochs before Mixture's, in
+	// order: weights changed at an epoch carry the sources on from where
+	// the old ones left them.
+	MixtureHistory []MixWeights `json:"mixture_history,omitempty"`
 	// Transform names a transform the daemon runs on each record
 	// ("name" or "name:key=value,..."), shared by jobs asking the same.
 	Transform string `json:"transform,omitempty"`
@@ -233,6 +245,19 @@ type State struct {
 	Batch   int    `json:"batch"`
 	Sampler []byte `json:"sampler_state,omitempty"`
 	Skip    []int  `json:"skip,omitempty"`
+}
+
+// MixSource is one source of a mixture: its files and weight.
+type MixSource struct {
+	Paths  []string `json:"paths"`
+	Weight float64  `json:"weight"`
+}
+
+// MixWeights are a mixture's weights for the epochs before Until (from
+// the Until of the weights before them).
+type MixWeights struct {
+	Until   int       `json:"until"`
+	Weights []float64 `json:"weights"`
 }
 
 // Subset is a part of a dataset: the union of ranges of ids [lo, hi), a

@@ -11,7 +11,10 @@ DEFAULT_BATCH_SIZE = 256
 
 # name: (python keyword, kind, min, max, default, doc)
 OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
-    "paths": ("paths", "strings", None, None, "(required)", "files, globs, directories or s3:// URLs making one dataset"),
+    "paths": ("paths", "strings", None, None, "(required, or mixture)", "files, globs, directories or s3:// URLs making one dataset"),
+    "mixture": ("mixture", "mixture", None, None, "none", "instead of paths: sources mixed by weight, [(paths, weight), ...]; each batch's records come from them in proportion, each source in its own shuffle (global, block or sequential)"),
+    "mixture_stop": ("mixture_stop", "string", None, None, "first_exhausted", "a mixture's epoch ends when the first source's epoch is used up (first_exhausted) or every source's is, the sooner ones going on into their next epochs (all_exhausted)"),
+    "mixture_history": ("mixture_history", "weights", None, None, "none", "a mixture's weights before its current ones, [{until: epoch, weights: [...]}, ...]: where each source had got when they changed"),
     "format": ("format", "string", None, None, "by extension or content", "the dataset's format: arrow, dir, fixed, hf, libsvm, jsonl, csv, text, npy, parquet, riffle, tar, tfrecord"),
     "record_size": ("record_size", "int", 0, 1073741824, "0 (from the format)", "bytes per record of a fixed-size file"),
     "header_bytes": ("header_bytes", "int", 0, 1099511627776, "0", "bytes before the first fixed-size record"),

@@ -1,0 +1,152 @@
+package dataset
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// Concat is the records of several datasets one after another: part k's
+// record i is record Offsets()[k]+i, and its objects follow the objects
+// of the parts before it. A mixture's sources are read through it, so the
+// loader, the cache and the tiers see one dataset. The parts stay their
+// opener's: Close closes none of them.
+type Concat struct {
+	parts []Dataset
+	offs  []int // first id of each part, and Len at the end
+	objs  []int // first object of each part, and the objects at the end
+	info  Info
+}
+
+// NewConcat puts parts one after another. Parts of rows (Parquet, Arrow,
+// Hugging Face) put their batches together per dataset and cannot be
+// mixed (yet); parts whose records sit in frames (TFRecord) mix only with
+// parts framed the same way.
+func NewConcat(parts []Dataset) (Dataset, error) {
+	if len(parts) == 0 {
+		return nil, errors.New("concatenating no dataset")
+	}
+	c := &Concat{parts: parts, offs: make([]int, len(parts)+1), objs: make([]int, len(parts)+1)}
+	first := parts[0].Info()
+	c.info = Info{Format: first.Format, RecordSize: first.RecordSize, Dtype: first.Dtype, Shape: first.Shape,
+		Classes: first.Classes, Header: first.Header}
+	var frame [2]int
+	framed := 0
+	for k, p := range parts {
+		inf := p.Info()
+		if _, ok := p.(Rows); ok {
+			return nil, fmt.Errorf("%s (%s): a dataset of rows is not mixed with others yet (its batches are put together per dataset); "+
+				"mix record datasets (npy, fixed, lines, TFRecord, tar, directories, packs)", inf.Paths[0], inf.Format)
+		}
+		if f, ok := p.(Framed); ok && f.Checks() {
+			h, t := f.Frame()
+			if framed > 0 && frame != [2]int{h, t} {
+				return nil, fmt.Errorf("%s: its records' frames differ from the other sources'", inf.Paths[0])
+			}
+			frame, framed = [2]int{h, t}, framed+1
+		}
+		c.offs[k+1] = c.offs[k] + p.Len()
+		c.objs[k+1] = c.objs[k] + objectsOf(p)
+		if inf.Format != c.info.Format {
+			c.info.Format = "mixture"
+		}
+		if inf.RecordSize != c.info.RecordSize || inf.Dtype != c.info.Dtype || !slices.Equal(inf.Shape, c.info.Shape) {
+			// Records of other sizes or types: a batch of them is a list
+			// of records, not one array.
+			c.info.RecordSize, c.info.Dtype, c.info.Shape = 0, "", nil
+		}
+		if !slices.Equal(inf.Classes, c.info.Classes) {
+			c.info.Classes = nil
+		}
+		if inf.Header != c.info.Header {
+			c.info.Header = ""
+		}
+		c.info.Paths = append(c.info.Paths, inf.Paths...)
+		c.info.Versions = append(c.info.Versions, inf.Versions...)
+		c.info.Bytes += inf.Bytes
+	}
+	if framed > 0 && framed < len(parts) {
+		return nil, errors.New("a mixture of TFRecord and other formats: the sources' records are framed differently; mix TFRecord files only with TFRecord files")
+	}
+	if framed > 0 {
+		return framedConcat{c}, nil
+	}
+	return c, nil
+}
+
+// objectsOf counts a dataset's objects: Object(i) is valid for i below it.
+// Every dataset names its objects 0..n-1; the locations say how many.
+func objectsOf(ds Dataset) int {
+	if o, ok := ds.(interface{ Objects() int }); ok {
+		return o.Objects()
+	}
+	n := 0
+	for id := range ds.Len() {
+		n = max(n, ds.Locate(id).Object+1)
+	}
+	return n
+}
+
+// Objects is how many objects the parts have together.
+func (c *Concat) Objects() int { return c.objs[len(c.objs)-1] }
+
+// Offsets are the first id of each part.
+func (c *Concat) Offsets() []int { return c.offs[:len(c.parts)] }
+
+// Parts are the datasets put together.
+func (c *Concat) Parts() []Dataset { return c.parts }
+
+// Part is the part record id is in, and its id there.
+func (c *Concat) Part(id int) (k, local int) {
+	k = sort.SearchInts(c.offs, id+1) - 1
+	return k, id - c.offs[k]
+}
+
+func (c *Concat) Len() int { return c.offs[len(c.parts)] }
+
+func (c *Concat) Locate(id int) Loc {
+	k, i := c.Part(id)
+	l := c.parts[k].Locate(i)
+	l.Object += c.objs[k]
+	return l
+}
+
+func (c *Concat) Label(id int) int {
+	k, i := c.Part(id)
+	return c.parts[k].Label(i)
+}
+
+func (c *Concat) Object(i int) storage.Reader {
+	k := sort.SearchInts(c.objs, i+1) - 1
+	return c.parts[k].Object(i - c.objs[k])
+}
+
+func (c *Concat) Info() Info { return c.info }
+
+func (c *Concat) Close() error { return nil }
+
+// RecordsIn says which records a byte range of an object holds, for the
+// disk tier, from the part the object is in.
+func (c *Concat) RecordsIn(obj int, off, n int64) (lo, hi int, ok bool) {
+	k := sort.SearchInts(c.objs, obj+1) - 1
+	r, ok := c.parts[k].(Ranger)
+	if !ok {
+		return 0, 0, false
+	}
+	lo, hi, ok = r.RecordsIn(obj-c.objs[k], off, n)
+	return lo + c.offs[k], hi + c.offs[k], ok
+}
+
+// framedConcat is a Concat of framed parts: each record's frame is
+// checked by its own part.
+type framedConcat struct{ *Concat }
+
+func (c framedConcat) Frame() (head, tail int) { return c.parts[0].(Framed).Frame() }
+func (c framedConcat) Checks() bool            { return true }
+func (c framedConcat) Verify(id int, frame []byte) error {
+	k, i := c.Part(id)
+	return c.parts[k].(Framed).Verify(i, frame)
+}

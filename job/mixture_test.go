@@ -1,0 +1,221 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/riffle-ml/riffle/wire"
+)
+
+// mixtureSources writes three sources of other formats whose records say
+// their source and index: lines of JSON, a directory of files and a file
+// of fixed-size records.
+func mixtureSources(t *testing.T) (dir string, paths [][]string, lens []int) {
+	t.Helper()
+	dir = t.TempDir()
+	var b strings.Builder
+	for i := range 500 {
+		fmt.Fprintf(&b, "{\"s\": 0, \"i\": %d%s}\n", i, strings.Repeat(" ", i%37))
+	}
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	lines := write("a.jsonl", b.String())
+	for i := range 120 {
+		write(fmt.Sprintf("tree/c%d/%04d.bin", i%3, i), fmt.Sprintf("s1 i%d %s", i, strings.Repeat("x", i)))
+	}
+	// A .npy of 900 rows of 16 bytes: the header padded to 128 bytes.
+	hdr := "{'descr': '|u1', 'fortran_order': False, 'shape': (900, 16), }"
+	hdr += strings.Repeat(" ", 128-10-len(hdr)-1) + "\n"
+	var npy strings.Builder
+	npy.WriteString("\x93NUMPY\x01\x00" + string([]byte{byte(len(hdr)), 0}) + hdr)
+	for i := range 900 {
+		fmt.Fprintf(&npy, "s2 %012d\n", i) // 16 bytes
+	}
+	rec := write("c.npy", npy.String())
+	return dir, [][]string{{lines}, {filepath.Join(dir, "tree")}, {rec}}, []int{500, 120, 900}
+}
+
+// soloRecords reads every record of paths alone, in file order.
+func soloRecords(t *testing.T, env *Env, paths []string) [][]byte {
+	t.Helper()
+	spec := &wire.JobSpec{Paths: paths, BatchSize: 64, Sampler: "sequential", Epochs: 1}
+	var out [][]byte
+	for _, b := range batches(t, env, spec) {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// batches loads spec's batches, each as its records' bytes.
+func batches(t *testing.T, env *Env, spec *wire.JobSpec) [][][]byte {
+	t.Helper()
+	plan, err := Check(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := env.Open(context.Background(), plan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	var out [][][]byte
+	for {
+		b, err := j.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs [][]byte
+		for i := range b.IDs {
+			recs = append(recs, append([]byte(nil), b.Record(i)...))
+		}
+		b.Release()
+		out = append(out, recs)
+	}
+}
+
+// A mixture of three formats: every record's bytes are a solo read's,
+// each source is in its own share of every epoch, the source that ends
+// the epoch is there whole and the others at most once, and DDP ranks
+// split each epoch into disjoint parts.
+func TestMixtureOfFormats(t *testing.T) {
+	_, paths, lens := mixtureSources(t)
+	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	solo := map[string][2]int{} // bytes -> source, index
+	for k, p := range paths {
+		for i, r := range soloRecords(t, env, p) {
+			solo[string(r)] = [2]int{k, i}
+		}
+	}
+	if len(solo) != 500+120+900 {
+		t.Fatalf("%d distinct records read alone", len(solo))
+	}
+	weights := []float64{2, 1, 3}
+	var mix []wire.MixSource
+	for k, p := range paths {
+		mix = append(mix, wire.MixSource{Paths: p, Weight: weights[k]})
+	}
+	const epochs, world = 3, 3
+	// The ranks' batches, epoch by epoch: each rank is a job of its own.
+	perRank := make([][][][]byte, world)
+	for r := range world {
+		perRank[r] = batches(t, env, &wire.JobSpec{Mixture: mix, BatchSize: 50, Shuffle: true, Seed: 9, Epochs: epochs, Rank: r, World: world})
+	}
+	whole := batches(t, env, &wire.JobSpec{Mixture: mix, BatchSize: 50, Shuffle: true, Seed: 9, Epochs: epochs})
+	var all [][]byte
+	for _, b := range whole {
+		all = append(all, b...)
+	}
+	n := len(all) / epochs
+	if n*epochs != len(all) {
+		t.Fatalf("%d records over %d epochs", len(all), epochs)
+	}
+	// The first-exhausted source: the directory's 120 records at a sixth
+	// of the weight. Its last draw has the priority 119.5/1, after 239 of
+	// the lines' (k+0.5)/2 and 358 of the array's (k+0.5)/3.
+	if n != 717 {
+		t.Fatalf("an epoch of %d positions, want 717", n)
+	}
+	for e := range epochs {
+		seen := map[string]bool{}
+		cnt := make([]int, 3)
+		for _, r := range all[e*n : (e+1)*n] {
+			at, ok := solo[string(r)]
+			if !ok {
+				t.Fatalf("epoch %d: record %q is no source's record as read alone", e, r)
+			}
+			if seen[string(r)] {
+				t.Fatalf("epoch %d: record %q twice", e, r)
+			}
+			seen[string(r)] = true
+			cnt[at[0]]++
+		}
+		for k, w := range weights {
+			if d := math.Abs(float64(cnt[k]) - float64(n)*w/6); d >= 1 {
+				t.Fatalf("epoch %d: source %d has %d records, want %.1f", e, k, cnt[k], float64(n)*w/6)
+			}
+		}
+		if cnt[1] != lens[1] {
+			t.Fatalf("epoch %d: the directory gave %d of its %d records", e, cnt[1], lens[1])
+		}
+		// The ranks' parts of the epoch are disjoint and make it whole.
+		ranks := map[string]int{}
+		for r := range world {
+			per := len(perRank[r]) / epochs
+			for _, b := range perRank[r][e*per : (e+1)*per] {
+				for _, rec := range b {
+					ranks[string(rec)]++
+				}
+			}
+		}
+		if len(ranks) != n {
+			t.Fatalf("epoch %d: the ranks hold %d records, the epoch %d", e, len(ranks), n)
+		}
+		for rec, c := range ranks {
+			if !seen[rec] || c > 1 {
+				t.Fatalf("epoch %d: the ranks hold %q %d times (in the epoch: %v)", e, rec, c, seen[rec])
+			}
+		}
+	}
+}
+
+// Sources a mixture cannot put together are refused, naming the source.
+func TestMixtureRefusals(t *testing.T) {
+	dir, paths, _ := mixtureSources(t)
+	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	open := func(spec *wire.JobSpec) error {
+		plan, err := Check(spec)
+		if err != nil {
+			return err
+		}
+		j, err := env.Open(context.Background(), plan, nil)
+		if err == nil {
+			j.Close()
+		}
+		return err
+	}
+	mix := []wire.MixSource{{Paths: paths[0], Weight: 1}, {Paths: []string{filepath.Join(dir, "nothing.jsonl")}, Weight: 1}}
+	if err := open(&wire.JobSpec{Mixture: mix, BatchSize: 8}); err == nil || !strings.Contains(err.Error(), "mixture source 1") {
+		t.Fatalf("a missing source: %v", err)
+	}
+	mix[1].Paths = paths[2]
+	for name, spec := range map[string]*wire.JobSpec{
+		"paths too":      {Paths: paths[0], Mixture: mix, BatchSize: 8},
+		"zero weight":    {Mixture: []wire.MixSource{{Paths: paths[0], Weight: 0}}, BatchSize: 8},
+		"stop":           {Mixture: mix, MixtureStop: "never", BatchSize: 8},
+		"reservoir":      {Mixture: mix, Sampler: "reservoir", BatchSize: 8},
+		"shared":         {Mixture: mix, Share: new(true), BatchSize: 8},
+		"early epoch":    {Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1, 1}}}, Epoch: 1, BatchSize: 8},
+		"history length": {Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1}}}, Epoch: 3, BatchSize: 8},
+		"stop alone":     {Paths: paths[0], MixtureStop: "all_exhausted", BatchSize: 8},
+	} {
+		if err := open(spec); !errors.Is(err, ErrSpec) {
+			t.Errorf("%s: %v, want a spec error", name, err)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package sampler
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Mixture is a weighted mixture of sources, each with its own order:
+// position p of the mixed order takes the next record of the source a
+// deterministic schedule names, and the record is that source's own
+// order's next one, offset to the source's first global id.
+//
+// The schedule is Sainte-Laguë's (Webster's) apportionment read as a
+// sequence: source i's k-th draw has the priority (k + 1/2) / w_i, and
+// the mixed order takes draws by increasing priority (ties by source
+// index). After any p positions source i has drawn within one of its
+// quota p·w_i/Σw (Webster's rounding of the quota), so its share over
+// every window is exact up to two draws, where a coin per sample (Hugging
+// Face's interleave_datasets) is off by about √(window·share). The counts
+// after p positions are found by a binary search over the priority, so
+// the mixed order is a function of (epoch, position) like its sources',
+// and resumes, elastically too, without replay.
+//
+// An epoch of the mixture ends, with Cycle false, when the first source's
+// own epoch is used up (Hugging Face's stopping_strategy
+// "first_exhausted"): each source's records come at most once per epoch,
+// in its order of the mixture's epoch, and the schedule starts again with
+// the next epoch. With Cycle true ("all_exhausted") it ends when every
+// source has been used up at least once, and the schedule runs on across
+// epochs: a source used up sooner goes on with its own next epochs, as
+// Mosaic's Stream repeats, and each of its own epochs is exactly once.
+//
+// Weights may change between epochs: Segments are the weights from an
+// epoch on. The last segment is the sampler's; those before it only fix
+// how far each source had got (with Cycle) when it began.
+type Mixture struct {
+	sources  []Sampler
+	offsets  []int
+	segments []Segment
+	cycle    bool
+	plan     schedule // the last segment's
+	n        int      // positions per epoch of the last segment
+	prior    []int    // draws of each source before the last segment
+
+	mu  sync.Mutex
+	cur *cursor // where the last Fill ended, to go on from without a search
+}
+
+// Segment is a mixture's weights from epoch From on.
+type Segment struct {
+	From    int
+	Weights []float64
+}
+
+// NewMixture mixes sources (each over its own ids 0..Len-1) whose global
+// ids start at offsets, by the weights of segments (From increasing, the
+// first from epoch 0).
+func NewMixture(sources []Sampler, offsets []int, segments []Segment, cycle bool) (*Mixture, error) {
+	if len(sources) == 0 || len(offsets) != len(sources) {
+		return nil, fmt.Errorf("mixture of %d sources with %d offsets", len(sources), len(offsets))
+	}
+	if len(segments) == 0 || segments[0].From != 0 {
+		return nil, fmt.Errorf("mixture weights: want a first segment from epoch 0")
+	}
+	lens := make([]int, len(sources))
+	for i, s := range sources {
+		if lens[i] = s.Len(); lens[i] == 0 {
+			return nil, fmt.Errorf("mixture source %d holds no record", i)
+		}
+	}
+	m := &Mixture{sources: sources, offsets: offsets, segments: segments, cycle: cycle, prior: make([]int, len(sources))}
+	var last schedule
+	for k, seg := range segments {
+		if len(seg.Weights) != len(sources) {
+			return nil, fmt.Errorf("mixture weights from epoch %d: %d weights for %d sources", seg.From, len(seg.Weights), len(sources))
+		}
+		for i, w := range seg.Weights {
+			if !(w > 0) || math.IsInf(w, 0) {
+				return nil, fmt.Errorf("mixture weight %v of source %d: want a positive finite number", w, i)
+			}
+		}
+		if k > 0 && seg.From <= segments[k-1].From {
+			return nil, fmt.Errorf("mixture weights from epoch %d after epoch %d: want increasing epochs", seg.From, segments[k-1].From)
+		}
+		sc := schedule{w: seg.Weights}
+		n := sc.epochLen(lens, cycle)
+		if k+1 < len(segments) && cycle {
+			// The segment's epochs ran whole: its draws carry on.
+			cnt := make([]int, len(sources))
+			sc.counts((segments[k+1].From-seg.From)*n, cnt)
+			for i := range cnt {
+				m.prior[i] += cnt[i]
+			}
+		}
+		last, m.n = sc, n
+	}
+	m.plan = last
+	return m, nil
+}
+
+func (m *Mixture) Len() int { return m.n }
+
+// From is the epoch the sampler's weights begin at: it serves no epoch
+// before.
+func (m *Mixture) From() int { return m.segments[len(m.segments)-1].From }
+
+// Share is source i's expected share of positions.
+func (m *Mixture) Share(i int) float64 {
+	var sum float64
+	for _, w := range m.plan.w {
+		sum += w
+	}
+	return m.plan.w[i] / sum
+}
+
+func (m *Mixture) Fill(epoch, pos int, dst []int) int {
+	n := max(0, min(len(dst), m.n-pos))
+	if n == 0 {
+		return 0
+	}
+	// The schedule's position: the epoch's own with the schedule starting
+	// again each epoch, else the segment's stream's.
+	q := pos
+	if m.cycle {
+		q = (epoch-m.From())*m.n + pos
+	}
+	m.mu.Lock()
+	c := m.cur
+	m.cur = nil
+	m.mu.Unlock()
+	if c == nil || c.q > q || q-c.q > 4096 {
+		c = m.plan.seek(q)
+	}
+	for c.q < q {
+		c.next()
+	}
+	var one [1]int
+	for k := range n {
+		i, d := c.next()
+		d += m.prior[i]
+		e, at := epoch, d
+		if m.cycle {
+			e, at = d/m.sources[i].Len(), d%m.sources[i].Len()
+		}
+		m.sources[i].Fill(e, at, one[:])
+		dst[k] = m.offsets[i] + one[0]
+	}
+	m.mu.Lock()
+	m.cur = c
+	m.mu.Unlock()
+	return n
+}
+
+// schedule is one segment's weights.
+type schedule struct{ w []float64 }
+
+// priority of source i's k-th draw.
+func (s schedule) priority(i, k int) float64 { return (float64(k) + 0.5) / s.w[i] }
+
+// below is how many of source i's draws have a priority under t.
+func (s schedule) below(i int, t float64) int {
+	k := max(0, int(math.Ceil(t*s.w[i]-0.5)))
+	for k > 0 && s.priority(i, k-1) >= t {
+		k--
+	}
+	for s.priority(i, k) < t {
+		k++
+	}
+	return k
+}
+
+func (s schedule) countBelow(t float64) int {
+	n := 0
+	for i := range s.w {
+		n += s.below(i, t)
+	}
+	return n
+}
+
+// at is the priority of the draw at position p: the greatest t with at
+// most p draws below it, found over the ordered bits of positive floats.
+func (s schedule) at(p int) float64 {
+	// The least weighted source has drawn p+1 times below (p+2)/w: t is
+	// under it.
+	minW := math.Inf(1)
+	for _, w := range s.w {
+		minW = min(minW, w)
+	}
+	lo, hi := uint64(0), math.Float64bits(float64(p+2)/minW)
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if s.countBelow(math.Float64frombits(mid)) <= p {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return math.Float64frombits(lo)
+}
+
+// counts writes how many draws of each source the first p positions hold.
+func (s schedule) counts(p int, cnt []int) {
+	t := s.at(p)
+	r := p
+	for i := range s.w {
+		cnt[i] = s.below(i, t)
+		r -= cnt[i]
+	}
+	// The draws of priority exactly t come by source index.
+	for i := 0; r > 0 && i < len(s.w); i++ {
+		if s.priority(i, cnt[i]) == t {
+			cnt[i]++
+			r--
+		}
+	}
+}
+
+// epochLen is the position after which the first source (or, with cycle,
+// the last) has drawn all its records.
+func (s schedule) epochLen(lens []int, cycle bool) int {
+	n := -1
+	for i, l := range lens {
+		// The draw's place: every draw of lower priority, or of equal
+		// priority from a source before it, comes first.
+		t := s.priority(i, l-1)
+		p := s.countBelow(t)
+		for j := range i {
+			if s.priority(j, s.below(j, t)) == t {
+				p++
+			}
+		}
+		p++ // and the draw itself
+		if n < 0 || (cycle && p > n) || (!cycle && p < n) {
+			n = p
+		}
+	}
+	return n
+}
+
+// seek makes a cursor at position q.
+func (s schedule) seek(q int) *cursor {
+	c := &cursor{s: s, q: q, cnt: make([]int, len(s.w))}
+	s.counts(q, c.cnt)
+	c.h = make(drawHeap, len(s.w))
+	for i := range s.w {
+		c.h[i] = draw{pri: s.priority(i, c.cnt[i]), src: i}
+	}
+	heap.Init(&c.h)
+	return c
+}
+
+// cursor walks the schedule on from position q.
+type cursor struct {
+	s   schedule
+	q   int
+	cnt []int
+	h   drawHeap
+}
+
+// next is the draw at the cursor's position, as its source and that
+// source's draw index; the cursor moves on one.
+func (c *cursor) next() (src, draw int) {
+	top := &c.h[0]
+	src, draw = top.src, c.cnt[top.src]
+	c.cnt[src]++
+	top.pri = c.s.priority(src, c.cnt[src])
+	heap.Fix(&c.h, 0)
+	c.q++
+	return src, draw
+}
+
+type draw struct {
+	pri float64
+	src int
+}
+
+type drawHeap []draw
+
+func (h drawHeap) Len() int { return len(h) }
+func (h drawHeap) Less(a, b int) bool {
+	return h[a].pri < h[b].pri || (h[a].pri == h[b].pri && h[a].src < h[b].src)
+}
+func (h drawHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *drawHeap) Push(x any)   { *h = append(*h, x.(draw)) }
+func (h *drawHeap) Pop() any     { panic("a mixture's heap keeps one draw per source") }

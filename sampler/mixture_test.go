@@ -1,0 +1,218 @@
+package sampler
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// mixOf mixes Global orders over sources of lens, seeded apart.
+func mixOf(t *testing.T, lens []int, segs []Segment, cycle bool) (*Mixture, []int) {
+	t.Helper()
+	srcs := make([]Sampler, len(lens))
+	offs := make([]int, len(lens))
+	off := 0
+	for i, n := range lens {
+		srcs[i], offs[i] = Global{N: n, Seed: uint64(100 + i)}, off
+		off += n
+	}
+	m, err := NewMixture(srcs, offs, segs, cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, offs
+}
+
+func sourceOf(offs []int, id int) int {
+	i := 0
+	for i+1 < len(offs) && offs[i+1] <= id {
+		i++
+	}
+	return i
+}
+
+// Each source's draws are its own order: in an epoch of first_exhausted,
+// source i's records are the first of its epoch's order, in that order;
+// the source that ends the epoch gives all of them.
+func TestMixtureFirstExhausted(t *testing.T) {
+	lens := []int{300, 1000, 50, 777}
+	m, offs := mixOf(t, lens, []Segment{{Weights: []float64{1, 2, 0.5, 3}}}, false)
+	full := 0
+	for epoch := range 3 {
+		got := map[int][]int{}
+		for _, id := range Order(m, epoch) {
+			i := sourceOf(offs, id)
+			got[i] = append(got[i], id-offs[i])
+		}
+		for i, n := range lens {
+			want := Order(Global{N: n, Seed: uint64(100 + i)}, epoch)[:len(got[i])]
+			for k := range want {
+				if got[i][k] != want[k] {
+					t.Fatalf("epoch %d source %d draw %d: %d, want its order's %d", epoch, i, k, got[i][k], want[k])
+				}
+			}
+			if len(got[i]) == n {
+				full++
+			}
+		}
+	}
+	if full < 3 {
+		t.Fatalf("%d sources used up in 3 epochs: the epoch must end when the first is", full)
+	}
+}
+
+// With cycle, every source's draws over the epochs are its own epochs one
+// after another, each exactly once, and the epoch ends when all are used.
+func TestMixtureCycle(t *testing.T) {
+	lens := []int{300, 1000, 50, 777}
+	m, offs := mixOf(t, lens, []Segment{{Weights: []float64{1, 2, 0.5, 3}}}, true)
+	got := map[int][]int{}
+	for epoch := range 4 {
+		for _, id := range Order(m, epoch) {
+			i := sourceOf(offs, id)
+			got[i] = append(got[i], id-offs[i])
+		}
+		if epoch == 0 {
+			for i, n := range lens {
+				if len(got[i]) < n {
+					t.Fatalf("epoch 0 drew %d of source %d's %d records: all_exhausted uses every one up", len(got[i]), i, n)
+				}
+			}
+		}
+	}
+	checkOwnEpochs(t, lens, got)
+}
+
+// checkOwnEpochs checks that each source's draws are its own orders of
+// epochs 0, 1, ... in turn.
+func checkOwnEpochs(t *testing.T, lens []int, got map[int][]int) {
+	t.Helper()
+	for i, n := range lens {
+		for k, id := range got[i] {
+			if want := (Global{N: n, Seed: uint64(100 + i)}).At(k/n, k%n); id != want {
+				t.Fatalf("source %d draw %d: %d, want its epoch %d's %d", i, k, id, k/n, want)
+			}
+		}
+	}
+}
+
+// A weight change at an epoch carries every source on from where it had
+// got: the epochs of the old weights and then the new are still each
+// source's own epochs in turn.
+func TestMixtureWeightsChange(t *testing.T) {
+	lens := []int{300, 1000, 50}
+	old := []Segment{{Weights: []float64{1, 2, 0.5}}}
+	neu := append(old, Segment{From: 2, Weights: []float64{5, 1, 1}})
+	a, offs := mixOf(t, lens, old, true)
+	b, _ := mixOf(t, lens, neu, true)
+	got := map[int][]int{}
+	for epoch := range 5 {
+		m := a
+		if epoch >= 2 {
+			m = b
+		}
+		for _, id := range Order(m, epoch) {
+			i := sourceOf(offs, id)
+			got[i] = append(got[i], id-offs[i])
+		}
+	}
+	checkOwnEpochs(t, lens, got)
+	if a.Len() == b.Len() {
+		t.Fatalf("new weights, same epoch length %d", a.Len())
+	}
+}
+
+// Any position starts where a walk from 0 would be: the mixture is a
+// function of (epoch, position), whether Fill goes on, skips ahead a
+// little or seeks.
+func TestMixturePositional(t *testing.T) {
+	for _, cycle := range []bool{false, true} {
+		m, _ := mixOf(t, []int{300, 1000, 50, 777}, []Segment{{Weights: []float64{1, 2, 0.5, 3}}}, cycle)
+		for epoch := range 2 {
+			whole := Order(m, epoch)
+			r := rand.New(rand.NewPCG(1, uint64(epoch)))
+			for range 200 {
+				pos := r.IntN(len(whole))
+				n := min(len(whole)-pos, 1+r.IntN(70))
+				dst := make([]int, n)
+				m.Fill(epoch, pos, dst)
+				for k := range dst {
+					if dst[k] != whole[pos+k] {
+						t.Fatalf("cycle %v epoch %d: Fill at %d gave %d at %d, a walk %d", cycle, epoch, pos, dst[k], pos+k, whole[pos+k])
+					}
+				}
+			}
+		}
+	}
+}
+
+// Over every window, each source's share is its weight's to within two
+// draws; after every prefix, to within one.
+func TestMixtureProportions(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	const k = 1000
+	w := make([]float64, k)
+	lens := make([]int, k)
+	for i := range w {
+		w[i], lens[i] = 1+9*r.Float64(), 1<<20
+	}
+	m, offs := mixOf(t, lens, []Segment{{Weights: w}}, false)
+	const n, window = 400_000, 100_000
+	ids := make([]int, n)
+	m.Fill(0, 0, ids)
+	cnt := make([]int, k)
+	at := make([][]int, 0, n/window+1) // counts at every window's start
+	worstPrefix := 0.0
+	for p, id := range ids {
+		if p%window == 0 {
+			at = append(at, append([]int(nil), cnt...))
+		}
+		i := sourceOf(offs, id)
+		cnt[i]++
+		worstPrefix = max(worstPrefix, math.Abs(float64(cnt[i])-float64(p+1)*m.Share(i)))
+	}
+	at = append(at, cnt)
+	if worstPrefix >= 1 {
+		t.Fatalf("a prefix is %.3f draws off a source's quota, want under 1", worstPrefix)
+	}
+	for x := 1; x < len(at); x++ {
+		for i := range k {
+			if d := math.Abs(float64(at[x][i]-at[x-1][i]) - window*m.Share(i)); d >= 2 {
+				t.Fatalf("window %d: source %d is %.3f draws off its share", x, i, d)
+			}
+		}
+	}
+}
+
+func TestMixtureRefuses(t *testing.T) {
+	g := []Sampler{Global{N: 3}, Global{N: 4}}
+	for name, segs := range map[string][]Segment{
+		"zero weight":  {{Weights: []float64{0, 1}}},
+		"NaN weight":   {{Weights: []float64{math.NaN(), 1}}},
+		"few weights":  {{Weights: []float64{1}}},
+		"late first":   {{From: 1, Weights: []float64{1, 1}}},
+		"not in order": {{Weights: []float64{1, 1}}, {From: 3, Weights: []float64{1, 2}}, {From: 2, Weights: []float64{1, 3}}},
+	} {
+		if _, err := NewMixture(g, []int{0, 3}, segs, false); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func BenchmarkMixtureFill(b *testing.B) {
+	const k = 1000
+	srcs, offs, w := make([]Sampler, k), make([]int, k), make([]float64, k)
+	for i := range srcs {
+		srcs[i], offs[i], w[i] = Global{N: 1000, Seed: uint64(i)}, i*1000, float64(1+i%7)
+	}
+	m, err := NewMixture(srcs, offs, []Segment{{Weights: w}}, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]int, 64)
+	b.ResetTimer()
+	for i := range b.N {
+		m.Fill(0, (i*64)%(m.Len()-64), dst)
+	}
+	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "ids/s")
+}
