@@ -274,6 +274,8 @@ type Description struct {
 	OutputDtype string
 	OutputShape []int
 	Columns     []columnar.Column
+	// Offsets, for a mixture, are each source's first id.
+	Offsets []int
 }
 
 // Describe describes the job as it opened.
@@ -286,6 +288,9 @@ func (j *Job) Describe() Description {
 		t, _, _ := transform.New(j.plan.Transform)
 		d.OutputSize = t.Size()
 		d.OutputDtype, d.OutputShape = t.Shape()
+	}
+	if c, ok := j.src.ds.(concatenated); ok {
+		d.Offsets = c.Offsets()
 	}
 	_, stream := j.l.Place()
 	d.Stream = stream && !sampler.SmallState(j.smp)

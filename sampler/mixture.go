@@ -23,8 +23,8 @@ import (
 // the mixed order is a function of (epoch, position) like its sources',
 // and resumes, elastically too, without replay.
 //
-// An epoch of the mixture ends, with Cycle false, when the first source's
-// own epoch is used up (Hugging Face's stopping_strategy
+// An epoch of the mixture ends, with Cycle false, when the schedule names
+// a source whose own epoch is used up (Hugging Face's stopping_strategy
 // "first_exhausted"): each source's records come at most once per epoch,
 // in its order of the mixture's epoch, and the schedule starts again with
 // the next epoch. With Cycle true ("all_exhausted") it ends when every
@@ -217,21 +217,30 @@ func (s schedule) counts(p int, cnt []int) {
 	}
 }
 
-// epochLen is the position after which the first source (or, with cycle,
-// the last) has drawn all its records.
+// epochLen is where an epoch ends: without cycle, at the first draw the
+// schedule names from a source that has none left (as Hugging Face's
+// first_exhausted stops at the first source it cannot draw from, so
+// sources sized to their weights are each read whole); with cycle, after
+// the last source's last draw.
 func (s schedule) epochLen(lens []int, cycle bool) int {
 	n := -1
 	for i, l := range lens {
-		// The draw's place: every draw of lower priority, or of equal
+		// A draw's place: every draw of lower priority, or of equal
 		// priority from a source before it, comes first.
-		t := s.priority(i, l-1)
+		k := l // the draw past the source's records
+		if cycle {
+			k = l - 1 // its last: the epoch ends after it
+		}
+		t := s.priority(i, k)
 		p := s.countBelow(t)
 		for j := range i {
 			if s.priority(j, s.below(j, t)) == t {
 				p++
 			}
 		}
-		p++ // and the draw itself
+		if cycle {
+			p++
+		}
 		if n < 0 || (cycle && p > n) || (!cycle && p < n) {
 			n = p
 		}

@@ -116,7 +116,7 @@ func openedMsg(d job.Description) *wire.Msg {
 		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
-			Columns: wireColumns(d.Columns), Schema: inf.Schema},
+			Columns: wireColumns(d.Columns), Schema: inf.Schema, Offsets: d.Offsets},
 	}
 	if inf.Features != "" {
 		m.Info.Features = json.RawMessage(inf.Features)

@@ -384,6 +384,9 @@ type Info struct {
 	Transform string `json:"transform,omitempty"`
 	// Shared says the job samples dependently with others in a group.
 	Shared bool `json:"shared,omitempty"`
+	// Offsets, for a mixture, are each source's first id: source k's
+	// record i is id Offsets[k]+i.
+	Offsets []int `json:"offsets,omitempty"`
 	// Persisted says the transform's outputs are read from where riffle
 	// pack --transform persisted them, not computed.
 	Persisted bool `json:"persisted,omitempty"`

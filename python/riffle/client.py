@@ -22,6 +22,7 @@ import base64
 import errno
 import collections
 import gc
+import math
 import mmap
 import os
 import shutil
@@ -520,6 +521,7 @@ class _Job:
         self.opened_at = (epoch, batch)
         # The daemon keeps a growing sampler state to itself; ask for it.
         self.stream = bool(reply.get("stream"))
+        self.weights: tuple[int, int] | None = None  # a mixture's: the loader's change count, and the epoch's weights
 
     def state(self, epoch: int, batch: int) -> dict:
         """The job's state at a place it delivered lately (sampler state included)."""
@@ -564,6 +566,69 @@ def _check_args(paths: Sequence, batch_size: Any) -> None:
             raise PathNotFound(f"No such file or directory: {p!r}", p)
 
 
+def _mixture(mixture) -> list[dict]:
+    """A mixture as the daemon takes it, [{"paths": [...], "weight": w}, ...], from [(paths, weight), ...]."""
+    if isinstance(mixture, (str, bytes, os.PathLike)) or not isinstance(mixture, Sequence) or not mixture:
+        raise ValueError(f"mixture: want a list of (paths, weight), got {mixture!r}")
+    out = []
+    for k, src in enumerate(mixture):
+        try:
+            paths, w = (src["paths"], src["weight"]) if isinstance(src, dict) else src
+        except (TypeError, ValueError, KeyError):
+            raise ValueError(f"mixture source {k}: want (paths, weight), got {src!r}") from None
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        _check_args(paths, 1)
+        out.append({"paths": [_abspath(p) for p in paths], "weight": _weight(w, f"mixture source {k}")})
+    return out
+
+
+def _weight(w, what: str) -> float:
+    if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) or not (w > 0 and math.isfinite(w)):
+        raise ValueError(f"{what}: weight {w!r}, want a positive finite number")
+    return float(w)
+
+
+def _segments(mixture: list[dict], history: Sequence[dict] | None) -> list[tuple[int, list[float]]]:
+    """A mixture's weights as (first epoch, weights) segments: its history's, then its own."""
+    segs, start = [], 0
+    for h in history or []:
+        segs.append((start, [float(w) for w in h["weights"]]))
+        start = int(h["until"])
+    segs.append((start, [s["weight"] for s in mixture]))
+    return segs
+
+
+def _with_weights(segs: list[tuple[int, list[float]]], weights: Sequence[float], epoch: int, n: int) -> list[tuple[int, list[float]]]:
+    """segs with weights from epoch on: the weights of the epochs before stay, so every source goes on from where
+    they had left it."""
+    ws = [_weight(w, f"source {k}") for k, w in enumerate(weights)]
+    if len(ws) != n:
+        raise ValueError(f"{len(ws)} weights for a mixture of {n} sources")
+    if epoch < segs[-1][0]:
+        raise ValueError(f"weights from epoch {epoch}, before the last change, at epoch {segs[-1][0]}")
+    return segs[:-1] + [(epoch, ws)] if epoch == segs[-1][0] else segs + [(epoch, ws)]
+
+
+def _mixture_at(spec: dict, segs: list[tuple[int, list[float]]], epoch: int) -> tuple[dict, int]:
+    """spec with the mixture's weights of epoch, and which segment that is: a job opens with the weights of its
+    epoch and those before them."""
+    k = max(i for i, (start, _) in enumerate(segs) if start <= epoch)
+    spec = dict(spec, mixture=[dict(s, weight=w) for s, w in zip(spec["mixture"], segs[k][1])])
+    spec.pop("mixture_history", None)
+    if k:
+        spec["mixture_history"] = [{"until": segs[i + 1][0], "weights": segs[i][1]} for i in range(k)]
+    return spec, k
+
+
+def _state_weights(state: dict, n: int) -> list[tuple[int, list[float]]]:
+    """A state's mixture weights, checked."""
+    segs = [(int(start), [_weight(w, "a state's mixture") for w in ws]) for start, ws in state["mixture_weights"]]
+    if not segs or segs[0][0] != 0 or any(len(ws) != n for _, ws in segs):
+        raise ValueError(f"this state's mixture weights are not of a mixture of {n} sources from epoch 0")
+    return segs
+
+
 def _abspath(p) -> str:
     p = os.fspath(p)
     return p if "://" in p else os.path.abspath(p)
@@ -602,7 +667,8 @@ class Loader:
     loader) ends it.
     """
 
-    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
+                 mixture: Sequence | None = None, mixture_stop: str | None = None, mixture_history: Sequence[dict] | None = None,
                  shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
                  header_bytes: int | None = None, csv_header: bool = False, skip_crc: bool = False,
                  drop_partial: bool = False, direct: bool = False, columns: Sequence[str] | None = None,
@@ -623,7 +689,13 @@ class Loader:
             rank_drop_last = rank_drop_last or shard_drop_last
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        _check_args(paths, batch_size)
+        if mixture is not None:
+            if paths:
+                raise ValueError("both paths and mixture= given: a mixture names its sources' paths itself")
+            _check_args(["."], batch_size)
+            mixture = _mixture(mixture)
+        else:
+            _check_args(paths, batch_size)
         subset = _subset(subset)
         # The options as the user gave them, by their spec names (spec.py,
         # generated from the daemon's one table): every default lives there.
@@ -638,8 +710,17 @@ class Loader:
             ("ordered", ordered), ("sampler", sampler), ("block_size", block_size), ("window", window),
             ("buffer", buffer), ("reservoir", reservoir), ("opportunistic", opportunistic), ("share", share),
             ("batch_stride", batch_stride), ("batch_offset", batch_offset))}
-        self.spec = {"paths": [_abspath(p) for p in paths], "batch_size": batch_size, "shuffle": shuffle, "seed": seed}
+        self.spec = {"batch_size": batch_size, "shuffle": shuffle, "seed": seed}
+        if mixture is None:
+            self.spec["paths"] = [_abspath(p) for p in paths]
+        else:
+            self.spec["mixture"] = mixture
+            if mixture_stop is not None:
+                self.spec["mixture_stop"] = mixture_stop
         self.spec.update({k: v for k, v in given.items() if v is not None and v is not False})
+        # A mixture's weights from each epoch on (set_weights adds to them).
+        self._weights = _segments(mixture, mixture_history) if mixture is not None else None
+        self._weights_gen = 0
         self.memory = memory
         self.dtype, self.shape = dtype, shape
         self.pipeline = max(1, pipeline)
@@ -669,6 +750,31 @@ class Loader:
             self.epoch, self._batch, self._sampler_state, self._skip = epoch, 0, None, None
             self._start, self._unresolved = 0, False
 
+    def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
+        """A mixture's new weights, from ``epoch`` on: by default the next epoch this loader begins (this one, if
+        none of it was delivered yet). Each source goes on from where the old weights left it; the change is in
+        ``state_dict()``, so a resume keeps it."""
+        if self._weights is None:
+            raise ValueError("set_weights: this loader reads no mixture")
+        if epoch is None:
+            epoch = self.epoch if not (self._batch or self._start) else self.epoch + 1
+        self._weights = _with_weights(self._weights, weights, int(epoch), len(self.spec["mixture"]))
+        self._weights_gen += 1
+
+    @property
+    def offsets(self) -> list[int]:
+        """A mixture's first id of each source: source k's record i is id ``offsets[k] + i`` in batches."""
+        if self._meta is None:
+            self._open()
+        return list((self._meta.get("info") or {}).get("offsets") or [0])
+
+    def _at(self, epoch: int) -> tuple[dict, int]:
+        """The spec of a job opening at epoch, and the mixture's weights it has (-1: no mixture)."""
+        if self._weights is None:
+            return dict(self.spec), -1
+        spec, k = _mixture_at(self.spec, self._weights, epoch)
+        return spec, k
+
     def state_dict(self) -> dict[str, Any]:
         """The place of the next batch: save it with the model's checkpoint."""
         if self._unresolved:
@@ -689,6 +795,8 @@ class Loader:
             st["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
             st["skip"] = list(self._skip)
+        if self._weights is not None:
+            st["mixture_weights"] = [[start, list(ws)] for start, ws in self._weights]
         return st
 
     def _world(self) -> int:
@@ -733,6 +841,9 @@ class Loader:
         ss = state.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = list(state["skip"]) if state.get("skip") else None
+        if state.get("mixture_weights") and self._weights is not None:
+            self._weights = _state_weights(state, len(self.spec["mixture"]))
+            self._weights_gen += 1
 
     # --- the job ---
     def _conn(self) -> Connection:
@@ -753,7 +864,8 @@ class Loader:
     def _check(self) -> None:
         """Ask the daemon what opening this loader's job would answer: a bad option or path fails here, when the
         loader is built, as the exception a PyTorch user catches (ValueError, FileNotFoundError)."""
-        spec = dict(self.spec, epoch=self.epoch, batch=self._batch, epochs=-1)
+        spec, _ = self._at(self.epoch)
+        spec.update(epoch=self.epoch, batch=self._batch, epochs=-1)
         _, reply, fds = self._opening({"op": wire.OP_CHECK, "spec": spec})
         for fd in fds:
             os.close(fd)
@@ -765,12 +877,14 @@ class Loader:
     def _open(self) -> _Job:
         """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
         j = self._job
-        if j is not None and (j.epoch, j.batch, j.start) == (self.epoch, self._batch, self._start) and os.getpid() == j.conn.pid:
+        spec, weights = self._at(self.epoch)
+        if (j is not None and (j.epoch, j.batch, j.start) == (self.epoch, self._batch, self._start) and os.getpid() == j.conn.pid
+                and j.weights == (self._weights_gen, weights)):
             return j
         if self._unresolved and j is not None and os.getpid() == j.conn.pid:
             self._resolve()  # the new job starts from the whole state
         self.close()
-        spec = dict(self.spec, epoch=self.epoch, batch=self._batch, epochs=-1)
+        spec.update(epoch=self.epoch, batch=self._batch, epochs=-1)
         if self._start:
             spec.update(start=self._start, epochs=1)  # the rest of one epoch: the next is a job of its own
         if self._sampler_state:
@@ -788,6 +902,8 @@ class Loader:
                 for fd in fds:
                     os.close(fd)
         self._job = _Job(conn, reply, mm, self.epoch, self._batch, self._start)
+        # A job of a mixture reads with one epoch's weights: at a change, the next epoch is a job of its own.
+        self._job.weights = (self._weights_gen, weights)
         self._finalizer = weakref.finalize(self, _close_job, self._job)
         if self._version and reply.get("dataset_version") != self._version:
             # The rule: a loader reads the data as it was when it was built.
@@ -797,7 +913,7 @@ class Loader:
             self.close()
             raise DataChanged(f"the dataset changed since this loader was built ({was} records then, {now} now; "
                               "files were added, removed or rewritten): build a new loader to read it as it is now",
-                              (self.spec["paths"] or [None])[0])
+                              (self.spec.get("paths") or [None])[0])
         self._meta = reply
         return self._job
 

@@ -37,7 +37,8 @@ import torch.utils.data
 
 from . import decode as _decode
 from . import spec
-from .client import Batch, Loader, RiffleError, _check_dataset, _positional
+from .client import (Batch, Loader, RiffleError, _check_dataset, _mixture, _positional, _segments, _state_weights,
+                     _with_weights)
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
@@ -127,7 +128,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     is then its outputs, one uint8 or float32 tensor.
     """
 
-    def __init__(self, paths: str | Sequence[str], batch_size: int = spec.DEFAULT_BATCH_SIZE, *, shuffle: bool = True, seed: int | None = None,
+    def __init__(self, paths: str | Sequence[str] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, *, shuffle: bool = True, seed: int | None = None,
                  decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None, shape: Sequence[int] | None = None,
                  n_features: int | None = None, transform: Callable | None = None,
                  batch_transform: Callable | None = None, rank: int | None = None, world_size: int | None = None,
@@ -203,6 +204,24 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     def epoch(self) -> int:
         return int(self._epoch.value)
 
+    def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
+        """A mixture's new weights, from ``epoch`` on (by default the epoch the next iteration begins): each source
+        goes on from where the old weights left it, and ``state_dict()`` keeps the change."""
+        mix = self.loader_kwargs.get("mixture")
+        if mix is None:
+            raise ValueError("set_weights: this dataset reads no mixture")
+        if epoch is None:
+            epoch = self._epoch.value + (1 if self._iterated and not self._explicit else 0)
+        segs = _segments(_mixture(mix), self.loader_kwargs.get("mixture_history"))
+        self._set_segments(_with_weights(segs, weights, int(epoch), len(mix)))
+
+    def _set_segments(self, segs: list) -> None:
+        """The mixture's weights from each epoch on, as the loaders' options: its last weights and the history."""
+        mix = _mixture(self.loader_kwargs["mixture"])
+        self.loader_kwargs["mixture"] = [(s["paths"], w) for s, w in zip(mix, segs[-1][1])]
+        self.loader_kwargs["mixture_history"] = [{"until": segs[i + 1][0], "weights": segs[i][1]} for i in range(len(segs) - 1)]
+        self._ld = None  # the next loader takes them
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (each iteration is the next epoch without it)."""
         self._epoch.value = epoch
@@ -248,10 +267,18 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                    "dataset": self._dataset_version}
             if place.get("position") is not None:
                 out["position"] = place["position"]  # the rank's place, in positions of the epoch: any topology resumes it
-            return out
+            return self._with_weights(out)
         if self._ld is not None:
-            return self._ld.state_dict()
-        return {"epoch": self.epoch, "batch": 0, "seed": self.seed}
+            return self._with_weights(self._ld.state_dict())
+        return self._with_weights({"epoch": self.epoch, "batch": 0, "seed": self.seed})
+
+    def _with_weights(self, state: dict) -> dict:
+        """state with the mixture's weights, if the dataset is one."""
+        mix = self.loader_kwargs.get("mixture")
+        if mix is not None:
+            segs = _segments(_mixture(mix), self.loader_kwargs.get("mixture_history"))
+            state["mixture_weights"] = [[start, list(ws)] for start, ws in segs]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a place state_dict() returned: the next iteration continues there."""
@@ -260,6 +287,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 raise ValueError(f"state was saved with seed {state['seed']}, this dataset has seed {self.seed}")
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
         _check_dataset(state, self._dataset_version)
+        if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
+            self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
         if "position" in state and self._positional():
             state = self._placed(state)
         elif int(state.get("world", self._where()[1])) != self._where()[1]:
@@ -750,6 +779,11 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
         """The place after the last batch delivered (the dataset's)."""
         return self.dataset.state_dict()
 
+    def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
+        """A mixture's new weights from the next epoch (see RiffleDataset.set_weights)."""
+        self.dataset.set_weights(weights, epoch)
+        self._iterator = None  # persistent workers hold the old ones
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a place state_dict() returned."""
         self.dataset.load_state_dict(state)
@@ -758,7 +792,7 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
         self._iterator = None
 
 
-def loader(paths: str | Sequence[str], batch_size: int = spec.DEFAULT_BATCH_SIZE, **kwargs: Any) -> RiffleDataLoader:
+def loader(paths: str | Sequence[str] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, **kwargs: Any) -> RiffleDataLoader:
     """A DataLoader over a :class:`RiffleDataset`; DataLoader's own options (num_workers, pin_memory,
     prefetch_factor, persistent_workers, ...) are passed on, the rest go to the dataset."""
     for k, why in _REFUSED.items():

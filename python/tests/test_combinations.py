@@ -33,7 +33,7 @@ N = 600  # records: a multiple of every world size drawn, so no rank is padded
 EPOCHS = 2
 REGRESSIONS = Path(__file__).with_name("combinations.json")
 
-FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm")
+FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixture")
 SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic")
 # Orders that are functions of (seed, epoch, position): they resume on any number of workers.
 POSITIONAL = ("global", "block", "sequential")
@@ -61,6 +61,8 @@ def draw(rng: random.Random) -> dict:
             c["transform"] = False
         if c["format"] in ("arrow", "parquet") and (c["share"] or c["sampler"] == "opportunistic"):
             continue  # rows are not shared or opportunistic yet (issue 23)
+        if c["format"] == "mixture" and (c["share"] or c["sampler"] in ("buffered", "reservoir")):
+            continue  # a mixture's sources are in positional orders, unshared
         if not c["share"]:
             c["jobs"] = 1
         if c["jobs"] * max(c["world"], c["resume_world"]) > 4:
@@ -71,6 +73,22 @@ def draw(rng: random.Random) -> dict:
 def make_data(fmt: str, root: Path) -> str:
     rng = np.random.default_rng(11)
     root.mkdir(parents=True, exist_ok=True)
+    if fmt == "mixture":
+        # Three sources of a third of the records each, equally weighted:
+        # every source's last draw is at the same priority, so an epoch is
+        # each record once. Ids are the sources' one after another.
+        rng_ = np.random.default_rng(12)
+        lines = root / "m.jsonl"
+        with open(lines, "w") as f:
+            for i in range(N // 3):
+                f.write(json.dumps({"id": i, "text": "m" * int(rng_.integers(1, 300))}) + "\n")
+        for i in range(N // 3):
+            d = root / "mtree" / f"c{i % 2}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{i:04d}.bin").write_bytes(rng_.integers(0, 256, int(rng_.integers(20, 600)), dtype=np.uint8).tobytes())
+        arr = root / "m.npy"
+        np.save(arr, rng_.integers(0, 256, (N // 3, 64), dtype=np.uint8))
+        return [[str(lines), 1], [str(root / "mtree"), 1], [str(arr), 1]]
     if fmt == "fixed":
         p = root / "d.bin"
         p.write_bytes(rng.integers(0, 256, N * 64, dtype=np.uint8).tobytes())
@@ -156,13 +174,22 @@ def digest(b: bytes) -> str:
     return hashlib.blake2b(b, digest_size=8).hexdigest()
 
 
-def reference(path: str, c: dict) -> dict[int, str]:
-    """Each record's digest from a solo, sequential read of one job alone."""
+def source(path) -> dict:
+    """The loader keywords naming a case's data: its paths, or a mixture's sources."""
+    return {"mixture": path} if isinstance(path, list) else {"paths": path}
+
+
+def reference(path, c: dict) -> dict[int, str]:
+    """Each record's digest from a solo, sequential read of one job alone (of each source alone, for a mixture,
+    its ids after the sources before it)."""
     kw = {k: v for k, v in options(c).items() if k in ("record_size", "transform")}
     out: dict[int, str] = {}
-    for b in riffle.Loader(path, 64, sampler="sequential", **kw):
-        for i, d in zip(b.ids, digests(b)):
-            out[int(i)] = d
+    first = 0
+    for p in ([s for s, _ in path] if isinstance(path, list) else [path]):
+        for b in riffle.Loader(p, 64, sampler="sequential", **kw):
+            for i, d in zip(b.ids, digests(b)):
+                out[first + int(i)] = d
+        first = len(out)
     return out
 
 
@@ -178,7 +205,7 @@ RANK = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import torch
     import riffle.torch as rt
-    from test_combinations import POSITIONAL, digests
+    from test_combinations import POSITIONAL, digests, source
 
     def decode(b):
         return [(int(i), d) for i, d in zip(b.ids, digests(b))]
@@ -196,7 +223,7 @@ RANK = textwrap.dedent("""
             dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         kw = dict(opts, seed=seed, decode=decode, rank=rank, world_size=world)
         if phase == 1:
-            dl = rt.loader(path, case["batch"], num_workers=case["workers"], **kw)
+            dl = rt.loader(batch_size=case["batch"], num_workers=case["workers"], **source(path), **kw)
             head, n0 = [], len(dl)
             it = iter(dl)
             for _ in range(case["stop"]):
@@ -211,7 +238,7 @@ RANK = textwrap.dedent("""
         # rank counts; an elastic order from rank 0's state, as users save it.
         mine = 0 if case["sampler"] in POSITIONAL and not case["share"] else rank
         saved = json.load(open(f"{{out}}.head.{{mine}}"))
-        dl = rt.loader(path, case["batch"], num_workers=case["resume_workers"], **kw)
+        dl = rt.loader(batch_size=case["batch"], num_workers=case["resume_workers"], **source(path), **kw)
         dl.load_state_dict(saved["state"])
         epochs = [[], []]
         # A stop after the epoch's last batch resumes at the next epoch.
