@@ -1,0 +1,157 @@
+"""Weighted mixtures (issue 26): proportions, each source exactly once per
+its own epoch, weights changed mid-run and kept in the state, resume on
+another topology, and the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import riffle
+import riffle.torch as rt
+
+
+def sources(tmp_path, lens=(300, 1000, 50)):
+    """Sources of rows [source, index], one .npy each."""
+    out = []
+    for k, n in enumerate(lens):
+        a = np.zeros((n, 2), dtype=np.int64)
+        a[:, 0], a[:, 1] = k, np.arange(n)
+        p = tmp_path / f"s{k}.npy"
+        np.save(p, a)
+        out.append(str(p))
+    return out
+
+
+def epoch_rows(ld) -> np.ndarray:
+    return np.concatenate([b.data.copy() for b in ld])
+
+
+def test_proportions_and_first_exhausted(daemon, tmp_path):
+    paths = sources(tmp_path)
+    w = [1.0, 2.0, 0.5]
+    ld = riffle.Loader(mixture=list(zip(paths, w)), batch_size=64, seed=3, ordered=True)  # the order inside batches too
+    assert ld.offsets == [0, 300, 1300]
+    for e in range(2):
+        rows = epoch_rows(ld)
+        # Each source at most once, the one that ends the epoch (50 at a seventh) whole.
+        assert len({tuple(r) for r in rows}) == len(rows)
+        cnt = np.bincount(rows[:, 0], minlength=3)
+        assert cnt[2] == 50
+        share = np.array(w) / sum(w)
+        assert np.all(np.abs(cnt - len(rows) * share) < 1), cnt
+        # Every prefix of the epoch is within one draw of each source's quota: a schedule, not a coin.
+        seen = np.zeros(3)
+        for p, r in enumerate(rows, 1):
+            seen[r[0]] += 1
+            assert np.all(np.abs(seen - p * share) < 1), (p, seen)
+        # Each source's rows are its own order's first: ids of one source never repeat across the
+        # epoch and come from its records.
+        assert all(0 <= i < n for (k, i), n in ((r, (300, 1000, 50)[r[0]]) for r in map(tuple, rows)))
+
+
+def test_all_exhausted_cycles_each_source(daemon, tmp_path):
+    lens = (300, 1000, 50)
+    paths = sources(tmp_path, lens)
+    # ordered: a batch may hold the end of one of a source's epochs and the start of its next.
+    ld = riffle.Loader(mixture=[(p, 1) for p in paths], batch_size=50, seed=4, mixture_stop="all_exhausted", ordered=True)
+    rows = np.concatenate([epoch_rows(ld) for _ in range(3)])
+    for k, n in enumerate(lens):
+        mine = rows[rows[:, 0] == k, 1]
+        assert len(mine) >= 3 * 300 if k == 0 else True
+        # Its own epochs one after another, each exactly once.
+        for e in range(len(mine) // n):
+            assert sorted(mine[e * n:(e + 1) * n]) == list(range(n)), (k, e)
+        assert len(set(mine[(len(mine) // n) * n:])) == len(mine) % n
+    first = rows[:len(rows) // 3]
+    assert all(set(first[first[:, 0] == k, 1]) == set(range(n)) for k, n in enumerate(lens))
+
+
+def test_weights_change_and_resume(daemon, tmp_path):
+    paths = sources(tmp_path)
+    mix = [(p, 1) for p in paths]
+
+    def run(stop_at: int | None):
+        ld = riffle.Loader(mixture=mix, batch_size=32, seed=5, mixture_stop="all_exhausted", ordered=True)
+        out = [epoch_rows(ld)]
+        ld.set_weights([4, 1, 1])  # from epoch 1
+        it = iter(ld)
+        head = [next(it).data.copy() for _ in range(stop_at or 0)]
+        if stop_at is None:
+            rest = [b.data.copy() for b in it]
+        else:
+            st = ld.state_dict()
+            assert st["mixture_weights"] == [[0, [1.0, 1.0, 1.0]], [1, [4.0, 1.0, 1.0]]]
+            ld.close()
+            ld = riffle.Loader(mixture=mix, batch_size=32, seed=5, mixture_stop="all_exhausted", ordered=True)
+            ld.load_state_dict(st)  # the state brings the weights
+            rest = [b.data.copy() for b in ld]
+        out.append(np.concatenate(head + rest))
+        out.append(epoch_rows(ld))
+        return out
+
+    whole, resumed = run(None), run(5)
+    for a, b in zip(whole, resumed):
+        assert np.array_equal(a, b)
+    # The new weights: source 0 at four sixths of epoch 1.
+    cnt = np.bincount(whole[1][:, 0], minlength=3)
+    assert abs(cnt[0] - len(whole[1]) * 4 / 6) < 1
+    # Every source went on from where the old weights left it: over the three epochs each source's rows are
+    # its own epochs in turn.
+    rows = np.concatenate(whole)
+    for k, n in enumerate((300, 1000, 50)):
+        mine = rows[rows[:, 0] == k, 1]
+        for e in range(len(mine) // n):
+            assert sorted(mine[e * n:(e + 1) * n]) == list(range(n))
+
+
+def test_elastic_resume_with_workers(daemon, tmp_path):
+    """2 ranks x 2 workers stop mid-epoch; 3 ranks x 1 worker go on from rank 0's state: the epoch is delivered
+    once, plus DistributedSampler's padding."""
+    paths = sources(tmp_path)
+    mix = [(p, w) for p, w in zip(paths, (1, 2, 0.5))]
+    heads, states = [], []
+    for r in range(2):
+        dl = rt.loader(mixture=mix, batch_size=16, seed=6, rank=r, world_size=2, num_workers=2)
+        it = iter(dl)
+        heads.append(torch_rows([next(it) for _ in range(5)]))
+        states.append(dl.state_dict())
+        del it
+    rest = []
+    for r in range(3):
+        dl = rt.loader(mixture=mix, batch_size=16, seed=6, rank=r, world_size=3, num_workers=1)
+        dl.load_state_dict(states[0])
+        rest.append(torch_rows(list(dl)))
+    got = np.concatenate(heads + rest)
+    whole = epoch_rows(riffle.Loader(mixture=mix, batch_size=64, seed=6))
+    keys = {tuple(r) for r in whole}
+    assert {tuple(r) for r in got} == keys
+    assert len(got) - len(keys) <= 2
+
+
+def torch_rows(batches) -> np.ndarray:
+    return np.concatenate([b.numpy() for b in batches]) if batches else np.zeros((0, 2), np.int64)
+
+
+def test_refusals(daemon, tmp_path):
+    paths = sources(tmp_path)
+    with pytest.raises(ValueError, match="both paths and mixture"):
+        riffle.Loader(paths[0], 8, mixture=[(paths[1], 1)])
+    with pytest.raises(ValueError, match="weight"):
+        riffle.Loader(mixture=[(paths[0], 0)], batch_size=8)
+    with pytest.raises(ValueError, match=r"\(paths, weight\)"):
+        riffle.Loader(mixture=[paths[0]], batch_size=8)
+    with pytest.raises(FileNotFoundError):
+        riffle.Loader(mixture=[(str(tmp_path / "none.npy"), 1)], batch_size=8)
+    with pytest.raises(ValueError, match="reservoir"):
+        riffle.Loader(mixture=[(paths[0], 1)], batch_size=8, sampler="reservoir")
+    ld = riffle.Loader(mixture=[(p, 1) for p in paths], batch_size=8)
+    with pytest.raises(ValueError, match="3 sources"):
+        ld.set_weights([1, 2])
+    with pytest.raises(ValueError, match="no mixture"):
+        riffle.Loader(paths[0], 8).set_weights([1])
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"x": list(range(10))}), str(tmp_path / "t.parquet"))
+    with pytest.raises(ValueError, match="rows is not mixed"):
+        riffle.Loader(mixture=[(paths[0], 1), (str(tmp_path / "t.parquet"), 1)], batch_size=8)
