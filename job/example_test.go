@@ -81,3 +81,56 @@ func Example() {
 	// job 0: 600 records, each in both epochs: 600
 	// job 1: 600 records, each in both epochs: 600
 }
+
+// A weighted mixture of two files from Go: each batch takes its records
+// from the sources in proportion to their weights, each source in its own
+// shuffle, and an epoch ends where the schedule first names a source that
+// is used up.
+func Example_mixture() {
+	dir, _ := os.MkdirTemp("", "riffle-example")
+	defer os.RemoveAll(dir)
+	a, b := filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin")
+	synth.WriteFixed(a, 1000, 64, 0)
+	synth.WriteFixed(b, 300, 64, 0)
+
+	env, err := job.NewEnv(job.EnvOptions{})
+	if err != nil {
+		panic(err)
+	}
+	defer env.Close()
+	plan, err := job.Check(&wire.JobSpec{RecordSize: 64, BatchSize: 100, Shuffle: true, Epochs: 1,
+		Mixture: []wire.MixSource{{Paths: []string{a}, Weight: 3}, {Paths: []string{b}, Weight: 1}}})
+	if err != nil {
+		panic(err)
+	}
+	j, err := env.Open(context.Background(), plan, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer j.Close()
+	offsets := j.Describe().Offsets // source k's record i is id offsets[k]+i
+	count := make([]int, 2)
+	for {
+		bt, err := j.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			panic(err)
+		}
+		for _, id := range bt.IDs {
+			if id >= offsets[1] {
+				count[1]++
+			} else {
+				count[0]++
+			}
+		}
+		bt.Release()
+	}
+	// b's 300 at a quarter of the weight: the epoch ends where the schedule
+	// names b's 301st record (priority 300.5), when a has drawn 902 (a's
+	// k-th draw has priority (k+0.5)/3; ties go to the earlier source).
+	fmt.Println("a:", count[0], "b:", count[1])
+	// Output:
+	// a: 902 b: 300
+}
