@@ -250,6 +250,15 @@ func IndexPaths(source, cacheDir string, inDirOnly bool) []string {
 	return []string{source + IndexExt, inCache}
 }
 
+// CacheDir is where riffle keeps what it works out about data (indexes,
+// record hashes) when no directory is given: dir, or the default.
+func CacheDir(dir string) string {
+	if dir != "" {
+		return dir
+	}
+	return defaultCacheDir()
+}
+
 func defaultCacheDir() string {
 	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
 		return filepath.Join(d, "riffle")

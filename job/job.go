@@ -90,7 +90,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			return fail(err)
 		}
 	}
-	subset, err := subsetOf(plan.Subset, ds)
+	subset, err := env.subsetOf(ctx, plan, ds)
 	if err != nil {
 		return fail(err)
 	}

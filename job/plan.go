@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -99,6 +100,10 @@ var Options = []Option{
 		Doc: "the only file endings a directory dataset takes as records, as ImageFolder's extensions"},
 	{Name: "subset", Kind: "subset", Group: "dataset", Max: maxSubsetIDs, Default: "every record",
 		Doc: "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"},
+	{Name: "filter", Kind: "filter", Group: "dataset", Default: "none",
+		Doc: "keep the records (of the subset) whose label is one of labels, whose bytes are within min_size..max_size, whose file matches glob"},
+	{Name: "dedup", Kind: "bool", Group: "dataset", Default: "false",
+		Doc: "records of equal bytes count once (the first by id), by a hash of each record kept beside the index"},
 	{Name: "transform", Kind: "string", Group: "dataset", Default: "none",
 		Doc: "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"},
 	{Name: "shuffle", Kind: "bool", Group: "order", Default: "true in clients (false: sequential)", Doc: "a global shuffle each epoch"},
@@ -158,6 +163,8 @@ type Plan struct {
 	Sampler   sampler.Config
 	Loader    loader.Options
 	Subset    *wire.Subset
+	Filter    *wire.Filter
+	Dedup     bool
 	// Mixture, if set, is the sources mixed instead of Paths.
 	Mixture   *Mixture
 	Transform string
@@ -238,8 +245,23 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 				return c, specErr("subset id %d", id)
 			}
 		}
+		if f := spec.Subset.IDsFile; f != "" && (len(f) > maxPathLen || strings.ContainsRune(f, 0)) {
+			return c, specErr("subset ids_file %.80q: longer than %d bytes or holding a NUL", f, maxPathLen)
+		}
 		c.Subset = spec.Subset
 	}
+	if f := spec.Filter; f != nil {
+		if len(f.Labels) > maxSubsetIDs || f.MinSize < 0 || f.MaxSize < 0 || (f.MaxSize > 0 && f.MaxSize < f.MinSize) || len(f.Glob) > maxPathLen {
+			return c, specErr("filter: %d labels (at most %d), sizes %d to %d, a glob of %d bytes", len(f.Labels), maxSubsetIDs, f.MinSize, f.MaxSize, len(f.Glob))
+		}
+		if f.Glob != "" {
+			if _, err := filepath.Match(f.Glob, ""); err != nil {
+				return c, specErr("filter glob %q: %v", f.Glob, err)
+			}
+		}
+		c.Filter = f
+	}
+	c.Dedup = spec.Dedup
 	if spec.Format != "" && !slices.Contains(dataset.Formats(), spec.Format) {
 		return c, specErr("format %q (known: %s)", spec.Format, strings.Join(dataset.Formats(), ", "))
 	}

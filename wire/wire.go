@@ -164,6 +164,12 @@ type JobSpec struct {
 	Extensions []string `json:"extensions,omitempty"`
 	// Subset, if set, is the part of the dataset the job reads.
 	Subset *Subset `json:"subset,omitempty"`
+	// Filter keeps the records (of the subset, if one is given) that pass
+	// its tests.
+	Filter *Filter `json:"filter,omitempty"`
+	// Dedup counts records of equal bytes once: the first of them (by id)
+	// stays, by a hash of every record's bytes kept beside the index.
+	Dedup bool `json:"dedup,omitempty"`
 	// Mixture, given instead of Paths, mixes datasets by weight: each
 	// source its files, read with the dataset options above, and its
 	// weight from MixtureHistory's last epoch on.
@@ -266,6 +272,21 @@ type Subset struct {
 	Ranges [][2]int `json:"ranges,omitempty"`
 	IDs    []int    `json:"ids,omitempty"`
 	Labels []int    `json:"labels,omitempty"`
+	// IDsFile names a file of ids the daemon reads: a one-dimensional
+	// integer .npy, or text of one id per line.
+	IDsFile string `json:"ids_file,omitempty"`
+}
+
+// Filter keeps the records that pass every test it sets, on what the
+// index knows of each: its label, its size and its file.
+type Filter struct {
+	Labels  []int `json:"labels,omitempty"`   // the label is one of these
+	MinSize int   `json:"min_size,omitempty"` // bytes, at least
+	MaxSize int   `json:"max_size,omitempty"` // bytes, at most (0: no bound)
+	// Glob matches the record's file (filepath.Match) in as many of its
+	// last parts as the pattern has: "*.jpg" its name, "c2/*" its folder
+	// and name; an absolute pattern its whole path.
+	Glob string `json:"glob,omitempty"`
 }
 
 // Status is what `riffle status` shows.

@@ -552,6 +552,39 @@ def _subset(s) -> dict | None:
     return {"ids": [int(i) for i in s]}
 
 
+def _ids(ids) -> dict:
+    """ids= as a subset: an array of ids, or a file of them (an integer .npy, or one id per line) the daemon reads."""
+    if isinstance(ids, (str, os.PathLike)):
+        p = os.fspath(ids)
+        if "://" not in p and not os.path.exists(p):
+            raise PathNotFound(f"No such file or directory: {p!r}", p)
+        return {"ids_file": _abspath(p)}
+    a = np.asarray(ids)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise ValueError(f"ids: want a one-dimensional array of integer ids, or a file of them; got {a.dtype} of shape {a.shape}")
+    return {"ids": [int(i) for i in a]}
+
+
+_FILTER_KEYS = {"label": "labels", "labels": "labels", "min_size": "min_size", "max_size": "max_size", "glob": "glob"}
+
+
+def _filter(f) -> dict | None:
+    """filter= as the daemon takes it: label(s), min_size, max_size, glob."""
+    if f is None:
+        return None
+    if not isinstance(f, dict) or not f:
+        raise ValueError(f"filter: want a dict of label, min_size, max_size or glob; got {f!r}")
+    out: dict[str, Any] = {}
+    for k, v in f.items():
+        if k not in _FILTER_KEYS:
+            raise ValueError(f"filter: unknown test {k!r} (known: {', '.join(_FILTER_KEYS)})")
+        if _FILTER_KEYS[k] == "labels":
+            out["labels"] = [int(x) for x in (v if isinstance(v, (list, tuple, set, range, np.ndarray)) else [v])]
+        else:
+            out[_FILTER_KEYS[k]] = v
+    return out
+
+
 def _check_args(paths: Sequence, batch_size: Any) -> None:
     """What can be checked without the daemon, with the errors DataLoader and ImageFolder raise."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -647,7 +680,20 @@ class Loader:
     batch of whichever records of the next W batches arrive first.
 
     ``subset`` reads part of the dataset: a ``range``, a list of ids, or
-    ``{"ranges": [[lo, hi], ...], "ids": [...], "labels": [...]}``.
+    ``{"ranges": [[lo, hi], ...], "ids": [...], "labels": [...]}``; ``ids``
+    an array of ids or a file of them (an integer ``.npy``, or one id per
+    line). ``filter`` keeps the records (of the subset) that pass every test
+    given: ``{"label": 3}`` (or a list), ``{"min_size": n, "max_size": m}``
+    bytes, ``{"glob": "*.jpg"}`` on the record's file. ``dedup=True`` counts
+    records of equal bytes once. Each is applied once, when the job opens:
+    no byte of data is rewritten, and DDP ranks get equal parts of what is
+    left. ``mixture=[(paths, weight), ...]`` instead of ``paths`` mixes
+    datasets: each batch takes records from the sources in proportion to
+    their weights, each source in its own shuffle; ``mixture_stop`` is
+    ``"first_exhausted"`` (an epoch ends when the schedule names a source that
+    is used up) or ``"all_exhausted"`` (when every source was used up, the
+    others going on into their next epochs); ``set_weights`` changes the
+    weights from the next epoch.
     ``transform`` names a transform the daemon runs on every record
     (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``);
     ``batch.data`` is then its outputs as one array. ``share=True`` lets the
@@ -682,7 +728,7 @@ class Loader:
                  window: int | None = None, buffer: int | None = None, reservoir: int | None = None,
                  opportunistic: int | None = None, pipeline: int = 4, share: bool | None = None,
                  batch_stride: int | None = None, batch_offset: int | None = None, reconnect: float = 60.0,
-                 shard_drop_last: bool | None = None):
+                 shard_drop_last: bool | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False):
         if shard_drop_last is not None:
             # The old name: a "shard" is a pack's file of records, a rank's split of an epoch its part.
             warnings.warn("shard_drop_last is now rank_drop_last", DeprecationWarning, stacklevel=2)
@@ -697,6 +743,11 @@ class Loader:
         else:
             _check_args(paths, batch_size)
         subset = _subset(subset)
+        if ids is not None:
+            if subset is not None:
+                raise ValueError("both subset= and ids= given: pass one")
+            subset = _ids(ids)
+        filter = _filter(filter)
         # The options as the user gave them, by their spec names (spec.py,
         # generated from the daemon's one table): every default lives there.
         given = {spec.BY_KEYWORD[k]: v for k, v in (
@@ -704,7 +755,7 @@ class Loader:
             ("csv_header", csv_header), ("skip_crc", skip_crc), ("drop_partial", drop_partial), ("direct", direct),
             ("columns", list(columns) if columns is not None else None), ("split", split),
             ("extensions", [e if e.startswith(".") else "." + e for e in extensions] if extensions else None),
-            ("subset", subset),
+            ("subset", subset), ("filter", filter), ("dedup", dedup),
             ("transform", transform), ("rank", rank), ("world_size", world_size), ("drop_last", drop_last),
             ("rank_drop_last", rank_drop_last), ("prefetch", prefetch), ("depth", depth), ("memory", memory),
             ("ordered", ordered), ("sampler", sampler), ("block_size", block_size), ("window", window),

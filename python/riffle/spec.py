@@ -26,6 +26,8 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "split": ("split", "string", None, None, "the only one", "the split of a Hugging Face DatasetDict"),
     "extensions": ("extensions", "strings", None, None, "every file (riffle.torch with decode=\"image\": torchvision's IMG_EXTENSIONS)", "the only file endings a directory dataset takes as records, as ImageFolder's extensions"),
     "subset": ("subset", "subset", None, None, "every record", "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"),
+    "filter": ("filter", "filter", None, None, "none", "keep the records (of the subset) whose label is one of labels, whose bytes are within min_size..max_size, whose file matches glob"),
+    "dedup": ("dedup", "bool", None, None, "false", "records of equal bytes count once (the first by id), by a hash of each record kept beside the index"),
     "transform": ("transform", "string", None, None, "none", "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"),
     "shuffle": ("shuffle", "bool", None, None, "true in clients (false: sequential)", "a global shuffle each epoch"),
     "sampler": ("sampler", "string", None, None, "global (Parquet: block over pages)", "the order: global, sequential, block, buffered, reservoir"),
