@@ -107,8 +107,11 @@ def _draw_seed(world: int) -> int:
     return int(box[0])
 
 
-# A batch and the place after it, from a worker, for the loader's state.
-_Stamped = collections.namedtuple("_Stamped", "data worker state epoch index")
+# A batch and the place after it, from a worker, for the loader's state;
+# with the positions of its epoch delivered before its job's batch 0 (the
+# rest of an epoch resumed on another topology), and whether it is the
+# rank's last batch of the epoch.
+_Stamped = collections.namedtuple("_Stamped", "data worker state epoch index start last")
 
 
 class RiffleDataset(torch.utils.data.IterableDataset):
@@ -351,7 +354,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             epoch, batch = epoch + 1, 0
         return {"epoch": epoch, "batch": batch, "seed": state.get("seed", self.seed)}
 
-    def _record(self, worker: int, state: dict, epoch: int, index: int) -> None:
+    def _record(self, worker: int, state: dict, epoch: int, index: int, start: int = 0, last: bool = False) -> None:
         """Batch ``index`` of ``epoch`` from ``worker`` reached the user: its role's place is after it."""
         role = (worker + self._shift.value) % max(1, self._workers)
         self._states[role] = state
@@ -360,11 +363,17 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         # after this batch: every rank's first index+1 batches, which are
         # the order's first (index+1) x world x batch_size positions after
         # the epoch's start (not 0 in the rest of an epoch resumed on
-        # another topology).
+        # another topology). That start is the batch's job's: the state
+        # after a role's last batch is the next epoch's, which has none.
         pos = None
         if self._positional() and isinstance(state, dict):
-            pos = int(state.get("start", 0)) + (index + 1) * self._where()[1] * self.batch_size
+            pos = start + (index + 1) * self._where()[1] * self.batch_size
         self._place = {"epoch": epoch, "batch": index + 1, "position": pos}
+        if last and pos is not None:
+            # The rank's last batch of the epoch: its place is the next
+            # epoch's start, though a role given no batch of a short rest
+            # (fewer batches than workers) is still in this one.
+            self._place = {"epoch": epoch + 1, "batch": 0, "position": 0}
 
     def _positional(self) -> bool:
         return _positional(self.loader_kwargs)
@@ -517,9 +526,10 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             return
         stamp = info is not None and self._driven
         worker = info.id if info is not None else 0
+        start = ld._start
         for batch in ld:
             out = self._convert(batch, ld, shared=info is not None)
-            yield _Stamped(out, worker, batch.state, batch.epoch, batch.index) if stamp else out
+            yield _Stamped(out, worker, batch.state, batch.epoch, batch.index, start, batch.last) if stamp else out
             del batch, out
 
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
@@ -770,7 +780,7 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
             ds._resume = None
         for item in it:
             if isinstance(item, _Stamped):
-                ds._record(item.worker, item.state, item.epoch, item.index)
+                ds._record(item.worker, item.state, item.epoch, item.index, item.start, item.last)
                 yield item.data
             else:
                 yield item
