@@ -74,17 +74,19 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-procs", type=int, default=12, help="skip topologies of more rank and worker processes")
+    ap.add_argument("--keep", action="store_true", help="keep every generation's states (state.GEN.STEP) for analysis")
     args = ap.parse_args()
-    res = run(args.records, args.kills, args.seed, args.batch, args.max_procs, log=print)
+    res = run(args.records, args.kills, args.seed, args.batch, args.max_procs, log=print, keep=args.keep)
     print(json.dumps(res))
 
 
 def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log=lambda *a: None,
-        workdir: str | None = None, step_s: float = 0.002, kill_after: float = 3.0) -> dict:
+        workdir: str | None = None, step_s: float = 0.002, kill_after: float = 3.0, keep: bool = False) -> dict:
     """Kill and resume `kills` times over an ids.npy of n records; returns the counts."""
     import numpy as np
     rng = random.Random(seed)
     work = Path(workdir or tempfile.mkdtemp(prefix="riffle-elastic-"))
+    log(f"work directory {work}")
     path = work / "ids.npy"
     np.save(path, np.arange(n, dtype=np.int64))
     sock_dir = work / "sock"
@@ -166,7 +168,8 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
                 pos = start_pos if e == start_epoch else 0
                 pads[e] = (-(n - pos)) % world
             for f in work.glob(f"state.{gen}.*"):
-                f.unlink()
+                if not keep:
+                    f.unlink()
             log(f"gen {gen}: {world} ranks x {workers} workers from epoch {start_epoch} position {start_pos}; "
                 f"{common} steps kept; {delivered} samples so far")
     finally:
