@@ -158,6 +158,11 @@ type Options struct {
 	// torchvision's ImageFolder takes only IMG_EXTENSIONS: a labels.csv in
 	// a class folder is then not an image to decode.
 	Extensions []string
+	// Only, if set, are the only files of a directory dataset that are
+	// records: one generation of a dataset that grows (the files found
+	// since the generation before), labelled by the classes of the whole
+	// tree.
+	Only []string
 	// Progress, if set, is told how many source bytes the index scan has read.
 	Progress func(done, total int64)
 }

@@ -53,8 +53,15 @@ func openTree(ctx context.Context, root string, opts Options) (Dataset, error) {
 		return nil, err
 	}
 	sort.Strings(classes)
+	var only map[string]bool
+	if opts.Only != nil {
+		only = make(map[string]bool, len(opts.Only))
+		for _, p := range opts.Only {
+			only[p] = true
+		}
+	}
 	add := func(p string, info storage.ObjectInfo) error {
-		if info.Dir || !hasExtension(p, opts.Extensions) {
+		if info.Dir || !HasExtension(p, opts.Extensions) || (only != nil && !only[p]) {
 			return nil
 		}
 		t.paths = append(t.paths, p)
@@ -112,9 +119,9 @@ func (t *tree) Label(id int) int {
 // map a record back to its source.
 func (t *tree) Path(id int) string { return t.paths[id] }
 
-// hasExtension reports whether path ends in one of exts (case-insensitive);
+// HasExtension reports whether path ends in one of exts (case-insensitive);
 // every path does when exts is empty.
-func hasExtension(path string, exts []string) bool {
+func HasExtension(path string, exts []string) bool {
 	if len(exts) == 0 {
 		return true
 	}

@@ -68,6 +68,7 @@ type Env struct {
 	engines map[uint64]*storage.Engine
 	seq     atomic.Int64
 	owned   []func() error
+	growMu  sync.Mutex // over the logs of growing datasets
 }
 
 // NewEnv makes an Env; Close ends it once its jobs are closed.

@@ -40,9 +40,12 @@ type Job struct {
 	member    *share.Member // set when the job samples dependently in a group
 	group     *groupEntry
 	subset    int // records this job reads per epoch (before the ranks split them)
-	started   time.Time
-	once      sync.Once
-	epoch     int // of the last batch Next gave, -1 before the first
+	// generations, of a growing dataset, are the generations of files the
+	// job reads.
+	generations int
+	started     time.Time
+	once        sync.Once
+	epoch       int // of the last batch Next gave, -1 before the first
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
@@ -55,11 +58,11 @@ type Alloc func(size int64) (loader.Allocator, error)
 // ahead within the job's memory bound, into memory from alloc. ctx bounds
 // the open only; the job runs until Close.
 func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) {
-	src, err := env.source(ctx, plan)
+	src, generations, err := env.source(ctx, plan)
 	if err != nil {
 		return nil, err
 	}
-	j := &Job{ID: env.seq.Add(1), env: env, plan: plan, src: src, sets: env.sets, started: time.Now(), epoch: -1}
+	j := &Job{ID: env.seq.Add(1), env: env, plan: plan, src: src, sets: env.sets, started: time.Now(), epoch: -1, generations: generations}
 	fail := func(err error) (*Job, error) {
 		env.groups.leave(j)
 		j.sets.put(j.src)
@@ -140,15 +143,20 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 
 // source opens the plan's dataset: its files, or its mixture's sources
 // one after another.
-func (env *Env) source(ctx context.Context, plan Plan) (*source, error) {
+func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 	if plan.Mixture != nil {
-		return env.sets.mix(ctx, plan.Mixture.Sources, plan.Dataset)
+		src, err := env.sets.mix(ctx, plan.Mixture.Sources, plan.Dataset)
+		return src, 0, err
+	}
+	if plan.Refresh {
+		return env.grown(ctx, plan)
 	}
 	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return env.sets.get(ctx, paths, plan.Dataset)
+	src, err := env.sets.get(ctx, paths, plan.Dataset)
+	return src, 0, err
 }
 
 // usePersisted switches the job to its transform's persisted outputs
@@ -276,6 +284,9 @@ type Description struct {
 	Columns     []columnar.Column
 	// Offsets, for a mixture, are each source's first id.
 	Offsets []int
+	// Generations, of a growing dataset, are the generations of files it
+	// reads.
+	Generations int
 }
 
 // Describe describes the job as it opened.
@@ -289,9 +300,10 @@ func (j *Job) Describe() Description {
 		d.OutputSize = t.Size()
 		d.OutputDtype, d.OutputShape = t.Shape()
 	}
-	if c, ok := j.src.ds.(concatenated); ok {
+	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
 		d.Offsets = c.Offsets()
 	}
+	d.Generations = j.generations
 	_, stream := j.l.Place()
 	d.Stream = stream && !sampler.SmallState(j.smp)
 	return d

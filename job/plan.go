@@ -104,6 +104,10 @@ var Options = []Option{
 		Doc: "keep the records (of the subset) whose label is one of labels, whose bytes are within min_size..max_size, whose file matches glob"},
 	{Name: "dedup", Kind: "bool", Group: "dataset", Default: "false",
 		Doc: "records of equal bytes count once (the first by id), by a hash of each record kept beside the index"},
+	{Name: "refresh", Kind: "string", Group: "dataset", Default: "none (the files as first opened)",
+		Doc: "epoch: a glob or directory dataset grows at each epoch's start by the files found since, after the old ones, whose ids stay"},
+	{Name: "generations", Kind: "int", Group: "place", Max: maxEpoch, Default: "0 (as the node's log of the files says)",
+		Doc: "with refresh: the generations of files the epoch read, from a state", int: func(s *wire.JobSpec) int64 { return int64(s.Generations) }},
 	{Name: "transform", Kind: "string", Group: "dataset", Default: "none",
 		Doc: "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"},
 	{Name: "shuffle", Kind: "bool", Group: "order", Default: "true in clients (false: sequential)", Doc: "a global shuffle each epoch"},
@@ -158,13 +162,17 @@ var Options = []Option{
 
 // Plan is a checked spec: what to open, in which order, how loaded.
 type Plan struct {
-	Paths     []string
-	Dataset   dataset.Options
-	Sampler   sampler.Config
-	Loader    loader.Options
-	Subset    *wire.Subset
-	Filter    *wire.Filter
-	Dedup     bool
+	Paths   []string
+	Dataset dataset.Options
+	Sampler sampler.Config
+	Loader  loader.Options
+	Subset  *wire.Subset
+	Filter  *wire.Filter
+	Dedup   bool
+	// Refresh: the dataset grows by epochs (job/grow.go); Generations is
+	// how many generations of files the epoch reads (0: as the log says).
+	Refresh     bool
+	Generations int
 	// Mixture, if set, is the sources mixed instead of Paths.
 	Mixture   *Mixture
 	Transform string
@@ -262,6 +270,22 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		c.Filter = f
 	}
 	c.Dedup = spec.Dedup
+	switch spec.Refresh {
+	case "":
+		if spec.Generations > 0 {
+			return c, specErr("generations without refresh")
+		}
+	case "epoch":
+		if len(spec.Mixture) > 0 {
+			return c, specErr("refresh of a mixture: give each growing source its own job (not yet mixed)")
+		}
+		if spec.Epochs != 1 {
+			return c, specErr("refresh %q takes one epoch a job (epochs 1): the next epoch may read more files", spec.Refresh)
+		}
+		c.Refresh, c.Generations = true, spec.Generations
+	default:
+		return c, specErr("refresh %q: want epoch, or none", spec.Refresh)
+	}
 	if spec.Format != "" && !slices.Contains(dataset.Formats(), spec.Format) {
 		return c, specErr("format %q (known: %s)", spec.Format, strings.Join(dataset.Formats(), ", "))
 	}

@@ -24,7 +24,7 @@ func TestCheckBounds(t *testing.T) {
 		"prefetch": func(s *wire.JobSpec, v int64) { s.Prefetch = int(v) }, "depth": func(s *wire.JobSpec, v int64) { s.Depth = int(v) },
 		"memory_bytes": func(s *wire.JobSpec, v int64) { s.MemoryBytes = v }, "batch_stride": func(s *wire.JobSpec, v int64) { s.BatchStride = int(v) },
 		"batch_offset": func(s *wire.JobSpec, v int64) { s.BatchOffset = int(v) }, "epoch": func(s *wire.JobSpec, v int64) { s.Epoch = int(v) },
-		"start": func(s *wire.JobSpec, v int64) { s.Start = int(v) },
+		"start": func(s *wire.JobSpec, v int64) { s.Start = int(v) }, "generations": func(s *wire.JobSpec, v int64) { s.Generations = int(v) },
 		"batch": func(s *wire.JobSpec, v int64) { s.Batch = int(v) }, "epochs": func(s *wire.JobSpec, v int64) { s.Epochs = int(v) },
 	}
 	for _, o := range Options {

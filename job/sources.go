@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"path/filepath"
 	"runtime/debug"
@@ -80,6 +81,11 @@ func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options)
 	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
 	key := sourceKey{paths: fmt.Sprintf("%q", paths), opts: fmt.Sprintf("%s %d %d %v %v %v %v %q %q %q", opts.Format, opts.RecordSize,
 		opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct, opts.Columns, opts.Split, opts.Extensions)}
+	if opts.Only != nil {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%q", opts.Only)
+		key.opts += fmt.Sprintf(" only %d %016x", len(opts.Only), h.Sum64())
+	}
 	for {
 		d.mu.Lock()
 		e, ok := d.open[key]
@@ -126,23 +132,27 @@ func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options)
 	}
 }
 
-// mix opens each source of a mixture and puts them one after another.
-func (d *sources) mix(ctx context.Context, srcs [][]string, opts dataset.Options) (*source, error) {
+// concatPart is one of the datasets a source puts one after another: a
+// mixture's source, or a growing dataset's generation.
+type concatPart struct {
+	paths []string // expanded
+	opts  dataset.Options
+	name  string // for errors: "mixture source 2"
+}
+
+// concat opens each part and puts them one after another, under name.
+func (d *sources) concat(ctx context.Context, name string, parts []concatPart) (*source, error) {
 	m := &source{refs: 1, ready: make(chan struct{})}
 	close(m.ready)
 	var ds []dataset.Dataset
-	for i, paths := range srcs {
-		expanded, err := dataset.ExpandPaths(ctx, d.store, paths)
-		if err == nil {
-			var e *source
-			if e, err = d.get(ctx, expanded, opts); err == nil {
-				m.parts = append(m.parts, e)
-				ds = append(ds, e.ds)
-				continue
-			}
+	for _, p := range parts {
+		e, err := d.get(ctx, p.paths, p.opts)
+		if err != nil {
+			d.put(m)
+			return nil, fmt.Errorf("%s: %w", p.name, err)
 		}
-		d.put(m)
-		return nil, fmt.Errorf("mixture source %d: %w", i, err)
+		m.parts = append(m.parts, e)
+		ds = append(ds, e.ds)
 	}
 	var err error
 	if m.ds, err = dataset.NewConcat(ds); err != nil {
@@ -153,8 +163,21 @@ func (d *sources) mix(ctx context.Context, srcs [][]string, opts dataset.Options
 	for i, p := range m.parts {
 		keys[i] = p.key.paths
 	}
-	m.key = sourceKey{paths: "mixture of " + strings.Join(keys, " "), opts: m.parts[0].key.opts}
+	m.key = sourceKey{paths: name + " of " + strings.Join(keys, " "), opts: m.parts[0].key.opts}
 	return m, nil
+}
+
+// mix opens each source of a mixture and puts them one after another.
+func (d *sources) mix(ctx context.Context, srcs [][]string, opts dataset.Options) (*source, error) {
+	parts := make([]concatPart, len(srcs))
+	for i, paths := range srcs {
+		expanded, err := dataset.ExpandPaths(ctx, d.store, paths)
+		if err != nil {
+			return nil, fmt.Errorf("mixture source %d: %w", i, err)
+		}
+		parts[i] = concatPart{paths: expanded, opts: opts, name: fmt.Sprintf("mixture source %d", i)}
+	}
+	return d.concat(ctx, "mixture", parts)
 }
 
 // safeOpen opens a dataset. A parser's panic on a malformed file is a bug,

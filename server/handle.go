@@ -113,7 +113,7 @@ func openedMsg(d job.Description) *wire.Msg {
 	inf := d.Info
 	m := &wire.Msg{
 		Op: wire.OpOpened, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
-		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream,
+		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream, Generations: d.Generations,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
 			Columns: wireColumns(d.Columns), Schema: inf.Schema, Offsets: d.Offsets},

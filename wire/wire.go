@@ -95,6 +95,9 @@ type Msg struct {
 	// Samples is the records the job reads per epoch over every rank (its
 	// subset's size, or the dataset's): len() of a PyTorch dataset.
 	Samples int `json:"samples,omitempty"`
+	// Generations, for a growing dataset (refresh), are the generations
+	// of files the job reads.
+	Generations int `json:"generations,omitempty"`
 	// DatasetVersion names the version of the dataset's files the job reads: a
 	// client that sees another version on a later open knows the data
 	// changed under it.
@@ -170,6 +173,13 @@ type JobSpec struct {
 	// Dedup counts records of equal bytes once: the first of them (by id)
 	// stays, by a hash of every record's bytes kept beside the index.
 	Dedup bool `json:"dedup,omitempty"`
+	// Refresh "epoch" lets a glob or directory dataset grow: each epoch
+	// reads the files found by then, new files after the old (job/grow.go).
+	Refresh string `json:"refresh,omitempty"`
+	// Generations, with Refresh, is how many generations of files the
+	// epoch reads, from a state (0: as the node's log says, or all found
+	// now).
+	Generations int `json:"generations,omitempty"`
 	// Mixture, given instead of Paths, mixes datasets by weight: each
 	// source its files, read with the dataset options above, and its
 	// weight from MixtureHistory's last epoch on.

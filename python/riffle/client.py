@@ -693,7 +693,10 @@ class Loader:
     ``"first_exhausted"`` (an epoch ends when the schedule names a source that
     is used up) or ``"all_exhausted"`` (when every source was used up, the
     others going on into their next epochs); ``set_weights`` changes the
-    weights from the next epoch.
+    weights from the next epoch. ``refresh="epoch"`` lets a glob or directory
+    dataset grow: each epoch reads the files found by its start, new files'
+    records after the old ones', whose ids stay; a state resumes an epoch
+    with the files it read.
     ``transform`` names a transform the daemon runs on every record
     (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``);
     ``batch.data`` is then its outputs as one array. ``share=True`` lets the
@@ -728,7 +731,8 @@ class Loader:
                  window: int | None = None, buffer: int | None = None, reservoir: int | None = None,
                  opportunistic: int | None = None, pipeline: int = 4, share: bool | None = None,
                  batch_stride: int | None = None, batch_offset: int | None = None, reconnect: float = 60.0,
-                 shard_drop_last: bool | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False):
+                 shard_drop_last: bool | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False,
+                 refresh: str | None = None):
         if shard_drop_last is not None:
             # The old name: a "shard" is a pack's file of records, a rank's split of an epoch its part.
             warnings.warn("shard_drop_last is now rank_drop_last", DeprecationWarning, stacklevel=2)
@@ -755,7 +759,7 @@ class Loader:
             ("csv_header", csv_header), ("skip_crc", skip_crc), ("drop_partial", drop_partial), ("direct", direct),
             ("columns", list(columns) if columns is not None else None), ("split", split),
             ("extensions", [e if e.startswith(".") else "." + e for e in extensions] if extensions else None),
-            ("subset", subset), ("filter", filter), ("dedup", dedup),
+            ("subset", subset), ("filter", filter), ("dedup", dedup), ("refresh", refresh),
             ("transform", transform), ("rank", rank), ("world_size", world_size), ("drop_last", drop_last),
             ("rank_drop_last", rank_drop_last), ("prefetch", prefetch), ("depth", depth), ("memory", memory),
             ("ordered", ordered), ("sampler", sampler), ("block_size", block_size), ("window", window),
@@ -772,6 +776,8 @@ class Loader:
         # A mixture's weights from each epoch on (set_weights adds to them).
         self._weights = _segments(mixture, mixture_history) if mixture is not None else None
         self._weights_gen = 0
+        # A growing dataset's (refresh): (epoch, generations of files it reads), from the daemon or a state.
+        self._generations: tuple[int, int] | None = None
         self.memory = memory
         self.dtype, self.shape = dtype, shape
         self.pipeline = max(1, pipeline)
@@ -848,6 +854,10 @@ class Loader:
             st["skip"] = list(self._skip)
         if self._weights is not None:
             st["mixture_weights"] = [[start, list(ws)] for start, ws in self._weights]
+        if self._generations and self._generations[0] == self.epoch:
+            st["generations"] = self._generations[1]  # the files this epoch reads, of a dataset that grows
+        if self.spec.get("refresh"):
+            st.pop("dataset", None)  # it grows by design; the daemon's log keeps each epoch's files
         return st
 
     def _world(self) -> int:
@@ -874,7 +884,8 @@ class Loader:
         """Resume at a place ``state_dict()`` returned."""
         if state.get("seed", self.spec["seed"]) != self.spec["seed"]:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
-        _check_dataset(state, self._version)
+        if not self.spec.get("refresh"):
+            _check_dataset(state, self._version)
         self._unresolved = False
         self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
         world = int(state.get("world", self._world()))
@@ -892,6 +903,7 @@ class Loader:
         ss = state.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = list(state["skip"]) if state.get("skip") else None
+        self._generations = (self.epoch, int(state["generations"])) if state.get("generations") else None
         if state.get("mixture_weights") and self._weights is not None:
             self._weights = _state_weights(state, len(self.spec["mixture"]))
             self._weights_gen += 1
@@ -916,7 +928,7 @@ class Loader:
         """Ask the daemon what opening this loader's job would answer: a bad option or path fails here, when the
         loader is built, as the exception a PyTorch user catches (ValueError, FileNotFoundError)."""
         spec, _ = self._at(self.epoch)
-        spec.update(epoch=self.epoch, batch=self._batch, epochs=-1)
+        spec.update(epoch=self.epoch, batch=self._batch, epochs=self._epochs())
         _, reply, fds = self._opening({"op": wire.OP_CHECK, "spec": spec})
         for fd in fds:
             os.close(fd)
@@ -925,17 +937,23 @@ class Loader:
         self._version = reply.get("dataset_version")
         self._records = reply.get("records")
 
+    def _epochs(self) -> int:
+        """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then)."""
+        return 1 if self.spec.get("refresh") else -1
+
     def _open(self) -> _Job:
         """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
         j = self._job
         spec, weights = self._at(self.epoch)
         if (j is not None and (j.epoch, j.batch, j.start) == (self.epoch, self._batch, self._start) and os.getpid() == j.conn.pid
-                and j.weights == (self._weights_gen, weights)):
+                and j.weights == (self._weights_gen, weights) and (self._epochs() < 0 or j.opened_at[0] == self.epoch)):
             return j
         if self._unresolved and j is not None and os.getpid() == j.conn.pid:
             self._resolve()  # the new job starts from the whole state
         self.close()
-        spec.update(epoch=self.epoch, batch=self._batch, epochs=-1)
+        spec.update(epoch=self.epoch, batch=self._batch, epochs=self._epochs())
+        if self._generations and self._generations[0] == self.epoch:
+            spec["generations"] = self._generations[1]
         if self._start:
             spec.update(start=self._start, epochs=1)  # the rest of one epoch: the next is a job of its own
         if self._sampler_state:
@@ -956,7 +974,9 @@ class Loader:
         # A job of a mixture reads with one epoch's weights: at a change, the next epoch is a job of its own.
         self._job.weights = (self._weights_gen, weights)
         self._finalizer = weakref.finalize(self, _close_job, self._job)
-        if self._version and reply.get("dataset_version") != self._version:
+        if reply.get("generations"):
+            self._generations = (self.epoch, int(reply["generations"]))
+        if self._version and reply.get("dataset_version") != self._version and not self.spec.get("refresh"):
             # The rule: a loader reads the data as it was when it was built.
             # Files added, removed or rewritten since change the samples
             # and, in an ImageFolder, the classes: say so, never go on.

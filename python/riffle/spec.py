@@ -28,6 +28,8 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "subset": ("subset", "subset", None, None, "every record", "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"),
     "filter": ("filter", "filter", None, None, "none", "keep the records (of the subset) whose label is one of labels, whose bytes are within min_size..max_size, whose file matches glob"),
     "dedup": ("dedup", "bool", None, None, "false", "records of equal bytes count once (the first by id), by a hash of each record kept beside the index"),
+    "refresh": ("refresh", "string", None, None, "none (the files as first opened)", "epoch: a glob or directory dataset grows at each epoch's start by the files found since, after the old ones, whose ids stay"),
+    "generations": ("generations", "int", 0, 1099511627776, "0 (as the node's log of the files says)", "with refresh: the generations of files the epoch read, from a state"),
     "transform": ("transform", "string", None, None, "none", "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"),
     "shuffle": ("shuffle", "bool", None, None, "true in clients (false: sequential)", "a global shuffle each epoch"),
     "sampler": ("sampler", "string", None, None, "global (Parquet: block over pages)", "the order: global, sequential, block, buffered, reservoir"),

@@ -289,7 +289,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             if not self._seed_drawn:
                 raise ValueError(f"state was saved with seed {state['seed']}, this dataset has seed {self.seed}")
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
-        _check_dataset(state, self._dataset_version)
+        if not self.loader_kwargs.get("refresh"):
+            _check_dataset(state, self._dataset_version)
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
         if "position" in state and self._positional():
