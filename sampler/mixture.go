@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 )
 
@@ -136,21 +137,47 @@ func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 	for c.q < q {
 		c.next()
 	}
-	var one [1]int
+	// A source's draws in one Fill are consecutive: fill each source's
+	// run with one call of its own Fill, then put them in place.
+	src, draw := make([]int, n), make([]int, n)
 	for k := range n {
-		i, d := c.next()
-		d += m.prior[i]
-		e, at := epoch, d
-		if m.cycle {
-			e, at = d/m.sources[i].Len(), d%m.sources[i].Len()
-		}
-		m.sources[i].Fill(e, at, one[:])
-		dst[k] = m.offsets[i] + one[0]
+		src[k], draw[k] = c.next()
 	}
 	m.mu.Lock()
 	m.cur = c
 	m.mu.Unlock()
+	at := make([]int, n) // positions, by source, in order within each
+	for k := range at {
+		at[k] = k
+	}
+	slices.SortStableFunc(at, func(a, b int) int { return src[a] - src[b] })
+	ids := make([]int, n)
+	for a := 0; a < n; {
+		i, b := src[at[a]], a+1
+		for b < n && src[at[b]] == i {
+			b++
+		}
+		m.fillRun(epoch, i, draw[at[a]]+m.prior[i], ids[a:b])
+		for t := a; t < b; t++ {
+			dst[at[t]] = m.offsets[i] + ids[t]
+		}
+		a = b
+	}
 	return n
+}
+
+// fillRun writes source i's draws d, d+1, ... into ids: in its epoch of
+// the mixture's, or with cycle, across its own epochs.
+func (m *Mixture) fillRun(epoch, i, d int, ids []int) {
+	if !m.cycle {
+		m.sources[i].Fill(epoch, d, ids)
+		return
+	}
+	n := m.sources[i].Len()
+	for len(ids) > 0 {
+		got := m.sources[i].Fill(d/n, d%n, ids)
+		ids, d = ids[got:], d+got
+	}
 }
 
 // schedule is one segment's weights.

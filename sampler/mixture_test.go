@@ -216,3 +216,26 @@ func BenchmarkMixtureFill(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "ids/s")
 }
+
+func BenchmarkMixtureFew(b *testing.B) {
+	srcs := []Sampler{Global{N: 1 << 20, Seed: 1}, Global{N: 1 << 20, Seed: 2}, Global{N: 1 << 20, Seed: 3}}
+	m, err := NewMixture(srcs, []int{0, 1 << 20, 2 << 20}, []Segment{{Weights: []float64{1, 2, 3}}}, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]int, 64)
+	b.ResetTimer()
+	for i := range b.N {
+		m.Fill(0, (i*64)%(m.Len()-64), dst)
+	}
+	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "ids/s")
+}
+
+func BenchmarkGlobalUnmixed(b *testing.B) {
+	g := Global{N: 3 << 20, Seed: 1}
+	dst := make([]int, 64)
+	for i := range b.N {
+		g.Fill(0, (i*64)%(g.N-64), dst)
+	}
+	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "ids/s")
+}
