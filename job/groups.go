@@ -22,23 +22,32 @@ type groups struct {
 }
 
 type groupEntry struct {
-	key    string
-	g      *share.Group
-	source string
-	jobs   map[*Job]bool
+	key     string
+	g       *share.Group
+	source  string
+	records int
+	jobs    map[*Job]bool
 }
 
 func newGroups() *groups { return &groups{all: map[string]*groupEntry{}} }
 
-// join puts j in its source's group, making the group if need be.
-func (gs *groups) join(j *Job, c *cache.Cache, key func(int) cache.Key, size func(int) int, subset *roaring.Bitmap, epoch int) (*share.Member, *groupEntry, error) {
-	k := fmt.Sprintf("%s|%s", j.src.key, j.transform)
+// membership is a job's place in a share group: a job joins its
+// source's group, a mixture the group of each of its sources.
+type membership struct {
+	m  *share.Member
+	ge *groupEntry
+}
+
+// join puts j in src's group (jobs on src naming j's transform), making
+// the group if need be.
+func (gs *groups) join(j *Job, src *source, c *cache.Cache, key func(int) cache.Key, size func(int) int, subset *roaring.Bitmap, epoch int) (*share.Member, error) {
+	k := fmt.Sprintf("%s|%s", src.key, j.transform)
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	ge, ok := gs.all[k]
 	if !ok {
-		ge = &groupEntry{key: k, source: j.src.desc(), jobs: map[*Job]bool{},
-			g: share.NewGroup(share.Options{Records: j.src.ds.Len(), Cache: c, Key: key, Size: size})}
+		ge = &groupEntry{key: k, source: src.desc(), records: src.ds.Len(), jobs: map[*Job]bool{},
+			g: share.NewGroup(share.Options{Records: src.ds.Len(), Cache: c, Key: key, Size: size})}
 		gs.all[k] = ge
 	}
 	m, err := ge.g.Join(subset, epoch)
@@ -46,25 +55,28 @@ func (gs *groups) join(j *Job, c *cache.Cache, key func(int) cache.Key, size fun
 		if len(ge.jobs) == 0 && ge.g.Stats().Members == 0 {
 			delete(gs.all, k)
 		}
-		return nil, nil, err
+		return nil, err
 	}
 	ge.jobs[j] = true
-	return m, ge, nil
+	j.shares = append(j.shares, membership{m, ge})
+	return m, nil
 }
 
-// leave takes j out of its group, and the group away after its last job.
+// leave takes j out of its groups, and a group away after its last job.
 func (gs *groups) leave(j *Job) {
-	if j.member == nil {
-		return
+	for _, s := range j.shares {
+		s.m.Leave()
 	}
-	j.member.Leave()
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	ge := j.group
-	delete(ge.jobs, j)
-	if ge.g.Stats().Members == 0 && gs.all[ge.key] == ge {
-		delete(gs.all, ge.key)
+	for _, s := range j.shares {
+		ge := s.ge
+		delete(ge.jobs, j)
+		if ge.g.Stats().Members == 0 && gs.all[ge.key] == ge {
+			delete(gs.all, ge.key)
+		}
 	}
+	j.shares = nil
 }
 
 // Groups lists the Env's share groups and their jobs, for status.
@@ -74,9 +86,8 @@ func (env *Env) Groups() []GroupStatus {
 	defer gs.mu.Unlock()
 	var out []GroupStatus
 	for _, ge := range gs.all {
-		g := GroupStatus{Source: ge.source, Stats: ge.g.Stats()}
+		g := GroupStatus{Source: ge.source, Records: ge.records, Stats: ge.g.Stats()}
 		for j := range ge.jobs {
-			g.Records = j.src.ds.Len()
 			g.Jobs = append(g.Jobs, j)
 		}
 		slices.SortFunc(g.Jobs, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })

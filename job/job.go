@@ -13,7 +13,6 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
-	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/transform"
 )
@@ -37,8 +36,9 @@ type Job struct {
 	smp       sampler.Sampler
 	l         *loader.Loader
 	memory    int64
-	member    *share.Member // set when the job samples dependently in a group
-	group     *groupEntry
+	// shares are the job's places in share groups (dependent sampling):
+	// its source's, or each of its mixture's sources'.
+	shares []membership
 	subset    int // records this job reads per epoch (before the ranks split them)
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
@@ -105,7 +105,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	if j.smp, err = j.order(subset, key); err != nil {
 		return fail(err)
 	}
-	if j.member != nil {
+	if len(j.shares) > 0 {
 		// A member covers its own part (rank and worker): no stride.
 		lopts.BatchStride, lopts.BatchOffset = 1, 0
 		if lopts.Prefetch == 0 {
@@ -116,7 +116,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		}
 		lopts.Lazy = true
 	}
-	if rows && (j.tf != nil || j.member != nil || plan.Loader.Opportunistic > 1) {
+	if rows && (j.tf != nil || len(j.shares) > 0 || plan.Loader.Opportunistic > 1) {
 		return fail(specErr("a dataset of rows (%s) is read without transform=, share= or opportunistic=: "+
 			"its rows are put together per batch, not cached or transformed one by one (yet)", inf.Format))
 	}
@@ -293,7 +293,7 @@ type Description struct {
 func (j *Job) Describe() Description {
 	inf := j.src.ds.Info()
 	d := Description{Records: j.src.ds.Len(), Positions: j.smp.Len(), Batches: j.l.Count(), Left: j.l.Left(j.plan.Loader.Batch),
-		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: j.member != nil,
+		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: len(j.shares) > 0,
 		Columns: inf.Columns, Samples: j.subset, Version: fmt.Sprintf("%016x", spaceOf(inf, j.src.key.String(), ""))}
 	if j.plan.Transform != "" {
 		t, _, _ := transform.New(j.plan.Transform)
@@ -327,15 +327,7 @@ func (j *Job) Status(records int64) Status {
 	st, _ := j.l.Place()
 	el := time.Since(j.started).Seconds()
 	return Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
-		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: j.member != nil, Records: j.src.ds.Len()}
-}
-
-// Group is the share group the job samples in, nil if none.
-func (j *Job) Group() *share.Group {
-	if j.group == nil {
-		return nil
-	}
-	return j.group.g
+		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len()}
 }
 
 // Close stops the job's loader and leaves its group. The loader's reads

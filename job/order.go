@@ -60,9 +60,8 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 			out := j.tf.Size()
 			size = func(int) int { return out }
 		}
-		m, ge, err := j.env.groups.join(j, j.env.cache, key, size, mine, plan.Loader.Epoch)
+		m, err := j.env.groups.join(j, j.src, j.env.cache, key, size, mine, plan.Loader.Epoch)
 		if err == nil {
-			j.member, j.group = m, ge
 			if mine != nil && mine.IsEmpty() {
 				return nil, fmt.Errorf("%w: this rank's part of the subset holds no record", dataset.ErrEmpty)
 			}
