@@ -39,7 +39,7 @@ type Job struct {
 	// shares are the job's places in share groups (dependent sampling):
 	// its source's, or each of its mixture's sources'.
 	shares []membership
-	subset    int // records this job reads per epoch (before the ranks split them)
+	subset int // records this job reads per epoch (before the ranks split them)
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
 	generations int

@@ -215,7 +215,6 @@ func TestMixtureRefusals(t *testing.T) {
 		"zero weight":    {Mixture: []wire.MixSource{{Paths: paths[0], Weight: 0}}, BatchSize: 8},
 		"stop":           {Mixture: mix, MixtureStop: "never", BatchSize: 8},
 		"reservoir":      {Mixture: mix, Sampler: "reservoir", BatchSize: 8},
-		"shared":         {Mixture: mix, Share: new(true), BatchSize: 8},
 		"early epoch":    {Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1, 1}}}, Epoch: 1, BatchSize: 8},
 		"history length": {Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1}}}, Epoch: 3, BatchSize: 8},
 		"stop alone":     {Paths: paths[0], MixtureStop: "all_exhausted", BatchSize: 8},
@@ -224,4 +223,107 @@ func TestMixtureRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want a spec error", name, err)
 		}
 	}
+}
+
+// Two mixtures over an overlapping source, sharing: each job's source s1
+// is a member of s1's share group, so the reads of s1 the two have in
+// common are made once; each still takes every source's epochs whole,
+// each record once, its bytes those of the file.
+func TestSharedMixtures(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	lens := []int{600, 800, 400}
+	for k, n := range lens {
+		p := filepath.Join(dir, fmt.Sprintf("s%d.bin", k))
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "s%d %028d\n", k, i) // 32 bytes
+		}
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	yes := true
+	mixes := [][]wire.MixSource{
+		{{Paths: []string{paths[0]}, Weight: 1}, {Paths: []string{paths[1]}, Weight: 1}},
+		{{Paths: []string{paths[1]}, Weight: 2}, {Paths: []string{paths[2]}, Weight: 1}},
+	}
+	var jobs []*Job
+	for k, mix := range mixes {
+		plan, err := Check(&wire.JobSpec{Mixture: mix, MixtureStop: "all_exhausted", RecordSize: 32, BatchSize: 40,
+			Shuffle: true, Seed: uint64(k), Share: &yes, Epochs: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := env.Open(context.Background(), plan, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		if !j.Describe().Shared {
+			t.Fatalf("mixture %d is not shared", k)
+		}
+		jobs = append(jobs, j)
+	}
+	if n := len(env.Groups()); n != 3 {
+		t.Fatalf("%d share groups, want one per source (3)", n)
+	}
+	// The two jobs take turns, a batch each, as two trainers at one pace.
+	got := make([][]string, 2)
+	for done := 0; done < 2; {
+		done = 0
+		for k, j := range jobs {
+			b, err := j.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				done++
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range b.IDs {
+				got[k] = append(got[k], string(b.Record(i)))
+			}
+			b.Release()
+		}
+	}
+	for k, recs := range got {
+		// Each source's records, in the order taken: its own epochs in
+		// turn, each every record once.
+		per := map[string][]string{}
+		for _, r := range recs {
+			if len(r) != 32 || r[0] != 's' {
+				t.Fatalf("job %d: record %q is no record of the files", k, r)
+			}
+			per[r[:2]] = append(per[r[:2]], r)
+		}
+		for src, rs := range per {
+			n := lens[src[1]-'0']
+			for e := 0; (e+1)*n <= len(rs); e++ {
+				seen := map[string]bool{}
+				for _, r := range rs[e*n : (e+1)*n] {
+					if seen[r] {
+						t.Fatalf("job %d: source %s's epoch %d has %q twice", k, src, e, r)
+					}
+					seen[r] = true
+				}
+			}
+		}
+	}
+	saved := int64(0)
+	for _, g := range env.Groups() {
+		if strings.Contains(g.Source, "s1.bin") {
+			saved = g.Stats.Saved
+		}
+	}
+	if saved == 0 {
+		t.Fatal("the two mixtures read none of s1 once for both")
+	}
+	t.Logf("reads of s1 saved by sharing: %d", saved)
 }

@@ -135,6 +135,20 @@ func (j *Job) mixture(cfg sampler.Config, subset *roaring.Bitmap) (sampler.Sampl
 			return nil, fmt.Errorf("%w: mixture source %d: %w", errSpec, k, err)
 		}
 	}
+	if j.plan.Share && (cfg.Kind == "" || cfg.Kind == "global") && j.plan.Loader.Opportunistic <= 1 {
+		// Each source's order is a member of its source's share group, as
+		// a job on the source alone would be: mixtures and jobs over
+		// overlapping sources read what they have in common once.
+		if err := j.shareSources(cfg, srcs); err != nil {
+			return nil, err
+		}
+		cfg.Rank, cfg.World = 0, 1 // members cover this rank's and worker's part
+	} else if j.plan.Share {
+		// As a job alone: only a global shuffle is shared (and a mixture's
+		// not with opportunistic batches, whose windows would cross its
+		// sources' epochs).
+		slog.Info("mixture not shared", "sampler", cfg.Kind, "opportunistic", j.plan.Loader.Opportunistic)
+	}
 	m, err := sampler.NewMixture(srcs, offs, j.plan.Mixture.Segments, j.plan.Mixture.Cycle)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
@@ -145,4 +159,60 @@ func (j *Job) mixture(cfg sampler.Config, subset *roaring.Bitmap) (sampler.Sampl
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
 	}
 	return s, nil
+}
+
+// shareSources replaces each source's order in srcs with a member of the
+// source's share group, over this rank's and worker's part of the
+// source's records (of the subset) split by a hash of the id, as a
+// shared job's. A member starts at the source's own epoch the mixture's
+// schedule has reached at the job's start.
+func (j *Job) shareSources(cfg sampler.Config, srcs []sampler.Sampler) error {
+	plan := j.plan
+	c := j.src.ds.(concatenated)
+	stride := max(1, plan.Loader.BatchStride)
+	who, parts := cfg.Rank*stride+plan.Loader.BatchOffset, max(1, cfg.World)*stride
+	mine := make([]*roaring.Bitmap, len(srcs))
+	sizes := make([]sampler.Sampler, len(srcs))
+	for k, s := range srcs {
+		var local *roaring.Bitmap
+		if ss, ok := s.(*subsetSampler); ok {
+			local = roaring.New()
+			for _, id := range ss.ids {
+				local.Add(uint32(id))
+			}
+		}
+		n := c.Parts()[k].Len()
+		mine[k] = part(local, n, who, parts)
+		size := n
+		if mine[k] != nil {
+			size = int(mine[k].GetCardinality())
+		}
+		if size == 0 {
+			return fmt.Errorf("%w: this rank's part of mixture source %d holds no record", dataset.ErrEmpty, k)
+		}
+		sizes[k] = sampler.Sequential{N: size}
+	}
+	at, err := sampler.NewMixture(sizes, c.Offsets(), plan.Mixture.Segments, plan.Mixture.Cycle)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errSpec, err)
+	}
+	draws := at.Draws(plan.Loader.Epoch, 0)
+	for k, p := range j.src.parts {
+		ds := p.ds
+		size := func(id int) int { return ds.Locate(id).Len }
+		if j.tf != nil {
+			out := j.tf.Size()
+			size = func(int) int { return out }
+		}
+		epoch := plan.Loader.Epoch
+		if plan.Mixture.Cycle {
+			epoch = draws[k] / sizes[k].Len()
+		}
+		m, err := j.env.groups.join(j, p, j.env.cache, cacheKey(p, j.transform), size, mine[k], epoch)
+		if err != nil {
+			return fmt.Errorf("mixture source %d not shared: %w", k, err)
+		}
+		srcs[k] = m
+	}
+	return nil
 }

@@ -304,8 +304,8 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		return c, specErr("batch_offset %d of batch_stride %d: want offset < stride", spec.BatchOffset, spec.BatchStride)
 	}
 	if c.Mixture != nil {
-		if !sampler.Positional(kind) || (spec.Share != nil && *spec.Share) {
-			return c, specErr("a mixture's sources are in a global, block or sequential order, unshared (sampler %q, share %v)", kind, spec.Share != nil && *spec.Share)
+		if !sampler.Positional(kind) {
+			return c, specErr("a mixture's sources are in a global, block or sequential order (sampler %q)", kind)
 		}
 		if spec.Epoch < c.Mixture.From() {
 			return c, specErr("epoch %d is before the mixture's weights, which start at epoch %d: open it with the weights it had then", spec.Epoch, c.Mixture.From())

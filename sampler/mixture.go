@@ -1,7 +1,9 @@
 package sampler
 
 import (
+	"bytes"
 	"container/heap"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -47,6 +49,8 @@ type Mixture struct {
 
 	mu  sync.Mutex
 	cur *cursor // where the last Fill ended, to go on from without a search
+	// last is where the last Fill ended, for Mark.
+	lastEpoch, lastPos int
 }
 
 // Segment is a mixture's weights from epoch From on.
@@ -145,6 +149,7 @@ func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 	}
 	m.mu.Lock()
 	m.cur = c
+	m.lastEpoch, m.lastPos = epoch, pos+n
 	m.mu.Unlock()
 	at := make([]int, n) // positions, by source, in order within each
 	for k := range at {
@@ -178,6 +183,117 @@ func (m *Mixture) fillRun(epoch, i, d int, ids []int) {
 		got := m.sources[i].Fill(d/n, d%n, ids)
 		ids, d = ids[got:], d+got
 	}
+}
+
+// Stream says whether a source's order is a stream (a share group's
+// member): the mixture's place then needs their states to resume.
+func (m *Mixture) Stream() bool {
+	return slices.ContainsFunc(m.sources, IsStream)
+}
+
+type mixMark struct {
+	epoch, pos int
+	marks      []any // each stream source's
+}
+
+// Mark is the place after the last Fill, with each stream source's.
+func (m *Mixture) Mark() any {
+	m.mu.Lock()
+	mk := &mixMark{epoch: m.lastEpoch, pos: m.lastPos, marks: make([]any, len(m.sources))}
+	m.mu.Unlock()
+	for i, s := range m.sources {
+		if st, ok := s.(Stateful); ok && IsStream(s) {
+			mk.marks[i] = st.Mark()
+		}
+	}
+	return mk
+}
+
+const mixMagic = "RFMIX1\x00"
+
+// Save is the mixture's place and each stream source's state there:
+// "RFMIX1\x00", uvarints epoch, position and sources, then each source's
+// state as a uvarint length and its bytes (none for a positional one).
+func (m *Mixture) Save(mark any) ([]byte, error) {
+	mk, ok := mark.(*mixMark)
+	if !ok {
+		return nil, nil
+	}
+	out := append([]byte(mixMagic), binary.AppendUvarint(nil, uint64(mk.epoch))...)
+	out = binary.AppendUvarint(out, uint64(mk.pos))
+	out = binary.AppendUvarint(out, uint64(len(m.sources)))
+	for i, s := range m.sources {
+		var b []byte
+		if mk.marks[i] != nil {
+			var err error
+			if b, err = s.(Stateful).Save(mk.marks[i]); err != nil {
+				return nil, fmt.Errorf("mixture source %d: %w", i, err)
+			}
+		}
+		out = append(binary.AppendUvarint(out, uint64(len(b))), b...)
+	}
+	return out, nil
+}
+
+// Restore puts each stream source where the state says, and the mixture
+// at its place.
+func (m *Mixture) Restore(state []byte) (int, int, error) {
+	bad := func(why string) (int, int, error) {
+		return 0, 0, fmt.Errorf("mixture: %w (%s)", ErrState, why)
+	}
+	if !bytes.HasPrefix(state, []byte(mixMagic)) {
+		return bad("not a mixture's state")
+	}
+	r := state[len(mixMagic):]
+	var v [3]uint64
+	for k := range v {
+		x, n := binary.Uvarint(r)
+		if n <= 0 {
+			return bad("truncated")
+		}
+		v[k], r = x, r[n:]
+	}
+	epoch, pos := int(v[0]), int(v[1])
+	if int(v[2]) != len(m.sources) || pos > m.n {
+		return bad(fmt.Sprintf("saved for %d sources at position %d, this one has %d sources and %d positions", v[2], pos, len(m.sources), m.n))
+	}
+	for i, s := range m.sources {
+		n, k := binary.Uvarint(r)
+		if k <= 0 || uint64(len(r)-k) < n {
+			return bad("truncated")
+		}
+		b := r[k : k+int(n)]
+		r = r[k+int(n):]
+		st, ok := s.(Stateful)
+		if !ok || !IsStream(s) {
+			if len(b) > 0 {
+				return bad(fmt.Sprintf("source %d is not a stream", i))
+			}
+			continue
+		}
+		if _, _, err := st.Restore(b); err != nil {
+			return 0, 0, fmt.Errorf("mixture source %d: %w", i, err)
+		}
+	}
+	m.mu.Lock()
+	m.lastEpoch, m.lastPos, m.cur = epoch, pos, nil
+	m.mu.Unlock()
+	return epoch, pos, nil
+}
+
+// Draws is how many draws of each source the schedule makes before
+// position pos of epoch: where each source's own order is then.
+func (m *Mixture) Draws(epoch, pos int) []int {
+	q := pos
+	if m.cycle {
+		q = (epoch-m.From())*m.n + pos
+	}
+	cnt := make([]int, len(m.sources))
+	m.plan.counts(q, cnt)
+	for i := range cnt {
+		cnt[i] += m.prior[i]
+	}
+	return cnt
 }
 
 // schedule is one segment's weights.

@@ -61,8 +61,8 @@ def draw(rng: random.Random) -> dict:
             c["transform"] = False
         if c["format"] in ("arrow", "parquet") and (c["share"] or c["sampler"] == "opportunistic"):
             continue  # rows are not shared or opportunistic yet (issue 23)
-        if c["format"] == "mixture" and (c["share"] or c["sampler"] in ("buffered", "reservoir")):
-            continue  # a mixture's sources are in positional orders, unshared
+        if c["format"] == "mixture" and c["sampler"] in ("buffered", "reservoir"):
+            continue  # a mixture's sources are in positional orders
         if not c["share"]:
             c["jobs"] = 1
         if c["jobs"] * max(c["world"], c["resume_world"]) > 4:

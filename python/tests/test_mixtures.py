@@ -155,3 +155,51 @@ def test_refusals(daemon, tmp_path):
     pq.write_table(pa.table({"x": list(range(10))}), str(tmp_path / "t.parquet"))
     with pytest.raises(ValueError, match="rows is not mixed"):
         riffle.Loader(mixture=[(paths[0], 1), (str(tmp_path / "t.parquet"), 1)], batch_size=8)
+
+
+def test_shared_mixtures(daemon, tmp_path):
+    """Two jobs with different mixtures over a source they share read it once for both (dependent sampling in the
+    source's group), each still every source's epochs whole, each record once; and a shared mixture resumes from
+    its state."""
+    from conftest import status
+    lens = (300, 1000, 50)
+    paths = sources(tmp_path, lens)
+    a = riffle.Loader(mixture=[(paths[0], 1), (paths[1], 1)], batch_size=50, seed=7, share=True,
+                      mixture_stop="all_exhausted", ordered=True)
+    b = riffle.Loader(mixture=[(paths[1], 2), (paths[2], 1)], batch_size=50, seed=8, share=True,
+                      mixture_stop="all_exhausted", ordered=True)
+    got = {0: [], 1: []}
+    for _ in range(2):
+        # In step, as two trainers at one pace, each to its epoch's end (zip would drop a batch of the longer).
+        its = {0: iter(a), 1: iter(b)}
+        while its:
+            for k in list(its):
+                x = next(its[k], None)
+                if x is None:
+                    del its[k]
+                else:
+                    got[k].append(x.data.copy())
+    st = status(daemon.sock)
+    saved = sum(g["saved"] for g in st["groups"] if "s1.npy" in g["source"])
+    assert saved > 0, st["groups"]
+    for k in (0, 1):
+        own_epochs(np.concatenate(got[k]), lens)
+    # A resume mid-epoch from the state (the members' delivered sets): the rest is each record once.
+    it = iter(a)
+    head = [next(it).data.copy() for _ in range(3)]
+    state = a.state_dict()
+    a.close()
+    c = riffle.Loader(mixture=[(paths[0], 1), (paths[1], 1)], batch_size=50, seed=7, share=True,
+                      mixture_stop="all_exhausted", ordered=True)
+    c.load_state_dict(state)
+    rest = [x.data.copy() for x in c]
+    assert len(rest) > 10
+    own_epochs(np.concatenate(got[0] + head + rest), lens)
+
+
+def own_epochs(rows: np.ndarray, lens) -> None:
+    """Each source's rows, in the order delivered, are its own epochs in turn, each every record once."""
+    for s, n in enumerate(lens):
+        mine = rows[rows[:, 0] == s, 1]
+        for e in range(len(mine) // n):
+            assert sorted(mine[e * n:(e + 1) * n]) == list(range(n)), (s, e)
