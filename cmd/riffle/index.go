@@ -19,6 +19,7 @@ func indexCmd() *cobra.Command {
 		df     datasetFlags
 		verify bool
 		data   bool
+		dedup  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "index PATH...",
@@ -32,7 +33,9 @@ Fixed-size and .npy files need no index.
 --verify checks the existing indexes instead of building them: each must be
 there, undamaged (its checksum) and built for the file as it is now. It
 does not read the records. --data reads every record as well, checking each
-TFRecord's CRCs, and says so.`,
+TFRecord's CRCs, and says so. --dedup also hashes every record's bytes
+(xxh3, 128 bits) for dedup=True, keeps the hashes beside the indexes (16
+bytes a record), and says what that cost.`,
 		Example: "  riffle index data/train.svm\n  riffle index 'shards/*.tfrecord' --verify --data",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -69,6 +72,23 @@ TFRecord's CRCs, and says so.`,
 				verb = "index verified (checksum, and built for the files as they are now); records not read"
 			}
 			fmt.Fprintf(out, ", %s in %v (%.0f MB/s)\n", verb, el.Round(time.Millisecond), float64(inf.Bytes)/el.Seconds()/1e6)
+			if dedup {
+				start := time.Now()
+				hashes, fresh, err := dataset.RecordHashes(cmd.Context(), ds, df.opts.IndexDir)
+				if err != nil {
+					return err
+				}
+				hel := time.Since(start)
+				distinct := map[[2]uint64]bool{}
+				for _, h := range hashes {
+					distinct[[2]uint64{h.Hi, h.Lo}] = true
+				}
+				how := "kept from before"
+				if fresh {
+					how = fmt.Sprintf("hashed in %v (%.0f MB/s)", hel.Round(time.Millisecond), float64(inf.Bytes)/hel.Seconds()/1e6)
+				}
+				fmt.Fprintf(out, "dedup: %d distinct of %d records; %s\n", len(distinct), len(hashes), how)
+			}
 			if !data {
 				return nil
 			}
@@ -88,6 +108,7 @@ TFRecord's CRCs, and says so.`,
 	df.register(cmd)
 	cmd.Flags().BoolVar(&verify, "verify", false, "fail on a missing, stale or damaged index instead of rebuilding it")
 	cmd.Flags().BoolVar(&data, "data", false, "also read every record, checking TFRecord CRCs")
+	cmd.Flags().BoolVar(&dedup, "dedup", false, "also hash every record's bytes for dedup, and say what it cost")
 	cmd.Flags().BoolVar(&df.rebuild, "rebuild", false, "rebuild even a valid index")
 	return cmd
 }

@@ -245,3 +245,21 @@ func TestPackCompressedTFRecord(t *testing.T) {
 		}
 	}
 }
+
+// index --dedup hashes every record once, counts the distinct ones, and
+// keeps the hashes: a second run reads none.
+func TestIndexDedup(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "d.jsonl")
+	if err := os.WriteFile(p, []byte("{\"a\":1}\n{\"a\":2}\n{\"a\":1}\n{\"a\":3}\n{\"a\":2}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, indexCmd(), p, "--dedup", "--index-dir", dir)
+	if err != nil || !strings.Contains(out, "dedup: 3 distinct of 5 records; hashed in") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	out, err = run(t, indexCmd(), p, "--dedup", "--index-dir", dir)
+	if err != nil || !strings.Contains(out, "dedup: 3 distinct of 5 records; kept from before") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
