@@ -42,7 +42,7 @@ func loadCmd() *cobra.Command {
 		labels                  []int
 		minSize, maxSize        int
 		dedup, jsonOut, ordered bool
-		epochs, batch           int
+		epochs, batch, epoch    int
 		seed                    uint64
 	)
 	cmd := &cobra.Command{
@@ -60,7 +60,7 @@ mixture, each source's samples and share against its weight's.`,
 			spec := &wire.JobSpec{Paths: args, Format: df.opts.Format, RecordSize: df.opts.RecordSize, HeaderBytes: df.opts.HeaderBytes,
 				CSVHeader: df.opts.CSVHeader, SkipCRC: df.opts.SkipCRC, DropPartial: df.opts.DropPartialTail, Direct: df.opts.Direct,
 				Columns: df.opts.Columns, Split: df.opts.Split, Extensions: df.opts.Extensions,
-				Shuffle: sampler != "sequential", Sampler: sampler, Seed: seed, BatchSize: batch, Epochs: epochs,
+				Shuffle: sampler != "sequential", Sampler: sampler, Seed: seed, BatchSize: batch, Epochs: epochs, Epoch: epoch,
 				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered}
 			var weights []float64
 			for _, m := range mixture {
@@ -87,12 +87,22 @@ mixture, each source's samples and share against its weight's.`,
 				return err
 			}
 			defer env.Close()
+			opened := time.Now()
 			j, err := env.Open(cmd.Context(), plan, nil)
 			if err != nil {
 				return err
 			}
 			defer j.Close()
-			offsets := j.Describe().Offsets
+			d := j.Describe()
+			offsets := d.Offsets
+			if !jsonOut {
+				// The open indexes what needs it (a growing dataset's new files only).
+				fmt.Fprintf(cmd.OutOrStdout(), "opened %d records in %.3f s", d.Records, time.Since(opened).Seconds())
+				if d.Generations > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), " (%d generations of files)", d.Generations)
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+			}
 			var sum float64
 			for _, w := range weights {
 				sum += w
@@ -166,6 +176,7 @@ mixture, each source's samples and share against its weight's.`,
 	fl.BoolVar(&dedup, "dedup", false, "count records of equal bytes once")
 	fl.StringVar(&refresh, "refresh", "", "epoch: read files added to a glob or directory from the next epoch")
 	fl.IntVar(&epochs, "epochs", 1, "epochs to load")
+	fl.IntVar(&epoch, "epoch", 0, "the epoch to start at")
 	fl.IntVar(&batch, "batch-size", job.DefaultBatchSize, "records per batch")
 	fl.Uint64Var(&seed, "seed", 0, "the order's seed")
 	fl.BoolVar(&ordered, "ordered", false, "keep the order inside batches")
