@@ -11,7 +11,10 @@ A rank logs each batch it delivers and, on rank 0, the state after it;
 as in DDP, ranks step together, so the checkpoint a run can resume from
 is rank 0's state at the last step every rank reached, and what the ranks
 delivered after that step is delivered again after the resume (training
-redoes those steps), so it is not counted.
+redoes those steps), so it is not counted. Rank 0's state after every
+step is checked too: it must move on, within the epoch's positions (a
+state that goes back is a resume's repeats, whether or not a kill lands
+on it).
 
     PATH=/usr/local/go/bin:$PATH /usr/bin/python3 bench/elastic.py --kills 1000 --records 100000
 """
@@ -98,7 +101,7 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
     # Committed batches per epoch: (the resume it came from, its ids).
     epochs: dict[int, list[int]] = {}
     pads: dict[int, int] = {}  # each epoch's padding: its last part's, DistributedSampler's
-    delivered = daemon_kills = mid = 0
+    delivered = daemon_kills = mid = backward = 0
     where: dict[int, list] = {}  # (generation, rank, step) of each delivered record, by epoch
     kept: list[dict] = []  # each generation: its topology, the state it resumed from, the steps kept
     started = time.time()
@@ -167,6 +170,20 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
             for e in {row[1] for rows in logs for row in rows[:common]}:
                 pos = start_pos if e == start_epoch else 0
                 pads[e] = (-(n - pos)) % world
+            # Rank 0's place after each step moves on, within the epoch's
+            # positions: a state that goes back resumes from positions
+            # delivered already, whether or not a kill lands on it.
+            prev = (start_epoch, start_pos)
+            for s in range(1, len(logs[0]) + 1):
+                f = work / f"state.{gen}.{s}"
+                if f.exists():
+                    st = json.loads(f.read_text())
+                    cur = (int(st["epoch"]), int(st.get("position", 0)))
+                    if cur <= prev or cur[1] >= n:
+                        backward += 1
+                        log(f"gen {gen}: rank 0's state after step {s} is at epoch {cur[0]} position {cur[1]}, "
+                            f"the one before at {prev}")
+                    prev = max(prev, cur)
             for f in work.glob(f"state.{gen}.*"):
                 if not keep:
                     f.unlink()
@@ -197,7 +214,8 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
             log(f"epoch {e}: {extra} repeats; e.g. {k} records of gen {a[0]} rank {a[1]} step {a[2]} again at gen "
                 f"{b[0]} rank {b[1]} step {b[2]}; gens {[g for g in kept if g['gen'] in (a[0], b[0])]}")
     return {"kills": kills, "daemon_kills": daemon_kills, "mid_epoch_resumes": mid, "records": n, "delivered": delivered,
-            "complete_epochs": len(complete), "duplicates": dup, "losses": lost, "seconds": round(time.time() - started, 1)}
+            "complete_epochs": len(complete), "duplicates": dup, "losses": lost, "backward_states": backward,
+            "seconds": round(time.time() - started, 1)}
 
 
 if __name__ == "__main__":
