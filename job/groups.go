@@ -76,7 +76,8 @@ func (gs *groups) leave(j *Job) {
 			delete(gs.all, ge.key)
 		}
 	}
-	j.shares = nil
+	// j.shares stay, read by Status while the job closes: leaving twice
+	// is leaving once.
 }
 
 // Groups lists the Env's share groups and their jobs, for status.
