@@ -58,26 +58,37 @@ func SchemaBytes(s *arrow.Schema) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// JSONRows decodes a batch's message with arrow-go, given the schema
-// stream, into one JSON object per row: for showing rows, and for tests.
-func JSONRows(schema, msg []byte) ([]string, error) {
+// Record decodes a batch's message with arrow-go, given the schema
+// stream: release it when done.
+func Record(schema, msg []byte) (arrow.RecordBatch, func(), error) {
 	var s bytes.Buffer
 	if len(schema) < 8 {
-		return nil, fmt.Errorf("schema stream of %d bytes", len(schema))
+		return nil, nil, fmt.Errorf("schema stream of %d bytes", len(schema))
 	}
 	s.Write(schema[:len(schema)-8]) // without its end-of-stream marker
 	s.Write(msg)
 	s.Write([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0})
 	rd, err := ipc.NewReader(&s)
 	if err != nil {
+		return nil, nil, err
+	}
+	if !rd.Next() {
+		rd.Release()
+		return nil, nil, fmt.Errorf("no record batch in the message: %v", rd.Err())
+	}
+	return rd.RecordBatch(), rd.Release, nil
+}
+
+// JSONRows decodes a batch's message with arrow-go, given the schema
+// stream, into one JSON object per row: for showing rows, and for tests.
+func JSONRows(schema, msg []byte) ([]string, error) {
+	rec, release, err := Record(schema, msg)
+	if err != nil {
 		return nil, err
 	}
-	defer rd.Release()
-	if !rd.Next() {
-		return nil, fmt.Errorf("no record batch in the message: %v", rd.Err())
-	}
+	defer release()
 	var out bytes.Buffer
-	if err := array.RecordToJSON(rd.RecordBatch(), &out); err != nil {
+	if err := array.RecordToJSON(rec, &out); err != nil {
 		return nil, err
 	}
 	return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"), nil

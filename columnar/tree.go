@@ -1,6 +1,7 @@
 package columnar
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -89,6 +90,9 @@ type Layout struct {
 	dicts    []int64       // every dictionary-encoded field's id, pre-order
 }
 
+// ErrNoColumn is a column asked for by name that the data has not.
+var ErrNoColumn = errors.New("no column")
+
 // NewLayout lays out every column of schema riffle can read, skipping the
 // others (their fields are returned: a caller opening every column refuses
 // them with an UnreadError rather than dropping them unseen). dictIDs are the schema's dictionary
@@ -144,7 +148,7 @@ func (l *Layout) Project(names []string) (*Layout, error) {
 			if fs, ok := l.Schema.FieldsByName(name); ok && len(fs) > 0 {
 				return nil, fmt.Errorf("column %q: type %s is not read by riffle (leave it out of columns=)", name, fs[0].Type)
 			}
-			return nil, fmt.Errorf("no column %q (the columns are %v)", name, fieldNames(l.Schema))
+			return nil, fmt.Errorf("%w %q (the columns are %v)", ErrNoColumn, name, fieldNames(l.Schema))
 		}
 		p.Columns = append(p.Columns, found)
 	}

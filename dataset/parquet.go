@@ -281,7 +281,7 @@ func openParquet(ctx context.Context, names []string, opts Options) (Dataset, er
 	for _, name := range opts.Columns {
 		i, ok := byName[name]
 		if !ok {
-			err := fmt.Errorf("%s: no column %q", describe(names), name)
+			err := fmt.Errorf("%s: %w %q", describe(names), columnar.ErrNoColumn, name)
 			if rootHas(d.files[0].meta, name) {
 				err = fmt.Errorf("%s: column %q has a type riffle does not read yet: leave it out of columns=: %w", describe(names), name, ErrUnsupported)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 
+	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/storage"
@@ -33,7 +34,7 @@ func Kind(err error) string {
 		return wire.KindNotFound
 	case errors.Is(err, errSpec), errors.Is(err, dataset.ErrUnknownFormat), errors.Is(err, dataset.ErrEmpty),
 		errors.Is(err, dataset.ErrUnsupported), errors.Is(err, storage.ErrOutsideRoots), errors.Is(err, storage.ErrNotRegular),
-		errors.Is(err, storage.ErrTooLarge):
+		errors.Is(err, storage.ErrTooLarge), errors.Is(err, columnar.ErrNoColumn):
 		return wire.KindSpec
 	case errors.As(err, &fe), errors.As(err, &se), errors.As(err, &re), errors.Is(err, dataset.ErrCorrupt),
 		errors.Is(err, dataset.ErrCRC), errors.Is(err, dataset.ErrPartial):

@@ -81,6 +81,9 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 		l := ds.Locate(int(ids[i]))
 		return l.Object, l.Off, l.Len
 	}
+	if len(smpCfg.Bounds) > 0 {
+		smpCfg.Bounds = subsetBounds(smpCfg.Bounds, ids)
+	}
 	smp, err := newSubsetSampler(func(n int) (sampler.Sampler, error) {
 		b, _, err := smpCfg.Build(n, locate)
 		return b, err
@@ -215,4 +218,25 @@ func (j *Job) shareSources(cfg sampler.Config, srcs []sampler.Sampler) error {
 		srcs[k] = m
 	}
 	return nil
+}
+
+// subsetBounds are a dataset's own blocks (bounds: each block's first id,
+// and the records at the end) over the positions of its subset ids
+// (sorted): a block of the subset is its ids in one of the dataset's, so
+// a page is still read once for all of its rows the subset keeps.
+func subsetBounds(bounds []int, ids []uint32) []int {
+	out := []int{0}
+	b := 0
+	for i, id := range ids {
+		for b+1 < len(bounds) && int(id) >= bounds[b+1] {
+			b++
+			if i > out[len(out)-1] {
+				out = append(out, i)
+			}
+		}
+	}
+	if len(ids) > out[len(out)-1] {
+		out = append(out, len(ids))
+	}
+	return out
 }

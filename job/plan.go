@@ -101,7 +101,7 @@ var Options = []Option{
 	{Name: "subset", Kind: "subset", Group: "dataset", Max: maxSubsetIDs, Default: "every record",
 		Doc: "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"},
 	{Name: "filter", Kind: "filter", Group: "dataset", Default: "none",
-		Doc: "keep the records (of the subset) whose label is one of labels, whose bytes are within min_size..max_size, whose file matches glob"},
+		Doc: "keep the records (of the subset) whose label is one of labels, whose bytes are within min_size..max_size, whose file matches glob, whose column's value is in in or within min..max"},
 	{Name: "dedup", Kind: "bool", Group: "dataset", Default: "false",
 		Doc: "records of equal bytes count once (the first by id), by a hash of each record kept beside the index"},
 	{Name: "refresh", Kind: "string", Group: "dataset", Default: "none (the files as first opened)",
@@ -266,6 +266,19 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 			if _, err := filepath.Match(f.Glob, ""); err != nil {
 				return c, specErr("filter glob %q: %v", f.Glob, err)
 			}
+		}
+		if len(f.In) > maxSubsetIDs || len(f.Column) > maxName {
+			return c, specErr("filter: %d values (at most %d), a column name of %d bytes", len(f.In), maxSubsetIDs, len(f.Column))
+		}
+		for _, v := range f.In {
+			switch v.(type) {
+			case string, float64, bool:
+			default:
+				return c, specErr("filter in: %v is not a string, number or boolean", v)
+			}
+		}
+		if (f.Column == "") != (len(f.In) == 0 && f.Min == nil && f.Max == nil) {
+			return c, specErr("filter: a column takes in, min or max, and they take a column")
 		}
 		c.Filter = f
 	}

@@ -32,6 +32,11 @@ func (env *Env) subsetOf(ctx context.Context, plan Plan, ds dataset.Dataset) (*r
 		if b, err = filtered(plan.Filter, ds, b); err != nil {
 			return nil, err
 		}
+		if plan.Filter.Column != "" {
+			if b, err = env.byColumn(ctx, plan, ds, b); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if plan.Dedup {
 		if b, err = env.dedup(ctx, ds, b); err != nil {

@@ -297,6 +297,13 @@ type Filter struct {
 	// last parts as the pattern has: "*.jpg" its name, "c2/*" its folder
 	// and name; an absolute pattern its whole path.
 	Glob string `json:"glob,omitempty"`
+	// Column, of a dataset of rows, is tested by In (its value equals
+	// one of them: strings, numbers or booleans) and Min and Max (a
+	// number within them); a null passes no test.
+	Column string   `json:"column,omitempty"`
+	In     []any    `json:"in,omitempty"`
+	Min    *float64 `json:"min,omitempty"`
+	Max    *float64 `json:"max,omitempty"`
 }
 
 // Status is what `riffle status` shows.

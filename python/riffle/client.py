@@ -565,7 +565,8 @@ def _ids(ids) -> dict:
     return {"ids": [int(i) for i in a]}
 
 
-_FILTER_KEYS = {"label": "labels", "labels": "labels", "min_size": "min_size", "max_size": "max_size", "glob": "glob"}
+_FILTER_KEYS = {"label": "labels", "labels": "labels", "min_size": "min_size", "max_size": "max_size", "glob": "glob",
+                "column": "column", "in": "in", "min": "min", "max": "max"}
 
 
 def _filter(f) -> dict | None:
@@ -573,13 +574,18 @@ def _filter(f) -> dict | None:
     if f is None:
         return None
     if not isinstance(f, dict) or not f:
-        raise ValueError(f"filter: want a dict of label, min_size, max_size or glob; got {f!r}")
+        raise ValueError(f"filter: want a dict of label, min_size, max_size, glob, or column with in, min or max; got {f!r}")
     out: dict[str, Any] = {}
     for k, v in f.items():
         if k not in _FILTER_KEYS:
             raise ValueError(f"filter: unknown test {k!r} (known: {', '.join(_FILTER_KEYS)})")
         if _FILTER_KEYS[k] == "labels":
             out["labels"] = [int(x) for x in (v if isinstance(v, (list, tuple, set, range, np.ndarray)) else [v])]
+        elif k == "in":
+            vals = v if isinstance(v, (list, tuple, set, np.ndarray)) else [v]
+            out["in"] = [x.item() if isinstance(x, np.generic) else x for x in vals]
+        elif k in ("min", "max"):
+            out[k] = float(v)
         else:
             out[_FILTER_KEYS[k]] = v
     return out
@@ -684,7 +690,9 @@ class Loader:
     an array of ids or a file of them (an integer ``.npy``, or one id per
     line). ``filter`` keeps the records (of the subset) that pass every test
     given: ``{"label": 3}`` (or a list), ``{"min_size": n, "max_size": m}``
-    bytes, ``{"glob": "*.jpg"}`` on the record's file. ``dedup=True`` counts
+    bytes, ``{"glob": "*.jpg"}`` on the record's file, and on a dataset of
+    rows ``{"column": "lang", "in": ["en", "de"]}`` or ``{"column": "score",
+    "min": 0.5}`` on a column's values. ``dedup=True`` counts
     records of equal bytes once. Each is applied once, when the job opens:
     no byte of data is rewritten, and DDP ranks get equal parts of what is
     left. ``mixture=[(paths, weight), ...]`` instead of ``paths`` mixes

@@ -26,7 +26,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "split": ("split", "string", None, None, "the only one", "the split of a Hugging Face DatasetDict"),
     "extensions": ("extensions", "strings", None, None, "every file (riffle.torch with decode=\"image\": torchvision's IMG_EXTENSIONS)", "the only file endings a directory dataset takes as records, as ImageFolder's extensions"),
     "subset": ("subset", "subset", None, None, "every record", "part of the dataset: ranges, ids and labels (a range, a list of ids, or a dict in Python)"),
-    "filter": ("filter", "filter", None, None, "none", "keep the records (of the subset) whose label is one of labels, whose bytes are within min_size..max_size, whose file matches glob"),
+    "filter": ("filter", "filter", None, None, "none", "keep the records (of the subset) whose label is one of labels, whose bytes are within min_size..max_size, whose file matches glob, whose column's value is in in or within min..max"),
     "dedup": ("dedup", "bool", None, None, "false", "records of equal bytes count once (the first by id), by a hash of each record kept beside the index"),
     "refresh": ("refresh", "string", None, None, "none (the files as first opened)", "epoch: a glob or directory dataset grows at each epoch's start by the files found since, after the old ones, whose ids stay"),
     "generations": ("generations", "int", 0, 1099511627776, "0 (as the node's log of the files says)", "with refresh: the generations of files the epoch read, from a state"),

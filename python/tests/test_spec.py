@@ -12,9 +12,10 @@ from riffle import spec
 
 # Keywords that are the client's own (the connection, the view of batches), not job options.
 CLIENT_ONLY = {"self", "paths", "socket", "address", "token", "timeout", "autostart", "dtype", "shape", "pipeline",
-               "reconnect", "shard_drop_last"}  # shard_drop_last: rank_drop_last's old name
+               "reconnect", "shard_drop_last",  # shard_drop_last: rank_drop_last's old name
+               "ids"}  # ids: the subset's ids, or its ids_file
 # Options a client sets itself, from its place and its epochs, not from keywords.
-PLACE = {"epochs", "sampler_state", "skip", "batch", "start"}
+PLACE = {"epochs", "sampler_state", "skip", "batch", "start", "generations"}
 
 
 def test_loader_keywords_are_the_table():

@@ -141,3 +141,39 @@ def test_bad_ids_and_filters(daemon, tmp_path):
         riffle.Loader(path, 8, filter={"min_size": 1000})
     with pytest.raises(ValueError, match="both subset= and ids="):
         riffle.Loader(path, 8, subset=[1], ids=[2])
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_filter_by_column(daemon, tmp_path, fmt):
+    pa = pytest.importorskip("pyarrow")
+    n = 3000
+    langs = ["en", "de", "fr"]
+    table = pa.table({"id": pa.array(range(n), pa.int64()),
+                      "lang": pa.array([None if i % 97 == 0 else langs[i % 3] for i in range(n)]),
+                      "score": pa.array([(i * 7919 % 1000) / 1000 for i in range(n)]),
+                      "text": pa.array(["t" * (i % 50) for i in range(n)])})
+    p = str(tmp_path / f"d.{fmt}")
+    if fmt == "arrow":
+        with pa.ipc.new_file(p, table.schema) as w:
+            for b in table.to_batches(max_chunksize=500):
+                w.write_batch(b)
+    else:
+        import pyarrow.parquet as pq
+        pq.write_table(table, p, row_group_size=700, data_page_size=4096)
+
+    def ids(**kw):
+        got = [r["id"] for b in riffle.Loader(p, 256, columns=["id"], **kw) for r in b.data.to_pylist()]
+        assert len(got) == len(set(got))
+        return sorted(got)
+
+    assert ids(filter={"column": "lang", "in": ["en", "fr"]}) == [i for i in range(n) if i % 97 and i % 3 != 1]
+    assert ids(filter={"column": "score", "min": 0.25, "max": 0.5}) == [i for i in range(n) if 0.25 <= (i * 7919 % 1000) / 1000 <= 0.5]
+    assert ids(filter={"column": "id", "in": [5, 7, 2999]}) == [5, 7, 2999]
+    # With a subset and under DDP: equal parts of what passes.
+    want = [i for i in range(1000) if i % 97 and i % 3 == 1]
+    got = [ids(filter={"column": "lang", "in": "de"}, subset=range(1000), rank=r, world_size=2) for r in (0, 1)]
+    assert len(got[0]) in (len(got[1]), len(got[1]) + 1, len(got[1]) - 1) and set(got[0]) | set(got[1]) == set(want)
+    with pytest.raises(riffle.InvalidSpec, match="no_such"):
+        riffle.Loader(p, 8, filter={"column": "no_such", "in": [1]})
+    with pytest.raises(riffle.InvalidSpec, match="takes in, min or max"):
+        riffle.Loader(p, 8, filter={"column": "lang"})
