@@ -12,31 +12,43 @@ import (
 	"github.com/riffle-ml/riffle/wire"
 )
 
-// BenchmarkMixture loads one epoch of three files mixed by weight against
-// the same records in one file, warm, in this process: the mixture's cost
-// (its schedule, the sources one after another) beside the reads.
+// BenchmarkMixture loads one epoch of sources files mixed by weight
+// against the same files read as one dataset and against their records in
+// one file, warm, in this process: the mixture's cost (its schedule, the
+// sources one after another) beside the reads. Reading many files costs
+// the kernel more per read than reading one.
 //
 //	go test ./job -run XXX -bench Mixture -count 5
 func BenchmarkMixture(b *testing.B) {
+	for _, sources := range []int{3, 1000} {
+		b.Run(fmt.Sprint(sources), func(b *testing.B) { benchMixture(b, sources) })
+	}
+}
+
+func benchMixture(b *testing.B, sources int) {
 	dir := b.TempDir()
-	const n, size = 200_000, 64
+	const total, size = 600_000, 128
+	n := total / sources
 	var mix []wire.MixSource
-	for k := range 3 {
-		p := filepath.Join(dir, fmt.Sprintf("s%d.bin", k))
+	var files []string
+	for k := range sources {
+		p := filepath.Join(dir, fmt.Sprintf("s%04d.bin", k))
 		if err := synth.WriteFixed(p, n, size, 0); err != nil {
 			b.Fatal(err)
 		}
 		mix = append(mix, wire.MixSource{Paths: []string{p}, Weight: 1})
+		files = append(files, p)
 	}
 	all := filepath.Join(dir, "all.bin")
-	if err := synth.WriteFixed(all, 3*n, size, 0); err != nil {
+	if err := synth.WriteFixed(all, sources*n, size, 0); err != nil {
 		b.Fatal(err)
 	}
 	for _, c := range []struct {
 		name string
 		spec wire.JobSpec
 	}{
-		{"unmixed", wire.JobSpec{Paths: []string{all}}},
+		{"one file", wire.JobSpec{Paths: []string{all}}},
+		{"same files", wire.JobSpec{Paths: files}},
 		{"mixed", wire.JobSpec{Mixture: mix, MixtureStop: "all_exhausted"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {

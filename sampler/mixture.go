@@ -2,7 +2,6 @@ package sampler
 
 import (
 	"bytes"
-	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -47,8 +46,9 @@ type Mixture struct {
 	n        int      // positions per epoch of the last segment
 	prior    []int    // draws of each source before the last segment
 
-	mu  sync.Mutex
-	cur *cursor // where the last Fill ended, to go on from without a search
+	mu    sync.Mutex
+	cur   *cursor     // where the last Fill ended, to go on from without a search
+	perms []epochPerm // each Global source's permutation of its latest epoch
 	// last is where the last Fill ended, for Mark.
 	lastEpoch, lastPos int
 }
@@ -131,44 +131,74 @@ func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 	if m.cycle {
 		q = (epoch-m.From())*m.n + pos
 	}
-	m.mu.Lock()
+	m.mu.Lock() // one Fill at a time: they share the cursor and the permutations
+	defer m.mu.Unlock()
 	c := m.cur
-	m.cur = nil
-	m.mu.Unlock()
 	if c == nil || c.q > q || q-c.q > 4096 {
 		c = m.plan.seek(q)
 	}
 	for c.q < q {
 		c.next()
 	}
-	// A source's draws in one Fill are consecutive: fill each source's
-	// run with one call of its own Fill, then put them in place.
+	// A global shuffle's draw is one step of its permutation, kept per
+	// source and epoch. Other sources' draws in one Fill are consecutive:
+	// each source's run is filled with one call of its own Fill.
+	var rest []int // positions of draws of other sources
 	src, draw := make([]int, n), make([]int, n)
 	for k := range n {
-		src[k], draw[k] = c.next()
+		i, d := c.next()
+		d += m.prior[i]
+		src[k], draw[k] = i, d
+		g, ok := m.sources[i].(Global)
+		if !ok {
+			rest = append(rest, k)
+			continue
+		}
+		e := epoch
+		if m.cycle {
+			e, d = d/g.N, d%g.N
+		}
+		dst[k] = m.offsets[i] + int(m.perm(i, g, e).at(uint64(d)))
 	}
-	m.mu.Lock()
 	m.cur = c
 	m.lastEpoch, m.lastPos = epoch, pos+n
-	m.mu.Unlock()
-	at := make([]int, n) // positions, by source, in order within each
-	for k := range at {
-		at[k] = k
+	if len(rest) == 0 {
+		return n
 	}
-	slices.SortStableFunc(at, func(a, b int) int { return src[a] - src[b] })
-	ids := make([]int, n)
-	for a := 0; a < n; {
-		i, b := src[at[a]], a+1
-		for b < n && src[at[b]] == i {
+	slices.SortStableFunc(rest, func(a, b int) int { return src[a] - src[b] })
+	ids := make([]int, len(rest))
+	for a := 0; a < len(rest); {
+		i, b := src[rest[a]], a+1
+		for b < len(rest) && src[rest[b]] == i {
 			b++
 		}
-		m.fillRun(epoch, i, draw[at[a]]+m.prior[i], ids[a:b])
+		m.fillRun(epoch, i, draw[rest[a]], ids[a:b])
 		for t := a; t < b; t++ {
-			dst[at[t]] = m.offsets[i] + ids[t]
+			dst[rest[t]] = m.offsets[i] + ids[t]
 		}
 		a = b
 	}
 	return n
+}
+
+// perm is source i's permutation of epoch e (a Global g's), made once per
+// source and epoch; m.mu is held.
+func (m *Mixture) perm(i int, g Global, e int) *perm {
+	if m.perms == nil {
+		m.perms = make([]epochPerm, len(m.sources))
+	}
+	c := &m.perms[i]
+	if !c.ok || c.epoch != e {
+		c.p, c.epoch, c.ok = newPerm(uint64(g.N), Mix(g.Seed, uint64(e))), e, true
+	}
+	return &c.p
+}
+
+// epochPerm is a source's permutation of one epoch.
+type epochPerm struct {
+	p     perm
+	epoch int
+	ok    bool
 }
 
 // fillRun writes source i's draws d, d+1, ... into ids: in its epoch of
@@ -399,7 +429,9 @@ func (s schedule) seek(q int) *cursor {
 	for i := range s.w {
 		c.h[i] = draw{pri: s.priority(i, c.cnt[i]), src: i}
 	}
-	heap.Init(&c.h)
+	for i := len(c.h)/2 - 1; i >= 0; i-- {
+		c.h.down(i)
+	}
 	return c
 }
 
@@ -418,7 +450,7 @@ func (c *cursor) next() (src, draw int) {
 	src, draw = top.src, c.cnt[top.src]
 	c.cnt[src]++
 	top.pri = c.s.priority(src, c.cnt[src])
-	heap.Fix(&c.h, 0)
+	c.h.down(0)
 	c.q++
 	return src, draw
 }
@@ -428,12 +460,29 @@ type draw struct {
 	src int
 }
 
+// drawHeap is a binary min-heap of each source's next draw, by priority
+// then source: written out rather than through container/heap, whose
+// interface calls cost a 1,000-source mixture a fifth of its Fill.
 type drawHeap []draw
 
-func (h drawHeap) Len() int { return len(h) }
-func (h drawHeap) Less(a, b int) bool {
+func (h drawHeap) less(a, b int) bool {
 	return h[a].pri < h[b].pri || (h[a].pri == h[b].pri && h[a].src < h[b].src)
 }
-func (h drawHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *drawHeap) Push(x any)   { *h = append(*h, x.(draw)) }
-func (h *drawHeap) Pop() any     { panic("a mixture's heap keeps one draw per source") }
+
+func (h drawHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		j := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			j = r
+		}
+		if !h.less(j, i) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
