@@ -230,10 +230,6 @@ func (j *Job) StateAt(epoch, batch int) (loader.State, error) {
 	return j.l.StateAt(epoch, batch)
 }
 
-// SmallState says the order's state is small enough to send with every
-// batch.
-func (j *Job) SmallState() bool { return sampler.SmallState(j.smp) }
-
 // Stats are the job's loader's counts.
 func (j *Job) Stats() loader.Stats { return j.l.Stats() }
 
@@ -305,7 +301,7 @@ func (j *Job) Describe() Description {
 	}
 	d.Generations = j.generations
 	_, stream := j.l.Place()
-	d.Stream = stream && !sampler.SmallState(j.smp)
+	d.Stream = stream
 	return d
 }
 

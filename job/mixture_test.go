@@ -214,7 +214,7 @@ func TestMixtureRefusals(t *testing.T) {
 		"paths too":      {Paths: paths[0], Mixture: mix, BatchSize: 8},
 		"zero weight":    {Mixture: []wire.MixSource{{Paths: paths[0], Weight: 0}}, BatchSize: 8},
 		"stop":           {Mixture: mix, MixtureStop: "never", BatchSize: 8},
-		"reservoir":      {Mixture: mix, Sampler: "reservoir", BatchSize: 8},
+		"bogus sampler":  {Mixture: mix, Sampler: "bogus", BatchSize: 8},
 		"early epoch":    {Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1, 1}}}, Epoch: 1, BatchSize: 8},
 		"history length": {Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1}}}, Epoch: 3, BatchSize: 8},
 		"stop alone":     {Paths: paths[0], MixtureStop: "all_exhausted", BatchSize: 8},

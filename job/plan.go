@@ -79,7 +79,7 @@ var Options = []Option{
 	{Name: "paths", Kind: "strings", Group: "dataset", Max: maxPaths, Default: "(required, or mixture)",
 		Doc: "files, globs, directories or s3:// URLs making one dataset"},
 	{Name: "mixture", Kind: "mixture", Group: "dataset", Max: maxSources, Default: "none",
-		Doc: "instead of paths: sources mixed by weight, [(paths, weight), ...]; each batch's records come from them in proportion, each source in its own shuffle (global, block or sequential)"},
+		Doc: "instead of paths: sources mixed by weight, [(paths, weight), ...]; each batch's records come from them in proportion, each source in its own order (global, block, sequential, buffered or reservoir)"},
 	{Name: "mixture_stop", Kind: "string", Group: "dataset", Default: "first_exhausted",
 		Doc: "a mixture's epoch ends when the first source's epoch is used up (first_exhausted) or every source's is, the sooner ones going on into their next epochs (all_exhausted)"},
 	{Name: "mixture_history", Kind: "weights", Group: "place", Max: maxWeights, Default: "none",
@@ -118,7 +118,7 @@ var Options = []Option{
 	{Name: "window", Kind: "int", Group: "order", Max: loader.MaxWindow, Default: "16 (pages: 16)",
 		Doc: "blocks whose records the block order spreads over as many batches", int: func(s *wire.JobSpec) int64 { return int64(s.Window) }},
 	{Name: "buffer", Kind: "int", Group: "order", Max: maxBuffer, Default: "the sampler's",
-		Doc: "records of the buffered order's shuffle buffer", int: func(s *wire.JobSpec) int64 { return int64(s.Buffer) }},
+		Doc: "records in each window the buffered order shuffles (its memory)", int: func(s *wire.JobSpec) int64 { return int64(s.Buffer) }},
 	{Name: "reservoir", Kind: "int", Group: "order", Max: maxBuffer, Default: "the sampler's",
 		Doc: "records of the reservoir order's reservoir", int: func(s *wire.JobSpec) int64 { return int64(s.Reservoir) }},
 	{Name: "opportunistic", Kind: "int", Group: "order", Max: loader.MaxWindow, Default: "1 (off)",
@@ -149,7 +149,7 @@ var Options = []Option{
 	{Name: "epoch", Kind: "int", Group: "place", Max: maxEpoch, Default: "0", Doc: "the epoch to start at",
 		int: func(s *wire.JobSpec) int64 { return int64(s.Epoch) }},
 	{Name: "start", Kind: "int", Group: "place", Max: maxEpoch, Default: "0",
-		Doc: "positions of epoch's order delivered by another topology: the job is the rest of that epoch (one epoch; global, block or sequential order)",
+		Doc: "positions of epoch's order delivered by another topology: the job is the rest of that epoch (one epoch of an order that is a function of position: not shared)",
 		int: func(s *wire.JobSpec) int64 { return int64(s.Start) }},
 	{Name: "batch", Kind: "int", Group: "place", Max: maxEpoch, Default: "0", Doc: "the batch to start at",
 		int: func(s *wire.JobSpec) int64 { return int64(s.Batch) }},
@@ -311,14 +311,14 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	}
 	if spec.Start > 0 && (spec.Epochs != 1 || (spec.Share != nil && *spec.Share) || spec.Opportunistic > 1 || len(spec.SamplerState) > 0 ||
 		!sampler.Positional(kind)) {
-		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of a global, block or sequential order, unshared and not opportunistic", spec.Start)
+		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of an order that is a function of position: not shared, not opportunistic, no saved stream state", spec.Start)
 	}
 	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {
 		return c, specErr("batch_offset %d of batch_stride %d: want offset < stride", spec.BatchOffset, spec.BatchStride)
 	}
 	if c.Mixture != nil {
 		if !sampler.Positional(kind) {
-			return c, specErr("a mixture's sources are in a global, block or sequential order (sampler %q)", kind)
+			return c, specErr("a mixture's sources are in an order that is a function of position (sampler %q)", kind)
 		}
 		if spec.Epoch < c.Mixture.From() {
 			return c, specErr("epoch %d is before the mixture's weights, which start at epoch %d: open it with the weights it had then", spec.Epoch, c.Mixture.From())

@@ -79,14 +79,16 @@ func TestStartNeedsOneEpochOfAPositionalOrder(t *testing.T) {
 	yes := true
 	for name, c := range map[string]wire.JobSpec{
 		"ok":            {Epochs: 1, Sampler: "block"},
+		"ok buffered":   {Epochs: 1, Sampler: "buffered"},
+		"ok reservoir":  {Epochs: 1, Sampler: "reservoir"},
 		"many epochs":   {Epochs: -1},
-		"reservoir":     {Epochs: 1, Sampler: "reservoir"},
+		"a stream":      {Epochs: 1, SamplerState: []byte("RFSHR2")},
 		"shared":        {Epochs: 1, Share: &yes},
 		"opportunistic": {Epochs: 1, Opportunistic: 4},
 	} {
 		c.Paths, c.BatchSize, c.Start, c.Shuffle = []string{"/x"}, 8, 100, true
 		_, err := Check(&c)
-		if (err == nil) != (name == "ok") {
+		if (err == nil) != strings.HasPrefix(name, "ok") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

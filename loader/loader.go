@@ -112,6 +112,11 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 		} else if opts.Batch > 0 {
 			return nil, fmt.Errorf("loader: resuming a %T mid-epoch needs its saved state: %w", s, sampler.ErrState)
 		}
+	} else if len(opts.SamplerState) > 0 {
+		// A state this order has no use for was saved for another (a
+		// buffered order's from before its place was computed): going on
+		// by position would deliver another order's records.
+		return nil, fmt.Errorf("loader: a saved sampler state for an order that keeps none (%T): it was saved for another order, or by an older riffle; resume from the state's epoch and position: %w", s, sampler.ErrState)
 	}
 	if len(opts.Skip) > 0 && opts.Opportunistic <= 1 {
 		return nil, errors.New("loader: Skip is the state of an opportunistic window; Opportunistic is off")

@@ -50,10 +50,26 @@ func RL(s sampler.Sampler) (float64, bool) {
 		// product is a uniform permutation.
 		h = full
 	case *sampler.Buffered:
+		// Windows of Buffer records at an offset drawn in [0, Buffer),
+		// each in a uniform order: log2 Buffer bits of offset and, on
+		// average over it, log2 of each window's length factorial. (An
+		// order two offsets can both give is counted twice: of chance
+		// about 1/Buffer!, it matters only for tiny windows.)
 		b := max(1, s.Buffer)
-		for i := range n {
-			h += math.Log2(float64(min(b, n-i)))
+		if b >= n {
+			h = full
+			break
 		}
+		h = math.Log2(float64(b))
+		for off := range b {
+			if off > 0 {
+				h += log2Fact(off) / float64(b)
+			}
+			for start := off; start < n; start += b {
+				h += log2Fact(min(b, n-start)) / float64(b)
+			}
+		}
+		h = min(h, full)
 	case *sampler.Block:
 		// Orders of blocks, up to orders inside each window (which the
 		// in-window permutation makes irrelevant), times the orders of the

@@ -76,7 +76,7 @@ func (c Config) Split(s Sampler, name string) (Sampler, string, error) {
 	_, block := s.(*Block)
 	if c.Start > 0 {
 		if !Positional(c.Kind) || c.Start >= n {
-			return nil, "", fmt.Errorf("start %d: want a global, block or sequential order and a start below its %d positions", c.Start, n)
+			return nil, "", fmt.Errorf("start %d: want an order that is a function of position and a start below its %d positions", c.Start, n)
 		}
 		s, name = From{Base: s, Start: c.Start}, fmt.Sprintf("%s from %d", name, c.Start)
 	}
@@ -98,7 +98,7 @@ func (c Config) Split(s Sampler, name string) (Sampler, string, error) {
 // function of (seed, epoch, position), whose rest from any position (an
 // elastic resume's start) is computed, not replayed.
 func Positional(kind string) bool {
-	return slices.Contains([]string{"", "global", "block", "sequential"}, kind)
+	return slices.Contains([]string{"", "global", "block", "sequential", "buffered", "reservoir"}, kind)
 }
 
 func (c Config) build(n int, locate func(id int) (obj int, off int64, length int)) (Sampler, string, error) {

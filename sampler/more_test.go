@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -75,7 +76,9 @@ func TestBufferedOneIsSequential(t *testing.T) {
 	}
 }
 
-func TestStreamSamplersExactlyOnceAndReplay(t *testing.T) {
+// The in-memory shuffles are functions of (epoch, position): every epoch
+// once each, and any position gives what a walk from the start gives.
+func TestStagedSamplersExactlyOnceAndPositional(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 500).Draw(t, "n")
 		k := rapid.IntRange(1, 600).Draw(t, "k")
@@ -83,12 +86,12 @@ func TestStreamSamplersExactlyOnceAndReplay(t *testing.T) {
 		for _, s := range []Sampler{&Buffered{N: n, Buffer: k, Seed: seed}, &Reservoir{N: n, Size: k, Seed: seed}} {
 			whole := Order(s, 1)
 			exactlyOnce(t, whole, n)
-			// Asking again from an earlier position replays the same order.
+			// Asking from any position gives the walk's ids.
 			pos := rapid.IntRange(0, n-1).Draw(t, "pos")
 			part := make([]int, n-pos)
 			s.Fill(1, pos, part)
 			if !slices.Equal(part, whole[pos:]) {
-				t.Fatalf("%T: replay from %d differs", s, pos)
+				t.Fatalf("%T: the order from %d differs from the walk's", s, pos)
 			}
 		}
 	})
@@ -163,5 +166,52 @@ func TestNextUse(t *testing.T) {
 		if !ok || got != int64(want) {
 			t.Fatalf("id %d: next use %d, want %d", id, got, want)
 		}
+	}
+}
+
+// A buffered epoch is windows of Buffer records at an offset, each in a
+// uniform order of its own: over many epochs every offset comes about
+// equally often, and every order of a window too (chi-square).
+func TestBufferedWindowsUniform(t *testing.T) {
+	const n, b, epochs = 10, 3, 30000
+	s := &Buffered{N: n, Buffer: b, Seed: 9}
+	offsets := make([]float64, b)
+	orders := map[string]float64{} // the order of the first window, {0,1,2}, at offset 0
+	for e := range epochs {
+		// The first window starts at 0 and ends at the offset (or b).
+		first, fw := s.window(e, 0)
+		if first != 0 {
+			t.Fatalf("epoch %d: the first window starts at %d", e, first)
+		}
+		offsets[fw%b]++
+		if fw == b {
+			o := Order(s, e)[:b]
+			orders[fmt.Sprint(o)]++
+		}
+	}
+	chi := func(obs []float64) float64 {
+		sum := 0.0
+		for _, o := range obs {
+			sum += o
+		}
+		exp := sum / float64(len(obs))
+		x := 0.0
+		for _, o := range obs {
+			x += (o - exp) * (o - exp) / exp
+		}
+		return x
+	}
+	if x := chi(offsets); x > 13.8 { // 2 degrees of freedom, p = 0.001
+		t.Fatalf("offsets %v: chi-square %.1f", offsets, x)
+	}
+	var obs []float64
+	for _, c := range orders {
+		obs = append(obs, c)
+	}
+	if len(obs) != 6 {
+		t.Fatalf("%d orders of a window of 3, want all 6", len(obs))
+	}
+	if x := chi(obs); x > 20.5 { // 5 degrees of freedom, p = 0.001
+		t.Fatalf("window orders %v: chi-square %.1f", orders, x)
 	}
 }

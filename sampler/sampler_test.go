@@ -371,8 +371,9 @@ func BenchmarkGlobalFill(b *testing.B) {
 func TestStartResumesTheRestOnAnyTopology(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(2, 3000).Draw(t, "n")
-		kind := rapid.SampledFrom([]string{"global", "block", "sequential"}).Draw(t, "kind")
-		cfg := Config{Kind: kind, Seed: rapid.Uint64().Draw(t, "seed"), BlockSize: 1000}
+		kind := rapid.SampledFrom([]string{"global", "block", "sequential", "buffered", "reservoir"}).Draw(t, "kind")
+		cfg := Config{Kind: kind, Seed: rapid.Uint64().Draw(t, "seed"), BlockSize: 1000, Buffer: rapid.IntRange(1, 300).Draw(t, "buffer"),
+			Reservoir: rapid.IntRange(1, 300).Draw(t, "reservoir")}
 		locate := func(id int) (int, int64, int) { return 0, int64(id) * 64, 64 }
 		base, _, err := cfg.Build(n, locate)
 		if err != nil {
@@ -405,8 +406,8 @@ func TestStartResumesTheRestOnAnyTopology(t *testing.T) {
 			t.Fatalf("%d ids delivered before the start came again, %d repeats", len(counts), extra)
 		}
 	})
-	if _, _, err := (Config{Kind: "reservoir", Start: 3}).Build(10, nil); err == nil {
-		t.Fatal("a start in a reservoir order (a stream) was accepted")
+	if _, _, err := (Config{Kind: "global", Start: 10}).Build(10, nil); err == nil {
+		t.Fatal("a start past the epoch was accepted")
 	}
 }
 

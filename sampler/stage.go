@@ -1,5 +1,7 @@
 package sampler
 
+import "errors"
+
 // Samplers that shuffle in memory: cheaper orders for storage without fast
 // random reads, and the structure OneAccess builds on (oneaccess.txt §3):
 // storage sees only forward reads, in large coalesced runs, and all random
@@ -20,7 +22,7 @@ type Staged interface {
 }
 
 // Stateful is implemented by samplers whose order is a stream that is no
-// cheap function of position (tf.data's shuffle buffer, a group of jobs
+// cheap function of position (a group of jobs
 // sampling dependently). Their Fill must be called at increasing
 // positions. Mark, called after a Fill, returns a token for the state at
 // the position after it, cheaply; Save encodes a token for a checkpoint;
@@ -38,8 +40,6 @@ type Stateful interface {
 // position underneath).
 func IsStream(s Sampler) bool {
 	switch s := s.(type) {
-	case *Buffered:
-		return true
 	case *RankPart:
 		return IsStream(s.Base)
 	case interface{ Stream() bool }:
@@ -48,15 +48,5 @@ func IsStream(s Sampler) bool {
 	return false
 }
 
-// SmallState reports whether a Stateful sampler's state is small enough
-// to send with every batch (a shuffle buffer of a few thousand ids), not
-// only on request.
-func SmallState(s Sampler) bool {
-	switch s := s.(type) {
-	case *Buffered:
-		return s.Buffer <= 8192
-	case *RankPart:
-		return SmallState(s.Base)
-	}
-	return false
-}
+// ErrState says a saved sampler state does not fit this sampler.
+var ErrState = errors.New("sampler state does not match the sampler")

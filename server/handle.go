@@ -180,10 +180,7 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 			at += 16
 		}
 	}
-	st, stream := h.j.Place()
-	if stream && h.j.SmallState() {
-		st = h.j.State()
-	}
+	st, _ := h.j.Place() // a stream's state (a shared job's) is asked for when a checkpoint wants it
 	h.mu.Lock()
 	h.seq++
 	seq := h.seq

@@ -20,7 +20,7 @@ func (f *samplerFlags) register(cmd *cobra.Command, kinds string) {
 	fl.Uint64Var(&f.Seed, "seed", 0, "shuffle seed")
 	fl.IntVar(&f.BlockSize, "block-size", 4096, "block sampler: bytes per block (records are grouped up to it, ending on page edges)")
 	fl.IntVar(&f.Window, "window", 1, "block sampler: spread the records of this many consecutive blocks over as many batches")
-	fl.IntVar(&f.Buffer, "buffer", 1024, "buffered sampler: records in the shuffle buffer")
+	fl.IntVar(&f.Buffer, "buffer", 1024, "buffered sampler: records in each window it shuffles")
 	fl.IntVar(&f.Reservoir, "reservoir", 1024, "reservoir sampler: records per reservoir round")
 }
 

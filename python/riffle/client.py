@@ -78,7 +78,7 @@ def _positional(options: dict) -> bool:
     """Whether the order these options (a spec, or a loader's keywords: the same names) ask for is a function of
     (seed, epoch, position), so that a place in it is a position any topology resumes from."""
     return (not options.get("share") and int(options.get("opportunistic") or 1) <= 1
-            and options.get("sampler") in (None, "global", "block", "sequential"))
+            and options.get("sampler") in (None, "global", "block", "sequential", "buffered", "reservoir"))
 
 
 def _check_dataset(state: dict, version: str | None) -> None:
@@ -906,8 +906,8 @@ class Loader:
             self._batch, self._start = (pos // glob, 0) if pos % glob == 0 else (0, pos)
         elif world != self._world():
             raise ValueError(f"this state was saved on {world} ranks and this loader is one of {self._world()}: its "
-                             "order (shared, opportunistic, buffered or reservoir) resumes only on as many; a global, "
-                             "block or sequential order resumes on any number")
+                             "order (shared, or opportunistic) resumes only on as many; an order that is a function of position "
+                             "(global, block, sequential, buffered, reservoir) resumes on any number")
         ss = state.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = list(state["skip"]) if state.get("skip") else None

@@ -12,7 +12,7 @@ DEFAULT_BATCH_SIZE = 256
 # name: (python keyword, kind, min, max, default, doc)
 OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "paths": ("paths", "strings", None, None, "(required, or mixture)", "files, globs, directories or s3:// URLs making one dataset"),
-    "mixture": ("mixture", "mixture", None, None, "none", "instead of paths: sources mixed by weight, [(paths, weight), ...]; each batch's records come from them in proportion, each source in its own shuffle (global, block or sequential)"),
+    "mixture": ("mixture", "mixture", None, None, "none", "instead of paths: sources mixed by weight, [(paths, weight), ...]; each batch's records come from them in proportion, each source in its own order (global, block, sequential, buffered or reservoir)"),
     "mixture_stop": ("mixture_stop", "string", None, None, "first_exhausted", "a mixture's epoch ends when the first source's epoch is used up (first_exhausted) or every source's is, the sooner ones going on into their next epochs (all_exhausted)"),
     "mixture_history": ("mixture_history", "weights", None, None, "none", "a mixture's weights before its current ones, [{until: epoch, weights: [...]}, ...]: where each source had got when they changed"),
     "format": ("format", "string", None, None, "by extension or content", "the dataset's format: arrow, dir, fixed, hf, libsvm, jsonl, csv, text, npy, parquet, riffle, tar, tfrecord"),
@@ -35,7 +35,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "sampler": ("sampler", "string", None, None, "global (Parquet: block over pages)", "the order: global, sequential, block, buffered, reservoir"),
     "block_size": ("block_size", "int", 0, 1073741824, "the device's block", "bytes per block of the block and buffered orders"),
     "window": ("window", "int", 0, 256, "16 (pages: 16)", "blocks whose records the block order spreads over as many batches"),
-    "buffer": ("buffer", "int", 0, 67108864, "the sampler's", "records of the buffered order's shuffle buffer"),
+    "buffer": ("buffer", "int", 0, 67108864, "the sampler's", "records in each window the buffered order shuffles (its memory)"),
     "reservoir": ("reservoir", "int", 0, 67108864, "the sampler's", "records of the reservoir order's reservoir"),
     "opportunistic": ("opportunistic", "int", 0, 256, "1 (off)", "batches of whichever records of that many batches arrive first"),
     "seed": ("seed", "int", 0, 9223372036854775807, "0 (riffle.torch: drawn from torch's generator)", "the order's seed: epochs are functions of (seed, epoch)"),
@@ -52,7 +52,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "batch_stride": ("batch_stride", "int", 0, 65536, "1", "deliver only batches offset, offset+stride, ... (DataLoader workers)"),
     "batch_offset": ("batch_offset", "int", 0, 65535, "0", "see batch_stride"),
     "epoch": ("epoch", "int", 0, 1099511627776, "0", "the epoch to start at"),
-    "start": ("start", "int", 0, 1099511627776, "0", "positions of epoch's order delivered by another topology: the job is the rest of that epoch (one epoch; global, block or sequential order)"),
+    "start": ("start", "int", 0, 1099511627776, "0", "positions of epoch's order delivered by another topology: the job is the rest of that epoch (one epoch of an order that is a function of position: not shared)"),
     "batch": ("batch", "int", 0, 1099511627776, "0", "the batch to start at"),
     "epochs": ("epochs", "int", -1, 1073741824, "1 (negative: without end)", "epochs to load"),
     "sampler_state": ("sampler_state", "bytes", None, None, "none", "a stream order's saved state (from a batch's state)"),

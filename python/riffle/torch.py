@@ -297,8 +297,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             state = self._placed(state)
         elif int(state.get("world", self._where()[1])) != self._where()[1]:
             raise ValueError(f"this state was saved on {state['world']} ranks and this run has {self._where()[1]}: its "
-                             "order (shared, opportunistic, buffered or reservoir) resumes only on as many; a global, "
-                             "block or sequential order resumes on any number")
+                             "order (shared, or opportunistic) resumes only on as many; an order that is a function of position "
+                             "(global, block, sequential, buffered, reservoir) resumes on any number")
         if "workers" in state and int(state.get("num_workers", 0)) != max(1, self._workers):
             state = self._merged(state)
         self._epoch.value = int(state["epoch"])
@@ -344,8 +344,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if stream or kw.get("share") or (kw.get("opportunistic") or 1) > 1:
             raise ValueError(
                 f"this state was saved with {state.get('num_workers')} DataLoader workers, and this loader's order "
-                "(shared, opportunistic, buffered or reservoir) resumes only with as many; a global, block or "
-                "sequential order resumes with any number")
+                "(shared, or opportunistic) resumes only with as many; an order that is a function of position "
+                "(global, block, sequential, buffered, reservoir) resumes with any number")
         if "batch" not in state:
             raise ValueError("this state was saved by an older riffle with DataLoader workers: resume with as many")
         epoch, batch = int(state["epoch"]), int(state["batch"])

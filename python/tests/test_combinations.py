@@ -1,5 +1,5 @@
 """Features combined: a property test that draws cases from format x sampler
-x share (1-3 concurrent jobs) x DataLoader workers (0-3) x ranks (1-3, by
+x share (1-3 concurrent jobs) x a subset (ids=) x DataLoader workers (0-3) x ranks (1-3, by
 environment or by mp.spawn) x a stop and resume at a random batch with
 another worker count and, from rank 0's state, another number of ranks
 (elastic) x transform, runs each as a user would (real
@@ -36,7 +36,7 @@ REGRESSIONS = Path(__file__).with_name("combinations.json")
 FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixture")
 SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic")
 # Orders that are functions of (seed, epoch, position): they resume on any number of workers.
-POSITIONAL = ("global", "block", "sequential")
+POSITIONAL = ("global", "block", "sequential", "buffered", "reservoir")
 
 
 def draw(rng: random.Random) -> dict:
@@ -53,6 +53,7 @@ def draw(rng: random.Random) -> dict:
             "stop": rng.randint(1, 4),
             "transform": rng.random() < 0.5,
             "batch": rng.choice((16, 50, 64)),
+            "subset": rng.random() < 0.3,
         }
         elastic = c["sampler"] in POSITIONAL and not c["share"]
         c["resume_workers"] = rng.randint(0, 3) if elastic else c["workers"]
@@ -61,8 +62,8 @@ def draw(rng: random.Random) -> dict:
             c["transform"] = False
         if c["format"] in ("arrow", "parquet") and (c["share"] or c["sampler"] == "opportunistic"):
             continue  # rows are not shared or opportunistic yet (issue 23)
-        if c["format"] == "mixture" and c["sampler"] in ("buffered", "reservoir"):
-            continue  # a mixture's sources are in positional orders
+        if c["format"] == "mixture" and (c["sampler"] in ("buffered", "reservoir") or c["subset"]):
+            continue  # a mixture's sources are in positional orders; its epoch of a subset is not each record once
         if not c["share"]:
             c["jobs"] = 1
         if c["jobs"] * max(c["world"], c["resume_world"]) > 4:
@@ -146,8 +147,14 @@ def make_data(fmt: str, root: Path) -> str:
     raise ValueError(fmt)
 
 
+# The ids= of a case with a subset: three in five records, by a hash of the id.
+SUBSET = [i for i in range(N) if (i * 2654435761) % 5 < 3]
+
+
 def options(c: dict) -> dict:
     kw: dict = {}
+    if c.get("subset"):
+        kw["ids"] = SUBSET
     if c["format"] == "fixed":
         kw["record_size"] = 64
     if c["transform"]:
@@ -299,7 +306,9 @@ def run_case(c: dict, tmp: Path) -> None:
                     assert d == ref[rid], f"{c}: job {job} epoch {e} rank {r}: record {rid}'s bytes are not a solo read's"
                     seen[rid] = seen.get(rid, 0) + 1
             repeats = sum(k - 1 for k in seen.values())
-            lost = sorted(set(range(N)) - set(seen))
+            want = set(SUBSET if c.get("subset") else range(N))
+            assert set(seen) <= want, f"{c}: job {job} epoch {e}: records outside the subset"
+            lost = sorted(want - set(seen))
             # The rest of an epoch resumed on another number of ranks is
             # padded as DistributedSampler pads: at most ranks-1 repeats.
             pad = c["resume_world"] - 1 if e == 0 and c["resume_world"] != c["world"] else 0

@@ -99,18 +99,41 @@ def test_every_state_of_a_resumed_rest_resumes_exactly(daemon, ids, workers, pos
 
 
 def test_stream_order_refuses_another_world(daemon, ids):
-    """A reservoir order keeps a state per rank: on another number of ranks it is refused, not half applied."""
-    ld = riffle.Loader(ids, 50, seed=1, rank=0, world_size=2, sampler="reservoir", reservoir=64)
+    """An opportunistic order keeps a state per rank: on another number of ranks it is refused, not half applied."""
+    kw = dict(seed=1, opportunistic=2)
+    ld = riffle.Loader(ids, 50, rank=0, world_size=2, **kw)
     it = iter(ld)
     next(it)
     st = ld.state_dict()
     del it
     assert "position" not in st
     with pytest.raises(ValueError, match="resumes only on as many"):
-        riffle.Loader(ids, 50, seed=1, rank=0, world_size=3, sampler="reservoir", reservoir=64).load_state_dict(st)
-    ds = rt.RiffleDataset(ids, 50, seed=1, rank=0, world_size=3, sampler="reservoir", reservoir=64)
+        riffle.Loader(ids, 50, rank=0, world_size=3, **kw).load_state_dict(st)
+    ds = rt.RiffleDataset(ids, 50, rank=0, world_size=3, **kw)
     with pytest.raises(ValueError, match="resumes only on as many"):
         ds.load_state_dict(st)
+
+
+@pytest.mark.parametrize("kw", [dict(sampler="buffered", buffer=300), dict(sampler="reservoir", reservoir=64)])
+def test_in_memory_shuffles_resume_on_any_topology(daemon, ids, kw):
+    """A buffered or reservoir order is a function of position: a state from 2 ranks resumes on 3, the rest of the
+    epoch each record once (and DistributedSampler's padding), with no sampler state and no replay."""
+    n = N
+    heads, states = [], []
+    for r in range(2):
+        ld = riffle.Loader(ids, 50, seed=4, rank=r, world_size=2, **kw)
+        it = iter(ld)
+        heads += [int(i) for b in [next(it) for _ in range(3)] for i in b.ids]
+        states.append(ld.state_dict())
+        del it
+    assert "position" in states[0] and "sampler_state" not in states[0], states[0]
+    rest = []
+    for r in range(3):
+        ld = riffle.Loader(ids, 50, seed=4, rank=r, world_size=3, **kw)
+        ld.load_state_dict(states[0])
+        rest += [int(i) for b in ld for i in b.ids]
+    got = heads + rest
+    assert set(got) == set(range(n)) and len(got) - n <= 2
 
 
 def test_state_is_small(daemon, ids):
