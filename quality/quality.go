@@ -80,7 +80,7 @@ func RL(s sampler.Sampler) (float64, bool) {
 		if w == 1 {
 			// Exact: each block's own records are permuted.
 			for b := range nb {
-				h += log2Fact(s.Bounds[b+1] - s.Bounds[b])
+				h += log2Fact(s.Bound(b+1) - s.Bound(b))
 			}
 			break
 		}

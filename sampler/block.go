@@ -23,15 +23,38 @@ import (
 // batches to win back randomness; the Window batches are read close together
 // in time (Prefetch >= Window), so the page cache serves the shared pages.
 type Block struct {
-	// Bounds are the first record id of each block, and N at the end.
+	// Bounds are the first record id of each block, and N at the end;
+	// nil when Regular says where the blocks are.
 	Bounds []int
-	Seed   uint64
-	Window int
+	// Regular, if set instead of Bounds, is a cut worked out rather than
+	// listed: a fixed-size file's, whose epoch's layout is then computed
+	// per position, so a resume into a 10^9-record file lists nothing.
+	Regular *Regular
+	Seed    uint64
+	Window  int
 
 	mu    sync.Mutex
 	epoch int
-	order []int32 // block ids in this epoch's order
-	start []int   // epoch position of each block in that order; N at the end
+	lay   epochLayout
+}
+
+// Regular cuts N records into a first block of First records (those
+// before the first page edge), then blocks of Every, the last holding
+// what is left.
+type Regular struct{ N, First, Every int }
+
+func (r Regular) blocks() int {
+	if r.N <= r.First {
+		return 1
+	}
+	return 1 + (r.N-r.First+r.Every-1)/r.Every
+}
+
+func (r Regular) bound(b int) int {
+	if b == 0 {
+		return 0
+	}
+	return min(r.N, r.First+(b-1)*r.Every)
 }
 
 // NewBlock checks bounds: strictly increasing from 0.
@@ -47,30 +70,113 @@ func NewBlock(bounds []int, seed uint64, window int) (*Block, error) {
 	return &Block{Bounds: bounds, Seed: seed, Window: max(1, window), epoch: -1}, nil
 }
 
+// NewRegularBlock is NewBlock over a regular cut.
+func NewRegularBlock(r Regular, seed uint64, window int) (*Block, error) {
+	if r.N < 1 || r.First < 1 || r.Every < 1 {
+		return nil, fmt.Errorf("a regular cut of %d records into a first block of %d and blocks of %d", r.N, r.First, r.Every)
+	}
+	return &Block{Regular: &r, Seed: seed, Window: max(1, window), epoch: -1}, nil
+}
+
 // Blocks is the number of blocks.
-func (s *Block) Blocks() int { return len(s.Bounds) - 1 }
+func (s *Block) Blocks() int {
+	if s.Regular != nil {
+		return s.Regular.blocks()
+	}
+	return len(s.Bounds) - 1
+}
 
-func (s *Block) Len() int { return s.Bounds[len(s.Bounds)-1] }
+// Bound is block b's first record (b = Blocks(): N).
+func (s *Block) Bound(b int) int {
+	if s.Regular != nil {
+		return s.Regular.bound(b)
+	}
+	return s.Bounds[b]
+}
 
-// layout returns the epoch's block order and positions, computed once per
-// epoch: O(blocks) memory, not O(records).
-func (s *Block) layout(epoch int) ([]int32, []int) {
+func (s *Block) Len() int { return s.Bound(s.Blocks()) }
+
+// epochLayout is an epoch's blocks in order: which block is at order
+// index i, the epoch position it starts at (start(Blocks()) = N), and
+// the order index holding a position.
+type epochLayout interface {
+	at(i int) int
+	start(i int) int
+	find(p int) int
+}
+
+// listed is a layout of listed bounds: O(blocks) memory, made once per
+// epoch.
+type listed struct {
+	order []int32
+	pos   []int
+}
+
+func (l *listed) at(i int) int    { return int(l.order[i]) }
+func (l *listed) start(i int) int { return l.pos[i] }
+func (l *listed) find(p int) int  { return sort.SearchInts(l.pos, p+1) - 1 }
+
+// computed is a regular cut's layout: every block has Every records but
+// the first and the last, so a block's start is its order index times
+// Every, less what the odd blocks before it lack.
+type computed struct {
+	r        Regular
+	p        perm
+	nb       int
+	firstAt  int // order index of block 0
+	lastAt   int // order index of the last block
+	firstLag int // Every less block 0's records
+	lastLag  int // Every less the last block's
+}
+
+func (l *computed) at(i int) int { return int(l.p.at(uint64(i))) }
+
+func (l *computed) start(i int) int {
+	if i >= l.nb {
+		return l.r.N
+	}
+	v := i * l.r.Every
+	if i > l.firstAt {
+		v -= l.firstLag
+	}
+	if i > l.lastAt {
+		v -= l.lastLag
+	}
+	return v
+}
+
+func (l *computed) find(p int) int {
+	// The last order index starting at or before p.
+	return sort.Search(l.nb, func(i int) bool { return l.start(i) > p }) - 1
+}
+
+// layout returns the epoch's layout, made once per epoch.
+func (s *Block) layout(epoch int) epochLayout {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.epoch == epoch {
-		return s.order, s.start
+		return s.lay
 	}
 	nb := s.Blocks()
 	p := newPerm(uint64(nb), Mix(s.Seed, uint64(epoch)))
-	order := make([]int32, nb)
-	start := make([]int, nb+1)
-	for i := range nb {
-		b := int(p.at(uint64(i)))
-		order[i] = int32(b)
-		start[i+1] = start[i] + s.Bounds[b+1] - s.Bounds[b]
+	if r := s.Regular; r != nil {
+		last := nb - 1
+		s.lay = &computed{r: *r, p: p, nb: nb, firstAt: int(p.inv(0)), lastAt: int(p.inv(uint64(last))),
+			firstLag: r.Every - (r.bound(1) - r.bound(0)), lastLag: r.Every - (r.bound(nb) - r.bound(last))}
+		if nb == 1 {
+			s.lay.(*computed).firstLag, s.lay.(*computed).lastLag = 0, 0
+		}
+	} else {
+		l := &listed{order: make([]int32, nb), pos: make([]int, nb+1)}
+		for i := range nb {
+			b := int(p.at(uint64(i)))
+			l.order[i] = int32(b)
+			l.pos[i+1] = l.pos[i] + s.Bounds[b+1] - s.Bounds[b]
+		}
+		s.lay = l
 	}
-	s.epoch, s.order, s.start = epoch, order, start
-	return order, start
+	s.epoch = epoch
+	return s.lay
 }
 
 func (s *Block) Fill(epoch, pos int, dst []int) int {
@@ -78,23 +184,23 @@ func (s *Block) Fill(epoch, pos int, dst []int) int {
 	if n == 0 {
 		return 0
 	}
-	order, start := s.layout(epoch)
+	l := s.layout(epoch)
+	nb := s.Blocks()
 	key := Mix(s.Seed^0x5bd1e995, uint64(epoch))
 	w := s.Window
 	for i := 0; i < n; {
 		p := pos + i
 		// The window of blocks holding p, and p's rank inside it.
-		k := sort.SearchInts(start, p+1) - 1
+		k := l.find(p)
 		wlo := k / w * w
-		whi := min(wlo+w, len(order))
-		lo, hi := start[wlo], start[whi]
+		whi := min(wlo+w, nb)
+		lo, hi := l.start(wlo), l.start(whi)
 		wp := newPerm(uint64(hi-lo), key^uint64(wlo)*0x9e3779b97f4a7c15)
 		for ; i < n && pos+i < hi; i++ {
 			r := int(wp.at(uint64(pos + i - lo)))
-			// r-th record of the window: find its block.
-			j := wlo + sort.SearchInts(start[wlo:whi+1], lo+r+1) - 1
-			b := int(order[j])
-			dst[i] = s.Bounds[b] + (lo + r - start[j])
+			// r-th record of the window: find its block among the window's.
+			j := wlo + sort.Search(whi-wlo, func(x int) bool { return l.start(wlo+x) > lo+r }) - 1
+			dst[i] = s.Bound(l.at(j)) + (lo + r - l.start(j))
 		}
 	}
 	return n
@@ -139,4 +245,115 @@ func BlockBounds(n int, locate func(id int) (obj int, off int64, length int), si
 		}
 	}
 	return append(bounds, n)
+}
+
+// FixedBlockBounds is BlockBounds for records of one size, rs bytes: a
+// block's end is worked out from its start, not found by locating every
+// record, so a dataset of 10^9 records is cut in the blocks' count of
+// steps (when its records fall on page edges), not in 10^9. Records of
+// an object are consecutive ids, as in every dataset.
+func FixedBlockBounds(n, rs int, locate func(id int) (obj int, off int64, length int), size, align int, maxSpan int) []int {
+	if size <= 0 {
+		size = 4096
+	}
+	if align <= 0 {
+		align = 4096
+	}
+	if maxSpan < size {
+		maxSpan = max(16*size, 1<<20)
+	}
+	bounds := []int{0}
+	if n == 0 {
+		return bounds
+	}
+	r := int64(rs)
+	for id := 0; id < n; {
+		obj, start, _ := locate(id)
+		end := objectEnd(n, id, obj, locate)
+		if bounds[len(bounds)-1] != id {
+			bounds = append(bounds, id) // a new object starts a new block
+		}
+		for s := id; s < end; {
+			k := int64((size + rs - 1) / rs)
+			for int64(s)+k < int64(end) && (start+k*r)%int64(align) != 0 && k*r < int64(maxSpan) {
+				k++
+			}
+			e := int(min(int64(s)+k, int64(end)))
+			if e < n && bounds[len(bounds)-1] != e {
+				bounds = append(bounds, e)
+			}
+			start += int64(e-s) * r
+			s = e
+		}
+		id = end
+	}
+	if bounds[len(bounds)-1] != n {
+		bounds = append(bounds, n)
+	}
+	return bounds
+}
+
+// objectEnd is the first id after id whose object is not obj (n if none):
+// galloping, then a binary search.
+func objectEnd(n, id, obj int, locate func(id int) (int, int64, int)) int {
+	lo, step := id, 1
+	for {
+		hi := lo + step
+		if hi >= n {
+			hi = n
+		} else if o, _, _ := locate(hi); o == obj {
+			lo, step = hi, step*2
+			continue
+		}
+		// locate(lo) is obj; hi is n or another object's.
+		for lo+1 < hi {
+			mid := lo + (hi-lo)/2
+			if o, _, _ := locate(mid); o == obj {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		return hi
+	}
+}
+
+// RegularCut is BlockBounds' cut of one object of fixed-size records, rs
+// bytes, when it is regular: the first block ends on a page edge, and so
+// does every block of Every records after it. ok is false otherwise (the
+// records do not meet page edges within maxSpan, or there are several
+// objects): list the bounds then.
+func RegularCut(n, rs int, locate func(id int) (obj int, off int64, length int), size, align int, maxSpan int) (Regular, bool) {
+	if size <= 0 {
+		size = 4096
+	}
+	if align <= 0 {
+		align = 4096
+	}
+	if maxSpan < size {
+		maxSpan = max(16*size, 1<<20)
+	}
+	first, off0, _ := locate(0)
+	if last, _, _ := locate(n - 1); n < 1 || last != first {
+		return Regular{}, false
+	}
+	r, a := int64(rs), int64(align)
+	// blockFrom is the records of a block starting at offset start, and
+	// whether it ends on a page edge.
+	blockFrom := func(start int64) (int64, bool) {
+		k := int64((size + rs - 1) / rs)
+		for (start+k*r)%a != 0 && k*r < int64(maxSpan) {
+			k++
+		}
+		return k, (start+k*r)%a == 0
+	}
+	k0, ok0 := blockFrom(off0)
+	if k0 >= int64(n) {
+		return Regular{N: n, First: n, Every: n}, true
+	}
+	every, ok := blockFrom(0)
+	if !ok0 || !ok {
+		return Regular{}, false
+	}
+	return Regular{N: n, First: int(k0), Every: int(every)}, true
 }

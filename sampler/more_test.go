@@ -48,7 +48,8 @@ func TestBlocksAreContiguousAndPageAligned(t *testing.T) {
 		order := Order(s, 0)
 		blockOf := func(id int) int { return sortSearch(bounds, id) }
 		for p := 1; p < len(order); p++ {
-			if blockOf(order[p]) != blockOf(order[p-1]) && p != s.start[sortSearch(s.start, p)] {
+			l := s.layout(0)
+			if blockOf(order[p]) != blockOf(order[p-1]) && p != l.start(l.find(p)) {
 				t.Fatalf("size %d: block changes at position %d, inside a block's run", size, p)
 			}
 		}
@@ -214,4 +215,59 @@ func TestBufferedWindowsUniform(t *testing.T) {
 	if x := chi(obs); x > 20.5 { // 5 degrees of freedom, p = 0.001
 		t.Fatalf("window orders %v: chi-square %.1f", orders, x)
 	}
+}
+
+// FixedBlockBounds cuts fixed-size records where BlockBounds does, without
+// locating every record.
+func TestFixedBlockBoundsAreBlockBounds(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 5000).Draw(t, "n")
+		rs := rapid.SampledFrom([]int{1, 8, 100, 256, 1000, 4096, 5000}).Draw(t, "rs")
+		header := rapid.IntRange(0, 300).Draw(t, "header")
+		perObj := rapid.IntRange(1, 6000).Draw(t, "per object")
+		size := rapid.IntRange(1, 20000).Draw(t, "size")
+		span := rapid.SampledFrom([]int{0, 8192, 100000}).Draw(t, "span")
+		loc := func(id int) (int, int64, int) { return id / perObj, int64(header + (id%perObj)*rs), rs }
+		want := BlockBounds(n, loc, size, 4096, span)
+		if got := FixedBlockBounds(n, rs, loc, size, 4096, span); !slices.Equal(got, want) {
+			t.Fatalf("fixed %v, located one by one %v", got, want)
+		}
+	})
+}
+
+// A regular cut worked out gives the orders the listed cut of the same
+// records gives: the same blocks, the same epochs, any window.
+func TestRegularCutIsTheListedCut(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 20000).Draw(t, "n")
+		rs := rapid.SampledFrom([]int{1, 8, 64, 100, 256, 1000, 4096, 5000}).Draw(t, "rs")
+		header := rapid.SampledFrom([]int{0, 128, 80, 4096}).Draw(t, "header")
+		size := rapid.IntRange(1, 20000).Draw(t, "size")
+		window := rapid.IntRange(1, 8).Draw(t, "window")
+		seed := rapid.Uint64().Draw(t, "seed")
+		loc := func(id int) (int, int64, int) { return 0, int64(header + id*rs), rs }
+		r, ok := RegularCut(n, rs, loc, size, 4096, 0)
+		bounds := FixedBlockBounds(n, rs, loc, size, 4096, 0)
+		if !ok {
+			return
+		}
+		reg, err := NewRegularBlock(r, seed, window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reg.Blocks() != len(bounds)-1 {
+			t.Fatalf("%+v: %d blocks, the listed cut %d", r, reg.Blocks(), len(bounds)-1)
+		}
+		for b := range bounds {
+			if reg.Bound(b) != bounds[b] {
+				t.Fatalf("%+v: block %d starts at %d, listed %d", r, b, reg.Bound(b), bounds[b])
+			}
+		}
+		lst, _ := NewBlock(bounds, seed, window)
+		for e := range 2 {
+			if got, want := Order(reg, e), Order(lst, e); !slices.Equal(got, want) {
+				t.Fatalf("%+v epoch %d: the computed layout's order differs from the listed one's", r, e)
+			}
+		}
+	})
 }
