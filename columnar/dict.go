@@ -25,6 +25,9 @@ func NewDict(v *Node, m *BatchMeta, body []byte) (*Dict, error) {
 		return nil, fmt.Errorf("dictionary batch without a node")
 	}
 	d.N = m.Nodes[0].Length
+	if v.ViewValues {
+		return viewDict(d, m, body)
+	}
 	nb := map[Kind]int{KFixed: 2, KBool: 2, KBinary: 3}[v.Kind]
 	if len(m.Buffers) < nb {
 		return nil, fmt.Errorf("dictionary batch with %d buffers, want %d", len(m.Buffers), nb)
@@ -126,4 +129,69 @@ func setBits(dst []byte, at, n int64, src []byte) {
 
 func (d *Dict) isValid(i int64) bool {
 	return d.valid == nil || d.valid[i>>3]&(1<<(i&7)) != 0
+}
+
+// viewDict reads a dictionary whose values are views (buffers: validity,
+// the 16-byte views, then their data buffers) into offsets and bytes: a
+// view of at most 12 bytes holds them itself; a longer one names a data
+// buffer and an offset there.
+func viewDict(d *Dict, m *BatchMeta, body []byte) (*Dict, error) {
+	if len(m.Buffers) < 2 {
+		return nil, fmt.Errorf("dictionary of views with %d buffers, want at least 2", len(m.Buffers))
+	}
+	buf := func(k int) ([]byte, error) {
+		b := m.Buffers[k]
+		if b.Offset < 0 || b.Length < 0 || b.Offset > int64(len(body)) || b.Length > int64(len(body))-b.Offset {
+			return nil, fmt.Errorf("dictionary buffer %d outside its body", k)
+		}
+		return body[b.Offset : b.Offset+b.Length], nil
+	}
+	if d.N < 0 || d.N > int64(len(body))/16+1 {
+		return nil, fmt.Errorf("dictionary of %d views in %d bytes", d.N, len(body))
+	}
+	if m.Buffers[0].Length > 0 {
+		vb, err := buf(0)
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(vb)) < (d.N+7)/8 {
+			return nil, fmt.Errorf("dictionary validity of %d bytes for %d values", len(vb), d.N)
+		}
+		d.valid = append([]byte(nil), vb...)
+	}
+	views, err := buf(1)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(views)) < 16*d.N {
+		return nil, fmt.Errorf("dictionary views of %d bytes for %d values", len(views), d.N)
+	}
+	data := make([][]byte, len(m.Buffers)-2)
+	for k := range data {
+		if data[k], err = buf(k + 2); err != nil {
+			return nil, err
+		}
+	}
+	d.offs = make([]int64, d.N+1)
+	for i := range d.N {
+		v := views[16*i : 16*i+16]
+		n := int64(int32(binary.LittleEndian.Uint32(v)))
+		var b []byte
+		switch {
+		case n < 0:
+			return nil, fmt.Errorf("dictionary view %d of length %d", i, n)
+		case n <= 12:
+			b = v[4 : 4+n]
+		default:
+			k, off := int32(binary.LittleEndian.Uint32(v[8:])), int64(int32(binary.LittleEndian.Uint32(v[12:])))
+			if k < 0 || int(k) >= len(data) || off < 0 || off > int64(len(data[k])) || n > int64(len(data[k]))-off {
+				return nil, fmt.Errorf("dictionary view %d names bytes [%d, %d) of data buffer %d, outside it", i, off, off+n, k)
+			}
+			b = data[k][off : off+n]
+		}
+		d.data = append(d.data, b...)
+		d.offs[i+1] = d.offs[i] + n
+		d.MaxLen = max(d.MaxLen, n)
+	}
+	return d, nil
 }

@@ -50,6 +50,10 @@ type Node struct {
 	// child (KFixed).
 	Values *Node
 	Runs   *Node
+	// ViewValues marks a dictionary's values node whose values the file
+	// holds as views (string_view, binary_view): a dictionary batch's
+	// buffers are then validity, views and the views' data buffers.
+	ViewValues bool
 
 	node, buf int // its first node and buffer among the record batch's
 	views     int // view-typed fields before it (their buffers vary per batch)
@@ -305,6 +309,10 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 				v.Kind, v.Width = KBinary, 4
 			case *arrow.LargeStringType, *arrow.LargeBinaryType:
 				v.Kind, v.Width = KBinary, 8
+			case *arrow.StringViewType, *arrow.BinaryViewType:
+				// Polars' Categorical: the dictionary's values are views,
+				// read into offsets and bytes once (NewDict).
+				v.Kind, v.Width, v.ViewValues = KBinary, 4, true
 			case arrow.FixedWidthDataType:
 				if vt.BitWidth()%8 != 0 {
 					return unsupported()
@@ -451,6 +459,12 @@ func (c *counter) node(f arrow.Field, build bool, depth int) (*Node, error) {
 func (n *Node) OutputType() arrow.DataType {
 	switch n.Kind {
 	case KDict:
+		if n.Values.ViewValues { // read into offsets and bytes: a string column
+			if n.Values.Type.ID() == arrow.STRING_VIEW {
+				return arrow.BinaryTypes.String
+			}
+			return arrow.BinaryTypes.Binary
+		}
 		return n.Values.Type
 	case KRunEnd:
 		return n.Values.OutputType()

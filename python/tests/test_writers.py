@@ -230,6 +230,27 @@ def test_polars_stream_of_string_views(daemon, tmp_path):
     assert_rows_equal(got, pa.ipc.open_stream(p).read_all().to_pylist())
 
 
+@pytest.mark.parametrize("form", ["ipc", "stream", "feather"])
+def test_polars_categorical_equals_pyarrow(daemon, tmp_path, form):
+    """Polars' Categorical is dictionary<string_view>: its dictionary's values are views (inline up to 12 bytes,
+    else in data buffers), read into a string column, every row as pyarrow reads it."""
+    n = 600
+    cats = ["a", "bb", "a category longer than twelve bytes", "", None, "zz" * 20]
+    df = polars.DataFrame({"id": range(n), "c": polars.Series([cats[i % 6] for i in range(n)], dtype=polars.Categorical),
+                           "v": [i * 0.5 for i in range(n)]})
+    p = tmp_path / {"ipc": "cat.arrow", "stream": "cat.arrows", "feather": "cat.feather"}[form]
+    if form == "stream":
+        df.write_ipc_stream(p)
+        read = lambda: pa.ipc.open_stream(p).read_all()  # noqa: E731
+    else:
+        df.write_ipc(p, compression="uncompressed" if form == "ipc" else "lz4")
+        read = lambda: pa.ipc.open_file(p).read_all()  # noqa: E731
+    assert str(read().schema.field("c").type) == "dictionary<values=string_view, indices=uint32, ordered=0>"
+    _, got = one_epoch(p)
+    want = [dict(r, c=None if r["c"] is None else str(r["c"])) for r in read().to_pylist()]
+    assert_rows_equal(got, want)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_arrow_run_end_encoded_equals_pyarrow(daemon, tmp_path, stream):
     """pyarrow's run-end encoding (pyarrow.compute.run_end_encode, run ends
