@@ -61,8 +61,8 @@ func soloRecords(t *testing.T, env *Env, paths []string) [][]byte {
 	return out
 }
 
-// batches loads spec's batches, each as its records' bytes.
-func batches(t *testing.T, env *Env, spec *wire.JobSpec) [][][]byte {
+// openJob checks spec and opens its job in env; close it before env.
+func openJob(t testing.TB, env *Env, spec *wire.JobSpec) *Job {
 	t.Helper()
 	plan, err := Check(spec)
 	if err != nil {
@@ -72,6 +72,13 @@ func batches(t *testing.T, env *Env, spec *wire.JobSpec) [][][]byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return j
+}
+
+// batches loads spec's batches, each as its records' bytes.
+func batches(t *testing.T, env *Env, spec *wire.JobSpec) [][][]byte {
+	t.Helper()
+	j := openJob(t, env, spec)
 	defer j.Close()
 	var out [][][]byte
 	for {
@@ -256,15 +263,8 @@ func TestSharedMixtures(t *testing.T) {
 	}
 	var jobs []*Job
 	for k, mix := range mixes {
-		plan, err := Check(&wire.JobSpec{Mixture: mix, MixtureStop: "all_exhausted", RecordSize: 32, BatchSize: 40,
+		j := openJob(t, env, &wire.JobSpec{Mixture: mix, MixtureStop: "all_exhausted", RecordSize: 32, BatchSize: 40,
 			Shuffle: true, Seed: uint64(k), Share: &yes, Epochs: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, err := env.Open(context.Background(), plan, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer j.Close()
 		if !j.Describe().Shared {
 			t.Fatalf("mixture %d is not shared", k)

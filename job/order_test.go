@@ -1,7 +1,6 @@
 package job
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -55,14 +54,7 @@ func TestDefaultWindowFitsDecodedBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Close()
-	plan, err := Check(&wire.JobSpec{Paths: []string{path}, BatchSize: 256, Shuffle: true, Epochs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := env.Open(context.Background(), plan, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := openJob(t, env, &wire.JobSpec{Paths: []string{path}, BatchSize: 256, Shuffle: true, Epochs: 1})
 	defer j.Close()
 	blk, ok := j.smp.(*sampler.Block)
 	if !ok {

@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 )
@@ -206,15 +207,9 @@ func (s *Block) Fill(epoch, pos int, dst []int) int {
 	return n
 }
 
-// BlockBounds groups records 0..n-1 into blocks for Block. A block holds
-// consecutive records of one object and grows until it spans at least size
-// bytes; it ends only where a record ends on a multiple of align (the page),
-// so that no page is shared by two blocks. If no such end comes within
-// maxSpan bytes (default 1 MiB or 16 blocks; a record size like 4097 aligns
-// only every 16 MiB), the block ends at the next record end anyway and that
-// one page is shared. locate returns a record's
-// object, offset and length.
-func BlockBounds(n int, locate func(id int) (obj int, off int64, length int), size, align int, maxSpan int) []int {
+// blockDefaults fills in BlockBounds' defaults: 4 KiB blocks on 4 KiB
+// pages, and a span of 16 blocks or 1 MiB.
+func blockDefaults(size, align, maxSpan int) (int, int, int) {
 	if size <= 0 {
 		size = 4096
 	}
@@ -224,6 +219,31 @@ func BlockBounds(n int, locate func(id int) (obj int, off int64, length int), si
 	if maxSpan < size {
 		maxSpan = max(16*size, 1<<20)
 	}
+	return size, align, maxSpan
+}
+
+// fixedBlock is how many records of rs bytes a block starting at offset
+// start holds: enough for size bytes, then up to a page edge or maxSpan
+// (and at most limit); edge says it ends on a page edge.
+func fixedBlock(start int64, rs, size, align, maxSpan int, limit int64) (k int64, edge bool) {
+	r, a := int64(rs), int64(align)
+	k = int64((size + rs - 1) / rs)
+	for k < limit && (start+k*r)%a != 0 && k*r < int64(maxSpan) {
+		k++
+	}
+	return k, (start+k*r)%a == 0
+}
+
+// BlockBounds groups records 0..n-1 into blocks for Block. A block holds
+// consecutive records of one object and grows until it spans at least size
+// bytes; it ends only where a record ends on a multiple of align (the page),
+// so that no page is shared by two blocks. If no such end comes within
+// maxSpan bytes (default 1 MiB or 16 blocks; a record size like 4097 aligns
+// only every 16 MiB), the block ends at the next record end anyway and that
+// one page is shared. locate returns a record's
+// object, offset and length.
+func BlockBounds(n int, locate func(id int) (obj int, off int64, length int), size, align int, maxSpan int) []int {
+	size, align, maxSpan = blockDefaults(size, align, maxSpan)
 	bounds := []int{0}
 	if n == 0 {
 		return bounds
@@ -253,15 +273,7 @@ func BlockBounds(n int, locate func(id int) (obj int, off int64, length int), si
 // steps (when its records fall on page edges), not in 10^9. Records of
 // an object are consecutive ids, as in every dataset.
 func FixedBlockBounds(n, rs int, locate func(id int) (obj int, off int64, length int), size, align int, maxSpan int) []int {
-	if size <= 0 {
-		size = 4096
-	}
-	if align <= 0 {
-		align = 4096
-	}
-	if maxSpan < size {
-		maxSpan = max(16*size, 1<<20)
-	}
+	size, align, maxSpan = blockDefaults(size, align, maxSpan)
 	bounds := []int{0}
 	if n == 0 {
 		return bounds
@@ -274,10 +286,7 @@ func FixedBlockBounds(n, rs int, locate func(id int) (obj int, off int64, length
 			bounds = append(bounds, id) // a new object starts a new block
 		}
 		for s := id; s < end; {
-			k := int64((size + rs - 1) / rs)
-			for int64(s)+k < int64(end) && (start+k*r)%int64(align) != 0 && k*r < int64(maxSpan) {
-				k++
-			}
+			k, _ := fixedBlock(start, rs, size, align, maxSpan, int64(end-s))
 			e := int(min(int64(s)+k, int64(end)))
 			if e < n && bounds[len(bounds)-1] != e {
 				bounds = append(bounds, e)
@@ -324,34 +333,16 @@ func objectEnd(n, id, obj int, locate func(id int) (int, int64, int)) int {
 // records do not meet page edges within maxSpan, or there are several
 // objects): list the bounds then.
 func RegularCut(n, rs int, locate func(id int) (obj int, off int64, length int), size, align int, maxSpan int) (Regular, bool) {
-	if size <= 0 {
-		size = 4096
-	}
-	if align <= 0 {
-		align = 4096
-	}
-	if maxSpan < size {
-		maxSpan = max(16*size, 1<<20)
-	}
+	size, align, maxSpan = blockDefaults(size, align, maxSpan)
 	first, off0, _ := locate(0)
 	if last, _, _ := locate(n - 1); n < 1 || last != first {
 		return Regular{}, false
 	}
-	r, a := int64(rs), int64(align)
-	// blockFrom is the records of a block starting at offset start, and
-	// whether it ends on a page edge.
-	blockFrom := func(start int64) (int64, bool) {
-		k := int64((size + rs - 1) / rs)
-		for (start+k*r)%a != 0 && k*r < int64(maxSpan) {
-			k++
-		}
-		return k, (start+k*r)%a == 0
-	}
-	k0, ok0 := blockFrom(off0)
+	k0, ok0 := fixedBlock(off0, rs, size, align, maxSpan, math.MaxInt64)
 	if k0 >= int64(n) {
 		return Regular{N: n, First: n, Every: n}, true
 	}
-	every, ok := blockFrom(0)
+	every, ok := fixedBlock(0, rs, size, align, maxSpan, math.MaxInt64)
 	if !ok0 || !ok {
 		return Regular{}, false
 	}

@@ -199,43 +199,36 @@ func TestMixtureRefuses(t *testing.T) {
 	}
 }
 
-func BenchmarkMixtureFill(b *testing.B) {
-	const k = 1000
-	srcs, offs, w := make([]Sampler, k), make([]int, k), make([]float64, k)
-	for i := range srcs {
-		srcs[i], offs[i], w[i] = Global{N: 1000, Seed: uint64(i)}, i*1000, float64(1+i%7)
+// BenchmarkMixture fills 64 ids at a time from one global shuffle of 3M
+// records, a mixture of 3 of 1M and one of 1,000 of 1,000.
+//
+//	go test ./sampler -run XXX -bench Mixture
+func BenchmarkMixture(b *testing.B) {
+	mix := func(k, n int) Sampler {
+		srcs, offs, w := make([]Sampler, k), make([]int, k), make([]float64, k)
+		for i := range srcs {
+			srcs[i], offs[i], w[i] = Global{N: n, Seed: uint64(i)}, i*n, float64(1+i%7)
+		}
+		m, err := NewMixture(srcs, offs, []Segment{{Weights: w}}, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m
 	}
-	m, err := NewMixture(srcs, offs, []Segment{{Weights: w}}, true)
-	if err != nil {
-		b.Fatal(err)
+	for _, c := range []struct {
+		name string
+		s    Sampler
+	}{
+		{"unmixed", Global{N: 3 << 20, Seed: 1}},
+		{"3 sources", mix(3, 1<<20)},
+		{"1000 sources", mix(1000, 1000)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			dst := make([]int, 64)
+			for i := range b.N {
+				c.s.Fill(0, (i*64)%(c.s.Len()-64), dst)
+			}
+			b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "ids/s")
+		})
 	}
-	dst := make([]int, 64)
-	b.ResetTimer()
-	for i := range b.N {
-		m.Fill(0, (i*64)%(m.Len()-64), dst)
-	}
-	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "ids/s")
-}
-
-func BenchmarkMixtureFew(b *testing.B) {
-	srcs := []Sampler{Global{N: 1 << 20, Seed: 1}, Global{N: 1 << 20, Seed: 2}, Global{N: 1 << 20, Seed: 3}}
-	m, err := NewMixture(srcs, []int{0, 1 << 20, 2 << 20}, []Segment{{Weights: []float64{1, 2, 3}}}, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dst := make([]int, 64)
-	b.ResetTimer()
-	for i := range b.N {
-		m.Fill(0, (i*64)%(m.Len()-64), dst)
-	}
-	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "ids/s")
-}
-
-func BenchmarkGlobalUnmixed(b *testing.B) {
-	g := Global{N: 3 << 20, Seed: 1}
-	dst := make([]int, 64)
-	for i := range b.N {
-		g.Fill(0, (i*64)%(g.N-64), dst)
-	}
-	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "ids/s")
 }
