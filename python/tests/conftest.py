@@ -150,6 +150,16 @@ def record(i: int, size: int) -> bytes:
     return struct.pack("<Q", i) + body
 
 
+def epoch_records(ld) -> dict[int, bytes]:
+    """One epoch of a loader, each record's bytes by id; a record twice fails."""
+    out: dict[int, bytes] = {}
+    for b in ld:
+        for k, i in enumerate(b.ids):
+            assert int(i) not in out, f"record {i} twice in an epoch"
+            out[int(i)] = bytes(b.record(k))
+    return out
+
+
 def write_fixed(path: Path, n: int, size: int) -> Path:
     with open(path, "wb") as f:
         for i in range(n):

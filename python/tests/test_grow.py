@@ -11,6 +11,7 @@ import pytest
 
 import riffle
 import riffle.torch as rt
+from conftest import epoch_records as epoch
 
 
 def add_lines(path, first, n):
@@ -19,13 +20,6 @@ def add_lines(path, first, n):
             f.write(json.dumps({"i": i, "pad": "y" * (i % 13)}) + "\n")
 
 
-def epoch(ld) -> dict[int, bytes]:
-    out: dict[int, bytes] = {}
-    for b in ld:
-        for k, i in enumerate(b.ids):
-            assert int(i) not in out, f"record {i} twice in an epoch"
-            out[int(i)] = bytes(b.record(k))
-    return out
 
 
 def test_glob_grows_between_epochs(daemon, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 import riffle
 import riffle.torch as rt
+from conftest import epoch_records as epoch
 
 
 def lines(tmp_path, n=500, dup_every=0):
@@ -29,13 +30,6 @@ def solo(path, **kw) -> dict[int, bytes]:
             for k, i in enumerate(b.ids)}
 
 
-def epoch(ld) -> dict[int, bytes]:
-    out: dict[int, bytes] = {}
-    for b in ld:
-        for k, i in enumerate(b.ids):
-            assert int(i) not in out, f"record {i} twice in an epoch"
-            out[int(i)] = bytes(b.record(k))
-    return out
 
 
 @pytest.mark.parametrize("form", ["list", "npy", "txt"])
