@@ -69,9 +69,13 @@ type Env struct {
 	seq     atomic.Int64
 	owned   []func() error
 	growMu  sync.Mutex // over the logs of growing datasets
+
+	jobsMu sync.Mutex
+	jobs   map[*Job]bool // open, for Close to close
+	closed bool
 }
 
-// NewEnv makes an Env; Close ends it once its jobs are closed.
+// NewEnv makes an Env; Close closes the jobs still open, then ends it.
 func NewEnv(opts EnvOptions) (*Env, error) {
 	e := &Env{opts: opts, store: opts.Store, engines: map[uint64]*storage.Engine{}, groups: newGroups()}
 	if e.store == nil {
@@ -114,6 +118,19 @@ func (e *Env) Cache() *cache.Cache { return e.cache }
 // Close closes the datasets kept open, the engines and the workers. Jobs
 // must be closed first.
 func (e *Env) Close() error {
+	// A job still open reads its datasets from other goroutines: it is
+	// closed first (its reads end), or closing the datasets under it
+	// would fail its reads at random.
+	e.jobsMu.Lock()
+	open := make([]*Job, 0, len(e.jobs))
+	for j := range e.jobs {
+		open = append(open, j)
+	}
+	e.closed = true
+	e.jobsMu.Unlock()
+	for _, j := range open {
+		j.Close()
+	}
 	e.sets.closeAll()
 	if e.outputs != nil {
 		e.outputs.closeAll()

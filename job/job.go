@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/riffle-ml/riffle/cache"
@@ -45,7 +46,8 @@ type Job struct {
 	generations int
 	started     time.Time
 	once        sync.Once
-	epoch       int // of the last batch Next gave, -1 before the first
+	closed      atomic.Bool // Close was called: Next gives no more batches
+	epoch       int         // of the last batch Next gave, -1 before the first
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
@@ -138,6 +140,17 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			j.unfuture = t.AddFuture(j.nextUse)
 		}
 	}
+	env.jobsMu.Lock()
+	if env.closed {
+		env.jobsMu.Unlock()
+		j.Close()
+		return nil, fmt.Errorf("%w: the environment is closed", ErrClosed)
+	}
+	if env.jobs == nil {
+		env.jobs = map[*Job]bool{}
+	}
+	env.jobs[j] = true
+	env.jobsMu.Unlock()
 	return j, nil
 }
 
@@ -197,6 +210,9 @@ const sharedPrefetch = 2
 // changed since is an error that says so, never an epoch over other
 // records, or over files it still holds open after they were removed.
 func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
+	if j.closed.Load() {
+		return nil, fmt.Errorf("%w: the job is closed", ErrClosed)
+	}
 	b, err := j.l.Next(ctx)
 	if errors.Is(err, storage.ErrChanged) {
 		// A read found a file changed (the loader reads ahead, so perhaps
@@ -330,6 +346,10 @@ func (j *Job) Status(records int64) Status {
 // end before Close returns, so the memory alloc gave may go after it.
 func (j *Job) Close() {
 	j.once.Do(func() {
+		j.closed.Store(true)
+		j.env.jobsMu.Lock()
+		delete(j.env.jobs, j)
+		j.env.jobsMu.Unlock()
 		j.l.Close()
 		if j.unfuture != nil {
 			j.unfuture()

@@ -327,3 +327,29 @@ func TestSharedMixtures(t *testing.T) {
 	}
 	t.Logf("reads of s1 saved by sharing: %d", saved)
 }
+
+// An Env closed with a job still open closes the job first: its reads end
+// with an error, not a panic in a goroutine, and no job opens after.
+func TestEnvClosesItsJobs(t *testing.T) {
+	_, paths, _ := mixtureSources(t)
+	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := openJob(t, env, &wire.JobSpec{Paths: paths[0], BatchSize: 8, Shuffle: true, Epochs: -1})
+	b, err := j.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	if err := env.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Next(context.Background()); err == nil {
+		t.Fatal("a job of a closed Env gave a batch")
+	}
+	plan, _ := Check(&wire.JobSpec{Paths: paths[0], BatchSize: 8})
+	if _, err := env.Open(context.Background(), plan, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("an open after Close: %v", err)
+	}
+}
