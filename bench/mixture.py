@@ -1,6 +1,7 @@
 """A weighted mixture of many sources (issue 26) in riffle, in Hugging Face
 `interleave_datasets` and in Mosaic Streaming `Stream`s, on the same
-records, beside riffle's unmixed loader over all of them:
+records, beside riffle's unmixed loader over all of them, both in one file
+and as the same files in one dataset:
 
     /usr/bin/python3 bench/mixture.py                     # 1,000 sources, about 1.5 million records
     /usr/bin/python3 bench/mixture.py --sources 20 --records 2000 --loaders hf-first,mosaic
@@ -8,8 +9,9 @@ records, beside riffle's unmixed loader over all of them:
 The data is written once under --data (never in the repository): source k
 is one .npy of n_k rows of 16 int64 (128 bytes), row i = [k, i, 0, ...], n_k
 drawn uniformly from [0.2, 1.8] x the mean; the same rows all in one .npy
-for the unmixed loader; and, written by the peers' own writers in their
-pinned environment (bench/peers/setup.sh torch), one Hugging Face dataset
+for the unmixed loader (which also reads the sources' .npy as one dataset,
+the same files as the mixture's); and, written by the peers' own writers in
+their pinned environment (bench/peers/setup.sh torch), one Hugging Face dataset
 per source (`Dataset.from_dict` of the rows' bytes, `save_to_disk`, read
 back with `load_from_disk`, as a user keeps a corpus) and one Mosaic MDS
 directory per source (`MDSWriter`). Source k's weight is n_k times a
@@ -50,6 +52,8 @@ WIDTH = 16  # int64 per record: [source, index, 0, ...]
 # loader: (interpreter, what it is, for the table)
 LOADERS = {
     "riffle-unmixed": ("riffle", "riffle.Loader(all.npy): the same records, one file, no mixture"),
+    "riffle-files": ("riffle", "riffle.Loader([s0000.npy, ..., s0999.npy]): the same 1,000 files as one dataset, "
+                               "no mixture"),
     "riffle-first": ("riffle", 'riffle.Loader(mixture=[(path, w), ...], mixture_stop="first_exhausted")'),
     "riffle-all": ("riffle", 'riffle.Loader(mixture=..., mixture_stop="all_exhausted")'),
     "riffle-2ranks": ("riffle", 'riffle.Loader(mixture=..., "first_exhausted", rank=r, world_size=2), both ranks'),
@@ -62,6 +66,10 @@ LOADERS = {
                        "batch_size), StreamingDataLoader(num_workers=0)"),
 }
 RIFFLE_RUNS = [k for k, v in LOADERS.items() if v[0] == "riffle"]
+# The unmixed baselines, against which a run's samples/s is given: the
+# records in one file, and the same files as the mixture's in one dataset
+# (which costs the kernel the same 1,000 files' reads as the mixture).
+UNMIXED = ["riffle-unmixed", "riffle-files"]
 
 
 # --- the data ---
@@ -141,6 +149,8 @@ def prepare(args) -> Path:
 def data_of(root: Path, loader: str) -> list[Path]:
     if loader == "riffle-unmixed":
         return [root / "all.npy"]
+    if loader == "riffle-files":
+        return [root / "npy"]
     return [root / {"riffle": "npy", "hf": "hf", "mosaic": "mds"}[loader.split("-")[0]]]
 
 
@@ -163,6 +173,8 @@ def run_riffle(loader: str, root: Path, p: dict, a) -> list[tuple[float, float, 
         t0 = time.perf_counter()
         if loader == "riffle-unmixed":
             ld = riffle.Loader(str(root / "all.npy"), **kw)
+        elif loader == "riffle-files":
+            ld = riffle.Loader([path for path, _ in mix], **kw)
         else:
             stop = "all_exhausted" if loader == "riffle-all" else "first_exhausted"
             more = {} if rank is None else {"rank": rank, "world_size": 2}
@@ -176,10 +188,14 @@ def run_riffle(loader: str, root: Path, p: dict, a) -> list[tuple[float, float, 
             if a.samples and n >= a.samples:
                 break
         out.append((t1 - t0, time.perf_counter() - t1, got))
-        # The ids a batch names against the records' own (source, index): offsets[k] + i.
+        # The ids a batch names against the records' own (source, index):
+        # offsets[k] + i, a mixture's offsets or, for the files as one
+        # dataset, the records of the files before k.
         if got and loader != "riffle-unmixed":
             d = np.concatenate(got)
-            MISMATCH.append(int((np.concatenate(ids) != np.asarray(ld.offsets)[d[:, 0]] + d[:, 1]).sum()))
+            offs = (np.concatenate([[0], np.cumsum(p["n"])[:-1]]) if loader == "riffle-files"
+                    else np.asarray(ld.offsets))
+            MISMATCH.append(int((np.concatenate(ids) != offs[d[:, 0]] + d[:, 1]).sum()))
         ld.close()
     return out
 
@@ -435,7 +451,7 @@ def run_one(loader: str, root: Path, a, daemon: Daemon | None) -> dict:
            "setup_s": round(sum(t["setup"]), 3), "seconds": round(sum(t["seconds"]), 3),
            "id_mismatch": t.get("id_mismatch", 0), "cap": cap, "daemon_cpu_s": cpu}
     if len(ranks) == 1:
-        res |= measure(ranks[0], p, loader == "riffle-unmixed", wins, a.batch)
+        res |= measure(ranks[0], p, loader in UNMIXED, wins, a.batch)
     else:
         # The ranks' batches of one step are the step's global batch: the
         # mixture is measured over those, in step order. Losses are not
@@ -455,21 +471,25 @@ def pct(x: float | None) -> str:
 
 
 def table(results: list[dict], windows: list[int]) -> list[str]:
-    head = ("| loader | what it is | samples | setup s | samples/s | daemon CPU µs/sample | "
+    """One row a run; samples/s also as a % of each unmixed baseline's
+    (the median of its rows given)."""
+    head = ("| loader | what it is | samples | setup s | samples/s | % of all.npy | % of the files unmixed | "
+            "daemon CPU µs/sample | "
             + " | ".join(f"error over {W:,} (samples off)" for W in windows)
             + " | error over the run | sources used up | duplicates | losses | flags |")
-    lines = [head, "|---|---|---:|---:|---:|---:|" + "---:|" * len(windows) + "---:|---:|---:|---:|---|"]
-    unmixed = [r for r in results if r["loader"] == "riffle-unmixed" and "error" not in r]
-    base = float(np.median([r["samples_per_s"] for r in unmixed])) if unmixed else None
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(windows) + "---:|---:|---:|---:|---|"]
+    base = {}
+    for b in UNMIXED:
+        ok = [r["samples_per_s"] for r in results if r["loader"] == b and "error" not in r]
+        base[b] = float(np.median(ok)) if ok else None
     for r in results:
         what = LOADERS[r["loader"]][1]
         if "error" in r:
-            lines.append(f"| {r['loader']} | {what} | - | - | - | - |" + " - |" * len(windows)
+            lines.append(f"| {r['loader']} | {what} | - | - | - | - | - | - |" + " - |" * len(windows)
                          + f" - | - | - | - | failed: {r['error'][:200]} |")
             continue
         rate = f"{r['samples_per_s']:,}"
-        if base and r["loader"] != "riffle-unmixed":
-            rate += f" ({100 * r['samples_per_s'] / base:.0f}%)"
+        of = ["-" if not base[b] or r["loader"] == b else f"{100 * r['samples_per_s'] / base[b]:.0f}%" for b in UNMIXED]
         cells = []
         for W in windows:
             e = r.get(f"w{W}_error")
@@ -486,7 +506,7 @@ def table(results: list[dict], windows: list[int]) -> list[str]:
         if r.get("same_order"):
             flags.append(f"{r['same_order']:,} sources repeat their order in their next epoch")
         cpu = r.get("daemon_us_per_sample")
-        lines.append(f"| {r['loader']} | {what} | {r['samples']:,} | {r['setup_s']:.1f} | {rate} | "
+        lines.append(f"| {r['loader']} | {what} | {r['samples']:,} | {r['setup_s']:.1f} | {rate} | {of[0]} | {of[1]} | "
                      f"{'-' if cpu is None else f'{cpu:.2f}'} | "
                      + " | ".join(cells) + f" | {pct(r['run_error'])} ({r['run_dev']:.0f}) | {r['sources_used_up']:,} "
                      f"| {r['duplicates']:,} | {'-' if r['losses'] is None else format(r['losses'], ',')} | {'; '.join(flags) or 'ok'} |")
@@ -535,7 +555,7 @@ def main() -> None:
     want_riffle = [l for l in a.loaders if l in RIFFLE_RUNS]
     if want_riffle and not riffle_has_mixtures():
         print("riffle.Loader has no mixture= yet: its mixture runs are left out", file=sys.stderr)
-        want_riffle = [l for l in want_riffle if l == "riffle-unmixed"]
+        want_riffle = [l for l in want_riffle if l in UNMIXED]
     root = prepare(a)
     daemon = Daemon(a.riffle) if want_riffle else None
     results = []

@@ -99,3 +99,15 @@ def test_a_small_run_of_the_peers(tmp_path):
     assert runs["mosaic"]["samples"] == runs["mosaic"]["records"]
     assert runs["hf-first"]["sources_used_up"] >= 1 and runs["hf-first"]["duplicates"] == 0
     assert "| hf-first |" in r.stdout and "| mosaic |" in r.stdout
+
+
+def test_table_gives_each_run_as_a_share_of_both_unmixed_baselines():
+    row = {"samples": 10, "setup_s": 0.0, "invalid": 0, "run_error": 0.0, "run_dev": 0.0, "sources_used_up": 1,
+           "duplicates": 0, "losses": 0, "w100_error": None, "daemon_us_per_sample": 1.0}
+    rows = [row | {"loader": "riffle-unmixed", "samples_per_s": 400}, row | {"loader": "riffle-files", "samples_per_s": 200},
+            row | {"loader": "riffle-first", "samples_per_s": 100}]
+    lines = mixture.table(rows, [100])
+    assert "| % of all.npy | % of the files unmixed |" in lines[0]
+    cells = {l.split(" | ")[0].strip("| "): l.split(" | ")[4:7] for l in lines[2:]}
+    assert cells["riffle-first"] == ["100", "25%", "50%"]
+    assert cells["riffle-files"] == ["200", "50%", "-"] and cells["riffle-unmixed"] == ["400", "-", "200%"]
