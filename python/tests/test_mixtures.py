@@ -143,8 +143,8 @@ def test_refusals(daemon, tmp_path):
         riffle.Loader(mixture=[paths[0]], batch_size=8)
     with pytest.raises(FileNotFoundError):
         riffle.Loader(mixture=[(str(tmp_path / "none.npy"), 1)], batch_size=8)
-    with pytest.raises(ValueError, match="reservoir"):
-        riffle.Loader(mixture=[(paths[0], 1)], batch_size=8, sampler="reservoir")
+    with pytest.raises(ValueError, match="sampler"):
+        riffle.Loader(mixture=[(paths[0], 1)], batch_size=8, sampler="bogus")
     ld = riffle.Loader(mixture=[(p, 1) for p in paths], batch_size=8)
     with pytest.raises(ValueError, match="3 sources"):
         ld.set_weights([1, 2])
