@@ -62,8 +62,8 @@ def draw(rng: random.Random) -> dict:
             c["transform"] = False
         if c["format"] in ("arrow", "parquet") and (c["share"] or c["sampler"] == "opportunistic"):
             continue  # rows are not shared or opportunistic yet (issue 23)
-        if c["format"] == "mixture" and (c["sampler"] in ("buffered", "reservoir") or c["subset"]):
-            continue  # a mixture's sources are in positional orders; its epoch of a subset is not each record once
+        if c["format"] == "mixture" and c["subset"]:
+            continue  # a mixture's epoch of a subset is not each record once
         if not c["share"]:
             c["jobs"] = 1
         if c["jobs"] * max(c["world"], c["resume_world"]) > 4:
