@@ -22,9 +22,9 @@ type Concat struct {
 }
 
 // NewConcat puts parts one after another. Parts of rows (Parquet, Arrow,
-// Hugging Face) put their batches together per dataset and cannot be
-// mixed (yet); parts whose records sit in frames (TFRecord) mix only with
-// parts framed the same way.
+// Hugging Face) put their batches together per dataset: they are read as
+// one dataset of all their files instead (NewRowsUnion). Parts whose
+// records sit in frames (TFRecord) mix only with parts framed the same way.
 func NewConcat(parts []Dataset) (Dataset, error) {
 	if len(parts) == 0 {
 		return nil, errors.New("concatenating no dataset")
@@ -38,8 +38,8 @@ func NewConcat(parts []Dataset) (Dataset, error) {
 	for k, p := range parts {
 		inf := p.Info()
 		if _, ok := p.(Rows); ok {
-			return nil, fmt.Errorf("%s (%s): a dataset of rows is not mixed with others yet (its batches are put together per dataset); "+
-				"mix record datasets (npy, fixed, lines, TFRecord, tar, directories, packs)", inf.Paths[0], inf.Format)
+			return nil, fmt.Errorf("%s (%s): a dataset of rows mixes only with rows of its format and schema (read as one dataset of their files), "+
+				"not with records (npy, fixed, lines, TFRecord, tar, directories, packs)", inf.Paths[0], inf.Format)
 		}
 		if f, ok := p.(Framed); ok && f.Checks() {
 			h, t := f.Frame()
@@ -149,4 +149,35 @@ func (c framedConcat) Checks() bool            { return true }
 func (c framedConcat) Verify(id int, frame []byte) error {
 	k, i := c.Part(id)
 	return c.parts[k].(Framed).Verify(i, frame)
+}
+
+// rowsUnion is sources of rows of one format read as one dataset (their
+// files opened together: the rows of a batch are put together by one
+// reader), with each source's rows a run of its ids, as in a Concat.
+type rowsUnion struct {
+	Rows
+	parts []Dataset
+	offs  []int
+}
+
+// NewRowsUnion says whose each row of u is: u holds parts' files in
+// order, so part k's row i is u's row Offsets()[k]+i. The parts and u stay
+// their opener's.
+func NewRowsUnion(u Rows, parts []Dataset) (Dataset, error) {
+	r := &rowsUnion{Rows: u, parts: parts, offs: make([]int, len(parts)+1)}
+	for k, p := range parts {
+		r.offs[k+1] = r.offs[k] + p.Len()
+	}
+	if r.offs[len(parts)] != u.Len() {
+		return nil, fmt.Errorf("sources of %d rows in all read as one dataset of %d", r.offs[len(parts)], u.Len())
+	}
+	return r, nil
+}
+
+func (r *rowsUnion) Offsets() []int   { return r.offs[:len(r.parts)] }
+func (r *rowsUnion) Parts() []Dataset { return r.parts }
+func (r *rowsUnion) Close() error     { return nil }
+func (r *rowsUnion) Part(id int) (k, local int) {
+	k = sort.SearchInts(r.offs, id+1) - 1
+	return k, id - r.offs[k]
 }

@@ -23,26 +23,7 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 	ds := j.src.ds
 	plan := j.plan
 	smpCfg := plan.Sampler
-	smpCfg.RecordSize = ds.Info().RecordSize
-	smpCfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
-	if b, ok := ds.(dataset.Blocker); ok && smpCfg.BlockSize == 0 && (smpCfg.Kind == "" || smpCfg.Kind == "block") {
-		// A dataset with blocks of its own (Parquet pages) is read a block
-		// at a time unless a job asks for another order; by default the
-		// rows of 16 blocks are spread over 16 batches, so a batch mixes
-		// 16 pages while each page is still read and decoded once.
-		smpCfg.Kind, smpCfg.Bounds = "block", b.Blocks()
-		if smpCfg.Window == 0 {
-			smpCfg.Window = defaultPageWindow
-			if bs, ok := ds.(dataset.BlockSizer); ok && bs.BlockBytes() > 0 {
-				// The window's blocks stay decoded while its batches take
-				// their rows: at most half the decoded budget, or each is
-				// decoded again for every batch that misses it (a Feather
-				// file's 64K-row batches, 6 MiB each decompressed: window
-				// 16 read 351 MB/s where window 4 read 20).
-				smpCfg.Window = int(min(int64(defaultPageWindow), max(1, dataset.DecodedBudget/2/bs.BlockBytes())))
-			}
-		}
-	}
+	smpCfg = ownBlocks(smpCfg, ds)
 	if plan.Mixture != nil {
 		return j.mixture(smpCfg, subset)
 	}
@@ -94,6 +75,31 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 	return smp, nil
 }
 
+// ownBlocks fits cfg to ds: its record size and device block, and, for a
+// dataset with blocks of its own (Parquet pages), a block order over them
+// unless a job asks for another order. By default the rows of 16 blocks
+// are spread over 16 batches, so a batch mixes 16 pages while each page
+// is still read and decoded once.
+func ownBlocks(cfg sampler.Config, ds dataset.Dataset) sampler.Config {
+	cfg.RecordSize = ds.Info().RecordSize
+	cfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
+	if b, ok := ds.(dataset.Blocker); ok && cfg.BlockSize == 0 && (cfg.Kind == "" || cfg.Kind == "block") {
+		cfg.Kind, cfg.Bounds = "block", b.Blocks()
+		if cfg.Window == 0 {
+			cfg.Window = defaultPageWindow
+			if bs, ok := ds.(dataset.BlockSizer); ok && bs.BlockBytes() > 0 {
+				// The window's blocks stay decoded while its batches take
+				// their rows: at most half the decoded budget, or each is
+				// decoded again for every batch that misses it (a Feather
+				// file's 64K-row batches, 6 MiB each decompressed: window
+				// 16 read 351 MB/s where window 4 read 20).
+				cfg.Window = int(min(int64(defaultPageWindow), max(1, dataset.DecodedBudget/2/bs.BlockBytes())))
+			}
+		}
+	}
+	return cfg
+}
+
 // mixture is a mixture's order: each source in its own order (of the
 // job's kind, seeded apart, over its part of the subset), mixed by the
 // weights, then split from the start and over ranks as one order is.
@@ -102,11 +108,9 @@ func (j *Job) mixture(cfg sampler.Config, subset *roaring.Bitmap) (sampler.Sampl
 	parts, offs := c.Parts(), c.Offsets()
 	srcs := make([]sampler.Sampler, len(parts))
 	for k, ds := range parts {
-		own := cfg
+		own := ownBlocks(cfg, ds) // a Parquet source: a block order over its pages
 		own.Seed = sampler.Mix(cfg.Seed, uint64(k)+1)
 		own.Rank, own.World, own.Start = 0, 1, 0
-		own.RecordSize = ds.Info().RecordSize
-		own.Align = storage.HintsOf(ds.Object(0)).BlockSize
 		build := func(n int, locate func(int) (int, int64, int)) (sampler.Sampler, error) {
 			s, _, err := own.Build(n, locate)
 			return s, err
@@ -127,6 +131,9 @@ func (j *Job) mixture(cfg sampler.Config, subset *roaring.Bitmap) (sampler.Sampl
 				local.Add(it.Next() - uint32(offs[k]))
 			}
 			ids := local.ToArray()
+			if len(own.Bounds) > 0 {
+				own.Bounds = subsetBounds(own.Bounds, ids)
+			}
 			srcs[k], err = newSubsetSampler(func(n int) (sampler.Sampler, error) {
 				return build(n, func(i int) (int, int64, int) {
 					l := ds.Locate(int(ids[i]))

@@ -69,6 +69,9 @@ type source struct {
 	// and ds puts them one after another; the mixture itself is not in
 	// the registry.
 	parts []*source
+	// union, for parts of rows, is all their files opened as one dataset:
+	// ds reads through it.
+	union *source
 }
 
 const keepOpen = 30 * time.Second
@@ -155,7 +158,16 @@ func (d *sources) concat(ctx context.Context, name string, parts []concatPart) (
 		ds = append(ds, e.ds)
 	}
 	var err error
-	if m.ds, err = dataset.NewConcat(ds); err != nil {
+	if m.union, err = d.rowsUnion(ctx, parts, ds); err != nil {
+		d.put(m)
+		return nil, fmt.Errorf("%s of rows read as one: %w", name, err)
+	}
+	if m.union != nil {
+		m.ds, err = dataset.NewRowsUnion(m.union.ds.(dataset.Rows), ds)
+	} else {
+		m.ds, err = dataset.NewConcat(ds)
+	}
+	if err != nil {
 		d.put(m)
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
 	}
@@ -165,6 +177,25 @@ func (d *sources) concat(ctx context.Context, name string, parts []concatPart) (
 	}
 	m.key = sourceKey{paths: name + " of " + strings.Join(keys, " "), opts: m.parts[0].key.opts}
 	return m, nil
+}
+
+// rowsUnion opens parts of rows (every part a dataset of rows, of one
+// format, from files) as one dataset of all their files, which puts a
+// batch's rows together whoever's they are; nil if the parts are not all
+// rows. Their schemas must agree, as those of one dataset's files do.
+func (d *sources) rowsUnion(ctx context.Context, parts []concatPart, ds []dataset.Dataset) (*source, error) {
+	var all []string
+	for k, p := range ds {
+		if _, rows := p.(dataset.Rows); !rows {
+			return nil, nil
+		}
+		if p.Info().Format != ds[0].Info().Format || p.Info().Format == "hf" {
+			return nil, fmt.Errorf("%w: %s (%s) with %s (%s): rows mix with rows of one format read from files (a Hugging Face directory's Arrow files: give them as paths)",
+				errSpec, p.Info().Paths[0], p.Info().Format, ds[0].Info().Paths[0], ds[0].Info().Format)
+		}
+		all = append(all, parts[k].paths...)
+	}
+	return d.get(ctx, all, parts[0].opts)
 }
 
 // mix opens each source of a mixture and puts them one after another.
@@ -244,6 +275,9 @@ func (d *sources) put(e *source) {
 	if e.parts != nil || e.key.paths == "" {
 		for _, p := range e.parts {
 			d.put(p)
+		}
+		if e.union != nil {
+			d.put(e.union)
 		}
 		return
 	}

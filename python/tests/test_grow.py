@@ -97,3 +97,21 @@ def test_refresh_refusals(daemon, tmp_path):
     add_lines(tmp_path / "a.jsonl", 0, 20)
     with pytest.raises(riffle.InvalidSpec, match="refresh"):
         riffle.Loader(str(tmp_path / "a.jsonl"), 8, refresh="always")
+
+
+def test_parquet_glob_grows(daemon, tmp_path):
+    """Files of rows grow the same way: the generations are read as one dataset of their files."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    def write(name, first, n):
+        pq.write_table(pa.table({"i": pa.array(range(first, first + n), pa.int64())}), str(tmp_path / name),
+                       row_group_size=50, data_page_size=512)
+
+    write("b.parquet", 100, 200)
+    ld = riffle.Loader(str(tmp_path / "*.parquet"), 32, refresh="epoch", seed=4)
+    first = {i: r["i"] for b in ld for i, r in zip(b.ids.tolist(), b.data.to_pylist())}
+    assert sorted(first.values()) == list(range(100, 300))
+    write("a.parquet", 0, 100)  # sorts first, reads after
+    second = {i: r["i"] for b in ld for i, r in zip(b.ids.tolist(), b.data.to_pylist())}
+    assert all(second[i] == v for i, v in first.items()) and sorted(second[i] for i in range(200, 300)) == list(range(100))

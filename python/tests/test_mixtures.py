@@ -153,7 +153,7 @@ def test_refusals(daemon, tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     pq.write_table(pa.table({"x": list(range(10))}), str(tmp_path / "t.parquet"))
-    with pytest.raises(ValueError, match="rows is not mixed"):
+    with pytest.raises(ValueError, match="rows mixes only with rows"):
         riffle.Loader(mixture=[(paths[0], 1), (str(tmp_path / "t.parquet"), 1)], batch_size=8)
 
 
@@ -203,3 +203,53 @@ def own_epochs(rows: np.ndarray, lens) -> None:
         mine = rows[rows[:, 0] == s, 1]
         for e in range(len(mine) // n):
             assert sorted(mine[e * n:(e + 1) * n]) == list(range(n)), (s, e)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_mixture_of_rows(daemon, tmp_path, fmt):
+    """Sources of rows (Parquet, Arrow) of one schema mix: read as one dataset of their files, each row its
+    writer's, each source's share kept and its rows at most once, split over ranks; another schema, or records
+    beside rows, is refused."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    lens, paths = (300, 1000, 150), []
+    for k, n in enumerate(lens):
+        t = pa.table({"src": pa.array([k] * n, pa.int64()), "i": pa.array(range(n), pa.int64()),
+                      "text": pa.array([f"s{k}-" + "t" * (i % 40) for i in range(n)])})
+        p = str(tmp_path / f"s{k}.{fmt}")
+        if fmt == "parquet":
+            pq.write_table(t, p, row_group_size=97, data_page_size=1024)
+        else:
+            with pa.ipc.new_file(p, t.schema) as w:
+                for b in t.to_batches(max_chunksize=64):
+                    w.write_batch(b)
+        paths.append(p)
+    w = [1, 2, 0.5]
+    mix = list(zip(paths, w))
+    ld = riffle.Loader(mixture=mix, batch_size=64, seed=3)
+    assert ld.offsets == [0, 300, 1300]
+    got = []
+    for b in ld:
+        for rid, r in zip(b.ids.tolist(), b.data.to_pylist()):
+            k = max(j for j, off in enumerate(ld.offsets) if off <= rid)
+            assert (r["src"], r["i"]) == (k, rid - ld.offsets[k]) and r["text"] == f"s{k}-" + "t" * (r["i"] % 40)
+            got.append((r["src"], r["i"]))
+    assert len(set(got)) == len(got)
+    cnt = np.bincount([s for s, _ in got], minlength=3)
+    assert cnt[2] == 150 and all(abs(cnt[k] - len(got) * w[k] / 3.5) < 1 for k in range(3)), cnt
+    # Two ranks split the epoch.
+    parts = [{(r["src"], r["i"]) for b in riffle.Loader(mixture=mix, batch_size=64, seed=3, rank=r, world_size=2)
+              for r in b.data.to_pylist()} for r in (0, 1)]
+    assert parts[0] | parts[1] == set(got) and len(parts[0] & parts[1]) <= 1
+    other = str(tmp_path / f"other.{fmt}")
+    t = pa.table({"x": pa.array([1.5, 2.5])})
+    if fmt == "parquet":
+        pq.write_table(t, other)
+    else:
+        with pa.ipc.new_file(other, t.schema) as wr:
+            wr.write_table(t)
+    with pytest.raises(riffle.RiffleError):
+        riffle.Loader(mixture=[(paths[0], 1), (other, 1)], batch_size=8)
+    npy = sources(tmp_path)[0]
+    with pytest.raises(riffle.InvalidSpec, match="rows mixes only with rows"):
+        riffle.Loader(mixture=[(paths[0], 1), (npy, 1)], batch_size=8)
