@@ -157,6 +157,25 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 // source opens the plan's dataset: its files, or its mixture's sources
 // one after another.
 func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
+	if plan.Mixture != nil && plan.Refresh {
+		// Each source grows by its own log; their generations are the
+		// node's log's for the epoch (a state names none for a mixture).
+		var parts []*source
+		for k, paths := range plan.Mixture.Sources {
+			one := plan
+			one.Paths, one.Mixture = paths, nil
+			src, _, err := env.grown(ctx, one)
+			if err != nil {
+				for _, p := range parts {
+					env.sets.put(p)
+				}
+				return nil, 0, fmt.Errorf("mixture source %d: %w", k, err)
+			}
+			parts = append(parts, src)
+		}
+		src, err := env.sets.concatOpen("growing mixture", parts)
+		return src, 0, err
+	}
 	if plan.Mixture != nil {
 		src, err := env.sets.mix(ctx, plan.Mixture.Sources, plan.Dataset)
 		return src, 0, err

@@ -289,8 +289,8 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 			return c, specErr("generations without refresh")
 		}
 	case "epoch":
-		if len(spec.Mixture) > 0 {
-			return c, specErr("refresh of a mixture: give each growing source its own job (not yet mixed)")
+		if len(spec.Mixture) > 0 && spec.Generations > 0 {
+			return c, specErr("generations of a mixture: each source's are its log's for the epoch")
 		}
 		if spec.Epochs != 1 {
 			return c, specErr("refresh %q takes one epoch a job (epochs 1): the next epoch may read more files", spec.Refresh)

@@ -171,11 +171,39 @@ func (d *sources) concat(ctx context.Context, name string, parts []concatPart) (
 		d.put(m)
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
 	}
-	keys := make([]string, len(m.parts))
-	for i, p := range m.parts {
+	m.key = concatKey(name, m.parts)
+	return m, nil
+}
+
+// concatKey names a source of parts.
+func concatKey(name string, parts []*source) sourceKey {
+	keys := make([]string, len(parts))
+	for i, p := range parts {
 		keys[i] = p.key.paths
 	}
-	m.key = sourceKey{paths: name + " of " + strings.Join(keys, " "), opts: m.parts[0].key.opts}
+	return sourceKey{paths: name + " of " + strings.Join(keys, " "), opts: parts[0].key.opts}
+}
+
+// concatOpen puts sources opened already one after another, under name:
+// a mixture of growing sources, each its generations. They are the new
+// source's: putting it puts them.
+func (d *sources) concatOpen(name string, parts []*source) (*source, error) {
+	m := &source{refs: 1, ready: make(chan struct{}), parts: parts}
+	close(m.ready)
+	ds := make([]dataset.Dataset, len(parts))
+	for i, p := range parts {
+		if _, rows := p.ds.(dataset.Rows); rows {
+			d.put(m)
+			return nil, specErr("%s: a growing source of rows (%s) is not mixed (yet): mix its files, or let it grow alone", name, p.desc())
+		}
+		ds[i] = p.ds
+	}
+	var err error
+	if m.ds, err = dataset.NewConcat(ds); err != nil {
+		d.put(m)
+		return nil, fmt.Errorf("%w: %w", errSpec, err)
+	}
+	m.key = concatKey(name, parts)
 	return m, nil
 }
 

@@ -115,3 +115,25 @@ def test_parquet_glob_grows(daemon, tmp_path):
     write("a.parquet", 0, 100)  # sorts first, reads after
     second = {i: r["i"] for b in ld for i, r in zip(b.ids.tolist(), b.data.to_pylist())}
     assert all(second[i] == v for i, v in first.items()) and sorted(second[i] for i in range(200, 300)) == list(range(100))
+
+
+def test_growing_mixture(daemon, tmp_path):
+    """A mixture of growing globs: each source reads the files found by the epoch's start, and its records keep
+    their ids after its offset (which moves as the sources before it grow)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    add_lines(tmp_path / "a" / "1.jsonl", 0, 100)
+    add_lines(tmp_path / "b" / "1.jsonl", 1000, 100)
+    mix = [(str(tmp_path / "a" / "*.jsonl"), 1), (str(tmp_path / "b" / "*.jsonl"), 1)]
+    ld = riffle.Loader(mixture=mix, batch_size=16, refresh="epoch", seed=5)
+    first = epoch(ld)
+    assert sorted(json.loads(r)["i"] for r in first.values()) == list(range(100)) + list(range(1000, 1100))
+    add_lines(tmp_path / "a" / "2.jsonl", 100, 100)  # source 0 grows to 200
+    second = epoch(ld)
+    assert ld.offsets == [0, 200]
+    new = [json.loads(r)["i"] for r in second.values()]
+    # The schedule ends at source 1's 101st draw (priority 100.5): source 0 has drawn 101, the tie going to it.
+    assert len(second) == 201 and len([i for i in new if i < 1000]) == 101
+    for rid, r in second.items():
+        i = json.loads(r)["i"]
+        assert rid == (i if i < 1000 else 200 + i - 1000), (rid, i)
