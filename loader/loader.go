@@ -105,7 +105,10 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 					want, _ = bs.Span(end)
 				}
 			}
-			if e != opts.Epoch || pos > want {
+			// A state at the end of the epoch before is the start of this
+			// one (a stream that delivered its whole epoch).
+			next := e+1 == opts.Epoch && pos == s.Len() && opts.Batch == 0
+			if (e != opts.Epoch || pos > want) && !next {
 				return nil, fmt.Errorf("loader: resuming: sampler state is at epoch %d position %d, the loader at epoch %d batch %d (position %d): %w",
 					e, pos, opts.Epoch, opts.Batch, want, sampler.ErrState)
 			}

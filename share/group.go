@@ -115,11 +115,12 @@ type Member struct {
 	remaining int     // records of give with this member's bit: not given yet
 	queue     []given // given, not yet taken
 	seq       []int32 // this epoch's records, in the order taken
-	// last is the epoch before's seq, whole, while its places may still be
-	// saved (a loader reads ahead into the next epoch before the state of
-	// its last batches is asked for); lastEpoch is that epoch, or -1.
-	last      []int32
-	lastEpoch int
+	// past are the epochs before's seqs, whole, oldest first, while their
+	// places may still be saved: a loader reads ahead into the next
+	// epochs before the state of its last batches is asked for, and over
+	// tiny epochs (a small part of a subset) it may be several ahead. The
+	// last one is always kept; older ones while they hold few ids.
+	past []pastEpoch
 	// done is seq as a set, kept as seq grows so that saving a state
 	// costs the set's size, not a pass over the epoch so far.
 	done   roaring.Bitmap
@@ -129,6 +130,40 @@ type Member struct {
 	// Last, if not negative, is the job's last epoch: it is not given
 	// records of later ones.
 	Last int
+}
+
+// pastEpoch is an epoch's records in the order taken.
+type pastEpoch struct {
+	epoch int
+	seq   []int32
+}
+
+// keepIDs bounds the ids the epochs before the last keep: 64K, a few
+// hundred KiB, many epochs of a small part.
+const keepIDs = 1 << 16
+
+// keep adds epoch's seq to the past, dropping the oldest beyond the last
+// while the past holds more than keepIDs ids.
+func (m *Member) keep(epoch int, seq []int32) {
+	m.past = append(m.past, pastEpoch{epoch, slices.Clone(seq)})
+	total := 0
+	for _, p := range m.past {
+		total += len(p.seq)
+	}
+	for len(m.past) > 1 && total-len(m.past[len(m.past)-1].seq) > keepIDs {
+		total -= len(m.past[0].seq)
+		m.past = m.past[1:]
+	}
+}
+
+// pastSeq is a kept epoch's seq, nil if it is not kept.
+func (m *Member) pastSeq(epoch int) []int32 {
+	for _, p := range m.past {
+		if p.epoch == epoch {
+			return p.seq
+		}
+	}
+	return nil
 }
 
 // given is a record given to a member, and the epoch it is given for.
@@ -145,7 +180,7 @@ func (g *Group) Join(subset *roaring.Bitmap, epoch int) (*Member, error) {
 	defer g.mu.Unlock()
 	for i := range g.mem {
 		if g.mem[i] == nil {
-			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1, Last: -1, lastEpoch: -1}
+			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1, Last: -1}
 			if subset != nil {
 				if subset.GetCardinality() > 0 && int(subset.Maximum()) >= g.opts.Records {
 					return nil, fmt.Errorf("share: subset names record %d of %d", subset.Maximum(), g.opts.Records)
@@ -205,7 +240,7 @@ func (m *Member) start(e int) {
 		m.g.cl.clearBit(m.bit)
 	}
 	m.dropQueue()
-	m.epoch, m.seq, m.lastEpoch = e, m.seq[:0], -1
+	m.epoch, m.seq, m.past = e, m.seq[:0], nil
 	m.done.Clear()
 	m.insert(e)
 }
@@ -245,7 +280,7 @@ func (m *Member) Fill(epoch, pos int, dst []int) int {
 		if epoch == m.epoch+1 && len(m.seq) == m.size && pos == 0 {
 			// The next epoch, given ahead already; the last one is kept
 			// for the states of its last places.
-			m.last, m.lastEpoch = append(m.last[:0], m.seq...), m.epoch
+			m.keep(m.epoch, m.seq)
 			m.epoch, m.seq = epoch, m.seq[:0]
 			m.done.Clear()
 		} else {
@@ -416,10 +451,10 @@ func (m *Member) SaveFrom(mark any, from int) ([]byte, error) {
 	switch {
 	case mk.epoch == m.epoch && mk.pos <= len(m.seq):
 		seq = m.seq[:mk.pos]
-	case mk.epoch == m.lastEpoch && mk.pos <= len(m.last):
-		// A place of the epoch before, asked after the loader read on
+	case m.pastSeq(mk.epoch) != nil && mk.pos <= len(m.pastSeq(mk.epoch)):
+		// A place of an epoch before, asked after the loader read on
 		// into this one.
-		seq = m.last[:mk.pos]
+		seq = m.pastSeq(mk.epoch)[:mk.pos]
 	case mk.pos > 0:
 		m.g.mu.Unlock()
 		return nil, fmt.Errorf("shared sampler: the records delivered up to position %d of epoch %d are no longer kept (the job is at epoch %d)", mk.pos, mk.epoch, m.epoch)
@@ -487,11 +522,10 @@ func (m *Member) Restore(state []byte) (int, int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m.start(epoch)
-	if pos == m.size {
-		// A whole epoch was delivered: the next begins.
-		m.start(epoch + 1)
-		return epoch + 1, 0, nil
-	}
+	// A whole epoch delivered stays that epoch's end (its records all
+	// taken): the next begins when it is asked for, and an opportunistic
+	// window that reached the end is loaded again from them, less what
+	// was delivered.
 	for _, e := range order {
 		if e >= g.opts.Records || g.cl.sig(e)&m.bit == 0 {
 			return 0, 0, fmt.Errorf("shared sampler: %w (record %d is not this job's)", sampler.ErrState, e)

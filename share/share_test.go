@@ -425,12 +425,31 @@ func TestSaveAPlaceOfTheEpochBefore(t *testing.T) {
 	rest := make([]int, 40)
 	m2.Fill(0, 60, rest)
 	isPermutationOf(t, append(head, rest...), nil, 100)
-	// A place two epochs back is gone: an error, never an empty set.
-	for p := 1; p < 100; p++ {
-		m.Fill(1, p, buf)
+	// Tiny epochs are kept further back: a loader over a small part reads
+	// several ahead (here two) before a place is asked for.
+	for e := 1; e <= 2; e++ {
+		for p := range 100 {
+			m.Fill(e, p, buf)
+		}
 	}
-	m.Fill(2, 0, buf)
-	if _, err := m.Save(mark); err == nil {
-		t.Fatal("a place two epochs back saved")
+	m.Fill(3, 0, buf)
+	if st2, err := m.Save(mark); err != nil || string(st2) != string(st) {
+		t.Fatalf("a place of a tiny epoch three back: %v", err)
+	}
+	// Epochs of more than keepIDs records are not: a place two back is
+	// gone, an error, never an empty set.
+	big := NewGroup(Options{Records: keepIDs + 100, Seed: 1})
+	mb, _ := big.Join(nil, 0)
+	mb.Fill(0, 0, buf)
+	bigMark := mb.Mark()
+	chunk := make([]int, 4096)
+	for e := 0; e <= 2; e++ {
+		for p := 0; p < keepIDs+100; p += len(chunk) {
+			mb.Fill(e, p, chunk)
+		}
+	}
+	mb.Fill(3, 0, buf)
+	if _, err := mb.Save(bigMark); err == nil {
+		t.Fatal("a place of a large epoch three back saved")
 	}
 }
