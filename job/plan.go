@@ -393,7 +393,7 @@ func checkMixture(spec *wire.JobSpec) (*Mixture, error) {
 			return specErr("%s: %d weights for %d sources", what, len(ws), len(spec.Mixture))
 		}
 		for i, w := range ws {
-			if !(w > 0) || math.IsInf(w, 0) {
+			if !sampler.ValidWeight(w) {
 				return specErr("%s: source %d's weight is %v, want a positive finite number", what, i, w)
 			}
 		}

@@ -53,6 +53,9 @@ type Mixture struct {
 	lastEpoch, lastPos int
 }
 
+// ValidWeight says whether w can weigh a source: positive and finite.
+func ValidWeight(w float64) bool { return w > 0 && !math.IsInf(w, 0) }
+
 // Segment is a mixture's weights from epoch From on.
 type Segment struct {
 	From    int
@@ -82,7 +85,7 @@ func NewMixture(sources []Sampler, offsets []int, segments []Segment, cycle bool
 			return nil, fmt.Errorf("mixture weights from epoch %d: %d weights for %d sources", seg.From, len(seg.Weights), len(sources))
 		}
 		for i, w := range seg.Weights {
-			if !(w > 0) || math.IsInf(w, 0) {
+			if !ValidWeight(w) {
 				return nil, fmt.Errorf("mixture weight %v of source %d: want a positive finite number", w, i)
 			}
 		}
@@ -125,12 +128,7 @@ func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 	if n == 0 {
 		return 0
 	}
-	// The schedule's position: the epoch's own with the schedule starting
-	// again each epoch, else the segment's stream's.
-	q := pos
-	if m.cycle {
-		q = (epoch-m.From())*m.n + pos
-	}
+	q := m.at(epoch, pos)
 	m.mu.Lock() // one Fill at a time: they share the cursor and the permutations
 	defer m.mu.Unlock()
 	c := m.cur
@@ -314,16 +312,21 @@ func (m *Mixture) Restore(state []byte) (int, int, error) {
 // Draws is how many draws of each source the schedule makes before
 // position pos of epoch: where each source's own order is then.
 func (m *Mixture) Draws(epoch, pos int) []int {
-	q := pos
-	if m.cycle {
-		q = (epoch-m.From())*m.n + pos
-	}
 	cnt := make([]int, len(m.sources))
-	m.plan.counts(q, cnt)
+	m.plan.counts(m.at(epoch, pos), cnt)
 	for i := range cnt {
 		cnt[i] += m.prior[i]
 	}
 	return cnt
+}
+
+// at is the schedule's position of position pos of epoch: the epoch's own
+// when the schedule starts again each epoch, else the segment's stream's.
+func (m *Mixture) at(epoch, pos int) int {
+	if m.cycle {
+		return (epoch-m.From())*m.n + pos
+	}
+	return pos
 }
 
 // schedule is one segment's weights.
@@ -396,29 +399,32 @@ func (s schedule) counts(p int, cnt []int) {
 // sources sized to their weights are each read whole); with cycle, after
 // the last source's last draw.
 func (s schedule) epochLen(lens []int, cycle bool) int {
-	n := -1
+	// Draws come in (priority, source) order, so the draw that ends the
+	// epoch is the least (or, with cycle, the greatest) of the sources'
+	// deciding draws; only its place is worked out.
+	end, at := -1, 0.0
 	for i, l := range lens {
-		// A draw's place: every draw of lower priority, or of equal
-		// priority from a source before it, comes first.
 		k := l // the draw past the source's records
 		if cycle {
 			k = l - 1 // its last: the epoch ends after it
 		}
 		t := s.priority(i, k)
-		p := s.countBelow(t)
-		for j := range i {
-			if s.priority(j, s.below(j, t)) == t {
-				p++
-			}
-		}
-		if cycle {
-			p++
-		}
-		if n < 0 || (cycle && p > n) || (!cycle && p < n) {
-			n = p
+		if end < 0 || (!cycle && t < at) || (cycle && t >= at) {
+			end, at = i, t
 		}
 	}
-	return n
+	// Its place: every draw of lower priority, or of equal priority from a
+	// source before it, comes first.
+	p := s.countBelow(at)
+	for j := range end {
+		if s.priority(j, s.below(j, at)) == at {
+			p++
+		}
+	}
+	if cycle {
+		p++
+	}
+	return p
 }
 
 // seek makes a cursor at position q.
