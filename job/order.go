@@ -9,6 +9,7 @@ import (
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -30,18 +31,8 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 	if plan.Share && (smpCfg.Kind == "" || smpCfg.Kind == "global") {
 		// Ranks and DataLoader workers split the subset by a hash of the
 		// id: a shared order is no function of position to cut.
-		stride := max(1, plan.Loader.BatchStride)
-		mine := part(subset, ds.Len(), smpCfg.Rank*stride+plan.Loader.BatchOffset, max(1, smpCfg.World)*stride)
-		// Whoever holds the bytes states their size: a shared record's
-		// item is the record's own length (its locator's), or the
-		// transform's output size; never a mean, which cuts the longer
-		// records of a variable-size dataset.
-		size := func(id int) int { return ds.Locate(id).Len }
-		if j.tf != nil {
-			out := j.tf.Size()
-			size = func(int) int { return out }
-		}
-		m, err := j.env.groups.join(j, j.src, j.env.cache, key, size, mine, plan.Loader.Epoch)
+		mine := j.part(smpCfg, subset, ds.Len())
+		m, err := j.join(j.src, key, mine, plan.Loader.Epoch)
 		if err == nil {
 			if mine != nil && mine.IsEmpty() {
 				return nil, fmt.Errorf("%w: this rank's part of the subset holds no record", dataset.ErrEmpty)
@@ -50,29 +41,55 @@ func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sa
 		}
 		slog.Info("job not shared", "reason", err)
 	}
-	if subset == nil {
-		smp, _, err := smpCfg.Build(ds.Len(), dataset.Locator(ds))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errSpec, err)
-		}
-		return smp, nil
-	}
-	ids := subset.ToArray()
-	locate := func(i int) (int, int64, int) {
-		l := ds.Locate(int(ids[i]))
-		return l.Object, l.Off, l.Len
-	}
-	if len(smpCfg.Bounds) > 0 {
-		smpCfg.Bounds = subsetBounds(smpCfg.Bounds, ids)
-	}
-	smp, err := newSubsetSampler(func(n int) (sampler.Sampler, error) {
-		b, _, err := smpCfg.Build(n, locate)
-		return b, err
-	}, subset)
+	smp, err := ownOrder(smpCfg, ds, subset)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
 	}
 	return smp, nil
+}
+
+// ownOrder is cfg's order over ds's records, or over its subset (of ds's
+// ids) if not nil: the order of the subset's positions, naming its ids,
+// with ds's own blocks cut to the subset's.
+func ownOrder(cfg sampler.Config, ds dataset.Dataset, subset *roaring.Bitmap) (sampler.Sampler, error) {
+	if subset == nil {
+		smp, _, err := cfg.Build(ds.Len(), dataset.Locator(ds))
+		return smp, err
+	}
+	ids := subset.ToArray()
+	if len(cfg.Bounds) > 0 {
+		cfg.Bounds = subsetBounds(cfg.Bounds, ids)
+	}
+	base, _, err := cfg.Build(len(ids), func(i int) (int, int64, int) {
+		l := ds.Locate(int(ids[i]))
+		return l.Object, l.Off, l.Len
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &subsetSampler{base: base, ids: ids}, nil
+}
+
+// part is this rank's and DataLoader worker's part of subset (every
+// record of n, if nil) when the job is shared: a hash of the id splits it.
+func (j *Job) part(cfg sampler.Config, subset *roaring.Bitmap, n int) *roaring.Bitmap {
+	stride := max(1, j.plan.Loader.BatchStride)
+	return part(subset, n, cfg.Rank*stride+j.plan.Loader.BatchOffset, max(1, cfg.World)*stride)
+}
+
+// join makes the job a member of src's share group over its part mine,
+// from epoch. Whoever holds the bytes states their size: a shared
+// record's item is the record's own length (its locator's), or the
+// transform's output size; never a mean, which cuts the longer records of
+// a variable-size dataset.
+func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, epoch int) (*share.Member, error) {
+	ds := src.ds
+	size := func(id int) int { return ds.Locate(id).Len }
+	if j.tf != nil {
+		out := j.tf.Size()
+		size = func(int) int { return out }
+	}
+	return j.env.groups.join(j, src, j.env.cache, key, size, mine, epoch)
 }
 
 // ownBlocks fits cfg to ds: its record size and device block, and, for a
@@ -106,58 +123,49 @@ func ownBlocks(cfg sampler.Config, ds dataset.Dataset) sampler.Config {
 func (j *Job) mixture(cfg sampler.Config, subset *roaring.Bitmap) (sampler.Sampler, error) {
 	c := j.src.ds.(concatenated)
 	parts, offs := c.Parts(), c.Offsets()
-	srcs := make([]sampler.Sampler, len(parts))
+	// Each source's part of the subset, in its own ids (nil: all).
+	locals := make([]*roaring.Bitmap, len(parts))
 	for k, ds := range parts {
-		own := ownBlocks(cfg, ds) // a Parquet source: a block order over its pages
-		own.Seed = sampler.Mix(cfg.Seed, uint64(k)+1)
-		own.Rank, own.World, own.Start = 0, 1, 0
-		build := func(n int, locate func(int) (int, int64, int)) (sampler.Sampler, error) {
-			s, _, err := own.Build(n, locate)
-			return s, err
-		}
-		var err error
 		if subset == nil {
-			srcs[k], err = build(ds.Len(), dataset.Locator(ds))
-		} else {
-			mine := roaring.New()
-			mine.AddRange(uint64(offs[k]), uint64(offs[k]+ds.Len()))
-			mine.And(subset)
-			if mine.IsEmpty() {
-				return nil, fmt.Errorf("%w: the subset holds no record of mixture source %d (%s)", dataset.ErrEmpty, k, ds.Info().Paths[0])
-			}
-			local := roaring.New()
-			it := mine.Iterator()
-			for it.HasNext() {
-				local.Add(it.Next() - uint32(offs[k]))
-			}
-			ids := local.ToArray()
-			if len(own.Bounds) > 0 {
-				own.Bounds = subsetBounds(own.Bounds, ids)
-			}
-			srcs[k], err = newSubsetSampler(func(n int) (sampler.Sampler, error) {
-				return build(n, func(i int) (int, int64, int) {
-					l := ds.Locate(int(ids[i]))
-					return l.Object, l.Off, l.Len
-				})
-			}, local)
+			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: mixture source %d: %w", errSpec, k, err)
+		mine := roaring.New()
+		mine.AddRange(uint64(offs[k]), uint64(offs[k]+ds.Len()))
+		mine.And(subset)
+		if mine.IsEmpty() {
+			return nil, fmt.Errorf("%w: the subset holds no record of mixture source %d (%s)", dataset.ErrEmpty, k, ds.Info().Paths[0])
+		}
+		locals[k] = roaring.New()
+		it := mine.Iterator()
+		for it.HasNext() {
+			locals[k].Add(it.Next() - uint32(offs[k]))
 		}
 	}
+	srcs := make([]sampler.Sampler, len(parts))
 	if j.plan.Share && (cfg.Kind == "" || cfg.Kind == "global") && j.plan.Loader.Opportunistic <= 1 {
 		// Each source's order is a member of its source's share group, as
 		// a job on the source alone would be: mixtures and jobs over
 		// overlapping sources read what they have in common once.
-		if err := j.shareSources(cfg, srcs); err != nil {
+		if err := j.shareSources(cfg, locals, srcs); err != nil {
 			return nil, err
 		}
 		cfg.Rank, cfg.World = 0, 1 // members cover this rank's and worker's part
-	} else if j.plan.Share {
-		// As a job alone: only a global shuffle is shared (and a mixture's
-		// not with opportunistic batches, whose windows would cross its
-		// sources' epochs).
-		slog.Info("mixture not shared", "sampler", cfg.Kind, "opportunistic", j.plan.Loader.Opportunistic)
+	} else {
+		if j.plan.Share {
+			// As a job alone: only a global shuffle is shared (and a
+			// mixture's not with opportunistic batches, whose windows
+			// would cross its sources' epochs).
+			slog.Info("mixture not shared", "sampler", cfg.Kind, "opportunistic", j.plan.Loader.Opportunistic)
+		}
+		for k, ds := range parts {
+			own := ownBlocks(cfg, ds) // a Parquet source: a block order over its pages
+			own.Seed = sampler.Mix(cfg.Seed, uint64(k)+1)
+			own.Rank, own.World, own.Start = 0, 1, 0
+			var err error
+			if srcs[k], err = ownOrder(own, ds, locals[k]); err != nil {
+				return nil, fmt.Errorf("%w: mixture source %d: %w", errSpec, k, err)
+			}
+		}
 	}
 	m, err := sampler.NewMixture(srcs, offs, j.plan.Mixture.Segments, j.plan.Mixture.Cycle)
 	if err != nil {
@@ -171,54 +179,37 @@ func (j *Job) mixture(cfg sampler.Config, subset *roaring.Bitmap) (sampler.Sampl
 	return s, nil
 }
 
-// shareSources replaces each source's order in srcs with a member of the
-// source's share group, over this rank's and worker's part of the
-// source's records (of the subset) split by a hash of the id, as a
-// shared job's. A member starts at the source's own epoch the mixture's
-// schedule has reached at the job's start.
-func (j *Job) shareSources(cfg sampler.Config, srcs []sampler.Sampler) error {
+// shareSources puts in srcs, for each source, a member of the source's
+// share group over this rank's and worker's part of the source's records
+// (locals[k], nil for all) split by a hash of the id, as a shared job's.
+// A member starts at the source's own epoch the mixture's schedule has
+// reached at the job's start.
+func (j *Job) shareSources(cfg sampler.Config, locals []*roaring.Bitmap, srcs []sampler.Sampler) error {
 	plan := j.plan
-	c := j.src.ds.(concatenated)
-	stride := max(1, plan.Loader.BatchStride)
-	who, parts := cfg.Rank*stride+plan.Loader.BatchOffset, max(1, cfg.World)*stride
 	mine := make([]*roaring.Bitmap, len(srcs))
 	sizes := make([]sampler.Sampler, len(srcs))
-	for k, s := range srcs {
-		var local *roaring.Bitmap
-		if ss, ok := s.(*subsetSampler); ok {
-			local = roaring.New()
-			for _, id := range ss.ids {
-				local.Add(uint32(id))
-			}
-		}
-		n := c.Parts()[k].Len()
-		mine[k] = part(local, n, who, parts)
-		size := n
+	for k, p := range j.src.parts {
+		n := p.ds.Len()
+		mine[k] = j.part(cfg, locals[k], n)
 		if mine[k] != nil {
-			size = int(mine[k].GetCardinality())
+			n = int(mine[k].GetCardinality())
 		}
-		if size == 0 {
+		if n == 0 {
 			return fmt.Errorf("%w: this rank's part of mixture source %d holds no record", dataset.ErrEmpty, k)
 		}
-		sizes[k] = sampler.Sequential{N: size}
+		sizes[k] = sampler.Sequential{N: n}
 	}
-	at, err := sampler.NewMixture(sizes, c.Offsets(), plan.Mixture.Segments, plan.Mixture.Cycle)
+	at, err := sampler.NewMixture(sizes, j.src.ds.(concatenated).Offsets(), plan.Mixture.Segments, plan.Mixture.Cycle)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errSpec, err)
 	}
 	draws := at.Draws(plan.Loader.Epoch, 0)
 	for k, p := range j.src.parts {
-		ds := p.ds
-		size := func(id int) int { return ds.Locate(id).Len }
-		if j.tf != nil {
-			out := j.tf.Size()
-			size = func(int) int { return out }
-		}
 		epoch := plan.Loader.Epoch
 		if plan.Mixture.Cycle {
 			epoch = draws[k] / sizes[k].Len()
 		}
-		m, err := j.env.groups.join(j, p, j.env.cache, cacheKey(p, j.transform), size, mine[k], epoch)
+		m, err := j.join(p, cacheKey(p, j.transform), mine[k], epoch)
 		if err != nil {
 			return fmt.Errorf("mixture source %d not shared: %w", k, err)
 		}

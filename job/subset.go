@@ -302,20 +302,7 @@ func mixID(id uint32) uint64 {
 // positions 0..|ids|-1, which name ids.
 type subsetSampler struct {
 	base sampler.Sampler
-	ids  []int32
-}
-
-func newSubsetSampler(base func(n int) (sampler.Sampler, error), subset *roaring.Bitmap) (sampler.Sampler, error) {
-	ids := make([]int32, 0, subset.GetCardinality())
-	it := subset.Iterator()
-	for it.HasNext() {
-		ids = append(ids, int32(it.Next()))
-	}
-	b, err := base(len(ids))
-	if err != nil {
-		return nil, err
-	}
-	return &subsetSampler{base: b, ids: ids}, nil
+	ids  []uint32
 }
 
 func (s *subsetSampler) Len() int { return s.base.Len() }
