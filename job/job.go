@@ -173,7 +173,7 @@ func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 			}
 			parts = append(parts, src)
 		}
-		src, err := env.sets.concatOpen("growing mixture", parts)
+		src, err := env.sets.concatOpen(ctx, "growing mixture", parts, plan.Dataset)
 		return src, 0, err
 	}
 	if plan.Mixture != nil {

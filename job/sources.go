@@ -145,20 +145,34 @@ type concatPart struct {
 
 // concat opens each part and puts them one after another, under name.
 func (d *sources) concat(ctx context.Context, name string, parts []concatPart) (*source, error) {
-	m := &source{refs: 1, ready: make(chan struct{})}
-	close(m.ready)
-	var ds []dataset.Dataset
+	opened := make([]*source, 0, len(parts))
 	for _, p := range parts {
 		e, err := d.get(ctx, p.paths, p.opts)
 		if err != nil {
-			d.put(m)
+			for _, o := range opened {
+				d.put(o)
+			}
 			return nil, fmt.Errorf("%s: %w", p.name, err)
 		}
-		m.parts = append(m.parts, e)
-		ds = append(ds, e.ds)
+		opened = append(opened, e)
+	}
+	return d.concatOpen(ctx, name, opened, parts[0].opts)
+}
+
+// concatOpen puts sources opened already one after another, under name
+// (a mixture's sources, a growing dataset's generations, or a mixture of
+// growing sources). They become the new source's: putting it puts them.
+// Sources of rows are read as one dataset of all their files (opened
+// with opts), which puts a batch's rows together whoever's they are.
+func (d *sources) concatOpen(ctx context.Context, name string, parts []*source, opts dataset.Options) (*source, error) {
+	m := &source{refs: 1, ready: make(chan struct{}), parts: parts}
+	close(m.ready)
+	ds := make([]dataset.Dataset, len(parts))
+	for i, p := range parts {
+		ds[i] = p.ds
 	}
 	var err error
-	if m.union, err = d.rowsUnion(ctx, parts, ds); err != nil {
+	if m.union, err = d.rowsUnion(ctx, ds, opts); err != nil {
 		d.put(m)
 		return nil, fmt.Errorf("%s of rows read as one: %w", name, err)
 	}
@@ -171,49 +185,20 @@ func (d *sources) concat(ctx context.Context, name string, parts []concatPart) (
 		d.put(m)
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
 	}
-	m.key = concatKey(name, m.parts)
-	return m, nil
-}
-
-// concatKey names a source of parts.
-func concatKey(name string, parts []*source) sourceKey {
 	keys := make([]string, len(parts))
 	for i, p := range parts {
 		keys[i] = p.key.paths
 	}
-	return sourceKey{paths: name + " of " + strings.Join(keys, " "), opts: parts[0].key.opts}
-}
-
-// concatOpen puts sources opened already one after another, under name:
-// a mixture of growing sources, each its generations. They are the new
-// source's: putting it puts them.
-func (d *sources) concatOpen(name string, parts []*source) (*source, error) {
-	m := &source{refs: 1, ready: make(chan struct{}), parts: parts}
-	close(m.ready)
-	ds := make([]dataset.Dataset, len(parts))
-	for i, p := range parts {
-		if _, rows := p.ds.(dataset.Rows); rows {
-			d.put(m)
-			return nil, specErr("%s: a growing source of rows (%s) is not mixed (yet): mix its files, or let it grow alone", name, p.desc())
-		}
-		ds[i] = p.ds
-	}
-	var err error
-	if m.ds, err = dataset.NewConcat(ds); err != nil {
-		d.put(m)
-		return nil, fmt.Errorf("%w: %w", errSpec, err)
-	}
-	m.key = concatKey(name, parts)
+	m.key = sourceKey{paths: name + " of " + strings.Join(keys, " "), opts: parts[0].key.opts}
 	return m, nil
 }
 
-// rowsUnion opens parts of rows (every part a dataset of rows, of one
-// format, from files) as one dataset of all their files, which puts a
-// batch's rows together whoever's they are; nil if the parts are not all
+// rowsUnion opens datasets of rows (every one of rows, of one format,
+// from files) as one dataset of all their files; nil if they are not all
 // rows. Their schemas must agree, as those of one dataset's files do.
-func (d *sources) rowsUnion(ctx context.Context, parts []concatPart, ds []dataset.Dataset) (*source, error) {
+func (d *sources) rowsUnion(ctx context.Context, ds []dataset.Dataset, opts dataset.Options) (*source, error) {
 	var all []string
-	for k, p := range ds {
+	for _, p := range ds {
 		if _, rows := p.(dataset.Rows); !rows {
 			return nil, nil
 		}
@@ -221,9 +206,9 @@ func (d *sources) rowsUnion(ctx context.Context, parts []concatPart, ds []datase
 			return nil, fmt.Errorf("%w: %s (%s) with %s (%s): rows mix with rows of one format read from files (a Hugging Face directory's Arrow files: give them as paths)",
 				errSpec, p.Info().Paths[0], p.Info().Format, ds[0].Info().Paths[0], ds[0].Info().Format)
 		}
-		all = append(all, parts[k].paths...)
+		all = append(all, p.Info().Paths...)
 	}
-	return d.get(ctx, all, parts[0].opts)
+	return d.get(ctx, all, opts)
 }
 
 // mix opens each source of a mixture and puts them one after another.

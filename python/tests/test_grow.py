@@ -137,3 +137,37 @@ def test_growing_mixture(daemon, tmp_path):
     for rid, r in second.items():
         i = json.loads(r)["i"]
         assert rid == (i if i < 1000 else 200 + i - 1000), (rid, i)
+
+
+def test_growing_mixture_of_rows(daemon, tmp_path):
+    """Sources of Parquet rows that grow mix too: each source's generations, all read as one dataset of their
+    files; a source's rows keep their ids after its offset."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    def write(d, name, first, n):
+        (tmp_path / d).mkdir(exist_ok=True)
+        pq.write_table(pa.table({"i": pa.array(range(first, first + n), pa.int64())}), str(tmp_path / d / name),
+                       row_group_size=40, data_page_size=512)
+
+    write("a", "2.parquet", 0, 100)
+    write("b", "1.parquet", 1000, 100)
+    mix = [(str(tmp_path / "a" / "*.parquet"), 1), (str(tmp_path / "b" / "*.parquet"), 1)]
+    ld = riffle.Loader(mixture=mix, batch_size=16, refresh="epoch", seed=6)
+
+    def rows():
+        out = {}
+        for b in ld:
+            for i, r in zip(b.ids.tolist(), b.data.to_pylist()):
+                assert i not in out
+                out[i] = r["i"]
+        return out
+
+    first = rows()
+    assert sorted(first.values()) == list(range(100)) + list(range(1000, 1100))
+    write("a", "1.parquet", 100, 100)  # sorts first, reads after
+    second = rows()
+    assert ld.offsets == [0, 200]
+    for rid, i in second.items():
+        assert rid == (i if i < 1000 else 200 + i - 1000), (rid, i)
+    assert any(100 <= i < 200 for i in second.values())
