@@ -656,8 +656,18 @@ def _mixture_at(spec: dict, segs: list[tuple[int, list[float]]], epoch: int) -> 
     spec = dict(spec, mixture=[dict(s, weight=w) for s, w in zip(spec["mixture"], segs[k][1])])
     spec.pop("mixture_history", None)
     if k:
-        spec["mixture_history"] = [{"until": segs[i + 1][0], "weights": segs[i][1]} for i in range(k)]
+        spec["mixture_history"] = _history(segs[:k + 1])
     return spec, k
+
+
+def _history(segs: list[tuple[int, list[float]]]) -> list[dict]:
+    """The weights before the last segment's, as the daemon takes them: each until the epoch the next begins."""
+    return [{"until": segs[i + 1][0], "weights": segs[i][1]} for i in range(len(segs) - 1)]
+
+
+def _weights_state(segs: list[tuple[int, list[float]]]) -> list[list]:
+    """A mixture's weights as a state keeps them: [from epoch, weights] each."""
+    return [[start, list(ws)] for start, ws in segs]
 
 
 def _state_weights(state: dict, n: int) -> list[tuple[int, list[float]]]:
@@ -837,8 +847,7 @@ class Loader:
         """The spec of a job opening at epoch, and the mixture's weights it has (-1: no mixture)."""
         if self._weights is None:
             return dict(self.spec), -1
-        spec, k = _mixture_at(self.spec, self._weights, epoch)
-        return spec, k
+        return _mixture_at(self.spec, self._weights, epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """The place of the next batch: save it with the model's checkpoint."""
@@ -861,7 +870,7 @@ class Loader:
         if self._skip:
             st["skip"] = list(self._skip)
         if self._weights is not None:
-            st["mixture_weights"] = [[start, list(ws)] for start, ws in self._weights]
+            st["mixture_weights"] = _weights_state(self._weights)
         if self._generations and self._generations[0] == self.epoch:
             st["generations"] = self._generations[1]  # the files this epoch reads, of a dataset that grows
         if self.spec.get("refresh"):

@@ -37,8 +37,8 @@ import torch.utils.data
 
 from . import decode as _decode
 from . import spec
-from .client import (Batch, Loader, RiffleError, _check_dataset, _mixture, _positional, _segments, _state_weights,
-                     _with_weights)
+from .client import (Batch, Loader, RiffleError, _check_dataset, _history, _mixture, _positional, _segments,
+                     _state_weights, _weights_state, _with_weights)
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
@@ -222,7 +222,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         """The mixture's weights from each epoch on, as the loaders' options: its last weights and the history."""
         mix = _mixture(self.loader_kwargs["mixture"])
         self.loader_kwargs["mixture"] = [(s["paths"], w) for s, w in zip(mix, segs[-1][1])]
-        self.loader_kwargs["mixture_history"] = [{"until": segs[i + 1][0], "weights": segs[i][1]} for i in range(len(segs) - 1)]
+        self.loader_kwargs["mixture_history"] = _history(segs)
         self._ld = None  # the next loader takes them
 
     def set_epoch(self, epoch: int) -> None:
@@ -280,7 +280,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         mix = self.loader_kwargs.get("mixture")
         if mix is not None:
             segs = _segments(_mixture(mix), self.loader_kwargs.get("mixture_history"))
-            state["mixture_weights"] = [[start, list(ws)] for start, ws in segs]
+            state["mixture_weights"] = _weights_state(segs)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

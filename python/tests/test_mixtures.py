@@ -253,3 +253,21 @@ def test_mixture_of_rows(daemon, tmp_path, fmt):
     npy = sources(tmp_path)[0]
     with pytest.raises(riffle.InvalidSpec, match="rows mixes only with rows"):
         riffle.Loader(mixture=[(paths[0], 1), (npy, 1)], batch_size=8)
+
+
+def test_torch_set_weights_with_workers(daemon, tmp_path):
+    """riffle.torch: set_weights takes effect at the next epoch, in every worker, and travels in the state."""
+    paths = sources(tmp_path, (600, 600, 600))
+    mix = [(p, 1) for p in paths]
+    dl = rt.loader(mixture=mix, batch_size=50, seed=2, num_workers=2, mixture_stop="all_exhausted")
+    first = torch_rows(list(dl))
+    dl.set_weights([4, 1, 1])
+    second = torch_rows(list(dl))
+    c1, c2 = (np.bincount(r[:, 0], minlength=3) for r in (first, second))
+    assert abs(c1[0] - len(first) / 3) < 50 and abs(c2[0] - len(second) * 4 / 6) < 50, (c1, c2)
+    st = dl.state_dict()
+    assert st["mixture_weights"] == [[0, [1.0, 1.0, 1.0]], [1, [4.0, 1.0, 1.0]]]
+    again = rt.loader(mixture=mix, batch_size=50, seed=2, num_workers=2, mixture_stop="all_exhausted")
+    again.load_state_dict(st)
+    third = torch_rows(list(again))
+    assert abs(np.bincount(third[:, 0], minlength=3)[0] - len(third) * 4 / 6) < 50
