@@ -15,11 +15,39 @@ import (
 // loader, the cache and the tiers see one dataset. The parts stay their
 // opener's: Close closes none of them.
 type Concat struct {
-	parts []Dataset
-	offs  []int // first id of each part, and Len at the end
-	objs  []int // first object of each part, and the objects at the end
-	info  Info
+	parted
+	objs []int // first object of each part, and the objects at the end
+	info Info
 }
+
+// parted is datasets one after another by id: part k's record i is
+// record offs[k]+i.
+type parted struct {
+	parts []Dataset
+	offs  []int // first id of each part, and the records at the end
+}
+
+func newParted(parts []Dataset) parted {
+	p := parted{parts: parts, offs: make([]int, len(parts)+1)}
+	for k, d := range parts {
+		p.offs[k+1] = p.offs[k] + d.Len()
+	}
+	return p
+}
+
+// Offsets are the first id of each part.
+func (p parted) Offsets() []int { return p.offs[:len(p.parts)] }
+
+// Parts are the datasets put together.
+func (p parted) Parts() []Dataset { return p.parts }
+
+// Part is the part record id is in, and its id there.
+func (p parted) Part(id int) (k, local int) {
+	k = sort.SearchInts(p.offs, id+1) - 1
+	return k, id - p.offs[k]
+}
+
+func (p parted) records() int { return p.offs[len(p.parts)] }
 
 // NewConcat puts parts one after another. Parts of rows (Parquet, Arrow,
 // Hugging Face) put their batches together per dataset: they are read as
@@ -29,7 +57,7 @@ func NewConcat(parts []Dataset) (Dataset, error) {
 	if len(parts) == 0 {
 		return nil, errors.New("concatenating no dataset")
 	}
-	c := &Concat{parts: parts, offs: make([]int, len(parts)+1), objs: make([]int, len(parts)+1)}
+	c := &Concat{parted: newParted(parts), objs: make([]int, len(parts)+1)}
 	first := parts[0].Info()
 	c.info = Info{Format: first.Format, RecordSize: first.RecordSize, Dtype: first.Dtype, Shape: first.Shape,
 		Classes: first.Classes, Header: first.Header}
@@ -48,7 +76,6 @@ func NewConcat(parts []Dataset) (Dataset, error) {
 			}
 			frame, framed = [2]int{h, t}, framed+1
 		}
-		c.offs[k+1] = c.offs[k] + p.Len()
 		c.objs[k+1] = c.objs[k] + objectsOf(p)
 		if inf.Format != c.info.Format {
 			c.info.Format = "mixture"
@@ -93,19 +120,7 @@ func objectsOf(ds Dataset) int {
 // Objects is how many objects the parts have together.
 func (c *Concat) Objects() int { return c.objs[len(c.objs)-1] }
 
-// Offsets are the first id of each part.
-func (c *Concat) Offsets() []int { return c.offs[:len(c.parts)] }
-
-// Parts are the datasets put together.
-func (c *Concat) Parts() []Dataset { return c.parts }
-
-// Part is the part record id is in, and its id there.
-func (c *Concat) Part(id int) (k, local int) {
-	k = sort.SearchInts(c.offs, id+1) - 1
-	return k, id - c.offs[k]
-}
-
-func (c *Concat) Len() int { return c.offs[len(c.parts)] }
+func (c *Concat) Len() int { return c.records() }
 
 func (c *Concat) Locate(id int) Loc {
 	k, i := c.Part(id)
@@ -156,28 +171,18 @@ func (c framedConcat) Verify(id int, frame []byte) error {
 // reader), with each source's rows a run of its ids, as in a Concat.
 type rowsUnion struct {
 	Rows
-	parts []Dataset
-	offs  []int
+	parted
 }
 
 // NewRowsUnion says whose each row of u is: u holds parts' files in
 // order, so part k's row i is u's row Offsets()[k]+i. The parts and u stay
 // their opener's.
 func NewRowsUnion(u Rows, parts []Dataset) (Dataset, error) {
-	r := &rowsUnion{Rows: u, parts: parts, offs: make([]int, len(parts)+1)}
-	for k, p := range parts {
-		r.offs[k+1] = r.offs[k] + p.Len()
-	}
-	if r.offs[len(parts)] != u.Len() {
-		return nil, fmt.Errorf("sources of %d rows in all read as one dataset of %d", r.offs[len(parts)], u.Len())
+	r := &rowsUnion{Rows: u, parted: newParted(parts)}
+	if r.records() != u.Len() {
+		return nil, fmt.Errorf("sources of %d rows in all read as one dataset of %d", r.records(), u.Len())
 	}
 	return r, nil
 }
 
-func (r *rowsUnion) Offsets() []int   { return r.offs[:len(r.parts)] }
-func (r *rowsUnion) Parts() []Dataset { return r.parts }
-func (r *rowsUnion) Close() error     { return nil }
-func (r *rowsUnion) Part(id int) (k, local int) {
-	k = sort.SearchInts(r.offs, id+1) - 1
-	return k, id - r.offs[k]
-}
+func (r *rowsUnion) Close() error { return nil }
