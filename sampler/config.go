@@ -127,25 +127,21 @@ func (c Config) build(n int, locate func(id int) (obj int, off int64, length int
 		if align <= 0 {
 			align = 4096
 		}
-		var bounds []int
-		if c.RecordSize > 0 {
-			if r, ok := RegularCut(n, c.RecordSize, locate, size, align, span); ok {
-				name := "block " + strconv.Itoa(size)
-				if c.Window > 1 {
-					name += " window " + strconv.Itoa(c.Window)
-				}
-				b, err := NewRegularBlock(r, c.Seed, c.Window)
-				return b, name, err
-			}
-			bounds = FixedBlockBounds(n, c.RecordSize, locate, size, align, span)
-		} else {
-			bounds = BlockBounds(n, locate, size, align, span)
-		}
-		b, err := NewBlock(bounds, c.Seed, c.Window)
 		name := "block " + strconv.Itoa(size)
 		if c.Window > 1 {
 			name += " window " + strconv.Itoa(c.Window)
 		}
+		if c.RecordSize == 0 {
+			b, err := NewBlock(BlockBounds(n, locate, size, align, span), c.Seed, c.Window)
+			return b, name, err
+		}
+		// Fixed-size records are cut by arithmetic: a regular cut is not
+		// even listed.
+		if r, ok := RegularCut(n, c.RecordSize, locate, size, align, span); ok {
+			b, err := NewRegularBlock(r, c.Seed, c.Window)
+			return b, name, err
+		}
+		b, err := NewBlock(FixedBlockBounds(n, c.RecordSize, locate, size, align, span), c.Seed, c.Window)
 		return b, name, err
 	case "buffered":
 		k := c.Buffer
