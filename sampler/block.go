@@ -334,8 +334,11 @@ func objectEnd(n, id, obj int, locate func(id int) (int, int64, int)) int {
 // objects): list the bounds then.
 func RegularCut(n, rs int, locate func(id int) (obj int, off int64, length int), size, align int, maxSpan int) (Regular, bool) {
 	size, align, maxSpan = blockDefaults(size, align, maxSpan)
+	if n < 1 {
+		return Regular{}, false
+	}
 	first, off0, _ := locate(0)
-	if last, _, _ := locate(n - 1); n < 1 || last != first {
+	if last, _, _ := locate(n - 1); last != first {
 		return Regular{}, false
 	}
 	k0, ok0 := fixedBlock(off0, rs, size, align, maxSpan, math.MaxInt64)

@@ -248,6 +248,9 @@ func TestRegularCutIsTheListedCut(t *testing.T) {
 		loc := func(id int) (int, int64, int) { return 0, int64(header + id*rs), rs }
 		r, ok := RegularCut(n, rs, loc, size, 4096, 0)
 		bounds := FixedBlockBounds(n, rs, loc, size, 4096, 0)
+		if _, empty := RegularCut(0, rs, loc, size, 4096, 0); empty {
+			t.Fatal("a regular cut of no records")
+		}
 		if !ok {
 			return
 		}
