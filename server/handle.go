@@ -36,7 +36,12 @@ type handle struct {
 	j      *job.Job
 	arena  *Arena
 	inline bool
-	ctx    context.Context
+	// ordered: the client asked for the sampler's order inside batches;
+	// otherwise a batch's records are delivered in the order they lie in
+	// memory (see packedOrder).
+	ordered bool
+	perm    []int // packedOrder's, reused by next (one goroutine)
+	ctx     context.Context
 	cancel context.CancelFunc
 
 	reqs chan uint64 // tags of next requests, served in order
@@ -68,7 +73,7 @@ func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (
 	if err != nil {
 		return nil, err
 	}
-	h := &handle{s: s, inline: !shm, held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
+	h := &handle{s: s, inline: !shm, ordered: plan.Loader.Ordered, held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	alloc := func(size int64) (loader.Allocator, error) {
 		// The arena is all the memory the job's batches may take: reserved
@@ -160,7 +165,20 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 		b.Release()
 		return nil, nil, err
 	}
+	var perm []int
+	if !h.ordered && b.Columns == nil {
+		perm = packedOrder(b, h.perm[:0])
+		if perm != nil {
+			h.perm = perm
+		}
+	}
 	put := func(k int, vals []int) {
+		if perm != nil {
+			for i, p := range perm {
+				binary.LittleEndian.PutUint64(meta[8*(k*n+i):], uint64(vals[p]))
+			}
+			return
+		}
 		for i, v := range vals {
 			binary.LittleEndian.PutUint64(meta[8*(k*n+i):], uint64(v))
 		}
@@ -204,6 +222,41 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	m.DataOff = h.arena.Offset(b.Data)
 	m.MetaOff = h.arena.Offset(meta)
 	return m, nil, nil
+}
+
+// packedOrder is the order that delivers b's records as they lie in its
+// memory, back to back from its start, or nil if b is already so (or its
+// records do not fill it: O_DIRECT padding, variable gaps). The loader
+// lays a batch out unit by unit, a run of neighbouring records read by one
+// read landing together, in the order of each unit's first record; a run
+// whose records the batch's shuffle put far apart breaks the batch's
+// delivery order from its memory order, and a client would have to gather
+// the batch into a copy to see it as one array. When the client did not
+// ask for the sampler's order inside batches the order there is the
+// batch's own (a function of seed, epoch and batch, as the layout is), so
+// delivering records in memory order keeps it one and makes the batch one
+// array without a copy. Records of one size only: their offsets are then
+// distinct multiples of the size. perm's room is reused.
+func packedOrder(b *loader.Batch, perm []int) []int {
+	n := len(b.IDs)
+	if n < 2 || b.Contiguous() {
+		return nil
+	}
+	size := b.Len[0]
+	if size <= 0 || n*size != len(b.Data) {
+		return nil
+	}
+	perm = slices.Grow(perm[:0], n)[:n]
+	for i := range perm {
+		perm[i] = -1
+	}
+	for i, off := range b.Off {
+		if b.Len[i] != size || off%size != 0 || off/size >= n || perm[off/size] >= 0 {
+			return nil
+		}
+		perm[off/size] = i
+	}
+	return perm
 }
 
 // locate says where records are: their object (file) and offset, for
