@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"cmp"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -26,6 +27,7 @@ type Request struct {
 	Done func(err error)
 
 	file    *File  // the file under R, when the read can go to the ring
+	lane    *lane  // the file's device in the ring
 	release func() // gives the file back (a FileSet's descriptor)
 	first   int    // an injected short first read, 0 for none
 	delayed bool   // an injected delay has passed
@@ -33,10 +35,15 @@ type Request struct {
 
 // EngineOptions configures an Engine. The zero value works.
 type EngineOptions struct {
-	// Depth is how many reads of local files are in flight at once through
-	// io_uring; default 64, where NVMe and virtio disks reach their
-	// random-read peak.
+	// Depth, when above 0, pins how many reads of each device are in flight
+	// at once through io_uring (an explicit depth= option). By default the
+	// depth of each device adapts to what the device does (depth.go),
+	// starting at 64.
 	Depth int
+	// MaxDepth bounds the adaptive depth of each device; default MaxDepth.
+	// A loader sets it from its memory bound: the reads in flight times
+	// the read size stay within what it may hold.
+	MaxDepth int
 	// NoRing reads local files with goroutines calling ReadAt instead of
 	// io_uring.
 	NoRing bool
@@ -47,14 +54,16 @@ type EngineOptions struct {
 // sharing a disk share its queue instead of each sizing its own.
 //
 // Reads of local files (File, a FileSet's files, and Faulty wrappers of
-// either) go through io_uring: one goroutine keeps Depth of them in flight
-// with one system call per round, where Depth goroutines blocked in pread
+// either) go through io_uring: one goroutine keeps each device's depth of
+// them in flight with one system call per round, where Depth goroutines blocked in pread
 // would reach the device's queue depth only as fast as Go's runtime hands
 // their scheduler slots over (on a 2-core machine, a third of what the
 // device does). Before a read goes to the ring, one worker per CPU tries it
 // with RWF_NOWAIT, which copies cached pages at memory speed and fails at
 // once on a miss: warm data is read by every core, cold data at the
-// device's depth. Reads of other Readers (object stores) are served by a
+// device's depth. That depth is chosen per device (the st_dev a file lives
+// on) from the rate and latency the ring measures as it goes (depth.go),
+// unless EngineOptions.Depth pins it. Reads of other Readers (object stores) are served by a
 // pool of goroutines as deep as the Reader's Hints ask.
 type Engine struct {
 	opts EngineOptions
@@ -74,6 +83,9 @@ type Engine struct {
 	ring   bool
 
 	inFlight, reads, bytes atomic.Int64 // for Stats
+
+	lanesMu sync.Mutex
+	lanes   []*lane // the ring's devices, for Stats
 }
 
 // EngineStats is what an engine has done so far.
@@ -85,11 +97,25 @@ type EngineStats struct {
 	// cached pages included: a reader of Bytes over time sees the device's
 	// MB/s as the jobs see it.
 	Reads, Bytes int64
+	// Depth is the reads of a device allowed in flight at the device now
+	// (the deepest device's, when the engine reads several), and Latency
+	// the mean time its reads spent there over the last window (Little's
+	// law: reads in flight over rate); 0 before the first window.
+	Depth   int
+	Latency time.Duration
 }
 
 // Stats reads the engine's counts; safe at any time, from any goroutine.
 func (e *Engine) Stats() EngineStats {
-	return EngineStats{InFlight: e.inFlight.Load(), Reads: e.reads.Load(), Bytes: e.bytes.Load()}
+	s := EngineStats{InFlight: e.inFlight.Load(), Reads: e.reads.Load(), Bytes: e.bytes.Load()}
+	e.lanesMu.Lock()
+	for _, ln := range e.lanes {
+		if d := ln.ctl.Limit(); d > s.Depth {
+			s.Depth, s.Latency = d, time.Duration(ln.latency.Load())
+		}
+	}
+	e.lanesMu.Unlock()
+	return s
 }
 
 // finish ends a submitted read: every one ends here exactly once, so that
@@ -105,16 +131,21 @@ func (e *Engine) finish(r *Request, err error) {
 
 // NewEngine starts an engine. Close it when no reads are left to submit.
 func NewEngine(opts EngineOptions) *Engine {
-	if opts.Depth <= 0 {
-		opts.Depth = 64
+	opts.Depth = max(0, opts.Depth)
+	if opts.MaxDepth <= 0 {
+		opts.MaxDepth = MaxDepth
+	}
+	ringDepth := opts.MaxDepth
+	if opts.Depth > 0 {
+		ringDepth = opts.Depth
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Engine{opts: opts, ctx: ctx, stop: cancel, misses: make(chan *Request, opts.Depth), blocks: make(chan *Request)}
+	e := &Engine{opts: opts, ctx: ctx, stop: cancel, misses: make(chan *Request, 4*depthStart), blocks: make(chan *Request)}
 	e.cond = sync.NewCond(&e.mu)
 	e.g, _ = errgroup.WithContext(ctx)
 	var async *Async
 	if !opts.NoRing {
-		a, err := NewAsync(opts.Depth)
+		a, err := NewAsync(ringDepth)
 		if err != nil {
 			slog.Info("io_uring unavailable, reading with goroutines", "err", err)
 		} else {
@@ -131,10 +162,11 @@ func NewEngine(opts EngineOptions) *Engine {
 			return nil
 		})
 	}
-	// The goroutine pool grows on demand up to the deepest Reader's hint;
-	// it is started here at the engine's own depth.
+	// The goroutine pool serves object stores, which bound their own
+	// requests in flight (S3's limiter); it is as deep as a pinned depth,
+	// or the depth the search starts at.
 	var pool sync.WaitGroup
-	for range opts.Depth {
+	for range cmp.Or(opts.Depth, depthStart) {
 		pool.Add(1)
 		e.g.Go(func() error {
 			defer pool.Done()
@@ -315,8 +347,38 @@ func (e *Engine) complete(r *Request, err error) {
 	e.finish(r, err)
 }
 
+// lane is one device's part of the ring: its reads at the device, those
+// waiting for room under its depth, and the controller choosing the depth.
+// Only the ring's goroutine touches it, but for the atomics Stats reads.
+type lane struct {
+	dev      uint64
+	ctl      *depthControl
+	meter    depthMeter
+	inFlight int
+	peak     int        // the most reads in flight at once
+	parked   []*Request // parked[head:] wait, oldest first
+	head     int
+	latency  atomic.Int64 // the last window's, in ns
+}
+
+// laneOf returns the lane of device dev, making it on its first read.
+func (e *Engine) laneOf(lanes []*lane, dev uint64) ([]*lane, *lane) {
+	for _, ln := range lanes {
+		if ln.dev == dev {
+			return lanes, ln
+		}
+	}
+	pin := e.opts.Depth > 0
+	ln := &lane{dev: dev, ctl: newDepthControl(cmp.Or(e.opts.Depth, depthStart), cmp.Or(e.opts.Depth, e.opts.MaxDepth), pin)}
+	e.lanesMu.Lock()
+	e.lanes = append(e.lanes, ln)
+	e.lanesMu.Unlock()
+	return append(lanes, ln), ln
+}
+
 // runRing keeps the misses in flight through io_uring until the front
-// workers are done and every read has finished.
+// workers are done and every read has finished: each device's reads up to
+// its lane's depth, the rest parked in the lane until reads of it finish.
 func (e *Engine) runRing(a *Async) error {
 	defer a.Close()
 	slots := make([]*Request, a.Cap())
@@ -324,9 +386,37 @@ func (e *Engine) runRing(a *Async) error {
 	for i := range slots {
 		free = append(free, i)
 	}
+	var lanes []*lane
+	start := func(r *Request) {
+		s := free[len(free)-1]
+		free = free[:len(free)-1]
+		slots[s] = r
+		r.lane.inFlight++
+		r.lane.peak = max(r.lane.peak, r.lane.inFlight)
+		a.AddFirst(r.file, r.P, r.Off, uint64(s), r.first)
+	}
+	// unpark starts the parked reads that fit under their lanes' depths.
+	unpark := func() {
+		for _, ln := range lanes {
+			for ln.head < len(ln.parked) && ln.inFlight < ln.ctl.Limit() && len(free) > 0 {
+				r := ln.parked[ln.head]
+				ln.parked[ln.head] = nil
+				ln.head++
+				if err := r.Ctx.Err(); err != nil {
+					e.complete(r, err)
+					continue
+				}
+				start(r)
+			}
+			if ln.head == len(ln.parked) {
+				ln.parked, ln.head = ln.parked[:0], 0
+			}
+		}
+	}
 	closed := false
 	for {
-		// Take what has arrived, blocking only when nothing is in flight.
+		// Take what has arrived, blocking only when nothing is in flight
+		// (a lane parks reads only while it has some in flight).
 	fill:
 		for len(free) > 0 && !closed {
 			var r *Request
@@ -348,11 +438,24 @@ func (e *Engine) runRing(a *Async) error {
 				e.complete(r, err)
 				continue
 			}
-			s := free[len(free)-1]
-			free = free[:len(free)-1]
-			slots[s] = r
-			a.AddFirst(r.file, r.P, r.Off, uint64(s), r.first)
+			lanes, r.lane = e.laneOf(lanes, r.file.dev)
+			if r.lane.inFlight >= r.lane.ctl.Limit() || r.lane.head < len(r.lane.parked) {
+				r.lane.parked = append(r.lane.parked, r)
+				continue
+			}
+			start(r)
 		}
+		// One clock reading per round: each lane's reads in flight since
+		// the last one, and a new depth when its window is done.
+		now := monoNow()
+		for _, ln := range lanes {
+			ln.meter.advance(now, ln.inFlight)
+			if s, ok := ln.meter.sample(now, ln.ctl); ok {
+				ln.ctl.observe(s)
+				ln.latency.Store(int64(s.Latency()))
+			}
+		}
+		unpark()
 		if a.InFlight() == 0 {
 			if closed {
 				return nil
@@ -365,10 +468,14 @@ func (e *Engine) runRing(a *Async) error {
 			r := slots[tag]
 			slots[tag] = nil
 			free = append(free, int(tag))
+			r.lane.inFlight--
+			r.lane.meter.reads++
+			r.lane = nil
 			e.complete(r, err)
 		}); err != nil {
 			return err
 		}
+		unpark()
 	}
 }
 

@@ -204,9 +204,109 @@ func TestEngineStats(t *testing.T) {
 			}
 			cancel()
 			<-done
-			if got := e.Stats(); got != (EngineStats{InFlight: 0, Reads: 5, Bytes: 5000}) {
+			if got := e.Stats(); got.InFlight != 0 || got.Reads != 5 || got.Bytes != 5000 {
 				t.Fatalf("stats %+v, want 5 reads of 5000 bytes and none in flight", got)
 			}
 		})
+	}
+}
+
+// ringLanes closes e and returns its devices' lanes (the ring's goroutine,
+// their only writer, is done then).
+func ringLanes(t *testing.T, e *Engine) []*lane {
+	t.Helper()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return e.lanes
+}
+
+func TestEngineDepthBounds(t *testing.T) {
+	p, want := testFile(t, 4<<20)
+	f, err := OpenFile(p, FileOptions{Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, tc := range []struct {
+		name string
+		opts EngineOptions
+		max  int
+	}{
+		{"pinned", EngineOptions{Depth: 4}, 4},
+		{"bounded", EngineOptions{MaxDepth: 16}, 16},
+		{"default", EngineOptions{}, MaxDepth},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := NewEngine(tc.opts)
+			if !e.Ring() {
+				e.Close()
+				t.Skip("io_uring unavailable here")
+			}
+			// O_DIRECT reads, all submitted at once: far more offered than
+			// any bound, so only the lane's depth holds them back.
+			for range 4 {
+				readAll(t, e, []Reader{f}, want, f.Alignment())
+			}
+			if d := e.Stats().Depth; d < 1 || d > tc.max {
+				t.Fatalf("depth %d, want within [1, %d]", d, tc.max)
+			}
+			lanes := ringLanes(t, e)
+			if len(lanes) != 1 || lanes[0].dev != DeviceOf(f) {
+				t.Fatalf("%d lanes for one file's device", len(lanes))
+			}
+			if ln := lanes[0]; ln.peak > tc.max || ln.peak < 1 {
+				t.Fatalf("%d reads at the device at once, bound %d", ln.peak, tc.max)
+			}
+			if tc.opts.Depth > 0 && lanes[0].ctl.Limit() != tc.opts.Depth {
+				t.Fatalf("a pinned depth %d moved to %d", tc.opts.Depth, lanes[0].ctl.Limit())
+			}
+		})
+	}
+}
+
+func TestEngineLanePerDevice(t *testing.T) {
+	// Files on two devices (the test's temporary directory and tmpfs, when
+	// they differ) get a depth each.
+	p, want := testFile(t, 1<<20)
+	shm, err := os.MkdirTemp("/dev/shm", "riffle-lanes")
+	if err != nil {
+		t.Skip("no /dev/shm:", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shm) })
+	q := shm + "/f"
+	if err := os.WriteFile(q, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := OpenFile(q, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if DeviceOf(a) == DeviceOf(b) {
+		t.Skip("the temporary directory is on tmpfs too")
+	}
+	e := NewEngine(EngineOptions{})
+	if !e.Ring() {
+		e.Close()
+		t.Skip("io_uring unavailable here")
+	}
+	// Cached pages are served before the ring; a read whose first attempt
+	// is short always goes to the ring.
+	short := func(off int64, n int) int { return n / 2 }
+	fa, fb := &Faulty{Reader: a, Short: short}, &Faulty{Reader: b, Short: short}
+	readAll(t, e, []Reader{fa, fb}, want, 1)
+	lanes := ringLanes(t, e)
+	devs := map[uint64]bool{}
+	for _, ln := range lanes {
+		devs[ln.dev] = true
+	}
+	if len(lanes) != 2 || !devs[DeviceOf(a)] || !devs[DeviceOf(b)] {
+		t.Fatalf("lanes for devices %v, want %d and %d", devs, DeviceOf(a), DeviceOf(b))
 	}
 }

@@ -32,6 +32,7 @@ type File struct {
 	direct  bool // O_DIRECT is on
 	pad     bool // reads are aligned and may run past the end
 	version string
+	dev     uint64 // the device it lives on (st_dev): an engine's depth is per device
 }
 
 // OpenFile opens path for reading: a regular file of the unconfined
@@ -151,10 +152,7 @@ func DeviceOf(r Reader) uint64 {
 			r = x.Reader
 			continue
 		case *File:
-			var st unix.Stat_t
-			if unix.Fstat(x.fd, &st) == nil {
-				return uint64(st.Dev)
-			}
+			return x.dev
 		}
 		return 0
 	}

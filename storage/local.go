@@ -192,6 +192,7 @@ func (l *Local) OpenFile(name string) (*File, error) {
 	f := newFile(os.NewFile(uintptr(fd), name), st.Size, direct, l.direct)
 	info, _ := statInfo(name, &st)
 	f.version = info.Version
+	f.dev = uint64(st.Dev)
 	return f, nil
 }
 
