@@ -1,8 +1,12 @@
 package loader
 
 import (
+	"cmp"
 	"context"
 	"sync"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/storage"
 )
 
 // Adaptive read-ahead bounds.
@@ -13,7 +17,8 @@ const (
 
 // flight tracks the batches being read, for the adaptive read-ahead: the
 // planner may start another batch while fewer than minBatches are being
-// read or fewer than maxReads reads are in flight, and while the batches
+// read or fewer than twice the engine's depth of reads are in flight (the
+// depth adapts to the device, so the reads offered follow it), and while the batches
 // planned and not yet taken by the consumer are few enough that their
 // reads would keep the device busy about twice over. Without that last
 // bound a loader of a small dataset, or of many epochs, would read epochs
@@ -26,20 +31,20 @@ type flight struct {
 	batches    int
 	reads      int
 	minBatches int
-	maxReads   int
-	pending    int // planned, not yet taken by the consumer
-	perBatch   int // reads of the last batch planned
-	consumer   int // the epoch of the last batch taken
+	depth      func() int // the reads in flight the device is given now
+	pending    int        // planned, not yet taken by the consumer
+	perBatch   int        // reads of the last batch planned
+	consumer   int        // the epoch of the last batch taken
 }
 
 // maxPending is how many batches may wait planned: enough for 2*maxReads
 // reads, at least minBatches*2.
-func (f *flight) maxPending() int {
-	return min(maxAhead, max(2*f.minBatches, (2*f.maxReads+f.perBatch-1)/max(1, f.perBatch)))
+func (f *flight) maxPending(maxReads int) int {
+	return min(maxAhead, max(2*f.minBatches, (2*maxReads+f.perBatch-1)/max(1, f.perBatch)))
 }
 
-func newFlight(ctx context.Context, minBatches, maxReads, epoch int) *flight {
-	f := &flight{ctx: ctx, minBatches: minBatches, maxReads: maxReads, consumer: epoch}
+func newFlight(ctx context.Context, minBatches int, depth func() int, epoch int) *flight {
+	f := &flight{ctx: ctx, minBatches: minBatches, depth: depth, consumer: epoch}
 	f.cond = sync.NewCond(&f.mu)
 	context.AfterFunc(ctx, f.wake)
 	return f
@@ -53,7 +58,11 @@ func (f *flight) admit(reads, epoch int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.perBatch = max(1, reads)
-	for (f.batches >= f.minBatches && f.reads >= f.maxReads) || f.pending >= f.maxPending() || epoch > f.consumer+1 {
+	for {
+		maxReads := 2 * f.depth()
+		if !(f.batches >= f.minBatches && f.reads >= maxReads) && f.pending < f.maxPending(maxReads) && epoch <= f.consumer+1 {
+			break
+		}
 		if f.ctx.Err() != nil {
 			return false
 		}
@@ -86,4 +95,23 @@ func (f *flight) wake() {
 	f.mu.Lock()
 	f.mu.Unlock()
 	f.cond.Broadcast()
+}
+
+// depth is the reads in flight the loader's device is given now: the
+// option's, when it pins one, or the depth the engine chose for it.
+func (l *Loader) depth() int {
+	return cmp.Or(l.opts.Depth, l.engine.Stats().Depth, storage.DefaultHints.Depth)
+}
+
+// maxDepth bounds the depth the loader's own engine may choose: reads in
+// flight times the mean read size stay within the memory the loader may
+// hold, and within MaxDepth.
+func maxDepth(ds dataset.Dataset, opts Options, align int) int {
+	size := int64(storage.DefaultHints.BlockSize)
+	if n := int64(ds.Len()); n > 0 && ds.Info().Bytes > 0 {
+		size = max(1, ds.Info().Bytes/n)
+	}
+	a := int64(max(1, align))
+	size = (size + a - 1) / a * a
+	return int(max(1, min(MaxDepth, opts.MemoryBytes/size)))
 }

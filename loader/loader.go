@@ -152,7 +152,7 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	}
 	l.engine = opts.Engine
 	if l.engine == nil {
-		l.engine = storage.NewEngine(storage.EngineOptions{Depth: opts.Depth, NoRing: opts.NoRing})
+		l.engine = storage.NewEngine(storage.EngineOptions{Depth: opts.Depth, MaxDepth: maxDepth(ds, opts, l.align), NoRing: opts.NoRing})
 		l.ownEngine = true
 	}
 	l.ctx, l.cancel = context.WithCancel(ctx)
@@ -160,7 +160,7 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	ahead := opts.Prefetch
 	if ahead == 0 {
 		ahead = maxAhead
-		l.flight = newFlight(l.ctx, minAhead, 2*opts.Depth, opts.Epoch)
+		l.flight = newFlight(l.ctx, minAhead, l.depth, opts.Epoch)
 	}
 	l.deliver = make(chan *load, ahead)
 	l.freeLoads = make(chan *load, 64)

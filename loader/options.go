@@ -17,13 +17,16 @@ type Options struct {
 	BatchSize int
 	// DropLast drops the last short batch of each epoch.
 	DropLast bool
-	// Depth is the number of reads in flight; default the storage's hint
-	// (64 for local files, where NVMe and virtio disks reach their
-	// random-read peak).
+	// Depth, when set, pins the number of reads in flight. By default the
+	// read engine chooses it per device from the rate and latency it
+	// measures (storage's depth.go), within MaxDepth and MemoryBytes:
+	// about 200 for a fast NVMe, a few dozen for a RAM disk, more for a
+	// disk whose rate keeps growing with depth. With a shared Engine it
+	// bounds only this loader's read-ahead; the engine chooses the depth.
 	Depth int
 	// Prefetch is how many batches are read ahead of the consumer. The
 	// default adapts: at least 4 batches, and more while fewer than twice
-	// Depth reads are in flight, so that batches of a few large reads (a
+	// the depth's reads are in flight, so that batches of a few large reads (a
 	// block-aware shuffle) still keep the device queue full; MemoryBytes
 	// bounds it either way.
 	Prefetch int
@@ -172,9 +175,6 @@ func (o Options) withDefaults(h storage.Hints) (Options, error) {
 	}
 	if o.BatchOffset >= o.BatchStride {
 		return o, fmt.Errorf("loader options: batch offset %d of stride %d", o.BatchOffset, o.BatchStride)
-	}
-	if o.Depth == 0 {
-		o.Depth = h.Depth
 	}
 	if o.CoalesceGap == 0 {
 		o.CoalesceGap = h.CoalesceGap
