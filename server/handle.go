@@ -36,10 +36,10 @@ type handle struct {
 	j      *job.Job
 	arena  *Arena
 	inline bool
-	// ordered: the client asked for the sampler's order inside batches;
-	// otherwise a batch's records are delivered in the order they lie in
-	// memory (see packedOrder).
-	ordered bool
+	// inMemoryOrder: a batch's records are delivered in the order they
+	// lie in its memory (see packedOrder), which is then a function of the
+	// plan as the batch's own order is.
+	inMemoryOrder bool
 	perm    []int // packedOrder's, reused by next (one goroutine)
 	ctx     context.Context
 	cancel context.CancelFunc
@@ -73,7 +73,7 @@ func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (
 	if err != nil {
 		return nil, err
 	}
-	h := &handle{s: s, inline: !shm, ordered: plan.Loader.Ordered, held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
+	h := &handle{s: s, inline: !shm, inMemoryOrder: memoryOrdered(plan), held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	alloc := func(size int64) (loader.Allocator, error) {
 		// The arena is all the memory the job's batches may take: reserved
@@ -166,7 +166,7 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 		return nil, nil, err
 	}
 	var perm []int
-	if !h.ordered && b.Columns == nil {
+	if h.inMemoryOrder && b.Columns == nil {
 		perm = packedOrder(b, h.perm[:0])
 		if perm != nil {
 			h.perm = perm
@@ -222,6 +222,25 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	m.DataOff = h.arena.Offset(b.Data)
 	m.MetaOff = h.arena.Offset(meta)
 	return m, nil, nil
+}
+
+// memoryOrdered says whether a plan's batches are delivered in the order
+// their records lie in memory (packedOrder): when the client left the order
+// inside batches to the batch (not ordered) and the layout is a function of
+// the plan. It is for the orders that read every record of a batch
+// themselves (global, sequential, block); not for the buffered and
+// reservoir orders, whose records come from stages in the cache as they
+// arrive, nor for shared or opportunistic jobs, whose batches depend on
+// timing, nor for mixtures. (A record another job sharing the source has
+// just put in the cache is copied rather than read, which lays that batch
+// out otherwise: its order then differs from an uninterrupted run's.)
+func memoryOrdered(plan job.Plan) bool {
+	switch plan.Sampler.Kind {
+	case "", "global", "sequential", "block": // "": the default, global (block over a Parquet file's pages)
+	default:
+		return false
+	}
+	return !plan.Loader.Ordered && !plan.Share && plan.Loader.Opportunistic <= 1 && plan.Mixture == nil
 }
 
 // packedOrder is the order that delivers b's records as they lie in its

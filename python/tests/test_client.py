@@ -51,22 +51,27 @@ def test_batch_bytes_are_the_files_bytes(daemon, fixed_file):
 
 
 def test_fixed_is_a_view_of_shared_memory(daemon, tmp_path):
-    # Records read one per read are laid out in the batch's order: the batch
-    # is one array in shared memory. Records that touch in the file share a
-    # read and sit in file order: then decode.fixed gathers them (one copy).
+    # Records that touch in the file share a read and land together. In the
+    # batch's own order (unordered, the default when shuffling) the daemon
+    # delivers them as they lie: every batch is one array in shared memory.
+    # Kept in the sampler's order (ordered=True), a batch with touching
+    # records is not laid out in that order: decode.fixed gathers it (one copy).
     p = write_fixed(tmp_path / "r.bin", 20000, 64)
-    packed = gathered = 0
-    for b in riffle.Loader(p, batch_size=128, record_size=64, seed=3):
-        arr = decode.fixed(b, np.uint64, (8,))
-        assert (arr[:, 0] == b.ids).all()
-        touching = len(set(b.ids.tolist()) & set((b.ids + 1).tolist())) > 0
-        assert b.packed == (not touching)
-        if b.packed:
-            assert arr.ctypes.data == b.raw.ctypes.data, "decode.fixed copied a packed batch"
-            packed += 1
-        else:
-            gathered += 1
-    assert packed > 0 and gathered > 0
+    for ordered in (False, True):
+        packed = gathered = touched = 0
+        for b in riffle.Loader(p, batch_size=128, record_size=64, seed=3, ordered=ordered):
+            arr = decode.fixed(b, np.uint64, (8,))
+            assert (arr[:, 0] == b.ids).all()
+            touching = len(set(b.ids.tolist()) & set((b.ids + 1).tolist())) > 0
+            touched += touching
+            if not (ordered and touching):
+                assert b.packed
+            if b.packed:
+                assert arr.ctypes.data == b.raw.ctypes.data, "decode.fixed copied a packed batch"
+                packed += 1
+            else:
+                gathered += 1
+        assert packed > 0 and touched > 0 and (gathered > 0) == ordered
 
 
 def test_sequential_order(daemon, fixed_file):
