@@ -25,22 +25,33 @@ import (
 // read carries a clock. It then searches for the knee the way TCP Vegas
 // (Brakmo & Peterson, 1995) and BBR's ProbeBW (Cardwell et al., 2016) find
 // a path's bandwidth-delay product: it holds a depth, and now and then
-// probes a deeper one for a window. A probe whose rate grew (by at least a
-// tenth of the depth's growth) is kept, and the next probe comes soon; one
-// whose rate did not grow only added latency (Vegas's "expected minus
+// probes another for a while. A deeper probe whose rate grew (by at least
+// a tenth of the depth's growth) is kept, and the next probe comes soon;
+// one whose rate did not grow only added latency (Vegas's "expected minus
 // actual": the extra reads were queued), so the depth goes back. Probes
 // downwards keep a smaller depth that loses no rate: it carries the same
-// rate at a lower latency, and holds less memory in flight (blk-iolatency's
-// reason for throttling queues that no longer buy throughput). Each probe
-// that fails doubles the wait before the next one, so a device that stays
-// the same is left alone; the start doubles the depth until the first
-// failure, as TCP's slow start and BBR's Startup do.
+// rate at a lower latency and holds less memory in flight (blk-iolatency's
+// reason for throttling a queue that no longer buys throughput). Each
+// probe that fails doubles the wait before the next one, so a device that
+// stays the same is left alone; the start doubles the depth until the
+// first failure, as TCP's slow start and BBR's Startup do.
+//
+// Rates are noisy on a busy machine (one window's rate can be off by half
+// when the CPU is shared), so a probe and the held depth before it are
+// each measured over as many windows as make the standard error of their
+// mean about 5%, from the spread of the held depth's windows, and the
+// search is asymmetric: a depth too deep costs latency, one too shallow
+// costs rate, so a shallower probe must lose nothing. Little's law caps
+// the search from above as BBR caps its window at a multiple of the
+// bandwidth-delay product: deeper probes stop at 4 × rate × the least
+// latency seen (which creeps up slowly, so a device that changed is
+// measured anew), where noise alone would walk the depth up.
 //
 // Windows end after enough reads (4 × the depth, at least 64) and at least
 // 10 ms, so a decision costs nothing per read. A window in which the reads
 // offered were fewer than the depth says nothing about the device (BBR's
 // application-limited samples) and is skipped. The depth stays within
-// [lo, hi]: hi is the engine's bound, which a loader sets from
+// [1, hi]: hi is the engine's bound, which a loader sets from
 // loader.MaxDepth and its memory bound (reads in flight × read size within
 // what it may hold). A pinned depth (an explicit depth= option) never moves.
 
@@ -50,6 +61,15 @@ const (
 	depthWindowTime = 10 * time.Millisecond
 	depthMaxHold    = 64 // windows between probes, at most
 	depthGainShare  = 0.1
+	// A probe lasts enough windows that the standard error of its mean
+	// rate is about depthError, from the spread of the held depth's
+	// windows (on a busy machine one window's rate is off by tens of
+	// percent), within [2, depthMaxWindows]; a held depth's rate is the
+	// mean of as many.
+	depthError      = 0.05
+	depthMaxWindows = 32
+	depthGain       = 4     // the cap's multiple of rate × least latency
+	depthForget     = 0.002 // the least latency's creep per window
 )
 
 // MaxDepth is the most reads in flight an engine keeps per device by
@@ -81,18 +101,23 @@ type depthControl struct {
 	pinned bool
 	limit  atomic.Int64
 
-	base     int     // the depth held
-	baseRate float64 // its rate: a mean of its windows
-	baseN    int
-	probe    int  // the depth being probed, 0 when holding
-	probeN   int  // windows of the probe so far
-	probeSum float64
-	down     bool // the next probe goes down
-	startup  bool // doubling until a probe fails
-	hold     int  // windows to hold before the next probe
-	held     int
-	fails    int
-	drops    int // windows in a row far below baseRate
+	base  int // the depth held
+	probe int // the depth being probed, 0 when holding
+	// The rates of the last windows at the depth in use now (held or
+	// probed), newest at rates[(n-1) % len].
+	rates [depthMaxWindows]float64
+	n     int
+	// What the held depth gave just before the probe started, and how
+	// many windows the probe lasts.
+	baseRate  float64
+	probeWant int
+	down      bool // the next probe goes down
+	startup   bool // doubling until a probe fails
+	hold      int  // windows to hold before the next probe
+	fails     int
+	// The least latency seen (seconds; it creeps up by depthForget a
+	// window, so a device that changed is measured anew), for the cap.
+	wmin float64
 }
 
 // newDepthControl starts a lane at start reads in flight, adapting within
@@ -119,44 +144,79 @@ func (c *depthControl) set(d int) {
 	c.limit.Store(int64(min(c.hi, max(c.lo, d))))
 }
 
+// stats is the mean rate of the last k windows and their variance
+// relative to it.
+func (c *depthControl) stats(k int) (mean, rvar float64) {
+	k = min(k, c.n, len(c.rates))
+	if k == 0 {
+		return 0, 0
+	}
+	for i := range k {
+		mean += c.rates[(c.n-1-i)%len(c.rates)]
+	}
+	mean /= float64(k)
+	if k < 2 || mean == 0 {
+		return mean, 0
+	}
+	for i := range k {
+		d := c.rates[(c.n-1-i)%len(c.rates)]/mean - 1
+		rvar += d * d
+	}
+	return mean, rvar / float64(k-1)
+}
+
+// windows is how many windows a probe lasts (and a held depth's rate is
+// measured over before one): enough for the mean to be within about
+// depthError of the rate, given the spread of the held depth's windows.
+func (c *depthControl) windows() int {
+	_, v := c.stats(len(c.rates))
+	return min(depthMaxWindows, max(2, int(math.Ceil(v/(depthError*depthError)))))
+}
+
 // observe takes a window's sample and returns the depth for the next one.
 func (c *depthControl) observe(s depthSample) int {
 	if c.pinned || s.Reads <= 0 || s.Elapsed <= 0 {
 		return c.Limit()
 	}
-	limit := c.Limit()
-	r := s.Rate()
-	if s.InFlight < 0.8*float64(limit) {
+	if s.InFlight < 0.8*float64(c.Limit()) {
 		// Application-limited: fewer reads were offered than allowed, so
 		// the window says nothing about a deeper queue. A probe that could
 		// not be filled is abandoned without counting as a failure.
 		if c.probe != 0 {
-			c.probe, c.probeN, c.probeSum = 0, 0, 0
+			c.probe, c.n = 0, 0
 			c.set(c.base)
 		}
 		return c.Limit()
 	}
+	c.rates[c.n%len(c.rates)] = s.Rate()
+	c.n++
+	if w := s.InFlight / s.Rate(); c.wmin == 0 || w < c.wmin {
+		c.wmin = w
+	} else {
+		c.wmin *= 1 + depthForget
+	}
 	if c.probe == 0 {
-		return c.holding(r)
+		c.holding()
+		return c.Limit()
 	}
-	c.probeN++
-	c.probeSum += r
-	if c.probeN < 2 {
-		return limit
+	if c.n < c.probeWant {
+		return c.Limit()
 	}
-	pr := c.probeSum / float64(c.probeN)
+	pr, _ := c.stats(c.probeWant)
 	grow := float64(c.probe)/float64(c.base) - 1 // > 0 up, < 0 down
 	var keep bool
 	if grow > 0 {
 		keep = pr >= c.baseRate*(1+depthGainShare*grow)
 	} else {
-		keep = pr >= c.baseRate*(1+depthGainShare*grow) // loses at most a tenth of what the depth lost
+		// Asymmetric: a depth too deep costs latency and memory, one too
+		// shallow costs rate, so going down must lose nothing.
+		keep = pr >= c.baseRate
 	}
 	if keep {
 		// The rate moved with the depth (up), or did not need it (down):
-		// hold the new depth and probe again soon, the same way.
-		c.base, c.baseRate, c.baseN = c.probe, pr, 1
-		c.hold, c.fails = 1, 0
+		// hold the new depth (its windows so far are the probe's) and
+		// probe again soon, the same way.
+		c.base, c.hold, c.fails = c.probe, 1, 0
 	} else {
 		// Up: the extra reads only queued (latency rose, rate did not).
 		// Down: the rate needed them. Either way go back, and wait longer
@@ -165,34 +225,22 @@ func (c *depthControl) observe(s depthSample) int {
 		c.fails++
 		c.hold = min(depthMaxHold, 1<<min(c.fails, 6))
 		c.down = grow > 0
+		c.n = 0
 	}
 	if c.base == c.hi {
 		c.down = true
 	}
-	c.probe, c.probeN, c.probeSum, c.held = 0, 0, 0, 0
+	c.probe = 0
 	c.set(c.base)
 	return c.Limit()
 }
 
-// holding is a window at the held depth: its rate joins the base's, and
-// once the hold is over a probe starts.
-func (c *depthControl) holding(r float64) int {
-	if c.baseN > 0 && r < 0.7*c.baseRate {
-		// The device got slower at the same depth (another job on it, or
-		// a different part of it): what was measured no longer holds.
-		if c.drops++; c.drops >= 2 {
-			c.baseRate, c.baseN, c.drops = r, 1, 0
-			c.hold, c.held, c.fails, c.down = 1, 0, 0, true
-		}
-		return c.Limit()
-	}
-	c.drops = 0
-	// A mean of the last few windows: rates on a busy machine are noisy.
-	n := min(c.baseN, 7)
-	c.baseRate = (c.baseRate*float64(n) + r) / float64(n+1)
-	c.baseN++
-	if c.held++; c.held < c.hold {
-		return c.Limit()
+// holding is a window at the held depth: once the hold is over and enough
+// windows measured the held depth's rate, a probe starts.
+func (c *depthControl) holding() {
+	want := c.windows()
+	if c.n < max(c.hold, want) {
+		return
 	}
 	var p int
 	switch {
@@ -205,12 +253,24 @@ func (c *depthControl) holding(r float64) int {
 		}
 		p = min(c.hi, max(c.base+1, int(math.Ceil(float64(c.base)*step))))
 	default:
-		c.held = 0
-		return c.Limit()
+		return
 	}
-	c.probe, c.probeN, c.probeSum = p, 0, 0
+	c.baseRate, _ = c.stats(want)
+	if p > c.base {
+		// Little's law caps the search: the rate at the least latency
+		// seen needs rate × latency reads in flight, and depthGain times
+		// that leaves room for a device whose latency grows with its
+		// rate; beyond it, noise would only walk the depth up.
+		if bdp := int(math.Ceil(depthGain * c.baseRate * c.wmin)); p > bdp {
+			if c.base > c.lo {
+				p = max(c.lo, min(c.base-1, int(math.Floor(float64(c.base)*0.8))))
+			} else {
+				return
+			}
+		}
+	}
+	c.probe, c.probeWant, c.n = p, want, 0
 	c.set(p)
-	return c.Limit()
 }
 
 // depthMeter integrates one lane's reads in flight over time, fed once per

@@ -45,9 +45,9 @@ func TestDepthConvergesToTheKnee(t *testing.T) {
 		start int
 	}{
 		{"Gen5 NVMe, from below", 3.3e6, 60 * time.Microsecond, 64},   // knee ~198
-		{"RAM disk, from above", 150e3, 100 * time.Microsecond, 64},    // knee 15
+		{"RAM disk, from above", 150e3, 100 * time.Microsecond, 64},   // knee 15
 		{"object store, from below", 2000, 50 * time.Millisecond, 64}, // knee 100
-		{"slow disk at the start", 20e3, 3 * time.Millisecond, 64},     // knee 60
+		{"slow disk at the start", 20e3, 3 * time.Millisecond, 64},    // knee 60
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := server(tc.rate, tc.idle)
@@ -80,11 +80,13 @@ func settled(t *testing.T, dev device, ds []int, rate, knee float64) {
 
 func TestDepthGrowsWhileRateGrows(t *testing.T) {
 	// A disk whose rate keeps growing with depth (latency grows too, but
-	// slower than the depth): the search climbs to the bound.
+	// slower than the depth): the search climbs to the bound. (Beyond
+	// depthGain times rate × least latency it climbs only as the least
+	// latency is forgotten: 4096 would take thousands of windows.)
 	disk := func(d int) float64 { return 1000 * math.Sqrt(float64(d)) }
-	for _, hi := range []int{256, 1000, MaxDepth} {
+	for _, hi := range []int{256, 1000} {
 		c := newDepthControl(64, hi, false)
-		ds := run(c, disk, 300, 0, rand.New(rand.NewPCG(3, 4)))
+		ds := run(c, disk, 600, 0, rand.New(rand.NewPCG(3, 4)))
 		for i, d := range ds {
 			if d > hi {
 				t.Fatalf("bound %d: window %d at depth %d", hi, i, d)
@@ -118,20 +120,23 @@ func TestDepthBacksOffWhenLatencyRisesWithoutRate(t *testing.T) {
 }
 
 func TestDepthUnderNoise(t *testing.T) {
-	// ±10% noise in every window (a shared machine): the rate stays near
-	// the device's and the depth within the bound.
-	dev := server(150e3, 100*time.Microsecond)
-	c := newDepthControl(64, 512, false)
-	ds := run(c, dev, 2000, 0.1, rand.New(rand.NewPCG(7, 8)))
-	var sum float64
-	for _, d := range ds[500:] {
-		if d < 1 || d > 512 {
-			t.Fatalf("depth %d out of [1, 512]", d)
+	// Noise in every window of up to ±10%, ±30%, ±50% (a shared 2-core
+	// machine gives the last): the rate stays near the device's, and the
+	// depth within the bound.
+	dev := server(150e3, 100*time.Microsecond) // knee 15
+	for _, noise := range []float64{0.1, 0.3, 0.5} {
+		c := newDepthControl(64, 512, false)
+		ds := run(c, dev, 3000, noise, rand.New(rand.NewPCG(7, 8)))
+		var sum float64
+		for _, d := range ds[500:] {
+			if d < 1 || d > 512 {
+				t.Fatalf("depth %d out of [1, 512]", d)
+			}
+			sum += dev(d)
 		}
-		sum += dev(d)
-	}
-	if mean := sum / float64(len(ds)-500); mean < 0.95*150e3 {
-		t.Fatalf("mean rate %.0f under 95%% of the device's 150k; depths %v", mean, ds[500:])
+		if mean := sum / float64(len(ds)-500); mean < 0.95*150e3 {
+			t.Fatalf("noise ±%.0f%%: mean rate %.0f under 95%% of the device's 150k; depths %v", 100*noise, mean, ds[500:])
+		}
 	}
 }
 

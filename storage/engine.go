@@ -1,9 +1,9 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"cmp"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -61,7 +61,8 @@ type EngineOptions struct {
 // device does). Before a read goes to the ring, one worker per CPU tries it
 // with RWF_NOWAIT, which copies cached pages at memory speed and fails at
 // once on a miss: warm data is read by every core, cold data at the
-// device's depth. That depth is chosen per device (the st_dev a file lives
+// device's depth (while the probes keep missing, reads skip them: see
+// probe). That depth is chosen per device (the st_dev a file lives
 // on) from the rate and latency the ring measures as it goes (depth.go),
 // unless EngineOptions.Depth pins it. Reads of other Readers (object stores) are served by a
 // pool of goroutines as deep as the Reader's Hints ask.
@@ -83,6 +84,10 @@ type Engine struct {
 	ring   bool
 
 	inFlight, reads, bytes atomic.Int64 // for Stats
+
+	// The cache probe's misses in a row, and the reads sent to the ring
+	// unprobed while they are many (probe).
+	missRun, unprobed atomic.Int64
 
 	lanesMu sync.Mutex
 	lanes   []*lane // the ring's devices, for Stats
@@ -315,15 +320,39 @@ func (e *Engine) serveOne(r *Request) {
 		return
 	}
 	r.file, r.release = file, release
-	if r.first == 0 && file.TryReadAt(r.P, r.Off) {
-		e.complete(r, nil)
-		return
+	if r.first == 0 && !file.direct && e.probe() {
+		if file.TryReadAt(r.P, r.Off) {
+			if e.missRun.Load() != 0 {
+				e.missRun.Store(0)
+			}
+			e.complete(r, nil)
+			return
+		}
+		e.missRun.Add(1)
 	}
 	select {
 	case e.misses <- r:
 	case <-r.Ctx.Done():
 		e.complete(r, r.Ctx.Err())
 	}
+}
+
+// Probing the page cache with RWF_NOWAIT is not free on a miss: the kernel
+// starts the page's readahead before it answers EAGAIN (filemap_get_pages
+// reads ahead under IOCB_NOWAIT; only the in-kernel IOCB_NOIO would not),
+// so a cold read would cost a system call that submits it to the device
+// and then a ring read that waits for it, and the device's queue would be
+// whatever the probes submitted, not the lane's depth. While the probes
+// keep missing (a cold epoch) most reads go to the ring unprobed, where a
+// cached page is still copied at once; one in probeEvery is probed, and
+// its first hit turns probing back on for all.
+const (
+	probeMissRun = 64
+	probeEvery   = 32
+)
+
+func (e *Engine) probe() bool {
+	return e.missRun.Load() < probeMissRun || e.unprobed.Add(1)%probeEvery == 0
 }
 
 func (e *Engine) toPool(r *Request) {
@@ -452,6 +481,10 @@ func (e *Engine) runRing(a *Async) error {
 			ln.meter.advance(now, ln.inFlight)
 			if s, ok := ln.meter.sample(now, ln.ctl); ok {
 				ln.ctl.observe(s)
+				if slog.Default().Enabled(e.ctx, slog.LevelDebug) {
+					slog.Debug("storage: a window of reads", "device", ln.dev, "reads", s.Reads, "in_flight", s.InFlight,
+						"rate", s.Rate(), "latency", s.Latency(), "depth", ln.ctl.Limit())
+				}
 				ln.latency.Store(int64(s.Latency()))
 			}
 		}

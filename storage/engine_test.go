@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/riffle-ml/riffle/internal/alignbuf"
 )
 
@@ -308,5 +310,53 @@ func TestEngineLanePerDevice(t *testing.T) {
 	}
 	if len(lanes) != 2 || !devs[DeviceOf(a)] || !devs[DeviceOf(b)] {
 		t.Fatalf("lanes for devices %v, want %d and %d", devs, DeviceOf(a), DeviceOf(b))
+	}
+}
+
+func TestEngineStopsProbingACold(t *testing.T) {
+	// A cold file (its pages dropped from the cache): the RWF_NOWAIT probes
+	// miss, and after probeMissRun of them most reads go to the ring
+	// unprobed; once the file is cached, the first probe that hits turns
+	// probing back on.
+	p, want := testFile(t, 4<<20)
+	f, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e := NewEngine(EngineOptions{})
+	defer e.Close()
+	if !e.Ring() {
+		t.Skip("io_uring unavailable here")
+	}
+	if err := unix.Fdatasync(f.fd); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(f.fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	for i := range 2 * probeMissRun {
+		off := int64(i*7919%(len(want)/4096)) * 4096
+		if err := e.Read(context.Background(), f, buf, off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, want[off:off+4096]) {
+			t.Fatalf("read at %d differs", off)
+		}
+	}
+	if e.missRun.Load() < probeMissRun || e.unprobed.Load() == 0 {
+		t.Skipf("the file stayed cached (%d misses in a row): nothing cold to test", e.missRun.Load())
+	}
+	if err := f.ReadAt(context.Background(), make([]byte, len(want)), 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; e.missRun.Load() != 0; i++ {
+		if i > 4*probeEvery {
+			t.Fatalf("%d reads of a cached file and probing is still off", i)
+		}
+		if err := e.Read(context.Background(), f, buf, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
