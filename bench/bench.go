@@ -57,6 +57,31 @@ type Result struct {
 	// Meter says what DevBytes counts.
 	Meter   string  `json:"meter,omitempty"`
 	Seconds float64 `json:"seconds"`
+	// CPU is the CPU time the reader spent, user and system, in seconds
+	// (riffle's: this process's over the measurement; fio's: its own);
+	// 0 if unknown.
+	CPU float64 `json:"cpu_seconds,omitempty"`
+	// Depth is the reads in flight: fio's queue depth, or the depth
+	// riffle's engine had chosen at the end.
+	Depth int `json:"depth,omitempty"`
+}
+
+// CoresPerMIOPS is the CPU the reads cost in cores per million reads/s
+// (CPU seconds per million reads); 0 if unknown.
+func (r Result) CoresPerMIOPS() float64 {
+	if r.CPU <= 0 || r.Reads <= 0 {
+		return 0
+	}
+	return r.CPU / (float64(r.Reads) / 1e6)
+}
+
+// cpuSelf is this process's CPU time so far, user and system, in seconds.
+func cpuSelf() float64 {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // SamplesPerSec is records delivered per second.
@@ -99,7 +124,7 @@ func Riffle(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts loa
 	opts.Epochs = -1
 	meter := MeterOf(Store(), ds.Info().Paths[0])
 	before := meter.Bytes()
-	start := time.Now()
+	start, cpu := time.Now(), cpuSelf()
 	l, err := loader.New(ctx, ds, s, opts)
 	if err != nil {
 		return Result{}, err
@@ -119,6 +144,8 @@ func Riffle(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts loa
 	// batches read ahead included) are what the device served.
 	st := l.Stats()
 	r.Seconds = time.Since(start).Seconds()
+	r.CPU = cpuSelf() - cpu
+	r.Depth = l.Depth()
 	r.Reads = st.Reads
 	r.Bytes = st.Bytes + st.Staged
 	r.DevBytes = meter.Since(before)
@@ -388,6 +415,8 @@ func Fio(ctx context.Context, paths []string, bs, iodepth int, d time.Duration) 
 				IOs     int64   `json:"total_ios"`
 				Runtime float64 `json:"runtime"` // ms
 			} `json:"read"`
+			UsrCPU float64 `json:"usr_cpu"` // % of the job's time
+			SysCPU float64 `json:"sys_cpu"`
 		} `json:"jobs"`
 	}
 	if i := strings.IndexByte(string(out), '{'); i > 0 {
@@ -401,7 +430,8 @@ func Fio(ctx context.Context, paths []string, bs, iodepth int, d time.Duration) 
 	}
 	j := rep.Jobs[0].Read
 	r := Result{Name: fmt.Sprintf("fio bs=%d qd=%d", bs, iodepth), Records: j.IOs, Reads: j.IOs, Bytes: j.IOBytes,
-		Seconds: j.Runtime / 1000, DevBytes: -1, Meter: MeterFio}
+		Seconds: j.Runtime / 1000, DevBytes: -1, Meter: MeterFio, Depth: iodepth,
+		CPU: (rep.Jobs[0].UsrCPU + rep.Jobs[0].SysCPU) / 100 * j.Runtime / 1000}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		r.DevBytes = ru.Inblock * 512 // Linux counts read_bytes in 512-byte units here
 	}

@@ -97,9 +97,10 @@ func (f *flight) wake() {
 	f.cond.Broadcast()
 }
 
-// depth is the reads in flight the loader's device is given now: the
-// option's, when it pins one, or the depth the engine chose for it.
-func (l *Loader) depth() int {
+// Depth is the reads in flight the loader's device is given now: the
+// option's, when it pins one, or the depth the engine chose for it. Safe
+// at any time, from any goroutine.
+func (l *Loader) Depth() int {
 	return cmp.Or(l.opts.Depth, l.engine.Stats().Depth, storage.DefaultHints.Depth)
 }
 

@@ -160,7 +160,7 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	ahead := opts.Prefetch
 	if ahead == 0 {
 		ahead = maxAhead
-		l.flight = newFlight(l.ctx, minAhead, l.depth, opts.Epoch)
+		l.flight = newFlight(l.ctx, minAhead, l.Depth, opts.Epoch)
 	}
 	l.deliver = make(chan *load, ahead)
 	l.freeLoads = make(chan *load, 64)

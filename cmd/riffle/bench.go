@@ -175,6 +175,7 @@ records (--record-size, default 4096) is written first.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(benchDepthCmd())
 	df.register(cmd)
 	sf.register(cmd, "global")
 	fl := cmd.Flags()
@@ -182,7 +183,7 @@ records (--record-size, default 4096) is written first.`,
 	fl.StringSliceVar(&modes, "mode", []string{"cold", "warm"}, "cold, warm or both")
 	fl.DurationVar(&dur, "duration", 10*time.Second, "time per measurement")
 	fl.IntVar(&batch, "batch-size", loader.DefaultBatchSize, "records per batch")
-	fl.IntVar(&depth, "depth", 64, "riffle's reads in flight")
+	fl.IntVar(&depth, "depth", 0, "riffle's reads in flight (default: chosen per device as it reads)")
 	fl.IntVar(&fioDepth, "fio-depth", 64, "fio's queue depth")
 	fl.IntVar(&opportunistic, "opportunistic", 0, "make batches of whichever records of this many batches arrive first")
 	fl.BoolVar(&noFio, "no-fio", false, "do not run fio")

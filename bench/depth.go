@@ -1,0 +1,114 @@
+package bench
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
+)
+
+// DepthRound is one round of the depth benchmark: fio's random reads at
+// each queue depth and riffle's global shuffle at its default settings
+// (the engine choosing its depth), each cold.
+type DepthRound struct {
+	Fio    []Result `json:"fio"`
+	Riffle Result   `json:"riffle"`
+}
+
+// BestFio is the round's fastest fio run.
+func (r DepthRound) BestFio() Result {
+	return slices.MaxFunc(r.Fio, func(a, b Result) int {
+		switch {
+		case a.IOPS() < b.IOPS():
+			return -1
+		case a.IOPS() > b.IOPS():
+			return 1
+		}
+		return 0
+	})
+}
+
+// DepthConfig says what the depth benchmark reads and how long.
+type DepthConfig struct {
+	// Open opens the dataset afresh for each riffle run (4 KiB records:
+	// fio reads blocks of the mean record size, FioBlockSize).
+	Open   func() (dataset.Dataset, error)
+	Depths []int         // fio's queue depths; default 16, 32, 64, 128, 256
+	Rounds int           // default 3
+	Time   time.Duration // per run; default 10 s (riffle's at most an epoch)
+	Seed   uint64
+	// Each, if set, is called after every run.
+	Each func(round int, r Result)
+}
+
+// Depth runs the depth benchmark: rounds of fio at every depth and riffle
+// at its defaults, cold (the page cache dropped before each run: root
+// only), riffle's place in the round moving each round so that a drift in
+// the device's speed (other tenants) falls on all of them alike.
+func Depth(ctx context.Context, cfg DepthConfig) ([]DepthRound, error) {
+	if len(cfg.Depths) == 0 {
+		cfg.Depths = []int{16, 32, 64, 128, 256}
+	}
+	cfg.Rounds = max(1, cfg.Rounds)
+	if cfg.Time <= 0 {
+		cfg.Time = 10 * time.Second
+	}
+	ds, err := cfg.Open()
+	if err != nil {
+		return nil, err
+	}
+	objs := Objects(ds)
+	inf := ds.Info()
+	n := ds.Len()
+	ds.Close()
+	rec := inf.RecordSize
+	if rec == 0 {
+		rec = int(inf.Bytes / int64(max(1, n)))
+	}
+	bs := FioBlockSize(objs[0], rec)
+	var out []DepthRound
+	for round := range cfg.Rounds {
+		var dr DepthRound
+		at := round % (len(cfg.Depths) + 1)
+		for i := 0; i <= len(cfg.Depths); i++ {
+			if err := DropCaches(); err != nil {
+				return out, err
+			}
+			var r Result
+			var err error
+			if i == at {
+				r, err = depthRiffle(ctx, cfg, n)
+				dr.Riffle = r
+			} else {
+				j := i
+				if i > at {
+					j--
+				}
+				r, err = Fio(ctx, objs, bs, cfg.Depths[j], cfg.Time)
+				dr.Fio = append(dr.Fio, r)
+			}
+			if err != nil {
+				return out, err
+			}
+			if cfg.Each != nil {
+				cfg.Each(round, r)
+			}
+		}
+		slices.SortFunc(dr.Fio, func(a, b Result) int { return a.Depth - b.Depth })
+		out = append(out, dr)
+	}
+	return out, nil
+}
+
+// depthRiffle is one cold riffle run at its defaults over at most an epoch.
+func depthRiffle(ctx context.Context, cfg DepthConfig, n int) (Result, error) {
+	ds, err := cfg.Open()
+	if err != nil {
+		return Result{}, err
+	}
+	defer ds.Close()
+	return Riffle(ctx, ds, sampler.Global{N: n, Seed: cfg.Seed}, loader.Options{}, Limit{Records: n, Duration: cfg.Time})
+}
