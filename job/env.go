@@ -173,14 +173,15 @@ func (e *Env) Devices() []Device {
 }
 
 // engineFor returns the read engine of the device r's object lives on:
-// jobs reading one disk share one queue.
+// jobs reading one disk share one queue, whose depth the engine chooses
+// from what the device does (storage's depth.go).
 func (e *Env) engineFor(r storage.Reader) *storage.Engine {
 	dev := storage.DeviceOf(r)
 	e.engMu.Lock()
 	defer e.engMu.Unlock()
 	en, ok := e.engines[dev]
 	if !ok {
-		en = storage.NewEngine(storage.EngineOptions{Depth: storage.HintsOf(r).Depth})
+		en = storage.NewEngine(storage.EngineOptions{})
 		e.engines[dev] = en
 	}
 	return en

@@ -123,7 +123,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			"its rows are put together per batch, not cached or transformed one by one (yet)", inf.Format))
 	}
 	lopts.MemoryBytes = j.memory
-	lopts.Engine = env.engineFor(ds.Object(0))
+	if lopts.Depth == 0 {
+		lopts.Engine = env.engineFor(ds.Object(0))
+	} // else an explicit depth pins the job's own engine's, outside the device's shared queue
 	lopts.Cache, lopts.CacheKey = env.cache, key
 	if j.tf != nil {
 		lopts.Transform, lopts.Workers = j.tf, env.workers

@@ -46,7 +46,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "batch_size": ("batch_size", "int", 1, 1048576, "256", "records per batch"),
     "drop_last": ("drop_last", "bool", None, None, "false", "DataLoader's drop_last: drop the last short batch"),
     "prefetch": ("prefetch", "int", 0, 1024, "adaptive (sharing: 2)", "batches read ahead"),
-    "depth": ("depth", "int", 0, 4096, "the device's (64 local)", "reads in flight"),
+    "depth": ("depth", "int", 0, 4096, "chosen per device from its rate and latency as it reads", "reads in flight; set, it pins them (the job then reads through its own queue)"),
     "memory_bytes": ("memory", "int", 0, 9223372036854775807, "room for 16 batches, at least 64 MiB (in a small memory budget, a 32nd of its part for jobs)", "the bound on batches in flight and held"),
     "ordered": ("ordered", "bool", None, None, "false when shuffling", "keep the sampler's order inside batches"),
     "batch_stride": ("batch_stride", "int", 0, 65536, "1", "deliver only batches offset, offset+stride, ... (DataLoader workers)"),
