@@ -56,7 +56,6 @@ import (
 // what it may hold). A pinned depth (an explicit depth= option) never moves.
 
 const (
-	depthStart      = 64 // where the search starts: the old constant, a good NVMe/virtio guess
 	depthMinWindow  = 64 // reads per window, at least
 	depthWindowTime = 10 * time.Millisecond
 	depthMaxHold    = 64 // windows between probes, at most

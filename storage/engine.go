@@ -38,7 +38,7 @@ type EngineOptions struct {
 	// Depth, when above 0, pins how many reads of each device are in flight
 	// at once through io_uring (an explicit depth= option). By default the
 	// depth of each device adapts to what the device does (depth.go),
-	// starting at 64.
+	// starting at its Hints' Depth (64 for local files).
 	Depth int
 	// MaxDepth bounds the adaptive depth of each device; default MaxDepth.
 	// A loader sets it from its memory bound: the reads in flight times
@@ -88,6 +88,7 @@ type Engine struct {
 	// The cache probe's misses in a row, and the reads sent to the ring
 	// unprobed while they are many (probe).
 	missRun, unprobed atomic.Int64
+	pool              atomic.Int64 // goroutines serving blocks
 
 	lanesMu sync.Mutex
 	lanes   []*lane // the ring's devices, for Stats
@@ -145,7 +146,7 @@ func NewEngine(opts EngineOptions) *Engine {
 		ringDepth = opts.Depth
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Engine{opts: opts, ctx: ctx, stop: cancel, misses: make(chan *Request, 4*depthStart), blocks: make(chan *Request)}
+	e := &Engine{opts: opts, ctx: ctx, stop: cancel, misses: make(chan *Request, 256), blocks: make(chan *Request)}
 	e.cond = sync.NewCond(&e.mu)
 	e.g, _ = errgroup.WithContext(ctx)
 	var async *Async
@@ -168,18 +169,11 @@ func NewEngine(opts EngineOptions) *Engine {
 		})
 	}
 	// The goroutine pool serves object stores, which bound their own
-	// requests in flight (S3's limiter); it is as deep as a pinned depth,
-	// or the depth the search starts at.
-	var pool sync.WaitGroup
-	for range cmp.Or(opts.Depth, depthStart) {
-		pool.Add(1)
-		e.g.Go(func() error {
-			defer pool.Done()
-			for r := range e.blocks {
-				e.complete(r, r.readAt())
-			}
-			return nil
-		})
+	// requests in flight (S3's limiter, per store); it starts as deep as a
+	// pinned depth or the depth a search starts at, and grows while every
+	// goroutine is busy, up to the most a store is given (toPool).
+	for range cmp.Or(opts.Depth, DefaultHints.Depth) {
+		e.growPool()
 	}
 	e.g.Go(func() error {
 		front.Wait()
@@ -358,9 +352,30 @@ func (e *Engine) probe() bool {
 func (e *Engine) toPool(r *Request) {
 	select {
 	case e.blocks <- r:
+		return
+	default:
+	}
+	// Every goroutine is busy: a store whose depth grew needs more. Only
+	// the front workers call toPool, and blocks closes after they are
+	// done, so a goroutine started here always finds it open.
+	if e.opts.Depth == 0 && e.pool.Load() < int64(min(e.opts.MaxDepth, s3MaxDepth)) {
+		e.growPool()
+	}
+	select {
+	case e.blocks <- r:
 	case <-r.Ctx.Done():
 		e.finish(r, r.Ctx.Err())
 	}
+}
+
+func (e *Engine) growPool() {
+	e.pool.Add(1)
+	e.g.Go(func() error {
+		for r := range e.blocks {
+			e.complete(r, r.readAt())
+		}
+		return nil
+	})
 }
 
 func (e *Engine) complete(r *Request, err error) {
@@ -390,15 +405,17 @@ type lane struct {
 	latency  atomic.Int64 // the last window's, in ns
 }
 
-// laneOf returns the lane of device dev, making it on its first read.
-func (e *Engine) laneOf(lanes []*lane, dev uint64) ([]*lane, *lane) {
+// laneOf returns the lane of r's device, making it on the device's first
+// read, its depth starting at r's hint.
+func (e *Engine) laneOf(lanes []*lane, r *Request) ([]*lane, *lane) {
+	dev := r.file.dev
 	for _, ln := range lanes {
 		if ln.dev == dev {
 			return lanes, ln
 		}
 	}
 	pin := e.opts.Depth > 0
-	ln := &lane{dev: dev, ctl: newDepthControl(cmp.Or(e.opts.Depth, depthStart), cmp.Or(e.opts.Depth, e.opts.MaxDepth), pin)}
+	ln := &lane{dev: dev, ctl: newDepthControl(cmp.Or(e.opts.Depth, HintsOf(r.R).Depth), cmp.Or(e.opts.Depth, e.opts.MaxDepth), pin)}
 	e.lanesMu.Lock()
 	e.lanes = append(e.lanes, ln)
 	e.lanesMu.Unlock()
@@ -467,7 +484,7 @@ func (e *Engine) runRing(a *Async) error {
 				e.complete(r, err)
 				continue
 			}
-			lanes, r.lane = e.laneOf(lanes, r.file.dev)
+			lanes, r.lane = e.laneOf(lanes, r)
 			if r.lane.inFlight >= r.lane.ctl.Limit() || r.lane.head < len(r.lane.parked) {
 				r.lane.parked = append(r.lane.parked, r)
 				continue

@@ -6,7 +6,9 @@ package storage
 // coalesces across larger gaps (a request costs more than the bytes in a
 // gap) and reads larger blocks.
 type Hints struct {
-	// Depth is how many reads are worth keeping in flight.
+	// Depth is how many reads to keep in flight at first; the engine (or,
+	// for S3, the store's limiter) then adapts it to what the device does
+	// (depth.go).
 	Depth int
 	// CoalesceGap is the largest gap, in bytes, worth reading to merge two
 	// neighbouring reads into one.

@@ -35,6 +35,7 @@ type S3 struct {
 	endpoint string
 	opts     S3Options
 	stats    s3Stats
+	lim      *limiter // the store's requests in flight
 }
 
 type s3Stats struct{ gets, bytes, retries atomic.Int64 }
@@ -152,7 +153,7 @@ func NewS3(opts S3Options) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("S3 client for %s: %w", host, err)
 	}
-	return &S3{c: c, endpoint: host, opts: opts}, nil
+	return &S3{c: c, endpoint: host, opts: opts, lim: newLimiter(DefaultHints.Depth, s3MaxDepth)}, nil
 }
 
 // Hints: a ranged GET costs a round trip, so neighbouring records are read
@@ -160,6 +161,9 @@ func NewS3(opts S3Options) (*S3, error) {
 // blocks. (A gap of 256 KiB was faster on a loopback store, where requests
 // cost more than bytes, but fetched 19 bytes per byte of 4 KiB records in a
 // global shuffle: BENCHMARKS.md.)
+//
+// Its Depth is where the store's depth starts; the limiter adapts it, up to
+// s3MaxDepth requests (the engine's pool grows to serve them).
 func (s *S3) Hints() Hints {
 	return Hints{Depth: 64, CoalesceGap: 64 << 10, BlockSize: 64 << 10, Align: 1}
 }
@@ -229,7 +233,7 @@ func (s *S3) Open(ctx context.Context, name string) (Reader, error) {
 		}
 		return nil, &Error{Op: "open", Object: name, Err: err}
 	}
-	return &s3Object{s: s, name: name, bucket: bucket, key: key, size: st.Size, etag: st.ETag, modified: st.LastModified, lim: newLimiter(4, 64)}, nil
+	return &s3Object{s: s, name: name, bucket: bucket, key: key, size: st.Size, etag: st.ETag, modified: st.LastModified}, nil
 }
 
 // errReplaced: the object's modification time is not the one it had.
@@ -242,7 +246,6 @@ type s3Object struct {
 	size              int64
 	etag              string
 	modified          time.Time // pins reads where the store gives no ETag
-	lim               *limiter
 }
 
 func (o *s3Object) Size() int64     { return o.size }
@@ -271,10 +274,9 @@ func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if off < 0 || off+int64(len(p)) > o.size {
 		return &Error{Op: "read", Object: o.name, Offset: off, Len: len(p), Err: fmt.Errorf("past the object's %d bytes: %w", o.size, io.ErrUnexpectedEOF)}
 	}
-	if err := o.lim.acquire(ctx); err != nil {
+	if err := o.s.lim.acquire(ctx); err != nil {
 		return &Error{Op: "read", Object: o.name, Offset: off, Len: len(p), Err: err}
 	}
-	start := time.Now()
 	err := o.s.try(ctx, func(ctx context.Context) error {
 		var opts minio.GetObjectOptions
 		if err := opts.SetRange(off, off+int64(len(p))-1); err != nil {
@@ -308,7 +310,7 @@ func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
 		o.s.stats.bytes.Add(int64(n))
 		return err
 	})
-	o.lim.release(len(p), time.Since(start), err == nil)
+	o.s.lim.release(err == nil)
 	if err != nil {
 		var er minio.ErrorResponse
 		if errors.Is(err, errReplaced) || errors.As(err, &er) && er.StatusCode == http.StatusPreconditionFailed {
@@ -484,27 +486,20 @@ func (s *S3) WriteFile(ctx context.Context, name string, b []byte) error {
 	return nil
 }
 
-// limiter keeps as many requests of an object in flight as Little's law
-// says keep the store busy: the best bandwidth seen times the least
-// latency seen (its bandwidth-delay product, in requests), with headroom
-// to find more bandwidth, between lo and hi.
+// limiter keeps as many requests to a store in flight as its depthControl
+// chooses from the store's rate and latency (depth.go): an object store's
+// depth is its bandwidth-delay product, rate × latency in requests, which
+// neither a disk's constant nor a guess at the store's latency gives.
 type limiter struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
-	lo, hi   int
-	limit    int
+	ctl      *depthControl
+	meter    depthMeter
 	inflight int
-	// the current window's completions
-	winStart time.Time
-	winBytes int64
-	winReqs  int
-	minLat   time.Duration
-	bestRate float64 // requests per second
-	meanSize float64
 }
 
-func newLimiter(lo, hi int) *limiter {
-	l := &limiter{lo: lo, hi: hi, limit: lo * 4, winStart: time.Now()}
+func newLimiter(start, hi int) *limiter {
+	l := &limiter{ctl: newDepthControl(start, hi, false)}
 	l.cond = sync.NewCond(&l.mu)
 	return l
 }
@@ -512,52 +507,45 @@ func newLimiter(lo, hi int) *limiter {
 func (l *limiter) acquire(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.inflight < l.limit {
-		l.inflight++
-		return nil
-	}
-	stop := context.AfterFunc(ctx, func() {
-		l.mu.Lock()
-		l.cond.Broadcast()
-		l.mu.Unlock()
-	})
-	defer stop()
-	for l.inflight >= l.limit {
-		if err := ctx.Err(); err != nil {
-			return err
+	if l.inflight >= l.ctl.Limit() {
+		stop := context.AfterFunc(ctx, func() {
+			l.mu.Lock()
+			l.cond.Broadcast()
+			l.mu.Unlock()
+		})
+		defer stop()
+		for l.inflight >= l.ctl.Limit() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			l.cond.Wait()
 		}
-		l.cond.Wait()
 	}
 	l.inflight++
+	l.meter.advance(monoNow(), l.inflight)
 	return nil
 }
 
-// release ends a request of n bytes that took lat, and every 200 ms
-// re-sizes the window.
-func (l *limiter) release(n int, lat time.Duration, ok bool) {
+// release ends a request, and at the end of a window sets the depth.
+func (l *limiter) release(ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := monoNow()
 	l.inflight--
 	if ok {
-		l.winBytes += int64(n)
-		l.winReqs++
-		if l.minLat == 0 || lat < l.minLat {
-			l.minLat = lat
-		}
+		l.meter.reads++
 	}
-	if el := time.Since(l.winStart); el >= 200*time.Millisecond && l.winReqs > 0 {
-		rate := float64(l.winReqs) / el.Seconds()
-		l.bestRate = max(l.bestRate*0.98, rate) // forget slowly: the store's load changes
-		bdp := l.bestRate * l.minLat.Seconds()
-		l.limit = max(l.lo, min(l.hi, int(2*bdp)+l.lo))
-		l.winStart, l.winBytes, l.winReqs = time.Now(), 0, 0
+	l.meter.advance(now, l.inflight)
+	if s, done := l.meter.sample(now, l.ctl); done {
+		if before := l.ctl.Limit(); l.ctl.observe(s) > before {
+			l.cond.Broadcast()
+		}
 	}
 	l.cond.Signal()
 }
 
-// Limit is the object's current number of requests in flight allowed.
-func (o *s3Object) Limit() int {
-	o.lim.mu.Lock()
-	defer o.lim.mu.Unlock()
-	return o.lim.limit
-}
+// Limit is the store's number of requests in flight allowed now.
+func (o *s3Object) Limit() int { return o.s.lim.ctl.Limit() }
+
+// s3MaxDepth bounds a store's requests in flight: each is a connection.
+const s3MaxDepth = 1024
