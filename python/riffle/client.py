@@ -430,7 +430,7 @@ class Batch:
     """
 
     __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "_state",
-                 "_dtype", "_shape", "_table", "__weakref__")
+                 "_dtype", "_shape", "_table", "_lease", "__weakref__")
 
     def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict,
                  dtype=None, shape=None, state=None):
@@ -441,6 +441,7 @@ class Batch:
         self.raw = raw
         self.info = info
         self._state = state  # a dict, or a function giving one (asked of the daemon once)
+        self._lease = None  # (job, seq, data_off, finalizer) of a batch in shared memory, for Loader.lend
         # A batch of rows (Arrow, Parquet): (body offset, nodes (n, 2), buffers (n, 2)) of its Arrow message;
         # internal: `data` is the batch as a pyarrow.RecordBatch.
         self._table: tuple[int, np.ndarray, np.ndarray] | None = None
@@ -509,17 +510,26 @@ class Batch:
         return f"<riffle.Batch epoch={self.epoch} index={self.index} n={self.n} bytes={len(self.raw)}>"
 
 
-def _release(conn_ref, job: int, seq: int) -> None:
+def _give_back(conn_ref, job: int, seq: int, loader: "Loader", size: int) -> None:
+    """A batch's region goes back to the daemon (with the next request) and out of its loader's held bytes."""
     conn = conn_ref()
     if conn is not None:
         conn.queue_release(job, seq)
+    loader._held -= size
 
 
 class _Job:
     """An open job: its connection, shared memory and place."""
 
-    def __init__(self, conn: Connection, reply: dict, mm: mmap.mmap | None, epoch: int, batch: int, start: int = 0):
+    def __init__(self, conn: Connection, reply: dict, mm: mmap.mmap | None, epoch: int, batch: int, start: int = 0,
+                 fd: int | None = None):
         self.conn, self.reply, self.mm = conn, reply, mm
+        # The arena's descriptor, kept to lend batches to another process
+        # (Loader.lend); the batches lent, by seq: what gives each back.
+        self.fd = fd
+        self.lent: dict[int, tuple] = {}
+        self.returns: int | None = None  # the pipe's read end the borrower gives seqs back through
+        self.key: str | None = None
         self.id = reply["job"]
         self.epoch, self.batch = epoch, batch  # the next batch it delivers
         self.start = start  # the epoch's positions delivered before it, if it is the rest of one
@@ -543,7 +553,14 @@ class _Job:
             self.conn.drop(self.conn.send({"op": wire.OP_CLOSE, "job": self.id}))
         except RiffleError:
             pass
-        # The mmap stays mapped while any batch's arrays refer to it.
+        # The mmap stays mapped while any batch's arrays refer to it; a
+        # borrower's mapping of the arena stays valid too (the daemon keeps
+        # the pages of batches not given back), and its later give-backs
+        # find the pipe closed.
+        for fd in (self.fd, self.returns):
+            if fd is not None:
+                os.close(fd)
+        self.fd = self.returns = None
 
 
 def _close_job(job: _Job | None) -> None:
@@ -988,16 +1005,17 @@ class Loader:
         if self._skip:
             spec["skip"] = self._skip
         conn, reply, fds = self._opening({"op": wire.OP_OPEN, "spec": spec})
-        mm = None
+        mm, arena = None, None
         if reply.get("arena_size"):
             if not fds:
                 raise RiffleError("the daemon sent no shared memory with the job")
             try:
                 mm = mmap.mmap(fds[0], reply["arena_size"], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                arena = fds.pop(0)  # kept for lending batches (Loader.lend)
             finally:
                 for fd in fds:
                     os.close(fd)
-        self._job = _Job(conn, reply, mm, self.epoch, self._batch, self._start)
+        self._job = _Job(conn, reply, mm, self.epoch, self._batch, self._start, arena)
         # A job of a mixture reads with one epoch's weights: at a change, the next epoch is a job of its own.
         self._job.weights = (self._weights_gen, weights)
         self._finalizer = weakref.finalize(self, _close_job, self._job)
@@ -1115,6 +1133,8 @@ class Loader:
             while left > 0 or tags:
                 # Until a batch's size is known, one request at a time.
                 cap = self.pipeline if size else 1
+                if j.lent:
+                    self._take_back(j)
                 if not tags or len(tags) <= cap - chunk:
                     k = 0
                     while k < left and len(tags) + k < cap and self._room(size * (len(tags) + k + 1)):
@@ -1174,13 +1194,15 @@ class Loader:
         labels = meta[3 * n : 4 * n] if m.get("labels") else None
         size = m.get("data_len", 0)
         raw = np.frombuffer(buf, np.uint8, count=size, offset=m.get("data_off", 0))
+        fin = None
         if mm is not None:
             self._held += size
-            weakref.finalize(raw, _release, conn_ref, job, m["seq"])
-            weakref.finalize(raw, self._unhold, size)
+            fin = weakref.finalize(raw, _give_back, conn_ref, job, m["seq"], self, size)
         state = self._place_state()
         b = Batch(m["epoch"], m["index"], bool(m.get("last")), ids, offs, lens, labels, raw, info, self.dtype,
                   self.shape, state)
+        if fin is not None:
+            b._lease = (self._job, m["seq"], m.get("data_off", 0), fin)
         if arrow:
             table = meta[n * k :].reshape(-1, 2)
             b._table = (int(arrow["body"]), table[: arrow["nodes"]], table[arrow["nodes"] :])
@@ -1202,8 +1224,53 @@ class Loader:
             return out
         return ask
 
-    def _unhold(self, size: int) -> None:
-        self._held -= size
+    # --- lending batches to another process ---
+    def lend(self, batch: Batch) -> tuple[str, Any, Any, int, int] | None:
+        """Hand ``batch``'s memory over to another process (a DataLoader worker's batch to the main process),
+        without a copy: None if it cannot be (no shared memory, or the batch was already given back).
+
+        Returns ``(key, arena, returns, data_off, seq)``: the other process maps the job's arena (``arena``,
+        a ``multiprocessing.reduction.DupFd`` the first time a job lends, else None: the borrower keeps the
+        mapping by ``key``) and views the batch at ``data_off``; when it is done with the batch it writes
+        ``seq`` (8 bytes, little-endian) to ``returns`` (likewise a DupFd of a pipe the first time). From the
+        lend on, the batch's region stays the daemon's to keep for the borrower, whatever this process drops:
+        it is given back only when the borrower writes its seq, or when this process's job closes (the daemon
+        then keeps the pages of batches not given back, so the borrower's view stays valid; a later give-back
+        finds the pipe closed). This loader reads what came back before each request.
+        """
+        lease = getattr(batch, "_lease", None)
+        if lease is None:
+            return None
+        j, seq, data_off, fin = lease
+        if j is None or j.fd is None or not fin.alive:
+            return None
+        from multiprocessing.reduction import DupFd
+        arena = returns = None
+        if j.returns is None:
+            r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            j.returns, j.key = r, f"{os.getpid()}-{id(j)}-{os.urandom(4).hex()}"
+            arena, returns = DupFd(j.fd), DupFd(w)  # each holds a duplicate until the borrower takes it
+            os.close(w)
+        _, _, args, _ = fin.detach()
+        j.lent[seq] = args
+        batch._lease = None
+        return j.key, arena, returns, data_off, seq
+
+    def _take_back(self, j: _Job) -> None:
+        """Give back to the daemon the lent batches the borrower is done with."""
+        if j.returns is None or not j.lent:
+            return
+        while True:
+            try:
+                got = os.read(j.returns, 8 << 10)
+            except BlockingIOError:
+                return
+            if not got:
+                return
+            for (seq,) in struct.iter_unpack("<Q", got[: len(got) // 8 * 8]):
+                args = j.lent.pop(seq, None)
+                if args is not None:
+                    _give_back(*args)
 
     def _bound(self) -> int | None:
         """The job's memory bound: ``memory=``, or the one the daemon chose (it says in its answer to the check)."""
@@ -1218,6 +1285,15 @@ class Loader:
         # memory; say so instead of waiting forever.
         if self._room(next_bytes):
             return
+        if self._job is not None and self._job.lent:
+            # A borrower may have given batches back since the last request.
+            deadline = time.monotonic() + 5.0
+            while not self._room(next_bytes) and self._job.lent and time.monotonic() < deadline:
+                self._take_back(self._job)
+                if not self._room(next_bytes):
+                    time.sleep(0.001)
+            if self._room(next_bytes):
+                return
         gc.collect()
         if not self._room(next_bytes):
             raise MemoryBudget(

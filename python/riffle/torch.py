@@ -27,8 +27,12 @@ from __future__ import annotations
 
 import collections
 import io
+import mmap
 import multiprocessing
 import os
+import struct
+import threading
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -530,6 +534,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         start = ld._start
         for batch in ld:
             out = self._convert(batch, ld, shared=info is not None)
+            if info is not None:
+                out = _lent(ld, batch, out)
             yield _Stamped(out, worker, batch.state, batch.epoch, batch.index, start, batch.last) if stamp else out
             del batch, out
 
@@ -563,10 +569,12 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 # labels themselves, if the transform kept them.
                 data = _collate(samples) if samples and isinstance(samples[0], (dict, tuple, list)) else samples
                 row_labels = None
-        elif shared and isinstance(data, torch.Tensor):
+        elif shared and isinstance(data, torch.Tensor) and not _in_batch(data, batch):
             # In a worker the batch must reach shared memory to cross to the
             # main process: put it there once, instead of DataLoader copying
-            # it again (default_collate does the same in a worker).
+            # it again (default_collate does the same in a worker). A view
+            # of the batch itself is lent instead (_lent), unless a
+            # batch_transform makes something else of it.
             data = _to_shared(data)
         if self.batch_transform is not None:
             data = self.batch_transform(data)
@@ -715,6 +723,104 @@ def _collate(samples: list) -> Any:
         if isinstance(samples[0], (tuple, list)):
             return type(samples[0])(_collate(list(col)) for col in zip(*samples))
         return samples
+
+
+def _in_batch(t: torch.Tensor, batch: Batch) -> bool:
+    """Whether tensor t is a view of the batch's own shared memory (fixed-size records, a transform's outputs)."""
+    raw = batch.raw
+    if batch._lease is None or t.device.type != "cpu":
+        return False
+    lo = raw.ctypes.data
+    return lo <= t.data_ptr() < lo + raw.nbytes
+
+
+class _Lent:
+    """A batch tensor lent by a DataLoader worker to the main process: pickled, it is the arena's place
+    and the tensor's shape, not its bytes (see _attach)."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, args: tuple):
+        self.args = args
+
+    def __reduce__(self):
+        return _attach, self.args
+
+
+def _lent(ld: Loader, batch: Batch, out: Any) -> Any:
+    """out, or, if it is a view of the batch's memory (with the batch's labels), the same as a _Lent that
+    crosses to the main process without a copy: the worker's loader lends the batch (Loader.lend) and the
+    main process maps the job's arena once and views the batch there (_attach). DataLoader would otherwise
+    put the tensor in new shared memory and pass a descriptor for it, each batch."""
+    pair = isinstance(out, tuple) and len(out) == 2
+    data, labels = out if pair else (out, None)
+    if not isinstance(data, torch.Tensor) or not _in_batch(data, batch):
+        return out
+    lease = None
+    if data.is_contiguous() and (labels is None or (isinstance(labels, torch.Tensor) and batch.labels is not None)):
+        lease = ld.lend(batch)
+    if lease is None:
+        # As _convert does for what it cannot lend: into shared memory once.
+        data = _to_shared(data)
+        return (data, labels) if pair else data
+    key, arena, returns, data_off, seq = lease
+    at = data_off + (data.data_ptr() - batch.raw.ctypes.data)
+    dtype = str(data.dtype).removeprefix("torch.")
+    return _Lent((key, arena, returns, at, tuple(data.shape), dtype, seq,
+                  None if labels is None else labels.numpy()))
+
+
+# The arenas of the jobs whose workers lent batches to this (main) process,
+# by lending key: what _attach maps them with, and how it gives batches back.
+_borrowed: dict[str, "_Arena"] = {}
+_borrowed_lock = threading.Lock()
+
+
+class _Arena:
+    """A worker's job arena mapped in the main process, and the pipe lent batches go back through."""
+
+    def __init__(self, arena_fd: int, returns_fd: int):
+        try:
+            size = os.fstat(arena_fd).st_size
+            self.mm = mmap.mmap(arena_fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(arena_fd)
+        os.set_blocking(returns_fd, False)
+        self.returns = returns_fd
+        self.pid = 0
+        weakref.finalize(self, os.close, returns_fd)
+
+    def give_back(self, seq: int) -> None:
+        """The main process is done with lent batch seq: tell its worker (8 bytes: atomic on a pipe)."""
+        try:
+            os.write(self.returns, struct.pack("<Q", seq))
+        except OSError:
+            pass  # the worker's job has closed: the daemon freed the region with it
+
+
+def _attach(key: str, arena, returns, at: int, shape: tuple, dtype: str, seq: int, labels):
+    """In the main process: the tensor a worker lent, a view of its job's arena.
+
+    Its bytes stay valid while the tensor, or anything made from it, is
+    alive; when the last goes, the batch goes back to the worker's job and
+    from there to the daemon."""
+    with _borrowed_lock:
+        a = _borrowed.get(key)
+        if a is None:
+            if arena is None:
+                raise RiffleError(f"a DataLoader worker lent a batch of an arena this process never mapped ({key})")
+            a = _Arena(arena.detach(), returns.detach())
+            pid = key.split("-", 1)[0]
+            # A worker's earlier jobs: their batches keep their arenas alive.
+            for k in [k for k in _borrowed if k.split("-", 1)[0] == pid]:
+                del _borrowed[k]
+            _borrowed[key] = a
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape)) if shape else 1
+    flat = np.frombuffer(a.mm, dt, count=n, offset=at)
+    weakref.finalize(flat, a.give_back, seq)
+    data = torch.from_numpy(flat.reshape(shape))
+    return data if labels is None else (data, torch.from_numpy(labels))
 
 
 def _to_shared(t: torch.Tensor) -> torch.Tensor:

@@ -197,12 +197,20 @@ def test_big_endian_npy(daemon, tmp_path):
     assert [got[i] for i in range(20)] == arr.astype("<f4").tolist()
 
 
-def test_workers_build_batches_in_shared_memory(daemon, fixed_file):
+def test_workers_lend_batches_or_build_them_in_shared_memory(daemon, fixed_file):
     ds = rt.RiffleDataset(str(fixed_file), 100, record_size=64, dtype=np.int64, shape=(8,))
     ld = ds._loader()
-    b = next(iter(ld))
+    it = iter(ld)  # the job stays open while its iteration does
+    b = next(it)
+    # A view of the batch is lent to the main process as it is (no copy) ...
+    view = ds._convert(b, ld, shared=True)
+    assert view.data_ptr() == b.raw.ctypes.data and not view.is_shared()
+    assert isinstance(rt._lent(ld, b, view), rt._Lent)
+    assert rt._lent(ld, b, view) is view  # lent once: a second lend has nothing to lend
+    # ... what a transform made of it goes to shared memory once.
+    ds.transform = lambda x: x * 2
     assert ds._convert(b, ld, shared=True).is_shared()
-    assert not ds._convert(b, ld, shared=False).is_shared()  # the main process keeps its view
+    assert not ds._convert(b, ld, shared=False).is_shared()  # the main process keeps its own
 
 
 def test_example_imagefolder_runs(daemon, tmp_path):
