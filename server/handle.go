@@ -40,9 +40,9 @@ type handle struct {
 	// lie in its memory (see packedOrder), which is then a function of the
 	// plan as the batch's own order is.
 	inMemoryOrder bool
-	perm    []int // packedOrder's, reused by next (one goroutine)
-	ctx     context.Context
-	cancel context.CancelFunc
+	perm          []int // packedOrder's, reused by next (one goroutine)
+	ctx           context.Context
+	cancel        context.CancelFunc
 
 	reqs chan uint64 // tags of next requests, served in order
 	done chan struct{}
