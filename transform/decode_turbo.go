@@ -3,45 +3,122 @@
 package transform
 
 /*
-#cgo LDFLAGS: -lturbojpeg
+#cgo CFLAGS: -O3
+#cgo LDFLAGS: -ljpeg
 #include <stdlib.h>
-#include <turbojpeg.h>
+#include "jpeg_turbo.h"
 */
 import "C"
 
 import (
 	"errors"
-	"image"
-	_ "image/jpeg"
+	"fmt"
 	"unsafe"
 )
 
 // Decoder names the image decoder this build uses.
 const Decoder = "libjpeg-turbo"
 
-// decodeImage decodes JPEGs with libjpeg-turbo straight to RGBA, and
-// anything else with Go's decoders.
-func decodeImage(raw []byte) (image.Image, error) {
+// dctScales are the scales (n/8) a JPEG may be decoded at, largest
+// reduction last tried first: libjpeg-turbo's 1/8, 1/4 and 1/2 are
+// SIMD-accelerated; the n/8 between them are scalar IDCTs.
+var dctScales = []int{1, 2, 4, 8}
+
+// render decodes a JPEG's region that pick's box needs, at the smallest
+// DCT scale that keeps at least ow x oh pixels in the box (so the resample
+// still only reduces), and resamples it to ow x oh in C. Other images, and
+// CMYK JPEGs (which libjpeg does not convert to RGB), go through Go's
+// decoders.
+func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 	if len(raw) < 3 || raw[0] != 0xff || raw[1] != 0xd8 {
-		return decodeGo(raw)
+		return renderGo(raw, pick, ow, oh, out)
 	}
-	h := C.tjInitDecompress()
-	if h == nil {
-		return nil, errors.New("libjpeg-turbo: cannot start a decompressor")
+	d := C.rf_new()
+	if d == nil {
+		return errors.New("image: libjpeg: out of memory")
 	}
-	defer C.tjDestroy(h)
-	var w, ht, sub, cs C.int
-	src := (*C.uchar)(unsafe.Pointer(&raw[0]))
-	if C.tjDecompressHeader3(h, src, C.ulong(len(raw)), &w, &ht, &sub, &cs) != 0 {
-		return nil, errors.New("libjpeg-turbo: " + C.GoString(C.tjGetErrorStr2(h)))
+	defer C.rf_free(d)
+	fail := func() error { return fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d))) }
+	var w, h, cmyk C.int
+	if C.rf_header(d, (*C.uchar)(unsafe.Pointer(&raw[0])), C.ulong(len(raw)), &w, &h, &cmyk) != 0 {
+		return fail()
 	}
-	if err := checkSize(int(w), int(ht)); err != nil {
-		return nil, err
+	if cmyk != 0 {
+		return renderGo(raw, pick, ow, oh, out)
 	}
-	img := image.NewRGBA(image.Rect(0, 0, int(w), int(ht)))
-	if C.tjDecompress2(h, src, C.ulong(len(raw)), (*C.uchar)(unsafe.Pointer(&img.Pix[0])), w, C.int(img.Stride), ht,
-		C.TJPF_RGBA, C.TJFLAG_FASTDCT) != 0 {
-		return nil, errors.New("libjpeg-turbo: " + C.GoString(C.tjGetErrorStr2(h)))
+	if err := checkSize(int(w), int(h)); err != nil {
+		return err
 	}
-	return img, nil
+	b, flip := pick(int(w), int(h))
+	num := 8
+	for _, n := range dctScales {
+		if (b.x1-b.x0)*float64(n)/8 >= float64(ow) && (b.y1-b.y0)*float64(n)/8 >= float64(oh) {
+			num = n
+			break
+		}
+	}
+	var sw, sh C.int
+	if C.rf_scaled(d, C.int(num), &sw, &sh) != 0 {
+		return fail()
+	}
+	kx, ky, x0, y0, x1, y1 := layout(b, float64(num)/8, int(sw), int(sh), ow, oh)
+	// libjpeg starts a cropped row at the iMCU boundary at or left of x0:
+	// at most 32 pixels more (two 16-pixel blocks at scale 16/8).
+	stride := (x1 - x0 + 32) * 3
+	rows := y1 - y0
+	sc := scratches.Get().(*scratch)
+	defer scratches.Put(sc)
+	sc.region = grown(sc.region, stride*rows+1) // SIMD reads a byte past the last pixel
+	sc.tmp = grown(sc.tmp, rows*ow*3+1)
+	sc.acc = grown(sc.acc, ow*3)
+	var ax0 C.int
+	if C.rf_region(d, C.int(num), C.int(x0), C.int(y0), C.int(x1), C.int(y1),
+		(*C.uchar)(unsafe.Pointer(&sc.region[0])), C.int(stride), &ax0) != 0 {
+		return fail()
+	}
+	kx.shift(int(ax0))
+	ky.shift(y0)
+	C.rf_resample((*C.uchar)(unsafe.Pointer(&sc.region[0])), C.int(stride),
+		C.int(ow), ints(kx.first), ints(kx.taps), ints(kx.w), C.int(kx.k),
+		C.int(oh), ints(ky.first), ints(ky.taps), ints(ky.w), C.int(ky.k), C.int(rows), cbool(flip),
+		(*C.uchar)(unsafe.Pointer(&out[0])), (*C.uchar)(unsafe.Pointer(&sc.tmp[0])), ints(sc.acc))
+	return nil
+}
+
+func ints(s []int32) *C.int { return (*C.int)(unsafe.Pointer(&s[0])) }
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// DecodeFull decodes a whole JPEG to RGB at full size, one thread, as a
+// plain libjpeg-turbo decode does: the baseline the image transforms are
+// measured against. It returns the image's size.
+func DecodeFull(raw []byte) (w, h int, err error) {
+	if len(raw) < 3 {
+		return 0, 0, errors.New("image: not a JPEG")
+	}
+	d := C.rf_new()
+	if d == nil {
+		return 0, 0, errors.New("image: libjpeg: out of memory")
+	}
+	defer C.rf_free(d)
+	var cw, ch, cmyk C.int
+	if C.rf_header(d, (*C.uchar)(unsafe.Pointer(&raw[0])), C.ulong(len(raw)), &cw, &ch, &cmyk) != 0 || cmyk != 0 {
+		return 0, 0, fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
+	}
+	if err := checkSize(int(cw), int(ch)); err != nil {
+		return 0, 0, err
+	}
+	sc := scratches.Get().(*scratch)
+	defer scratches.Put(sc)
+	sc.region = grown(sc.region, int(cw*ch)*3)
+	var ax0 C.int
+	if C.rf_region(d, 8, 0, 0, cw, ch, (*C.uchar)(unsafe.Pointer(&sc.region[0])), cw*3, &ax0) != 0 {
+		return 0, 0, fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
+	}
+	return int(cw), int(ch), nil
 }

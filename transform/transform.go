@@ -31,6 +31,15 @@ type Transform interface {
 	Shape() (dtype string, shape []int)
 }
 
+// Random is a transform whose output also depends on a draw: a number the
+// loader makes from the job's seed, the epoch and the record (an
+// augmentation's crop and flip). Its outputs are not shared or kept, as
+// they differ per job and epoch; the records it reads are.
+type Random interface {
+	Transform
+	ApplyRandom(raw, out []byte, draw uint64) error
+}
+
 // Spec names a transform and its parameters.
 type Spec struct {
 	Name   string
@@ -71,6 +80,16 @@ func (s Spec) Int(key string, def, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("transform %s: %s=%q: want an integer in [%d, %d]", s.Name, key, v, lo, hi)
 	}
 	return n, nil
+}
+
+// Float reads a number parameter; Parse has filled in its default.
+func (s Spec) Float(key string, lo, hi float64) (float64, error) {
+	v := s.Params[key]
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f >= lo && f <= hi) {
+		return 0, fmt.Errorf("transform %s: %s=%q: want a number in [%g, %g]", s.Name, key, v, lo, hi)
+	}
+	return f, nil
 }
 
 // Entry is one registered transform.
@@ -157,4 +176,20 @@ func New(s string) (Transform, string, error) {
 		return nil, "", err
 	}
 	return t, fmt.Sprintf("%s@v%d", sp, e.Version), nil
+}
+
+// Draw is a random transform's draw for record id in epoch of a job
+// seeded seed: a hash of the three, so the record's augmentation is the
+// same whichever rank, worker or shared job reads it, and after a resume.
+func Draw(seed uint64, epoch, id int) uint64 {
+	r := rng{seed ^ 0x6472617773} // "draws": apart from other uses of the seed
+	r.s ^= r.next() + uint64(epoch)
+	r.s ^= r.next() + uint64(id)
+	return r.next()
+}
+
+// IsRandom says whether t's outputs depend on a draw.
+func IsRandom(t Transform) bool {
+	_, ok := t.(Random)
+	return ok
 }

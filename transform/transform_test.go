@@ -153,6 +153,34 @@ func BenchmarkImage(b *testing.B) {
 	b.Logf("decoder %s", Decoder)
 }
 
+// BenchmarkRandomResizedCrop is the training pipeline's transform on the
+// same image, a new draw each time; BenchmarkDecodeFull the full decode
+// they are measured against.
+func BenchmarkRandomResizedCrop(b *testing.B) {
+	raw := encode(b, photo(500, 375, 7), "jpeg")
+	tf, _, _ := New("random_resized_crop")
+	r := tf.(Random)
+	out := make([]byte, tf.Size())
+	draw := uint64(0)
+	for b.Loop() {
+		draw++
+		if err := r.ApplyRandom(raw, out, draw); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+}
+
+func BenchmarkDecodeFull(b *testing.B) {
+	raw := encode(b, photo(500, 375, 7), "jpeg")
+	for b.Loop() {
+		if _, _, err := DecodeFull(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+}
+
 func FuzzLibsvmDense(f *testing.F) {
 	f.Add([]byte("1 1:0.5 3:2"))
 	f.Add([]byte("-1 qid:3 2:1e9 # x"))
