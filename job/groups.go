@@ -41,7 +41,7 @@ type membership struct {
 // join puts j in src's group (jobs on src naming j's transform), making
 // the group if need be.
 func (gs *groups) join(j *Job, src *source, c *cache.Cache, key func(int) cache.Key, size func(int) int, subset *roaring.Bitmap, epoch int) (*share.Member, error) {
-	k := fmt.Sprintf("%s|%s", src.key, j.transform)
+	k := fmt.Sprintf("%s|%s", src.key, j.cached())
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	ge, ok := gs.all[k]

@@ -76,7 +76,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		if j.tf, j.transform, err = transform.New(plan.Transform); err != nil {
 			return fail(fmt.Errorf("%w: %w", errSpec, err))
 		}
-		if src.parts == nil {
+		if src.parts == nil && !transform.IsRandom(j.tf) {
 			j.usePersisted(ctx)
 			ds, inf = j.src.ds, j.src.ds.Info()
 		}
@@ -103,7 +103,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	if subset != nil {
 		j.subset = int(subset.GetCardinality())
 	}
-	key := cacheKey(j.src, j.transform)
+	key := cacheKey(j.src, j.cached())
 	if j.smp, err = j.order(subset, key); err != nil {
 		return fail(err)
 	}
@@ -378,6 +378,16 @@ func (j *Job) Close() {
 		j.env.groups.leave(j)
 		j.sets.put(j.src)
 	})
+}
+
+// cached names what the cache keeps of the job's records, for their keys
+// and share groups: its transform's outputs, or ("") the records, with no
+// transform or a random one, whose outputs differ per job and epoch.
+func (j *Job) cached() string {
+	if j.tf == nil || transform.IsRandom(j.tf) {
+		return ""
+	}
+	return j.transform
 }
 
 // cacheKey names the dataset's records in the cache by the file each

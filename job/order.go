@@ -80,12 +80,12 @@ func (j *Job) part(cfg sampler.Config, subset *roaring.Bitmap, n int) *roaring.B
 // join makes the job a member of src's share group over its part mine,
 // from epoch. Whoever holds the bytes states their size: a shared
 // record's item is the record's own length (its locator's), or the
-// transform's output size; never a mean, which cuts the longer records of
+// output size of the transform it keeps; never a mean, which cuts the longer records of
 // a variable-size dataset.
 func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, epoch int) (*share.Member, error) {
 	ds := src.ds
 	size := func(id int) int { return ds.Locate(id).Len }
-	if j.tf != nil {
+	if j.cached() != "" {
 		out := j.tf.Size()
 		size = func(int) int { return out }
 	}
@@ -209,7 +209,7 @@ func (j *Job) shareSources(cfg sampler.Config, locals []*roaring.Bitmap, srcs []
 		if plan.Mixture.Cycle {
 			epoch = draws[k] / sizes[k].Len()
 		}
-		m, err := j.join(p, cacheKey(p, j.transform), mine[k], epoch)
+		m, err := j.join(p, cacheKey(p, j.cached()), mine[k], epoch)
 		if err != nil {
 			return fmt.Errorf("mixture source %d not shared: %w", k, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/internal/alignbuf"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/transform"
 )
 
 // errAbandoned fails a cache item its reader will not read after all (its
@@ -99,16 +100,30 @@ func (l *Loader) copyDone(j *load, i int, err error) {
 	u := &j.units[i]
 	en := &j.ents[u.lo]
 	it := en.item
+	transform := false
 	if err == nil && !j.failed.Load() {
-		if cerr := it.CopyTo(j.out(en)); cerr != nil {
+		if cerr := it.CopyTo(l.cached(j, en)); cerr != nil {
 			// The item was sized for another record: never a cut record.
 			j.fail(l.recordError(en, cerr))
 		} else {
 			l.hits.Add(1)
+			transform = l.rnd != nil
 		}
 	}
 	en.item = nil
 	it.Done(err == nil)
+	if transform {
+		// The cache keeps a random transform's records: this batch
+		// transforms its copy with its own draw. Not from here: this runs
+		// in whoever filled the item, maybe a worker, whose queue may be
+		// full of tasks waiting for workers.
+		l.io.Add(1)
+		go func() {
+			defer l.io.Done()
+			l.transform(j, i)
+		}()
+		return
+	}
 	if err != nil && errors.Is(err, context.Canceled) && l.ctx.Err() == nil && !j.failed.Load() {
 		u.read = true
 		l.io.Add(1)
@@ -143,11 +158,16 @@ func (l *Loader) readDone(j *load, i int, err error) {
 		l.unitDone(j, i)
 		return
 	}
-	// The transform runs on the workers, a record each; the unit is done
-	// when its last record is. Each task counts as I/O in flight, so that
-	// Close waits for transforms writing into the batch too. The bounds
-	// are read once: the last task may finish, and the load be reused,
-	// before this loop ends.
+	l.transform(j, i)
+}
+
+// transform runs the transform on unit i's records, on the workers, a
+// record each; the unit is done when its last record is. Each task counts
+// as I/O in flight, so that Close waits for transforms writing into the
+// batch too. The bounds are read once: the last task may finish, and the
+// load be reused, before this loop ends.
+func (l *Loader) transform(j *load, i int) {
+	u := &j.units[i]
 	lo, hi := u.lo, u.hi
 	u.left.Store(int32(hi - lo))
 	l.io.Add(hi - lo)
@@ -156,7 +176,13 @@ func (l *Loader) readDone(j *load, i int, err error) {
 		l.workers.Go(func() {
 			defer l.io.Done()
 			if !j.failed.Load() {
-				if err := l.tf.Apply(j.recordAt(en), j.out(en)); err != nil {
+				var err error
+				if l.rnd != nil {
+					err = l.rnd.ApplyRandom(j.recordAt(en), j.out(en), transform.Draw(l.opts.Seed, j.Epoch, en.id))
+				} else {
+					err = l.tf.Apply(j.recordAt(en), j.out(en))
+				}
+				if err != nil {
 					j.fail(l.recordError(en, err))
 				}
 			}
@@ -181,7 +207,7 @@ func (l *Loader) settleUnit(j *load, u *unit, err error) {
 			// Only items this batch claimed sit in a read unit.
 			ierr := err
 			if ierr == nil {
-				if ierr = it.Put(j.out(en)); ierr != nil {
+				if ierr = it.Put(l.cached(j, en)); ierr != nil {
 					ierr = l.recordError(en, ierr)
 					j.fail(ierr)
 				}
@@ -194,6 +220,16 @@ func (l *Loader) settleUnit(j *load, u *unit, err error) {
 	if err != nil {
 		j.fail(err)
 	}
+}
+
+// cached is what the cache keeps of entry en: its place in the batch
+// (the record, or a transform's output), or with a random transform the
+// record where it landed before the transform.
+func (l *Loader) cached(j *load, en *entry) []byte {
+	if l.rnd != nil {
+		return j.recordAt(en)
+	}
+	return j.out(en)
 }
 
 // recordError names the record an error is about (a transform that failed

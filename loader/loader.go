@@ -33,7 +33,8 @@ type Loader struct {
 
 	engine     *storage.Engine
 	ownEngine  bool
-	tf         Transform // nil: records go to batches as they are
+	tf         Transform       // nil: records go to batches as they are
+	rnd        RandomTransform // tf, if its outputs depend on a draw: the cache keeps records
 	workers    *Workers
 	ownWorkers bool
 	cache      *cache.Cache
@@ -145,6 +146,7 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 			l.cache = cache.New(cache.Options{Budget: l.stageBudget(), DropUnreferenced: true})
 		}
 	}
+	l.rnd, _ = opts.Transform.(RandomTransform)
 	if l.tf = opts.Transform; l.tf != nil && l.workers == nil {
 		if l.workers = opts.Workers; l.workers == nil {
 			l.workers, l.ownWorkers = NewWorkers(0), true

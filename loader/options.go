@@ -40,7 +40,8 @@ type Options struct {
 	// and the storage layout, no batch is sorted by file position (or, in
 	// a directory dataset, by class).
 	Ordered bool
-	// Seed keys the order of records inside each batch.
+	// Seed keys the order of records inside each batch, and a random
+	// transform's draws.
 	Seed uint64
 	// CoalesceGap merges two reads of one object whose gap is at most this
 	// many bytes, reading the gap too; default the storage's hint (0 for
@@ -97,7 +98,9 @@ type Options struct {
 	Alloc Allocator
 	// Transform, if set, runs on every record: a batch holds the outputs
 	// (each Transform.Size bytes, packed in delivery order) and the cache
-	// keeps outputs, so a transform shared by jobs runs once per record.
+	// keeps outputs, so a transform shared by jobs runs once per record. A
+	// RandomTransform's outputs differ per job and epoch: the cache keeps
+	// the records it reads instead, and each batch transforms its own.
 	Transform Transform
 	// Workers run the transform; default GOMAXPROCS goroutines of the
 	// loader's own. The daemon shares one set among its jobs.
@@ -108,6 +111,14 @@ type Options struct {
 type Transform interface {
 	Size() int
 	Apply(raw, out []byte) error
+}
+
+// A RandomTransform's output also depends on a draw, which the loader
+// makes from (Seed, epoch, record id) with transform.Draw: an
+// augmentation's crop is the same whoever reads the record, and after a
+// resume (package transform's Random).
+type RandomTransform interface {
+	ApplyRandom(raw, out []byte, draw uint64) error
 }
 
 // Workers is a set of goroutines that run CPU work (transforms) for

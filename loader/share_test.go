@@ -2,7 +2,9 @@ package loader_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"path/filepath"
 	"slices"
@@ -117,6 +119,54 @@ func TestSharedJobsReadOnce(t *testing.T) {
 	}
 }
 
+// stamp is a random transform: its output is the draw, then the record's
+// length and CRC.
+type stamp struct{ runs atomic.Int64 }
+
+func (s *stamp) Size() int { return 16 }
+
+func (s *stamp) Apply(raw, out []byte) error { return s.ApplyRandom(raw, out, 0) }
+
+func (s *stamp) ApplyRandom(raw, out []byte, draw uint64) error {
+	s.runs.Add(1)
+	copy(out, stamped(raw, draw))
+	return nil
+}
+
+func stamped(raw []byte, draw uint64) []byte {
+	out := binary.LittleEndian.AppendUint64(nil, draw)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(raw)))
+	return binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(raw))
+}
+
+// Jobs with a random transform share reads, not outputs: the cache keeps
+// each variable-size record at its own length, and each job's batches
+// hold its own draws (seed, epoch, record) of the records they got.
+func TestSharedRandomTransform(t *testing.T) {
+	const n = 2000
+	ds, _ := jsonlDataset(t, n)
+	tf := &stamp{}
+	res, g, _ := sharedRun(t, ds, sharedCase{jobs: 3, size: func(id int) int { return ds.Locate(id).Len }, tf: tf,
+		drawn: stamped, seed: 4})
+	var reads int64
+	for k, r := range res {
+		if r.err != nil || r.wrong != 0 {
+			t.Fatalf("job %d: %d records hold another output, error %v", k, r.wrong, r.err)
+		}
+		if len(r.ids) != 2*n {
+			t.Fatalf("job %d: %d records in 2 epochs of %d", k, len(r.ids), n)
+		}
+		reads += r.reads
+	}
+	st := g.Stats()
+	if st.Shared == 0 || reads >= 3*2*n*3/4 {
+		t.Fatalf("%d reads for 3 jobs x 2 epochs x %d records (%d shared rounds): reads were not shared", reads, n, st.Shared)
+	}
+	if runs := tf.runs.Load(); runs != 3*2*n {
+		t.Fatalf("the transform ran %d times, want once per job and record (%d)", runs, 3*2*n)
+	}
+}
+
 // A transform that fails names the record, its file and offset.
 func TestTransformErrorNamesTheRecord(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "d.svm")
@@ -144,8 +194,11 @@ type sharedCase struct {
 	tf   loader.Transform // the jobs' transform; nil for none
 	// ref is a record's bytes in a batch, from a solo read of its raw
 	// bytes; nil: the raw bytes.
-	ref  func(raw []byte) []byte
-	seed uint64
+	ref func(raw []byte) []byte
+	// drawn is a record's bytes in a batch of job k's (seeded k+1), for a
+	// random transform: a function of its raw bytes and its draw.
+	drawn func(raw []byte, draw uint64) []byte
+	seed  uint64
 }
 
 // sharedResult is one job's run: its first error, how many delivered
@@ -192,7 +245,11 @@ func sharedRun(t *testing.T, ds dataset.Dataset, sc sharedCase) ([]sharedResult,
 			// A job that ends or fails leaves the pace: the others go on.
 			defer pace.leave()
 			r := &res[k]
-			l, err := loader.New(context.Background(), ds, m, loader.Options{BatchSize: 64, Cache: c, CacheSpace: 9, Transform: sc.tf, Epochs: 2})
+			opts := loader.Options{BatchSize: 64, Cache: c, CacheSpace: 9, Transform: sc.tf, Epochs: 2}
+			if sc.drawn != nil {
+				opts.Seed = uint64(k + 1)
+			}
+			l, err := loader.New(context.Background(), ds, m, opts)
 			if err != nil {
 				r.err = err
 				return
@@ -209,7 +266,11 @@ func sharedRun(t *testing.T, ds dataset.Dataset, sc sharedCase) ([]sharedResult,
 					return
 				}
 				for i, id := range b.IDs {
-					if !slices.Equal(b.Record(i), solo[id]) {
+					want := solo[id]
+					if sc.drawn != nil {
+						want = sc.drawn(want, transform.Draw(uint64(k+1), b.Epoch, id))
+					}
+					if !slices.Equal(b.Record(i), want) {
 						r.wrong++
 					}
 				}

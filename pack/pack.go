@@ -78,6 +78,10 @@ func Pack(ctx context.Context, ds dataset.Dataset, dir string, opts Options) (Su
 		if tf, canon, err = transform.New(opts.Transform); err != nil {
 			return Summary{}, err
 		}
+		if transform.IsRandom(tf) {
+			return Summary{}, fmt.Errorf("pack: transform %s draws a new output per job and epoch, so there is "+
+				"no one output to persist: pack without it, and name it as the job's transform", canon)
+		}
 	}
 	inf := ds.Info()
 	src := dataset.PackSource{Paths: inf.Paths, Versions: inf.Versions, Format: inf.Format, Records: int64(ds.Len()), Bytes: inf.Bytes}
