@@ -37,7 +37,7 @@ Start with 'riffle demo'.`,
 			os.Setenv("RIFFLE_S3_ENDPOINT", endpoint)
 		}
 	}
-	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), loadCmd(), serveCmd(), statusCmd(), qualityCmd(), trainCmd(), convertCmd(), packCmd(), catalogueCmd())
+	root.AddCommand(demoCmd(), indexCmd(), inspectCmd(), benchCmd(), loadCmd(), serveCmd(), statusCmd(), qualityCmd(), trainCmd(), convertCmd(), packCmd(), catalogueCmd(), transformCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "riffle:", err)
 		os.Exit(1)
