@@ -5,7 +5,7 @@ GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 PYTHON ?= $(CURDIR)/.venv/bin/python
 # Decode images with libjpeg-turbo where its headers are installed
 # (scripts/install-deps.sh installs them); pure Go otherwise.
-TAGS ?= $(shell [ -e /usr/include/turbojpeg.h ] && echo turbojpeg)
+TAGS ?= $(shell ./scripts/go-tags)
 
 .PHONY: all build demo test test-go test-python bench bench-peers clean
 

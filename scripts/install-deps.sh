@@ -18,7 +18,7 @@ need=()
 /usr/bin/python3 -c 'import sklearn' 2>/dev/null || need+=(python3-sklearn)
 command -v fio >/dev/null || need+=(fio)
 command -v chromium >/dev/null || need+=(chromium)
-[ -e /usr/include/turbojpeg.h ] || need+=(libturbojpeg0-dev)
+grep -qs jpeg_crop_scanline /usr/include/jpeglib.h || need+=(libjpeg62-turbo-dev)
 /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}" >&2

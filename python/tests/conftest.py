@@ -28,7 +28,8 @@ def riffle_bin() -> str:
         return b
     out = REPO / "bin" / "riffle"
     go = shutil.which("go") or "/usr/local/go/bin/go"
-    subprocess.run([go, "build", "-o", str(out), "./cmd/riffle"], cwd=REPO, check=True)
+    tags = subprocess.run([str(REPO / "scripts" / "go-tags")], capture_output=True, text=True).stdout.strip()
+    subprocess.run([go, "build", "-tags", tags, "-o", str(out), "./cmd/riffle"], cwd=REPO, check=True)
     return str(out)
 
 
