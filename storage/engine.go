@@ -172,7 +172,7 @@ func NewEngine(opts EngineOptions) *Engine {
 	// requests in flight (S3's limiter, per store); it starts as deep as a
 	// pinned depth or the depth a search starts at, and grows while every
 	// goroutine is busy, up to the most a store is given (toPool).
-	for range cmp.Or(opts.Depth, DefaultHints.Depth) {
+	for range cmp.Or(opts.Depth, s3StartDepth) {
 		e.growPool()
 	}
 	e.g.Go(func() error {

@@ -25,8 +25,12 @@ type Hinter interface {
 	Hints() Hints
 }
 
-// DefaultHints are those of a local file read through the page cache.
-var DefaultHints = Hints{Depth: 64, CoalesceGap: 0, BlockSize: 4096, Align: 1}
+// DefaultHints are those of a local file read through the page cache. Its
+// depth search starts deep: a depth too deep costs latency, one too
+// shallow costs rate, and from 256 a fast NVMe (about 200 at its knee) or
+// a disk whose rate still grows there reaches its rate at once, while a
+// device that needs fewer is searched down without losing rate on the way.
+var DefaultHints = Hints{Depth: 256, CoalesceGap: 0, BlockSize: 4096, Align: 1}
 
 // HintsOf returns r's hints, with DefaultHints for what r does not say.
 func HintsOf(r Reader) Hints {

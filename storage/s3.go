@@ -153,7 +153,7 @@ func NewS3(opts S3Options) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("S3 client for %s: %w", host, err)
 	}
-	return &S3{c: c, endpoint: host, opts: opts, lim: newLimiter(DefaultHints.Depth, s3MaxDepth)}, nil
+	return &S3{c: c, endpoint: host, opts: opts, lim: newLimiter(s3StartDepth, s3MaxDepth)}, nil
 }
 
 // Hints: a ranged GET costs a round trip, so neighbouring records are read
@@ -165,7 +165,7 @@ func NewS3(opts S3Options) (*S3, error) {
 // Its Depth is where the store's depth starts; the limiter adapts it, up to
 // s3MaxDepth requests (the engine's pool grows to serve them).
 func (s *S3) Hints() Hints {
-	return Hints{Depth: 64, CoalesceGap: 64 << 10, BlockSize: 64 << 10, Align: 1}
+	return Hints{Depth: s3StartDepth, CoalesceGap: 64 << 10, BlockSize: 64 << 10, Align: 1}
 }
 
 // retryable says whether a failed request may succeed if tried again.
@@ -547,5 +547,9 @@ func (l *limiter) release(ok bool) {
 // Limit is the store's number of requests in flight allowed now.
 func (o *s3Object) Limit() int { return o.s.lim.ctl.Limit() }
 
-// s3MaxDepth bounds a store's requests in flight: each is a connection.
-const s3MaxDepth = 1024
+// A store's requests in flight start at s3StartDepth and stay within
+// s3MaxDepth: each is a connection.
+const (
+	s3StartDepth = 64
+	s3MaxDepth   = 1024
+)
