@@ -38,7 +38,7 @@ type EngineOptions struct {
 	// Depth, when above 0, pins how many reads of each device are in flight
 	// at once through io_uring (an explicit depth= option). By default the
 	// depth of each device adapts to what the device does (depth.go),
-	// starting at its Hints' Depth (64 for local files).
+	// starting at its Hints' Depth (256 for local files).
 	Depth int
 	// MaxDepth bounds the adaptive depth of each device; default MaxDepth.
 	// A loader sets it from its memory bound: the reads in flight times
@@ -55,17 +55,18 @@ type EngineOptions struct {
 //
 // Reads of local files (File, a FileSet's files, and Faulty wrappers of
 // either) go through io_uring: one goroutine keeps each device's depth of
-// them in flight with one system call per round, where Depth goroutines blocked in pread
-// would reach the device's queue depth only as fast as Go's runtime hands
-// their scheduler slots over (on a 2-core machine, a third of what the
-// device does). Before a read goes to the ring, one worker per CPU tries it
-// with RWF_NOWAIT, which copies cached pages at memory speed and fails at
-// once on a miss: warm data is read by every core, cold data at the
-// device's depth (while the probes keep missing, reads skip them: see
-// probe). That depth is chosen per device (the st_dev a file lives
-// on) from the rate and latency the ring measures as it goes (depth.go),
-// unless EngineOptions.Depth pins it. Reads of other Readers (object stores) are served by a
-// pool of goroutines as deep as the Reader's Hints ask.
+// them in flight with one system call per round, where as many goroutines
+// blocked in pread would reach the device's queue depth only as fast as
+// Go's runtime hands their scheduler slots over (on a 2-core machine, a
+// third of what the device does). Before a read goes to the ring, one
+// worker per CPU tries it with RWF_NOWAIT, which copies cached pages at
+// memory speed and fails at once on a miss: warm data is read by every
+// core, cold data at the device's depth (while the probes keep missing,
+// reads skip them: see probe). That depth is chosen per device (the st_dev
+// a file lives on) from the rate and latency the ring measures as it goes
+// (depth.go), unless EngineOptions.Depth pins it. Reads of other Readers
+// (object stores) are served by a pool of goroutines that grows with the
+// requests their stores allow in flight.
 type Engine struct {
 	opts EngineOptions
 	ctx  context.Context

@@ -7,6 +7,12 @@
 // the loader can keep many reads of one object in flight at once. Nothing
 // above this package sees a file descriptor, which is what lets a dataset move
 // to S3-style ranged GETs without its loader changing.
+//
+// An Engine keeps many reads in flight: io_uring for local files, a pool of
+// goroutines for object stores. How many is chosen per device (a file's
+// st_dev) and per store from the rate and latency measured as the job runs,
+// by Little's law and a search in the manner of TCP Vegas and BBR
+// (depth.go), instead of a constant tuned on one disk.
 package storage
 
 import (
