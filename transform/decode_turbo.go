@@ -33,6 +33,11 @@ func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 	if len(raw) < 3 || raw[0] != 0xff || raw[1] != 0xd8 {
 		return renderGo(raw, pick, ow, oh, out)
 	}
+	if !ended(raw) {
+		// Only the box's rows are decoded: a file cut below them would
+		// pass unnoticed, where Pillow (and a whole decode) refuses it.
+		return errors.New("image: JPEG without its end marker (FF D9): the file is truncated")
+	}
 	d := C.rf_new()
 	if d == nil {
 		return errors.New("image: libjpeg: out of memory")
@@ -83,6 +88,18 @@ func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 		C.int(oh), ints(ky.first), ints(ky.taps), ints(ky.w), C.int(ky.k), C.int(rows), cbool(flip),
 		(*C.uchar)(unsafe.Pointer(&out[0])), (*C.uchar)(unsafe.Pointer(&sc.tmp[0])), ints(sc.acc))
 	return nil
+}
+
+// ended says whether a JPEG has its end-of-image marker near its end
+// (writers may leave padding after it).
+func ended(raw []byte) bool {
+	tail := raw[max(0, len(raw)-4096):]
+	for i := len(tail) - 2; i >= 0; i-- {
+		if tail[i] == 0xff && tail[i+1] == 0xd9 {
+			return true
+		}
+	}
+	return false
 }
 
 func ints(s []int32) *C.int { return (*C.int)(unsafe.Pointer(&s[0])) }

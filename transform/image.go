@@ -288,9 +288,13 @@ func decodeGo(raw []byte) (image.Image, error) {
 // Crop is where an image transform takes its output from: a box of the
 // source image, in its pixels, and whether the output is mirrored.
 type Crop struct {
-	Width, Height  int // the source image's
-	X0, Y0, X1, Y1 float64
-	Flip           bool
+	Width  int     `json:"width"` // the source image's size
+	Height int     `json:"height"`
+	X0     float64 `json:"x0"`
+	Y0     float64 `json:"y0"`
+	X1     float64 `json:"x1"`
+	Y1     float64 `json:"y1"`
+	Flip   bool    `json:"flip"`
 }
 
 // CropOf says where t takes raw's output from for draw (ignored by a

@@ -116,6 +116,60 @@ func TestImageResizeCrop(t *testing.T) {
 	}
 }
 
+// A truncated JPEG is an error in both transforms and both decoders, never
+// an image padded with grey (libjpeg's warning, which its callers often
+// ignore).
+func TestTruncatedJPEG(t *testing.T) {
+	raw := encode(t, photo(300, 200, 3), "jpeg")
+	for _, spec := range []string{"image:size=64,crop=64", "random_resized_crop:size=64"} {
+		tf, _, err := New(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]byte, tf.Size())
+		if err := tf.Apply(raw, out); err != nil {
+			t.Fatalf("%s: whole file: %v", spec, err)
+		}
+		if err := tf.Apply(raw[:len(raw)/2], out); err == nil {
+			t.Errorf("%s (%s): half a JPEG decoded", spec, Decoder)
+		}
+	}
+}
+
+// The resample is Pillow's arithmetic: a flat image stays exactly flat at
+// any scale, and a box the output's size with no scaling is a copy.
+func TestResampleExact(t *testing.T) {
+	w, h := 97, 61
+	src := make([]byte, w*h*3)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	// Identity: the box at whole pixels, the output its size.
+	kx, ky := newKernel(10, 50, 0, w, 40), newKernel(5, 35, 0, h, 30)
+	kx.shift(0)
+	out, tmp := make([]byte, 40*30*3), make([]byte, h*40*3)
+	resampleGo(src, w*3, kx, ky, h, false, out, tmp)
+	for y := range 30 {
+		for x := range 40 * 3 {
+			if out[y*120+x] != src[(y+5)*w*3+30+x] {
+				t.Fatalf("identity resample: (%d, %d) is %d, want %d", x/3, y, out[y*120+x], src[(y+5)*w*3+30+x])
+			}
+		}
+	}
+	// Flat: every output pixel is the colour, at any reduction.
+	for i := range src {
+		src[i] = []byte{200, 17, 90}[i%3]
+	}
+	kx, ky = newKernel(3.3, 90.1, 0, w, 13), newKernel(0, 61, 0, h, 7)
+	out, tmp = make([]byte, 13*7*3), make([]byte, h*13*3)
+	resampleGo(src, w*3, kx, ky, h, true, out, tmp)
+	for i, v := range out {
+		if v != []byte{200, 17, 90}[i%3] {
+			t.Fatalf("flat image: byte %d is %d", i, v)
+		}
+	}
+}
+
 func abs(x int) int {
 	if x < 0 {
 		return -x
