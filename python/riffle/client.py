@@ -338,9 +338,9 @@ class Connection:
 
     def _read_reply(self) -> tuple[dict[str, Any], bytes | None, list[int]]:
         self._fill(4)
-        n = wire.header_length(bytes(self._buf[:4]))
+        n = wire.header_length(self._buf[:4])
         self._fill(4 + n)
-        reply = wire.decode(bytes(self._buf[4 : 4 + n]))
+        reply = wire.decode(self._buf[4 : 4 + n])  # json reads a bytearray as it is
         total = 4 + n + int(reply.get("payload") or 0)
         self._fill(total)
         payload = bytes(self._buf[4 + n : total]) if reply.get("payload") else None
@@ -447,8 +447,12 @@ class Batch:
         self._table: tuple[int, np.ndarray, np.ndarray] | None = None
         # Packed: records back to back from offset 0 in their order, as
         # fixed-size records of a global shuffle read without O_DIRECT are.
-        self.packed = bool(self.n == 0 or (offs[-1] + lens[-1] == len(raw) and lens.sum() == len(raw) and offs[0] == 0
-                                           and (self.n < 2 or np.array_equal(offs[1:], np.cumsum(lens[:-1])))))
+        # (Each record ends where the next begins, the first at 0 and the last at the end.)
+        if self.n == 0:
+            self.packed = True
+        else:
+            ends = offs + lens
+            self.packed = bool(offs[0] == 0 and ends[-1] == len(raw) and (offs[1:] == ends[:-1]).all())
 
     @property
     def rows(self) -> bool:
@@ -1120,11 +1124,11 @@ class Loader:
         # Up to `pipeline` requests stay ahead of the user, so the next
         # batches' round trips overlap the training step on this one; none
         # goes past this epoch, so the job stays at the next epoch's start.
-        # They go `chunk` at a time, in one write with the releases queued
+        # They go `chunk` (half the pipeline) at a time, in one write with the releases queued
         # since the last: each write wakes the daemon, which costs more
         # than the bytes.
         left = self._left(j)
-        chunk = max(1, self.pipeline // 4)
+        chunk = max(1, self.pipeline // 2)
         nxt = {"op": wire.OP_NEXT, "job": job}
         tags: collections.deque[int] = collections.deque()
         size = 0  # bytes of the last batch: the estimate for those in flight

@@ -10,6 +10,7 @@ Malformed records raise :class:`DecodeError` naming the record id.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Sequence
 
@@ -31,13 +32,13 @@ def fixed(batch, dtype: Any = np.uint8, shape: Sequence[int] | None = None) -> n
     if n == 0:
         return np.empty((0,) + tuple(shape or (0,)), dt)
     size = int(batch.lens[0])
-    if np.any(batch.lens != size):
+    if not (batch.lens == size).all():
         raise DecodeError("records of different sizes cannot form one array")
     if size % dt.itemsize:
         raise DecodeError(f"record of {size} bytes is not a whole number of {dt} items")
     if shape is None:
         shape = (size // dt.itemsize,)
-    if int(np.prod(shape)) * dt.itemsize != size:
+    if math.prod(shape) * dt.itemsize != size:
         raise DecodeError(f"shape {tuple(shape)} of {dt} is not the {size}-byte record")
     raw = batch.raw
     if batch.packed:
