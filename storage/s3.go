@@ -496,6 +496,7 @@ type limiter struct {
 	ctl      *depthControl
 	meter    depthMeter
 	inflight int
+	peak     int // the most requests in flight at once
 }
 
 func newLimiter(start, hi int) *limiter {
@@ -522,6 +523,7 @@ func (l *limiter) acquire(ctx context.Context) error {
 		}
 	}
 	l.inflight++
+	l.peak = max(l.peak, l.inflight)
 	l.meter.advance(monoNow(), l.inflight)
 	return nil
 }
