@@ -105,14 +105,15 @@ def free_port() -> int:
 
 
 class Daemon:
-    """riffle serve on a private socket, in a memory cgroup (v1) if asked."""
+    """riffle serve on a private socket, in a memory cgroup (v1) if asked;
+    $RIFFLE_BIN names another binary than bin/riffle."""
 
     def __init__(self, memory: int | None = None, cache: int | None = None, name: str = "riffle-bench"):
         run = Path(f"/tmp/{name}-run")
         run.mkdir(mode=0o700, exist_ok=True)
         os.chmod(run, 0o700)
         self.sock = str(run / "riffle.sock")
-        args = [str(REPO / "bin" / "riffle"), "serve", "--socket", self.sock, "--quiet"]
+        args = [os.environ.get("RIFFLE_BIN", str(REPO / "bin" / "riffle")), "serve", "--socket", self.sock, "--quiet"]
         if cache:
             args += ["--cache-bytes", str(cache)]
         self.cg = None

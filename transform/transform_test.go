@@ -10,7 +10,10 @@ import (
 	"image/jpeg"
 	"image/png"
 	"math"
+	"io/fs"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -233,6 +236,53 @@ func BenchmarkDecodeFull(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+}
+
+// BenchmarkDir runs one thread's full decode and both image transforms
+// over the files of $RIFFLE_IMAGES (bench/images.py points it at the
+// benchmark's JPEGs), in one run: the per-core rates bench/images.py
+// compares with the daemon's.
+func BenchmarkDir(b *testing.B) {
+	dir := os.Getenv("RIFFLE_IMAGES")
+	if dir == "" {
+		b.Skip("RIFFLE_IMAGES names no directory of images")
+	}
+	var files [][]byte
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if raw, err := os.ReadFile(p); err == nil {
+				files = append(files, raw)
+			}
+		}
+		return nil
+	})
+	if len(files) == 0 {
+		b.Fatalf("no files in %s", dir)
+	}
+	center, _, _ := New("image")
+	crop, _, _ := New("random_resized_crop")
+	out := make([]byte, max(center.Size(), crop.Size()))
+	for _, c := range []struct {
+		name string
+		f    func(raw []byte, k int) error
+	}{
+		{"decode", func(raw []byte, _ int) error { _, _, err := DecodeFull(raw); return err }},
+		{"image", func(raw []byte, _ int) error { return center.Apply(raw, out) }},
+		{"random_resized_crop", func(raw []byte, k int) error {
+			return crop.(Random).ApplyRandom(raw, out, Draw(1, 0, k))
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			k := 0
+			for b.Loop() {
+				if err := c.f(files[k%len(files)], k); err != nil {
+					b.Fatal(err)
+				}
+				k++
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+		})
+	}
 }
 
 func FuzzLibsvmDense(f *testing.F) {

@@ -1,0 +1,88 @@
+"""The daemon's image transforms against one thread's full decode of the
+same JPEGs, in one run (issue 27's per-core target).
+
+1. One thread, in Go, on the files in memory: a whole libjpeg-turbo decode
+   (the baseline), the `image` transform (Resize(256) + CenterCrop(224))
+   and `random_resized_crop` (RandomResizedCrop(224) + flip); `go test
+   -bench Dir ./transform`.
+2. The daemon on the same files, cold (page cache dropped) and warm,
+   through riffle.Loader: images/s on the machine's cores, and images per
+   CPU second of the daemon (per core), against (1)'s decode.
+
+    make build && .venv/bin/python bench/images.py --images 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from common import REPO, Daemon, drop_caches, make_jpegs
+
+TRANSFORMS = {"image": "image:size=256,crop=224", "random_resized_crop": "random_resized_crop:size=224"}
+
+
+def one_thread(root: Path, seconds: float) -> dict[str, float]:
+    """images/s of one thread for the decode and each transform."""
+    tags = subprocess.run([str(REPO / "scripts" / "go-tags")], capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(["go", "test", "-tags", tags, "-cpu", "1", "-run", "^$", "-bench", "^BenchmarkDir$",
+                          "-benchtime", f"{seconds}s", "./transform"], cwd=REPO, capture_output=True, text=True,
+                         env=dict(os.environ, RIFFLE_IMAGES=str(root)), check=True).stdout
+    rates = {m[1]: float(m[2]) for m in re.finditer(r"BenchmarkDir/(\w+)\s.*?([\d.]+) images/s", out)}
+    if set(rates) != {"decode", *TRANSFORMS}:
+        raise SystemExit(f"go test -bench gave {rates}:\n{out}")
+    return rates
+
+
+def daemon_run(root: Path, spec: str, cold: bool, batch: int) -> tuple[float, float, int]:
+    """One epoch through the daemon: (images/s, daemon CPU seconds, images)."""
+    import riffle
+    d = Daemon(name="riffle-images")
+    try:
+        os.environ["RIFFLE_SOCKET"] = d.sock
+        if cold:
+            drop_caches()
+        else:
+            for p in root.rglob("*.jpg"):
+                p.read_bytes()
+        cpu0 = d.cpu()
+        t0 = time.perf_counter()
+        n = 0
+        for b in riffle.Loader(root, batch_size=batch, transform=spec, seed=1):
+            n += b.n
+        el = time.perf_counter() - t0
+        return n / el, d.cpu() - cpu0, n
+    finally:
+        d.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="/tmp/riffle-bench/jpeg/raw")
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=5)
+    args = ap.parse_args()
+    root = Path(args.data)
+    make_jpegs(root, args.images)
+    rates = one_thread(root, args.seconds)
+    cores = os.cpu_count()
+    print(f"{args.images} JPEGs in {root}; one thread: full decode {rates['decode']:.0f}/s, "
+          + ", ".join(f"{k} {rates[k]:.0f}/s ({rates[k] / rates['decode']:.2f}x)" for k in TRANSFORMS))
+    print()
+    print(f"| transform | one thread images/s | daemon cold images/s ({cores} cores) | daemon warm images/s "
+          "| warm images per daemon CPU s | per core / one thread's full decode |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, spec in TRANSFORMS.items():
+        cold, _, _ = daemon_run(root, spec, True, args.batch)
+        warm, cpu, n = daemon_run(root, spec, False, args.batch)
+        per = n / cpu
+        print(f"| {name} | {rates[name]:.0f} | {cold:.0f} | {warm:.0f} | {per:.0f} | {per / rates['decode']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
