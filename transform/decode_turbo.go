@@ -67,6 +67,10 @@ func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 		return fail()
 	}
 	kx, ky, x0, y0, x1, y1 := layout(b, float64(num)/8, int(sw), int(sh), ow, oh)
+	// A cropped decode's edge pixels are upsampled from its own chroma only;
+	// decoding a margin beyond what the kernels read keeps every pixel
+	// they read the same as a whole decode's.
+	x0, y0, x1, y1 = max(x0-edgeMargin, 0), max(y0-edgeMargin, 0), min(x1+edgeMargin, int(sw)), min(y1+edgeMargin, int(sh))
 	// libjpeg starts a cropped row at the iMCU boundary at or left of x0:
 	// at most 32 pixels more (two 16-pixel blocks at scale 16/8).
 	stride := (x1 - x0 + 32) * 3
@@ -101,6 +105,9 @@ func ended(raw []byte) bool {
 	}
 	return false
 }
+
+// edgeMargin is the pixels decoded around a region beyond its kernels' reach.
+var edgeMargin = 16
 
 func ints(s []int32) *C.int { return (*C.int)(unsafe.Pointer(&s[0])) }
 
