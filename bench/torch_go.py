@@ -11,7 +11,7 @@ given to bench/goload as it is) is measured, interleaved and repeated:
 * riffle.torch with ``num_workers=2`` (persistent workers): batches cross
   DataLoader's worker hop.
 
-Datasets: fixed 4 KiB records (batch 256), and a directory of small JPEGs
+Datasets: fixed 4 KiB records (batch 256, and 1024), and a directory of small JPEGs
 through the daemon's ``image:size=256,crop=224`` transform (batch 64;
 150 KB outputs). Every measurement is warm: the files are read into the
 page cache right before it. Each reports samples/s, the ratio to the Go
@@ -129,6 +129,51 @@ def py_run(make, workers: int, seconds: float, skip: int, daemon: int) -> dict:
     return out
 
 
+def breakdown(make, seconds: float, skip: int) -> dict[str, float]:
+    """The main process's CPU per batch (thread time, so waiting costs nothing) by step, with 0 workers:
+    receiving replies, making Batch objects, converting them to tensors, sending requests, and the rest
+    (DataLoader, generators, giving batches back)."""
+    import riffle.client as rc
+    acc: dict[str, int] = {}
+    saved = []
+
+    def wrap(cls, name, label):
+        f = getattr(cls, name)
+
+        def timed(*args, **kw):
+            t = time.thread_time_ns()
+            try:
+                return f(*args, **kw)
+            finally:
+                acc[label] = acc.get(label, 0) + time.thread_time_ns() - t
+        saved.append((cls, name, f))
+        setattr(cls, name, timed)
+
+    wrap(rc.Connection, "receive", "receive (recvmsg, JSON)")
+    wrap(rc.Loader, "_batch_from", "Batch from shared memory")
+    wrap(rt.RiffleDataset, "_convert", "tensor")
+    wrap(rc.Connection, "send_many", "send (requests, releases)")
+    try:
+        dl = make(0)
+        it = (b for _ in iter(int, 1) for b in dl)
+        for _ in range(skip):
+            next(it)
+        acc.clear()
+        nb, t0, w0 = 0, time.thread_time_ns(), time.monotonic()
+        while time.monotonic() - w0 < seconds:
+            b = next(it)
+            nb += 1
+            del b
+        total = time.thread_time_ns() - t0
+    finally:
+        for cls, name, f in saved:
+            setattr(cls, name, f)
+    out = {k: v / nb / 1e3 for k, v in acc.items()}
+    out["rest (DataLoader, generators, give-backs)"] = (total - sum(acc.values())) / nb / 1e3
+    out["total"] = total / nb / 1e3
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="/var/tmp/riffle-torch-go")
@@ -136,7 +181,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=1000, help="small JPEGs")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--rows", default="4k,images")
+    ap.add_argument("--rows", default="4k,4k:1024,images", help="4k[:BATCH] (default batch 256), images")
     ap.add_argument("--bin", default=os.environ.get("RIFFLE_BIN", str(REPO / "bin" / "riffle")))
     ap.add_argument("--goload", default="", help="a built bench/goload (default: built from this tree)")
     a = ap.parse_args()
@@ -158,11 +203,12 @@ def main() -> None:
     try:
         rows = []
         for row in a.rows.split(","):
-            if row == "4k":
+            if row.split(":")[0] == "4k":
                 path = root / "r4k.bin"
                 make_records(path, 4096, int(a.file_bytes))
-                batch, kw, skip = 256, {"record_size": 4096}, 20
-                label = "4 KiB records, batch 256"
+                batch = int(row.split(":")[1]) if ":" in row else 256
+                kw, skip = {"record_size": 4096}, 20
+                label = f"4 KiB records, batch {batch}"
             elif row == "images":
                 path = root / "jpegs"
                 make_jpegs(path, a.images)
@@ -187,6 +233,9 @@ def main() -> None:
                     else:
                         res[name].append(py_run(make, int(name[1:]), a.seconds, skip, daemon.pid))
                 print(f"{label}: round done", file=sys.stderr, flush=True)
+            if row == "4k":
+                warm(path)
+                res["breakdown"] = [breakdown(make, a.seconds, skip)]
             rows.append((label, res))
         report(rows)
     finally:
@@ -218,6 +267,9 @@ def report(rows) -> None:
         print(f"* {label}: {us(med('go', 'cpu_go'))} | {us(med('arena', 'cpu_go'))} | "
               f"{us(med('w0', 'cpu_daemon'))} + {us(med('w0', 'cpu_py'))} | "
               f"{us(med('w2', 'cpu_daemon'))} + {us(med('w2', 'cpu_py'))} + {us(med('w2', 'cpu_workers'))}")
+        if res.get("breakdown"):
+            print("  * the main process's CPU per batch by step, 0 workers, µs: "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in res["breakdown"][0].items()))
 
 
 if __name__ == "__main__":
