@@ -348,10 +348,27 @@ def truncated_copy(fmt: str, path: str, size: int) -> str:
     return str(dst)
 
 
+# The image rows of the jpeg part: --image-rows name -> (what every loader
+# does to each JPEG, for the table's heading).
+IMAGE_ROWS = {
+    "center": "decode, Resize(256), CenterCrop(224)",
+    "rrc": "decode, RandomResizedCrop(224), RandomHorizontalFlip()",
+}
+
+
+def image_rows(spec: str) -> list[str]:
+    """The image rows a --image-rows value names, in its order."""
+    rows = [r.strip() for r in spec.split(",") if r.strip()]
+    bad = [r for r in rows if r not in IMAGE_ROWS]
+    if bad or not rows:
+        raise SystemExit(f"--image-rows: {', '.join(bad) or 'none'} (rows: {', '.join(IMAGE_ROWS)})")
+    return rows
+
+
 def part_jpeg(args, peers, emit, lines_of, raw) -> None:
-    """A JPEG directory through decode, Resize(256), CenterCrop(224) in
-    every loader: riffle's daemon transform, torchvision's ImageFolder,
-    tf.image, Pillow in the others' own map stages."""
+    """A JPEG directory through each image row in every loader: riffle's
+    daemon transform, torchvision's ImageFolder, tf.image, Pillow in the
+    others' own map stages. A table per row."""
     from common import make_jpegs
     root = Path(args.data) / "jpeg"
     src = root / "raw"
@@ -359,27 +376,28 @@ def part_jpeg(args, peers, emit, lines_of, raw) -> None:
     files = [p for p in src.rglob("*.jpg")]
     mean = sum(p.stat().st_size for p in files) // len(files)
     paths = write_formats(root, src, 0, f"{len(files)} {mean}")
-    emit()
-    emit(f"### {len(files)} JPEGs (about 500x375, mean {mean >> 10} KiB): decode, Resize(256), CenterCrop(224)")
-    emit()
-    emit("| loader | configuration | cold samples/s | warm samples/s | peak RSS MiB | device/record bytes (cold) "
-         "| first batch s (cold) | user lines | flags |")
-    emit("|---|---|---:|---:|---:|---:|---:|---:|---|")
-    for peer in peers:
-        env, fmt, cfgs = PEERS[peer]
-        for cfg in cfgs:
-            if (peer, cfg) == ("riffle", "fast"):
-                continue  # the transform runs in the daemon either way
-            cold = run_one(peer, cfg, "speed", paths[fmt], mean, args, cold=True, extra=["--image"])
-            warm_up(paths[fmt])
-            warm = run_one(peer, cfg, "speed", paths[fmt], mean, args, extra=["--image"])
-            fl = flags(cold) + flags(warm)
-            raw.append({"peer": peer, "config": cfg, "jpeg": True, "cold": cold.__dict__ | {"ids": []},
-                        "warm": warm.__dict__ | {"ids": []}})
-            f = lambda r: f"{r.n / max(r.seconds, 1e-9):.0f} ({r.rate:.0f})"  # noqa: E731
-            emit(f"| {peer} | {CONFIGS[(peer, cfg)]} | {f(cold)} | {f(warm)} | {max(cold.rss, warm.rss) >> 20} "
-                 f"| {cold.device / max(1, cold.n * mean):.2f} | {cold.first or 0:.2f} | {lines_of.get(peer, '-')} "
-                 f"| {'; '.join(fl) or 'ok'} |")
+    for row in image_rows(args.image_rows):
+        emit()
+        emit(f"### {len(files)} JPEGs (about 500x375, mean {mean >> 10} KiB): {IMAGE_ROWS[row]}")
+        emit()
+        emit("| loader | configuration | cold samples/s | warm samples/s | peak RSS MiB | device/record bytes (cold) "
+             "| first batch s (cold) | user lines | flags |")
+        emit("|---|---|---:|---:|---:|---:|---:|---:|---|")
+        for peer in peers:
+            env, fmt, cfgs = PEERS[peer]
+            for cfg in cfgs:
+                if (peer, cfg) == ("riffle", "fast"):
+                    continue  # the transform runs in the daemon either way
+                cold = run_one(peer, cfg, "speed", paths[fmt], mean, args, cold=True, extra=["--image", row])
+                warm_up(paths[fmt])
+                warm = run_one(peer, cfg, "speed", paths[fmt], mean, args, extra=["--image", row])
+                fl = flags(cold) + flags(warm)
+                raw.append({"peer": peer, "config": cfg, "jpeg": row, "cold": cold.__dict__ | {"ids": []},
+                            "warm": warm.__dict__ | {"ids": []}})
+                f = lambda r: f"{r.n / max(r.seconds, 1e-9):.0f} ({r.rate:.0f})"  # noqa: E731
+                emit(f"| {peer} | {CONFIGS[(peer, cfg)]} | {f(cold)} | {f(warm)} | {max(cold.rss, warm.rss) >> 20} "
+                     f"| {cold.device / max(1, cold.n * mean):.2f} | {cold.first or 0:.2f} "
+                     f"| {lines_of.get(peer, '-')} | {'; '.join(fl) or 'ok'} |")
 
 
 # --- elastic resume ---
@@ -458,10 +476,14 @@ def main() -> None:
     ap.add_argument("--parts", default="speed,order,ranks,resume,truncated,jpeg,elastic")
     ap.add_argument("--elastic-bytes", default="16MiB", help="dataset size for the elastic resume")
     ap.add_argument("--images", type=int, default=2000, help="JPEGs for the jpeg part")
+    ap.add_argument("--image-rows", default=",".join(IMAGE_ROWS),
+                    help="the jpeg part's rows: center (Resize(256) + CenterCrop(224)), "
+                         "rrc (RandomResizedCrop(224) + RandomHorizontalFlip())")
     ap.add_argument("--out", default=str(HERE / "results.md"))
     args = ap.parse_args()
     peers = args.peers.split(",")
     parts = args.parts.split(",")
+    image_rows(args.image_rows)  # a wrong name fails before anything runs
     subprocess.run(["make", "-C", str(REPO), "build"], check=True, stdout=subprocess.DEVNULL)
     lines = []
 

@@ -2,7 +2,7 @@
 environment by bench/peers/harness.py:
 
     python loaders.py PEER CONFIG MODE --data DIR --size BYTES [--seconds S]
-                      [--seed N] [--rank R --world W] [--ids]
+                      [--seed N] [--rank R --world W] [--ids] [--image [center|rrc]]
 
 CONFIG is "full" (the peer's fully shuffled configuration, or the closest
 it has) or "fast" (its documented fast path). MODE is "speed" (load until
@@ -11,7 +11,10 @@ batches, take the next batch, restore a new iterator from the state and
 compare its next batch), "elastic" (one rank of one phase of an elastic
 resume: --phase 1 takes three batches and rank 0 saves its state to
 --state, --phase 2 loads it on another topology and ends the epoch), or "epoch" (one whole epoch, whatever happens: the
-truncated-file probe). One JSON line goes to stdout.
+truncated-file probe). One JSON line goes to stdout. --image makes the
+records JPEGs that the loader decodes and transforms: Resize(256) +
+CenterCrop(224) ("center") or RandomResizedCrop(224) +
+RandomHorizontalFlip() ("rrc").
 
 Every record starts with its id (little-endian uint64); a loader's batch is
 turned into ids by reading those bytes, which touches every sample. The
@@ -56,6 +59,55 @@ def prep(b) -> np.ndarray:
     return np.asarray(im.crop((l, t, l + 224, t + 224)))
 
 
+def rrc_box(w: int, h: int, rnd, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+    """The box (left, top, width, height) torchvision's
+    RandomResizedCrop.get_params draws for a w x h image (torchvision 0.14):
+    ten tries at a uniform area and a log-uniform aspect ratio, else the
+    centre box of the nearest allowed ratio. rnd is a random.Random."""
+    import math
+    area = w * h
+    lr = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * rnd.uniform(scale[0], scale[1])
+        ar = math.exp(rnd.uniform(lr[0], lr[1]))
+        cw, ch = int(round(math.sqrt(target * ar))), int(round(math.sqrt(target / ar)))
+        if 0 < cw <= w and 0 < ch <= h:
+            return rnd.randint(0, w - cw), rnd.randint(0, h - ch), cw, ch
+    if w / h < min(ratio):
+        cw, ch = w, int(round(w / min(ratio)))
+    elif w / h > max(ratio):
+        cw, ch = int(round(h * max(ratio))), h
+    else:
+        cw, ch = w, h
+    return (w - cw) // 2, (h - ch) // 2, cw, ch
+
+
+_RANDOM: dict = {}  # per process: forked workers must not draw the same crops
+
+
+def prep_rrc(b, box=None, flip=None) -> np.ndarray:
+    """Decode a JPEG, take a random box and resize it to 224x224, mirrored
+    with probability 0.5: torchvision's RandomResizedCrop(224) +
+    RandomHorizontalFlip() on a PIL image (crop, then bilinear resize, then
+    transpose), with Pillow. box and flip fix the draw (for tests)."""
+    import io
+    import random
+
+    from PIL import Image
+    rnd = _RANDOM.get(os.getpid()) or _RANDOM.setdefault(os.getpid(), random.Random())
+    im = Image.open(io.BytesIO(bytes(b))).convert("RGB")
+    l, t, w, h = box or rrc_box(*im.size, rnd)
+    im = im.crop((l, t, l + w, t + h)).resize((224, 224), Image.BILINEAR)
+    if flip if flip is not None else rnd.random() < 0.5:
+        im = im.transpose(Image.FLIP_LEFT_RIGHT)
+    return np.asarray(im)
+
+
+# The image rows: --image's value -> the Pillow function of the peers that
+# transform in their own map stage.
+PREP = {"center": prep, "rrc": prep_rrc}
+
+
 def files(d: str, pattern: str) -> list[str]:
     fs = sorted(glob.glob(os.path.join(d, pattern)))
     if not fs:
@@ -73,7 +125,7 @@ def riffle_(a):
     # sequential rate, for a lower randomization level.
     kw = {"sampler": "block", "block_size": 65536, "window": 8} if a.config == "fast" else {}
     if a.image:
-        kw = {"transform": "image:size=256,crop=224"}
+        kw = {"transform": {"center": "image:size=256,crop=224", "rrc": "random_resized_crop:size=224"}[a.image]}
     else:
         kw["record_size"] = a.size
     # user
@@ -114,7 +166,11 @@ def _collate(rows):
 def _dataset(a):
     if a.image:
         from torchvision import datasets, transforms
-        tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.PILToTensor()])
+        if a.image == "rrc":
+            tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+                                     transforms.PILToTensor()])
+        else:
+            tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.PILToTensor()])
         return datasets.ImageFolder(a.data, transform=tf)
     return _Records(a.data, a.size)
 
@@ -155,6 +211,7 @@ def torchdata_(a):
 
 
 def hf_(a):
+    prep = PREP.get(a.image)  # the image row's map function (Pillow)
     import datasets
     datasets.disable_progress_bars()
     path = os.path.join(a.data, "ds")
@@ -186,12 +243,30 @@ def tf_(a):
     fs = files(a.data, "*.tfrecord")
     ids = lambda b: tf.io.decode_raw(tf.strings.substr(b, 0, 8), tf.int64)[:, 0]  # noqa: E731
 
-    def decode(b):  # decode, Resize(256), CenterCrop(224)
+    def center(b):  # decode, Resize(256), CenterCrop(224)
         im = tf.io.decode_jpeg(b, channels=3)
         s = 256 / tf.cast(tf.minimum(tf.shape(im)[0], tf.shape(im)[1]), tf.float32)
         hw = tf.cast(tf.round(tf.cast(tf.shape(im)[:2], tf.float32) * s), tf.int32)
         im = tf.image.resize(im, tf.maximum(hw, 256))
         return tf.cast(tf.image.resize_with_crop_or_pad(im, 224, 224), tf.uint8)
+
+    def rrc(b):
+        # RandomResizedCrop(224) + RandomHorizontalFlip() as tf.image has
+        # them, the way TensorFlow's own ImageNet input pipelines write it: a
+        # box of 8-100% of the area and a ratio in [3/4, 4/3], decoding only
+        # that box, then a bilinear resize to 224x224 and a random mirror.
+        # (Where ten tries find no box it keeps the whole image, not
+        # torchvision's centre box.)
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            tf.io.extract_jpeg_shape(b), tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]), min_object_covered=0.0,
+            aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0), max_attempts=10,
+            use_image_if_no_bounding_boxes=True)
+        window = tf.stack([begin[0], begin[1], size[0], size[1]])
+        im = tf.io.decode_and_crop_jpeg(b, window, channels=3)
+        im = tf.image.resize(im, [224, 224])
+        return tf.cast(tf.image.random_flip_left_right(im), tf.uint8)
+
+    decode = rrc if a.image == "rrc" else center
 
     if a.config == "full":
         # user
@@ -225,6 +300,7 @@ def tf_(a):
 
 
 def grain_(a):
+    prep = PREP.get(a.image)  # the image row's map function (Pillow)
     import grain
     fs = files(a.data, "*.array_record")
 
@@ -248,6 +324,7 @@ def grain_(a):
 
 
 def wds_(a):
+    prep = PREP.get(a.image)  # the image row's map function (Pillow)
     import webdataset as wds
     fs = files(a.data, "*.tar")
     # user
@@ -260,6 +337,7 @@ def wds_(a):
 
 
 def mosaic_(a):
+    prep = PREP.get(a.image)  # the image row's map function (Pillow)
     import streaming
     from streaming import StreamingDataLoader, StreamingDataset
     # The ranks share this machine: they are its local ranks too.
@@ -286,6 +364,7 @@ def mosaic_(a):
 
 
 def ray_(a):
+    prep = PREP.get(a.image)  # the image row's map function (Pillow)
     import logging
 
     import ray
@@ -502,7 +581,9 @@ def main() -> None:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--ids", action="store_true")
-    p.add_argument("--image", action="store_true", help="records are JPEGs: decode, resize, crop")
+    p.add_argument("--image", nargs="?", const="center", choices=list(PREP),
+                   help="records are JPEGs: decode and Resize(256) + CenterCrop(224) (center, the default), "
+                        "or RandomResizedCrop(224) + RandomHorizontalFlip() (rrc)")
     p.add_argument("--tmp", default="/tmp/riffle-peers-tmp")
     p.add_argument("--phase", type=int, default=1, help="elastic: 1 saves the state, 2 resumes from it")
     p.add_argument("--workers", type=int, default=WORKERS, help="elastic: DataLoader workers per rank")

@@ -59,3 +59,53 @@ def test_elastic_cell_reports_a_refusal_not_counts():
     refused = [harness.Run(error="ValueError: Worker count in checkpoint does not match")]
     assert harness.elastic_cell(10, ok, [run(range(5, 10))]) == "0 duplicates, 0 lost"
     assert harness.elastic_cell(10, ok, refused).startswith("refused or failed (ValueError: Worker count")
+
+
+def test_image_rows_are_named_and_checked():
+    assert harness.image_rows("center,rrc") == ["center", "rrc"]
+    assert harness.image_rows("rrc") == ["rrc"]
+    for bad in ("crop", "", "center,flip"):
+        try:
+            harness.image_rows(bad)
+        except SystemExit:
+            continue
+        raise AssertionError(f"{bad!r} was accepted")
+
+
+def test_rrc_boxes_are_torchvisions():
+    # The map-stage peers' RandomResizedCrop draws as torchvision 0.14's
+    # get_params does: a box inside the image of 8-100% of its area and a
+    # ratio in [3/4, 4/3] (give or take rounding), else the centre box.
+    import random
+
+    import loaders
+    rnd = random.Random(1)
+    for w, h in [(500, 375), (375, 500), (224, 224), (1000, 50)]:
+        for _ in range(200):
+            l, t, cw, ch = loaders.rrc_box(w, h, rnd)
+            assert 0 <= l and 0 <= t and l + cw <= w and t + ch <= h and cw > 0 and ch > 0
+            if (w, h) != (1000, 50):
+                assert 0.08 * w * h * 0.9 <= cw * ch <= w * h
+                assert 3 / 4 * 0.9 <= cw / ch <= 4 / 3 * 1.1
+    assert loaders.rrc_box(1000, 50, random.Random(0)) == (466, 0, 67, 50)  # no box fits: the centre one
+
+
+def test_rrc_equals_torchvision_for_the_same_box():
+    import io
+
+    import numpy as np
+    import pytest
+    torchvision = pytest.importorskip("torchvision")
+    from PIL import Image
+    import torchvision.transforms.functional as F
+
+    import loaders
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (120, 160, 3), dtype=np.uint8)).save(buf, "JPEG", quality=90)
+    im = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    for (l, t, w, h), flip in [((10, 5, 100, 90), False), ((0, 0, 160, 120), True)]:
+        want = F.resized_crop(im, t, l, h, w, [224, 224], F.InterpolationMode.BILINEAR)
+        want = F.hflip(want) if flip else want
+        got = loaders.prep_rrc(buf.getvalue(), box=(l, t, w, h), flip=flip)
+        assert np.array_equal(got, np.asarray(want))
