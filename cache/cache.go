@@ -197,6 +197,13 @@ func (c *Cache) Set(it *Item, b []byte, v any) bool {
 	return true
 }
 
+// Uses is the item's count of uses to come (its holders' included).
+func (it *Item) Uses() int {
+	it.c.mu.Lock()
+	defer it.c.mu.Unlock()
+	return int(it.meta.Refs)
+}
+
 // Value is what Set gave with the item's bytes; valid, like them, until
 // Done.
 func (it *Item) Value() any { return it.val }

@@ -80,4 +80,7 @@ type Stats struct {
 	Bytes                   int64 // bytes read from storage, alignment and gaps included
 	CacheHits               int64 // records copied from the cache instead of read
 	Staged                  int64 // bytes read ahead for a Staged sampler
+	// SharedDecodes counts a random transform's outputs cut from a decode
+	// another job's batch made (or made for others).
+	SharedDecodes int64
 }

@@ -110,13 +110,13 @@ func (l *Loader) copyDone(j *load, i int, err error) {
 			transform = l.rnd != nil
 		}
 	}
-	en.item = nil
-	it.Done(err == nil)
 	if transform {
 		// The cache keeps a random transform's records: this batch
-		// transforms its copy with its own draw. Not from here: this runs
-		// in whoever filled the item, maybe a worker, whose queue may be
-		// full of tasks waiting for workers.
+		// transforms its copy with its own draw, holding the item until it
+		// has (its uses to come then count the batches that will still
+		// transform it: a shared decode's). Not from here: this runs in
+		// whoever filled the item, maybe a worker, whose queue may be full
+		// of tasks waiting for workers.
 		l.io.Add(1)
 		go func() {
 			defer l.io.Done()
@@ -124,6 +124,8 @@ func (l *Loader) copyDone(j *load, i int, err error) {
 		}()
 		return
 	}
+	en.item = nil
+	it.Done(err == nil)
 	if err != nil && errors.Is(err, context.Canceled) && l.ctx.Err() == nil && !j.failed.Load() {
 		u.read = true
 		l.io.Add(1)
@@ -178,7 +180,7 @@ func (l *Loader) transform(j *load, i int) {
 			if !j.failed.Load() {
 				var err error
 				if l.rnd != nil {
-					err = l.rnd.ApplyRandom(j.recordAt(en), j.out(en), transform.Draw(l.opts.Seed, j.Epoch, en.id))
+					err = l.applyRandom(j, en)
 				} else {
 					err = l.tf.Apply(j.recordAt(en), j.out(en))
 				}
@@ -190,6 +192,12 @@ func (l *Loader) transform(j *load, i int) {
 				var err error
 				if j.failed.Load() {
 					err = j.err
+				}
+				if !u.read {
+					// A copy's item, held through its transform.
+					en := &j.ents[lo]
+					en.item.Done(true)
+					en.item = nil
 				}
 				l.settleUnit(j, u, err)
 				l.unitDone(j, i)
@@ -220,6 +228,71 @@ func (l *Loader) settleUnit(j *load, u *unit, err error) {
 	if err != nil {
 		j.fail(err)
 	}
+}
+
+// decodedSpace sets a record's decoded form apart from the record in the
+// cache: its key is the record's with this in its space.
+const decodedSpace = 0x6465636f646564 // "decoded"
+
+// applyRandom runs a random transform on entry en. With a transform that
+// can cut its output from a shared decode (transform.Shared), a record
+// other jobs' batches also take is decoded once, by the first, into the
+// cache, with a use for each of them; each cuts its own draw from it, to
+// the bytes the record itself gives. A batch that finds the decode under
+// way does not wait (it runs on a worker the decoder may need): it
+// decodes what it needs itself.
+func (l *Loader) applyRandom(j *load, en *entry) error {
+	raw, out, draw := j.recordAt(en), j.out(en), transform.Draw(l.opts.Seed, j.Epoch, en.id)
+	sh, ok := l.rnd.(SharedTransform)
+	if !ok || l.cache == nil {
+		return l.rnd.ApplyRandom(raw, out, draw)
+	}
+	key := l.key(en.id)
+	key.Space ^= decodedSpace
+	// The record's uses to come are the batches that will still transform
+	// it (a batch holds the record's item until it has): the decode's.
+	uses := 0
+	if en.item != nil {
+		uses = en.item.Uses()
+	}
+	var it *cache.Item
+	st := cache.Miss
+	if uses >= 2 {
+		it, st = l.cache.GetOrClaim(key)
+	} else {
+		// The record's last use: a decode others made may wait for it.
+		it, st = l.cache.Get(key)
+	}
+	switch st {
+	case cache.Ready:
+		done, err := sh.FromDecoded(it.Bytes(), out, draw)
+		it.Done(true)
+		if done {
+			l.sharedDecodes.Add(1)
+		}
+		if done || err != nil {
+			return err
+		}
+	case cache.Claimed:
+		dec, err := sh.Decode(raw)
+		if err != nil {
+			l.cache.Fill(it, err)
+			it.Done(false)
+			return err
+		}
+		if l.cache.Set(it, dec, nil) {
+			l.cache.AddRefs(key, uses-1) // the other jobs' batches to come
+		}
+		l.cache.Fill(it, nil)
+		done, err := sh.FromDecoded(dec, out, draw)
+		it.Done(true)
+		if done || err != nil {
+			return err
+		}
+	case cache.Loading:
+		it.Done(true)
+	}
+	return l.rnd.ApplyRandom(raw, out, draw)
 }
 
 // cached is what the cache keeps of entry en: its place in the batch

@@ -65,7 +65,7 @@ type Loader struct {
 	err       error
 	waitOnce  sync.Once
 
-	batches, records, reads, bytes, hits, stagedBytes atomic.Int64
+	batches, records, reads, bytes, hits, stagedBytes, sharedDecodes atomic.Int64
 }
 
 // New starts loading ds in the order of s. Close it when done.
@@ -244,7 +244,7 @@ func (l *Loader) plan() error {
 // Stats returns counts of the work done so far.
 func (l *Loader) Stats() Stats {
 	return Stats{Batches: l.batches.Load(), Records: l.records.Load(), Reads: l.reads.Load(), Bytes: l.bytes.Load(),
-		CacheHits: l.hits.Load(), Staged: l.stagedBytes.Load()}
+		CacheHits: l.hits.Load(), Staged: l.stagedBytes.Load(), SharedDecodes: l.sharedDecodes.Load()}
 }
 
 // Close stops loading and waits for every goroutine. Batches already

@@ -121,6 +121,15 @@ type RandomTransform interface {
 	ApplyRandom(raw, out []byte, draw uint64) error
 }
 
+// A SharedTransform is a RandomTransform whose output can also be cut from
+// a decoded form of the record, to the same bytes (package transform's
+// Shared): jobs sharing a record share its decode.
+type SharedTransform interface {
+	RandomTransform
+	Decode(raw []byte) ([]byte, error)
+	FromDecoded(dec, out []byte, draw uint64) (bool, error)
+}
+
 // Workers is a set of goroutines that run CPU work (transforms) for
 // loaders; its zero value is unusable: use NewWorkers.
 type Workers struct {

@@ -167,6 +167,61 @@ func TestSharedRandomTransform(t *testing.T) {
 	}
 }
 
+// sharedStamp is stamp that can also cut its output from a decoded form:
+// the record itself, decoded once (counted) for every job that shares it.
+type sharedStamp struct {
+	stamp
+	decodes, cuts atomic.Int64
+}
+
+func (s *sharedStamp) Decode(raw []byte) ([]byte, error) {
+	s.decodes.Add(1)
+	return slices.Clone(raw), nil
+}
+
+func (s *sharedStamp) FromDecoded(dec, out []byte, draw uint64) (bool, error) {
+	if draw%5 == 0 {
+		return false, nil // as a JPEG box only the record gives exactly
+	}
+	s.cuts.Add(1)
+	copy(out, stamped(dec, draw))
+	return true, nil
+}
+
+// Jobs sharing reads with a transform that can cut from a shared decode
+// decode each shared record about once, and still deliver each its own
+// draws' outputs, the bytes a solo run gives; no decoded form is left
+// in the cache after them.
+func TestSharedDecodes(t *testing.T) {
+	const n = 2000
+	ds, _ := jsonlDataset(t, n)
+	tf := &sharedStamp{}
+	res, g, c := sharedRun(t, ds, sharedCase{jobs: 3, size: func(id int) int { return ds.Locate(id).Len }, tf: tf,
+		drawn: stamped, seed: 6})
+	var shared int64
+	for k, r := range res {
+		if r.err != nil || r.wrong != 0 {
+			t.Fatalf("job %d: %d records hold another output, error %v", k, r.wrong, r.err)
+		}
+		shared += r.decodes
+	}
+	st := g.Stats()
+	t.Logf("decodes %d, cut from a decode %d, transforms from the record %d, shared rounds %d", tf.decodes.Load(),
+		tf.cuts.Load(), tf.runs.Load(), st.Shared)
+	// A batch that finds a decode under way decodes for itself, so how many
+	// are shared depends on timing; each decode serves its own batch, and
+	// shared ones more.
+	if tf.decodes.Load() == 0 || tf.cuts.Load() <= tf.decodes.Load() {
+		t.Fatalf("%d decodes served %d cuts: the decodes were not shared", tf.decodes.Load(), tf.cuts.Load())
+	}
+	if shared == 0 {
+		t.Fatal("no loader counted a shared decode")
+	}
+	if cs := c.Stats(); cs.Items != 0 {
+		t.Fatalf("%d items (%d bytes) left in the cache after the jobs", cs.Items, cs.Bytes)
+	}
+}
+
 // A transform that fails names the record, its file and offset.
 func TestTransformErrorNamesTheRecord(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "d.svm")
@@ -205,10 +260,11 @@ type sharedCase struct {
 // records were not what a solo read gives, its ids in delivery order, and
 // its reads from storage.
 type sharedResult struct {
-	err   error
-	wrong int
-	ids   []int
-	reads int64
+	err     error
+	wrong   int
+	ids     []int
+	reads   int64
+	decodes int64 // outputs cut from a shared decode
 }
 
 // sharedRun runs a sharedCase, and returns each job's result, the group
@@ -258,7 +314,7 @@ func sharedRun(t *testing.T, ds dataset.Dataset, sc sharedCase) ([]sharedResult,
 			for {
 				b, err := l.Next(context.Background())
 				if errors.Is(err, io.EOF) {
-					r.reads = l.Stats().Reads
+					r.reads, r.decodes = l.Stats().Reads, l.Stats().SharedDecodes
 					return
 				}
 				if err != nil {

@@ -11,13 +11,16 @@ func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 	return renderGo(raw, pick, ow, oh, out)
 }
 
-// DecodeFull decodes a whole image with Go's decoders, one thread: the
-// baseline the image transforms are measured against. It returns the
-// image's size.
-func DecodeFull(raw []byte) (w, h int, err error) {
-	img, err := decodeGo(raw)
-	if err != nil {
-		return 0, 0, err
-	}
-	return img.Bounds().Dx(), img.Bounds().Dy(), nil
+// dctScale is 8 (no DCT scaling): Go's decoder decodes whole images.
+func dctScale(box, int, int) int { return 8 }
+
+// resample is resampleGo.
+func resample(src []byte, ss int, kx, ky kernel, rows int, flip bool, out []byte) {
+	sc := scratches.Get().(*scratch)
+	defer scratches.Put(sc)
+	sc.tmp = grown(sc.tmp, rows*len(kx.first)*3)
+	resampleGo(src, ss, kx, ky, rows, flip, out, sc.tmp)
 }
+
+// decodeRGB decodes a whole image to packed RGB with Go's decoders.
+func decodeRGB(raw []byte) (pix []byte, w, h int, err error) { return decodeRGBGo(raw) }

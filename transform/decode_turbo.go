@@ -55,13 +55,7 @@ func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 		return err
 	}
 	b, flip := pick(int(w), int(h))
-	num := 8
-	for _, n := range dctScales {
-		if (b.x1-b.x0)*float64(n)/8 >= float64(ow) && (b.y1-b.y0)*float64(n)/8 >= float64(oh) {
-			num = n
-			break
-		}
-	}
+	num := dctScale(b, ow, oh)
 	var sw, sh C.int
 	if C.rf_scaled(d, C.int(num), &sw, &sh) != 0 {
 		return fail()
@@ -78,8 +72,6 @@ func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 	sc := scratches.Get().(*scratch)
 	defer scratches.Put(sc)
 	sc.region = grown(sc.region, stride*rows+1) // SIMD reads a byte past the last pixel
-	sc.tmp = grown(sc.tmp, rows*ow*3+1)
-	sc.acc = grown(sc.acc, ow*3)
 	var ax0 C.int
 	if C.rf_region(d, C.int(num), C.int(x0), C.int(y0), C.int(x1), C.int(y1),
 		(*C.uchar)(unsafe.Pointer(&sc.region[0])), C.int(stride), &ax0) != 0 {
@@ -87,11 +79,67 @@ func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 	}
 	kx.shift(int(ax0))
 	ky.shift(y0)
-	C.rf_resample((*C.uchar)(unsafe.Pointer(&sc.region[0])), C.int(stride),
+	resample(sc.region, stride, kx, ky, rows, flip, out)
+	return nil
+}
+
+// dctScale is the scale (n/8) a JPEG's box is decoded at for an ow x oh
+// output: the smallest that keeps at least ow x oh pixels in the box, so
+// the resample still only reduces.
+func dctScale(b box, ow, oh int) int {
+	for _, n := range dctScales {
+		if (b.x1-b.x0)*float64(n)/8 >= float64(ow) && (b.y1-b.y0)*float64(n)/8 >= float64(oh) {
+			return n
+		}
+	}
+	return 8
+}
+
+// resample is resampleGo in C (jpeg_turbo.c's rf_resample, SIMD): the
+// same arithmetic, so the same bytes.
+func resample(src []byte, ss int, kx, ky kernel, rows int, flip bool, out []byte) {
+	ow, oh := len(kx.first), len(ky.first)
+	sc := scratches.Get().(*scratch)
+	defer scratches.Put(sc)
+	sc.tmp = grown(sc.tmp, rows*ow*3+1) // SIMD writes a byte past the last pixel
+	sc.acc = grown(sc.acc, ow*3)
+	C.rf_resample((*C.uchar)(unsafe.Pointer(&src[0])), C.int(ss),
 		C.int(ow), ints(kx.first), ints(kx.taps), ints(kx.w), C.int(kx.k),
 		C.int(oh), ints(ky.first), ints(ky.taps), ints(ky.w), C.int(ky.k), C.int(rows), cbool(flip),
 		(*C.uchar)(unsafe.Pointer(&out[0])), (*C.uchar)(unsafe.Pointer(&sc.tmp[0])), ints(sc.acc))
-	return nil
+}
+
+// decodeRGB decodes a whole image to packed RGB (with a byte to spare
+// after it, for SIMD): JPEGs with libjpeg-turbo at full scale, other
+// images with Go's decoders.
+func decodeRGB(raw []byte) (pix []byte, w, h int, err error) {
+	if len(raw) < 3 || raw[0] != 0xff || raw[1] != 0xd8 {
+		return decodeRGBGo(raw)
+	}
+	if !ended(raw) {
+		return nil, 0, 0, errors.New("image: JPEG without its end marker (FF D9): the file is truncated")
+	}
+	d := C.rf_new()
+	if d == nil {
+		return nil, 0, 0, errors.New("image: libjpeg: out of memory")
+	}
+	defer C.rf_free(d)
+	var cw, ch, cmyk C.int
+	if C.rf_header(d, (*C.uchar)(unsafe.Pointer(&raw[0])), C.ulong(len(raw)), &cw, &ch, &cmyk) != 0 {
+		return nil, 0, 0, fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
+	}
+	if cmyk != 0 {
+		return decodeRGBGo(raw)
+	}
+	if err := checkSize(int(cw), int(ch)); err != nil {
+		return nil, 0, 0, err
+	}
+	pix = make([]byte, int(cw)*int(ch)*3+1)
+	var ax0 C.int
+	if C.rf_region(d, 8, 0, 0, cw, ch, (*C.uchar)(unsafe.Pointer(&pix[0])), cw*3, &ax0) != 0 {
+		return nil, 0, 0, fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
+	}
+	return pix, int(cw), int(ch), nil
 }
 
 // ended says whether a JPEG has its end-of-image marker near its end
@@ -118,31 +166,3 @@ func cbool(b bool) C.int {
 	return 0
 }
 
-// DecodeFull decodes a whole JPEG to RGB at full size, one thread, as a
-// plain libjpeg-turbo decode does: the baseline the image transforms are
-// measured against. It returns the image's size.
-func DecodeFull(raw []byte) (w, h int, err error) {
-	if len(raw) < 3 {
-		return 0, 0, errors.New("image: not a JPEG")
-	}
-	d := C.rf_new()
-	if d == nil {
-		return 0, 0, errors.New("image: libjpeg: out of memory")
-	}
-	defer C.rf_free(d)
-	var cw, ch, cmyk C.int
-	if C.rf_header(d, (*C.uchar)(unsafe.Pointer(&raw[0])), C.ulong(len(raw)), &cw, &ch, &cmyk) != 0 || cmyk != 0 {
-		return 0, 0, fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
-	}
-	if err := checkSize(int(cw), int(ch)); err != nil {
-		return 0, 0, err
-	}
-	sc := scratches.Get().(*scratch)
-	defer scratches.Put(sc)
-	sc.region = grown(sc.region, int(cw*ch)*3)
-	var ax0 C.int
-	if C.rf_region(d, 8, 0, 0, cw, ch, (*C.uchar)(unsafe.Pointer(&sc.region[0])), cw*3, &ax0) != 0 {
-		return 0, 0, fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
-	}
-	return int(cw), int(ch), nil
-}

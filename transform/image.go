@@ -2,6 +2,7 @@ package transform
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"image"
 	"image/draw"
@@ -128,6 +129,42 @@ func (t *randomCrop) ApplyRandom(raw, out []byte, draw uint64) error {
 	return render(raw, func(w, h int) (box, bool) { return t.Box(draw, w, h) }, t.size, t.size, out)
 }
 
+// Decode is raw decoded whole, as packed RGB with its size after it (and
+// whether its box could be shrunk while decoding, for a JPEG).
+func (t *randomCrop) Decode(raw []byte) ([]byte, error) {
+	pix, w, h, err := decodeRGB(raw)
+	if err != nil {
+		return nil, err
+	}
+	wf := uint32(w)
+	if len(raw) > 2 && raw[0] == 0xff && raw[1] == 0xd8 {
+		wf |= 1 << 31
+	}
+	return binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(pix, wf), uint32(h)), nil
+}
+
+// FromDecoded cuts draw's box from a decoded image: the bytes ApplyRandom
+// gives, unless the box is one render would decode shrunk.
+func (t *randomCrop) FromDecoded(dec, out []byte, draw uint64) (bool, error) {
+	if len(dec) < 9 {
+		return false, fmt.Errorf("image: a decoded form of %d bytes", len(dec))
+	}
+	wf, h := binary.LittleEndian.Uint32(dec[len(dec)-8:]), int(binary.LittleEndian.Uint32(dec[len(dec)-4:]))
+	w := int(wf &^ (1 << 31))
+	if len(dec) != w*h*3+9 {
+		return false, fmt.Errorf("image: a decoded form of %d bytes for %dx%d pixels", len(dec), w, h)
+	}
+	b, flip := t.Box(draw, w, h)
+	if wf>>31 != 0 && dctScale(b, t.size, t.size) < 8 {
+		return false, nil
+	}
+	kx, ky, x0, y0, _, y1 := layout(b, 1, w, h, t.size, t.size)
+	kx.shift(x0)
+	ky.shift(y0)
+	resample(dec[(y0*w+x0)*3:], w*3, kx, ky, y1-y0, flip, out)
+	return true, nil
+}
+
 // Box is the crop of draw on an image of w x h pixels, and its flip:
 // torchvision 0.14's RandomResizedCrop.get_params, ten tries at a box of a
 // random area and log-uniform aspect ratio inside the image, else the
@@ -207,8 +244,8 @@ func layout(b box, f float64, sw, sh, ow, oh int) (kx, ky kernel, x0, y0, x1, y1
 
 // scratch is one render's working memory, reused.
 type scratch struct {
-	region, tmp, rgba []byte
-	acc               []int32
+	region, tmp []byte
+	acc         []int32
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -229,27 +266,46 @@ func renderGo(raw []byte, pick picker, ow, oh int, out []byte) error {
 	}
 	bd := src.Bounds()
 	w, h := bd.Dx(), bd.Dy()
-	if err := checkSize(w, h); err != nil {
-		return err
-	}
 	b, flip := pick(w, h)
 	kx, ky, x0, y0, x1, y1 := layout(b, 1, w, h, ow, oh)
 	sc := scratches.Get().(*scratch)
 	defer scratches.Put(sc)
-	rw, rh := x1-x0, y1-y0
-	sc.rgba = grown(sc.rgba, rw*rh*4)
-	pix := sc.rgba
-	dst := &image.RGBA{Pix: pix, Stride: rw * 4, Rect: image.Rect(0, 0, rw, rh)}
-	draw.Draw(dst, dst.Rect, src, bd.Min.Add(image.Pt(x0, y0)), draw.Src)
-	sc.region = grown(sc.region, rw*rh*3)
-	for i, j := 0, 0; i < len(pix); i, j = i+4, j+3 {
-		sc.region[j], sc.region[j+1], sc.region[j+2] = pix[i], pix[i+1], pix[i+2]
-	}
+	sc.region = rgbOf(src, image.Rect(x0, y0, x1, y1), sc.region)
 	kx.shift(x0)
 	ky.shift(y0)
-	sc.tmp = grown(sc.tmp, rh*ow*3)
-	resampleGo(sc.region, rw*3, kx, ky, rh, flip, out, sc.tmp)
+	resample(sc.region, (x1-x0)*3, kx, ky, y1-y0, flip, out)
 	return nil
+}
+
+// rgbOf is r of img (in its own coordinates from 0) as packed RGB in buf,
+// grown as needed, with a byte to spare after it (for SIMD).
+func rgbOf(img image.Image, r image.Rectangle, buf []byte) []byte {
+	rw, rh := r.Dx(), r.Dy()
+	rgba := image.NewRGBA(image.Rect(0, 0, rw, rh))
+	draw.Draw(rgba, rgba.Rect, img, img.Bounds().Min.Add(r.Min), draw.Src)
+	buf = grown(buf, rw*rh*3+1)
+	for i, j := 0, 0; i < len(rgba.Pix); i, j = i+4, j+3 {
+		buf[j], buf[j+1], buf[j+2] = rgba.Pix[i], rgba.Pix[i+1], rgba.Pix[i+2]
+	}
+	return buf
+}
+
+// decodeRGBGo decodes a whole image to packed RGB with Go's decoders.
+func decodeRGBGo(raw []byte) ([]byte, int, int, error) {
+	img, err := decodeGo(raw)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	b := img.Bounds()
+	return rgbOf(img, image.Rect(0, 0, b.Dx(), b.Dy()), nil), b.Dx(), b.Dy(), nil
+}
+
+// DecodeFull decodes a whole image to RGB at full size, one thread, as a
+// plain decode does (libjpeg-turbo in turbojpeg builds): the baseline the
+// image transforms are measured against. It returns the image's size.
+func DecodeFull(raw []byte) (w, h int, err error) {
+	_, w, h, err = decodeRGB(raw)
+	return w, h, err
 }
 
 // maxPixels bounds an image's decoded size (512 MiB as RGBA): a few bytes

@@ -178,6 +178,20 @@ func New(s string) (Transform, string, error) {
 	return t, fmt.Sprintf("%s@v%d", sp, e.Version), nil
 }
 
+// Shared is a random transform whose output can also be cut from a
+// decoded form of the record, to the same bytes: jobs that share a
+// record's read can share its decode too, each cutting its own draw
+// (decode once, crop per job).
+type Shared interface {
+	Random
+	// Decode is raw's decoded form; a loader keeps its bytes in a cache.
+	Decode(raw []byte) ([]byte, error)
+	// FromDecoded writes draw's output from dec (Decode's), and says false,
+	// writing nothing, when only the record gives that output's exact
+	// bytes (a JPEG box the record would be shrunk for while decoding).
+	FromDecoded(dec, out []byte, draw uint64) (bool, error)
+}
+
 // Draw is a random transform's draw for record id in epoch of a job
 // seeded seed: a hash of the three, so the record's augmentation is the
 // same whichever rank, worker or shared job reads it, and after a resume.

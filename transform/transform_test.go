@@ -173,6 +173,45 @@ func TestResampleExact(t *testing.T) {
 	}
 }
 
+// A random crop cut from the decoded form is the bytes the record gives,
+// for every draw (shrunk-decode boxes excepted, which it declines), in
+// JPEG and PNG, so jobs that share a decode deliver what each alone would.
+func TestRandomCropFromDecoded(t *testing.T) {
+	tf, _, err := New("random_resized_crop:size=128")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := tf.(Shared)
+	for _, format := range []string{"jpeg", "png"} {
+		raw := encode(t, photo(331, 247, 5), format)
+		dec, err := sh.Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := make([]byte, tf.Size()), make([]byte, tf.Size())
+		cut := 0
+		for draw := range uint64(200) {
+			if err := sh.ApplyRandom(raw, a, draw); err != nil {
+				t.Fatal(err)
+			}
+			ok, err := sh.FromDecoded(dec, b, draw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				continue
+			}
+			cut++
+			if !bytes.Equal(a, b) {
+				t.Fatalf("%s (%s) draw %d: the decoded form's crop differs from the record's", format, Decoder, draw)
+			}
+		}
+		if cut < 50 {
+			t.Fatalf("%s: only %d of 200 draws cut from the decoded form", format, cut)
+		}
+	}
+}
+
 func abs(x int) int {
 	if x < 0 {
 		return -x

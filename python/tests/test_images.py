@@ -27,7 +27,8 @@ def images(tmp_path_factory):
     root = tmp_path_factory.mktemp("images")
     rng = np.random.default_rng(5)
     files = {}
-    for i, (w, h) in enumerate([(500, 375), (375, 500), (433, 301), (640, 480), (300, 300), (512, 342)]):
+    for i, (w, h) in enumerate([(500, 375), (375, 500), (433, 301), (640, 480), (300, 300), (512, 342), (420, 330),
+                                (380, 290)]):
         yy, xx = np.mgrid[0:h, 0:w]
         fx, fy = rng.uniform(0.01, 0.06, 2)
         base = 128 + 60 * np.sin(xx * fx) * np.cos(yy * fy)
@@ -38,7 +39,9 @@ def images(tmp_path_factory):
         if i == 4:
             im = im.convert("L")
         ext = "png" if i == 5 else "jpg"
-        im.save(d / f"{i}.{ext}", quality=90)
+        # 6: no chroma subsampling (4:4:4); 7: progressive.
+        extra = {6: {"subsampling": 0}, 7: {"progressive": True}}.get(i, {})
+        im.save(d / f"{i}.{ext}", quality=90, **extra)
         files[d / f"{i}.{ext}"] = "png" if ext == "png" else "full"
     yy, xx = np.mgrid[0:1200, 0:1600]
     big = 128 + 60 * np.sin(xx * 0.01) * np.cos(yy * 0.013)
@@ -120,6 +123,27 @@ def test_random_resized_crop_equals_torchvision(daemon, images, tmp_path):
     for rid in range(n):
         boxes = {seen[(s, e, rid)] for s in (7, 8) for e in range(2)}
         assert len(boxes) >= 3, f"record {rid}: the same crop in {4 - len(boxes) + 1} of 4 (seed, epoch) draws"
+
+
+def test_shared_random_crops_are_solo_crops(daemon, images, tmp_path):
+    """Two jobs sharing the records' reads and decodes (share=True, other
+    seeds) each get their own draws' outputs, byte for byte what `riffle
+    transform` gives the record alone."""
+    root, files = images
+    spec = f"random_resized_crop:size={SIZE}"
+    a = riffle.Loader(root, batch_size=2, transform=spec, share=True, seed=21)
+    b = riffle.Loader(root, batch_size=2, transform=spec, share=True, seed=22)
+    got = {}
+    for _ in range(2):
+        for ba, bb in zip(a, b):
+            for seed, batch, ld in ((21, ba, a), (22, bb, b)):
+                for i, (path, _) in enumerate(ld.locate(batch.ids.tolist())):
+                    got[(seed, batch.epoch, int(batch.ids[i]))] = (path, batch.data[i].copy())
+    assert len(got) == 2 * 2 * len(files)
+    for (seed, epoch, rid), (path, data) in got.items():
+        crop_of(spec, path, seed, epoch, rid, out=tmp_path / "o.rgb")
+        solo = np.fromfile(tmp_path / "o.rgb", np.uint8).reshape(SIZE, SIZE, 3)
+        assert np.array_equal(data, solo), f"seed {seed} epoch {epoch} record {rid}: not its solo output"
 
 
 def test_random_resized_crop_draws_like_torchvision(images):
