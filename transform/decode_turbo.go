@@ -165,4 +165,3 @@ func cbool(b bool) C.int {
 	}
 	return 0
 }
-
