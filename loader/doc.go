@@ -10,9 +10,11 @@
 // lists which id is where; Options.Ordered keeps the sampler's order.
 //
 // Reading is pipelined across batches as in DeepIO (deepio.txt §III-B): one
-// pool of Depth workers serves the reads of the next Prefetch batches, so the
+// read engine keeps the reads of the next Prefetch batches in flight, so the
 // device queue stays full across batch boundaries while the consumer works,
-// under a bound on the bytes of batches in flight. Buffers come from an
+// under a bound on the bytes of batches in flight. How many reads the
+// device is given is chosen per device from its rate and latency as the
+// job runs (storage's depth.go), unless Options.Depth pins it. Buffers come from an
 // Allocator and go back to it when the consumer releases the batch, so the
 // steady state allocates nothing per record; the daemon plugs in an
 // allocator over shared memory so batches reach clients without a copy.
