@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -95,9 +96,20 @@ func main() {
 	seconds := flag.Float64("seconds", 3, "seconds to measure")
 	skip := flag.Int("skip", 20, "batches taken before measuring")
 	arena := flag.Bool("arena", false, "batches in a shared-memory arena, as the daemon's (default the Go heap)")
+	profile := flag.String("cpuprofile", "", "write a CPU profile of the measurement to this file")
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "goload:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	r, err := run(*specJSON, *indexDir, *seconds, *skip, *arena)
 	if err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "goload:", err)
 		os.Exit(1)
 	}
