@@ -21,6 +21,16 @@ WORLD_SIZE. DataLoader workers split each rank's batches between them
 without padding: an epoch holds the same samples for any ``num_workers``.
 ``loader.state_dict()`` and ``load_state_dict()`` resume exactly, workers
 included.
+
+How long a batch's memory is valid: a tensor of fixed-size records or of
+the daemon's transform outputs is a view of the shared memory the daemon
+loaded the batch into, with or without workers (a worker lends its batch
+to the main process: no copy crosses). It stays valid, and is never
+overwritten, while the tensor or anything made from it (views, slices,
+``.numpy()``) is alive; when the last goes, the batch's region goes back to
+the daemon for a later batch. Holding batches holds the job's memory
+(``memory=``). What a ``transform`` or ``batch_transform`` makes is the
+user's own memory.
 """
 
 from __future__ import annotations
@@ -111,6 +121,20 @@ def _draw_seed(world: int) -> int:
     return int(box[0])
 
 
+def _agree_order(auto: dict, world: int) -> dict:
+    """The sampler, block_size and window sampler="auto" chose, rank 0's on every rank (as _draw_seed's seed)."""
+    order = {k: auto[k] for k in ("sampler", "block_size", "window", "buffer") if auto.get(k)}
+    if world <= 1:
+        return order
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        raise ValueError(f"riffle.torch: sampler='auto' with world_size {world} needs a torch.distributed process "
+                         "group to agree on rank 0's choice: build the loader after init_process_group, or name the "
+                         "sampler, block_size and window")
+    box = [order]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return dict(box[0])
+
+
 # A batch and the place after it, from a worker, for the loader's state;
 # with the positions of its epoch delivered before its job's batch 0 (the
 # rest of an epoch resumed on another topology), and whether it is the
@@ -184,6 +208,14 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         probe = Loader(paths, batch_size, shuffle=shuffle, seed=seed, dtype=dtype, shape=shape, drop_last=drop_last,
                        rank_drop_last=rank_drop_last, **loader_kwargs)
         self._dataset_version = probe._version  # a state saved over other data is refused
+        self._auto_order: dict | None = None
+        if probe.auto is not None:
+            # sampler="auto" chose an order: every rank and worker reads the
+            # one rank 0's daemon chose (another node measures another
+            # device), and a state records it for the run that resumes.
+            loader_kwargs.pop("min_randomness", None)
+            self._auto_order = _agree_order(probe.auto, self._topology[1])
+            loader_kwargs.update(self._auto_order)
         # The epoch lives in shared memory, so persistent workers see set_epoch
         # too; so does the shift of workers' roles a resumed state asks for.
         self._epoch = multiprocessing.get_context().Value("q", 0, lock=False)
@@ -280,7 +312,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return self._with_weights({"epoch": self.epoch, "batch": 0, "seed": self.seed})
 
     def _with_weights(self, state: dict) -> dict:
-        """state with the mixture's weights, if the dataset is one."""
+        """state with the mixture's weights, if the dataset is one, and the order sampler="auto" chose."""
+        if self._auto_order is not None:
+            state["order"] = dict(self._auto_order)
         mix = self.loader_kwargs.get("mixture")
         if mix is not None:
             segs = _segments(_mixture(mix), self.loader_kwargs.get("mixture_history"))
@@ -295,6 +329,17 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
         if not self.loader_kwargs.get("refresh"):
             _check_dataset(state, self._dataset_version)
+        if state.get("order"):
+            # The order auto chose for the run that saved this, not another
+            # choice on another measure of the device.
+            if self._auto_order is None:
+                mine = {k: self.loader_kwargs.get(k) for k in ("sampler", "block_size", "window", "buffer") if self.loader_kwargs.get(k)}
+                if mine != state["order"]:
+                    raise ValueError(f"this state was saved by a run whose sampler='auto' chose {state['order']}; this "
+                                     f"one reads {mine or 'the global order'}: give it sampler='auto' or that order")
+            else:
+                self._auto_order = dict(state["order"])
+                self.loader_kwargs.update(self._auto_order)
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
         if "position" in state and self._positional():
