@@ -843,6 +843,16 @@ class _Arena:
             pass  # the worker's job has closed: the daemon freed the region with it
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def _attach(key: str, arena, returns, at: int, shape: tuple, dtype: str, seq: int, labels):
     """In the main process: the tensor a worker lent, a view of its job's arena.
 
@@ -855,10 +865,15 @@ def _attach(key: str, arena, returns, at: int, shape: tuple, dtype: str, seq: in
             if arena is None:
                 raise RiffleError(f"a DataLoader worker lent a batch of an arena this process never mapped ({key})")
             a = _Arena(arena.detach(), returns.detach())
+            # Forget the arenas of this worker's earlier jobs and of workers
+            # that have exited (DataLoader starts new ones each epoch unless
+            # they persist): the batches still held keep their arenas alive,
+            # and no more will come.
             pid = key.split("-", 1)[0]
-            # A worker's earlier jobs: their batches keep their arenas alive.
-            for k in [k for k in _borrowed if k.split("-", 1)[0] == pid]:
-                del _borrowed[k]
+            for k in list(_borrowed):
+                other = k.split("-", 1)[0]
+                if other == pid or not _alive(int(other)):
+                    del _borrowed[k]
             _borrowed[key] = a
     dt = np.dtype(dtype)
     n = int(np.prod(shape)) if shape else 1

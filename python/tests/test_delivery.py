@@ -121,3 +121,13 @@ def test_views_and_labels_from_workers(daemon, tmp_path):
     for x, y in parts:
         for img, label in zip(x, y):
             assert img.numpy().tobytes() in {t.numpy().tobytes() for t in want[int(label)]}
+
+
+def test_main_forgets_arenas_of_exited_workers(daemon, records):
+    # Without persistent workers each epoch has new workers, and new jobs:
+    # the main process keeps the mapping of the live workers' arenas only.
+    dl = rt.loader(str(records), 256, record_size=SIZE, num_workers=2, seed=6)
+    for _ in range(4):
+        for t in dl:
+            del t
+    assert len(rt._borrowed) <= 2
