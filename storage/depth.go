@@ -48,9 +48,10 @@ import (
 // measured anew), where noise alone would walk the depth up.
 //
 // Windows end after enough reads (4 × the depth, at least 64) and at least
-// 10 ms, so a decision costs nothing per read. A window in which the reads
-// offered were fewer than the depth says nothing about the device (BBR's
-// application-limited samples) and is skipped. The depth stays within
+// 10 ms, so a decision costs nothing per read. A window whose mean reads in
+// flight were under 80% of the depth (the loader offered fewer) says
+// nothing about a deeper queue (BBR's application-limited samples) and is
+// skipped. The search starts at the reader's Hints.Depth. The depth stays within
 // [1, hi]: hi is the engine's bound, which a loader sets from
 // loader.MaxDepth and its memory bound (reads in flight × read size within
 // what it may hold). A pinned depth (an explicit depth= option) never moves.
