@@ -44,6 +44,7 @@ type Job struct {
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
 	generations int
+	auto        *Auto // the order sampler auto chose
 	started     time.Time
 	once        sync.Once
 	closed      atomic.Bool // Close was called: Next gives no more batches
@@ -104,7 +105,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		j.subset = int(subset.GetCardinality())
 	}
 	key := cacheKey(j.src, j.cached())
-	if j.smp, err = j.order(subset, key); err != nil {
+	if j.smp, err = j.order(ctx, subset, key); err != nil {
 		return fail(err)
 	}
 	if len(j.shares) > 0 {
@@ -320,6 +321,8 @@ type Description struct {
 	// Generations, of a growing dataset, are the generations of files it
 	// reads.
 	Generations int
+	// Auto is the order sampler auto chose.
+	Auto *Auto
 }
 
 // Describe describes the job as it opened.
@@ -336,7 +339,7 @@ func (j *Job) Describe() Description {
 	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
 		d.Offsets = c.Offsets()
 	}
-	d.Generations = j.generations
+	d.Generations, d.Auto = j.generations, j.auto
 	_, stream := j.l.Place()
 	d.Stream = stream
 	return d
@@ -353,6 +356,7 @@ type Status struct {
 	Transform  string
 	Shared     bool
 	Records    int
+	Auto       *Auto // the order sampler auto chose
 }
 
 // Status describes the job now; records is how many it delivered.
@@ -360,7 +364,8 @@ func (j *Job) Status(records int64) Status {
 	st, _ := j.l.Place()
 	el := time.Since(j.started).Seconds()
 	return Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
-		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len()}
+		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len(),
+		Auto: j.auto}
 }
 
 // Close stops the job's loader and leaves its group. The loader's reads

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -20,10 +21,16 @@ const defaultPageWindow = 16
 // source's group when it asks to share a global shuffle (Joader's
 // dependent sampling), else its own sampler (by default block-aware over a
 // dataset's own blocks, Parquet's pages), over its subset if it has one.
-func (j *Job) order(subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sampler, error) {
+func (j *Job) order(ctx context.Context, subset *roaring.Bitmap, key func(int) cache.Key) (sampler.Sampler, error) {
 	ds := j.src.ds
 	plan := j.plan
 	smpCfg := plan.Sampler
+	if smpCfg.Kind == "auto" {
+		var err error
+		if smpCfg, j.auto, err = j.autoOrder(ctx, smpCfg, ds); err != nil {
+			return nil, err
+		}
+	}
 	smpCfg = ownBlocks(smpCfg, ds)
 	if plan.Mixture != nil {
 		return j.mixture(smpCfg, subset)

@@ -68,6 +68,9 @@ const (
 	maxSources    = 1 << 14 // a mixture's
 	maxWeights    = 1 << 10 // weight changes a mixture remembers
 	maxName       = 1 << 12 // a column's or a split's
+	// defaultMinRandomness is sampler auto's RL target: LIRS's and DeepIO's
+	// partial shuffles train as well as a full one at about this level.
+	defaultMinRandomness = 0.9
 	// minMemory is the least memory_bytes a client may ask for.
 	minMemory = 1 << 16
 	// DefaultBatchSize is a client's batch size when it names none.
@@ -112,7 +115,11 @@ var Options = []Option{
 		Doc: "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"},
 	{Name: "shuffle", Kind: "bool", Group: "order", Default: "true in clients (false: sequential)", Doc: "a global shuffle each epoch"},
 	{Name: "sampler", Kind: "string", Group: "order", Default: "global (Parquet: block over pages)",
-		Doc: "the order: " + strings.Join(sampler.Kinds, ", ")},
+		Doc: "the order: " + strings.Join(sampler.Kinds, ", ") + "; or auto: the global or block order (block_size, window) of least device time per epoch, on the device's measured rate by read size, whose randomization level reaches min_randomness (opened says which)"},
+	{Name: "min_randomness", Kind: "float", Group: "order", Default: fmt.Sprint(defaultMinRandomness),
+		Doc: "with sampler auto: the least randomization level (DeepIO's RL, 0 to 1; a global shuffle is 1) of the order it picks"},
+	{Name: "auto_order", Kind: "order", Group: "place", Default: "none (choose)",
+		Doc: "with sampler auto: the order it chose before ({sampler, block_size, window}, from opened or a state), read again without choosing"},
 	{Name: "block_size", Kind: "int", Group: "order", Max: maxBlockSize, Default: "the device's block",
 		Doc: "bytes per block of the block and buffered orders", int: func(s *wire.JobSpec) int64 { return int64(s.BlockSize) }},
 	{Name: "window", Kind: "int", Group: "order", Max: loader.MaxWindow, Default: "16 (pages: 16)",
@@ -178,6 +185,10 @@ type Plan struct {
 	Transform string
 	Share     bool
 	Memory    int64 // 0: Open picks
+	// MinRandomness is the RL sampler "auto" must reach (job/auto.go);
+	// AutoOrder, the order it chose before, read again.
+	MinRandomness float64
+	AutoOrder     *wire.AutoOrder
 }
 
 // ErrSpec marks an error in what a spec asked for.
@@ -306,11 +317,33 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	if kind == "" && !spec.Shuffle {
 		kind = "sequential"
 	}
-	if kind != "" && !slices.Contains(sampler.Kinds, kind) {
-		return c, specErr("sampler %q (known: %s)", kind, strings.Join(sampler.Kinds, ", "))
+	if kind != "" && kind != "auto" && !slices.Contains(sampler.Kinds, kind) {
+		return c, specErr("sampler %q (known: %s, auto)", kind, strings.Join(sampler.Kinds, ", "))
+	}
+	if m := spec.MinRandomness; m < 0 || m > 1 || math.IsNaN(m) || (m > 0 && kind != "auto") {
+		return c, specErr("min_randomness %g: want a level in [0, 1], with sampler auto", m)
+	}
+	c.MinRandomness = spec.MinRandomness
+	if kind == "auto" {
+		if c.MinRandomness == 0 {
+			c.MinRandomness = defaultMinRandomness
+		}
+		if len(spec.Mixture) > 0 || spec.BlockSize > 0 || spec.Window > 0 {
+			return c, specErr("sampler auto picks the order and its block_size and window, of one dataset: name them, or leave them out")
+		}
+	}
+	if o := spec.AutoOrder; o != nil {
+		ok := kind == "auto" && ((o.Sampler == "global" && o.BlockSize == 0 && o.Window == 0) ||
+			(o.Sampler == "block" && o.BlockSize > 0 && o.BlockSize <= maxBlockSize && o.Window > 0 && o.Window <= loader.MaxWindow))
+		if !ok {
+			return c, specErr("auto_order %+v: want the global order, or a block order of block_size in [1, %d] and window in [1, %d], with sampler auto",
+				*o, maxBlockSize, loader.MaxWindow)
+		}
+		a := *o
+		c.AutoOrder = &a
 	}
 	if spec.Start > 0 && (spec.Epochs != 1 || (spec.Share != nil && *spec.Share) || spec.Opportunistic > 1 || len(spec.SamplerState) > 0 ||
-		!sampler.Positional(kind)) {
+		!(sampler.Positional(kind) || kind == "auto")) {
 		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of an order that is a function of position: not shared, not opportunistic, no saved stream state", spec.Start)
 	}
 	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {

@@ -84,22 +84,37 @@ func RL(s sampler.Sampler) (float64, bool) {
 			}
 			break
 		}
-		for lo := 0; lo < nb; lo += w {
-			h -= log2Fact(min(w, nb-lo))
-		}
-		// Which blocks share a window depends on the block order; for the
-		// expectation over it, a window holds w blocks of the mean size.
-		avg := float64(n) / float64(nb)
-		for lo := 0; lo < nb; lo += w {
-			k := float64(min(w, nb-lo)) * avg
-			v, _ := math.Lgamma(k + 1)
-			h += v / math.Ln2
-		}
-		h = min(h, full)
+		return BlockRL(n, nb, w), true
 	default:
 		return 0, false
 	}
 	return h / full, true
+}
+
+// BlockRL is the randomization level of a block order of n records in
+// blocks of about equal size, window blocks to a window: the orders of the
+// blocks, up to orders inside each window (which the in-window
+// permutation makes irrelevant), times the orders of each window's
+// records. Which blocks share a window depends on the block order; for the
+// expectation over it, a window holds window blocks of the mean size. It
+// is what an automatic order weighs against a device's rate.
+func BlockRL(n, blocks, window int) float64 {
+	full := log2Fact(n)
+	if full == 0 || blocks >= n && window <= 1 {
+		return 1
+	}
+	nb, w := max(1, blocks), max(1, window)
+	h := log2Fact(nb)
+	for lo := 0; lo < nb; lo += w {
+		h -= log2Fact(min(w, nb-lo))
+	}
+	avg := float64(n) / float64(nb)
+	for lo := 0; lo < nb; lo += w {
+		k := float64(min(w, nb-lo)) * avg
+		v, _ := math.Lgamma(k + 1)
+		h += v / math.Ln2
+	}
+	return min(h, full) / full
 }
 
 // Measures are empirical randomness measures of a sampler over some epochs.

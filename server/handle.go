@@ -119,6 +119,7 @@ func openedMsg(d job.Description) *wire.Msg {
 	m := &wire.Msg{
 		Op: wire.OpOpened, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
 		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream, Generations: d.Generations,
+		Auto: d.Auto,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
 			Columns: wireColumns(d.Columns), Schema: inf.Schema, Offsets: d.Offsets},
@@ -236,7 +237,7 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 // out otherwise: its order then differs from an uninterrupted run's.)
 func memoryOrdered(plan job.Plan) bool {
 	switch plan.Sampler.Kind {
-	case "", "global", "sequential", "block": // "": the default, global (block over a Parquet file's pages)
+	case "", "global", "sequential", "block", "auto": // "": the default, global (block over a Parquet file's pages); auto picks global or block
 	default:
 		return false
 	}

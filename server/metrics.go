@@ -54,12 +54,15 @@ var (
 	descMemRefused  = prometheus.NewDesc("riffle_memory_refused_total", "Opens refused for memory.", nil, nil)
 	descGoLimit     = prometheus.NewDesc("riffle_go_memory_limit_bytes", "The Go runtime's memory limit, which follows the jobs' reservations.", nil, nil)
 	descJobMemory   = prometheus.NewDesc("riffle_job_memory_bytes", "Each job's shared memory, reserved from the budget.", []string{"job"}, nil)
+	descJobRL       = prometheus.NewDesc("riffle_job_auto_randomization_level", "The randomization level of the order sampler auto chose for a job.", []string{"job", "sampler"}, nil)
+	descJobAutoRate = prometheus.NewDesc("riffle_job_auto_expected_samples_per_second", "The records per second the device's measured rate expects of the order sampler auto chose.", []string{"job", "sampler"}, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReadBytes, descServedBytes, descJobs, descClients, descCacheBytes, descCacheBudget,
 		descCacheItems, descCacheHits, descCacheMisses, descCacheEvict, descGroupJobs, descShared, descJobSamples,
-		descMemLimit, descMemJobs, descMemHeld, descMemHolders, descMemWaiting, descMemRefused, descGoLimit, descJobMemory} {
+		descMemLimit, descMemJobs, descMemHeld, descMemHolders, descMemWaiting, descMemRefused, descGoLimit, descJobMemory,
+		descJobRL, descJobAutoRate} {
 		ch <- d
 	}
 }
@@ -97,6 +100,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		m(descShared, prometheus.CounterValue, float64(g.Shared), src)
 		for _, j := range g.Jobs {
 			m(descJobSamples, prometheus.GaugeValue, j.SamplesSec, j.ID)
+			if a := j.Auto; a != nil {
+				m(descJobRL, prometheus.GaugeValue, a.RL, j.ID, a.Sampler)
+				m(descJobAutoRate, prometheus.GaugeValue, a.Rate, j.ID, a.Sampler)
+			}
 			m(descJobMemory, prometheus.GaugeValue, float64(j.Memory), j.ID)
 		}
 	}

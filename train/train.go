@@ -111,6 +111,18 @@ func target(r *decode.Row) float64 {
 	return 0
 }
 
+// Accuracy is the share of d's examples whose label the model's sign gets.
+func (m *Model) Accuracy(d *Data) float64 {
+	right := 0
+	for i := range d.Rows {
+		r := &d.Rows[i]
+		if (m.score(r) > 0) == (target(r) == 1) {
+			right++
+		}
+	}
+	return float64(right) / float64(max(1, len(d.Rows)))
+}
+
 // Loss is the mean logistic loss over d plus the L2 penalty.
 func (m *Model) Loss(d *Data, l2 float64) float64 {
 	var s float64
@@ -133,6 +145,8 @@ type Result struct {
 	Epochs  int       // epochs to reach the target; 0 if never
 	Seconds float64   // wall time of training (not of measuring the loss) to the target or the end
 	Losses  []float64 // training loss after each epoch
+	// Accuracy is the share of examples the final model classifies right.
+	Accuracy float64
 }
 
 // Run trains a fresh model on ds in the order of s, measuring the loss on d
@@ -187,6 +201,7 @@ func Run(ctx context.Context, ds dataset.Dataset, d *Data, s sampler.Sampler, cf
 		loss := m.Loss(d, cfg.L2)
 		res.Losses = append(res.Losses, loss)
 		res.Seconds = spent.Seconds()
+		res.Accuracy = m.Accuracy(d)
 		if cfg.Target > 0 && loss <= cfg.Target {
 			res.Epochs = e + 1
 			return res, nil

@@ -98,6 +98,8 @@ type Msg struct {
 	// Generations, for a growing dataset (refresh), are the generations
 	// of files the job reads.
 	Generations int `json:"generations,omitempty"`
+	// Auto is the order sampler "auto" chose.
+	Auto *AutoOrder `json:"auto,omitempty"`
 	// DatasetVersion names the version of the dataset's files the job reads: a
 	// client that sees another version on a later open knows the data
 	// changed under it.
@@ -197,16 +199,23 @@ type JobSpec struct {
 	Transform string `json:"transform,omitempty"`
 
 	// The order.
-	Shuffle       bool   `json:"shuffle"`
-	Sampler       string `json:"sampler,omitempty"` // "global", "sequential", "block", "buffered", "reservoir"; default by Shuffle
-	BlockSize     int    `json:"block_size,omitempty"`
-	Window        int    `json:"window,omitempty"`
-	Buffer        int    `json:"buffer,omitempty"`
-	Reservoir     int    `json:"reservoir,omitempty"`
-	Opportunistic int    `json:"opportunistic,omitempty"`
-	Seed          uint64 `json:"seed"`
-	Rank          int    `json:"rank"`
-	World         int    `json:"world"`
+	Shuffle   bool   `json:"shuffle"`
+	Sampler   string `json:"sampler,omitempty"` // "global", "sequential", "block", "buffered", "reservoir"; default by Shuffle
+	BlockSize int    `json:"block_size,omitempty"`
+	Window    int    `json:"window,omitempty"`
+	// MinRandomness is the randomization level sampler "auto" must reach
+	// (AutoOrder says what it chose).
+	MinRandomness float64 `json:"min_randomness,omitempty"`
+	// AutoOrder is the order an earlier open of sampler "auto" chose (its
+	// sampler, block size and window, from opened or a state): the job
+	// reads it, and reports it, without choosing again.
+	AutoOrder     *AutoOrder `json:"auto_order,omitempty"`
+	Buffer        int        `json:"buffer,omitempty"`
+	Reservoir     int        `json:"reservoir,omitempty"`
+	Opportunistic int        `json:"opportunistic,omitempty"`
+	Seed          uint64     `json:"seed"`
+	Rank          int        `json:"rank"`
+	World         int        `json:"world"`
 	// RankDropLast is DistributedSampler's drop_last: ranks drop the
 	// epoch's tail instead of padding it, so their shares are equal.
 	RankDropLast bool `json:"rank_drop_last,omitempty"`
@@ -396,6 +405,8 @@ type JobStatus struct {
 	SamplesSec float64 `json:"samples_per_sec"`
 	Transform  string  `json:"transform,omitempty"`
 	Memory     int64   `json:"memory,omitempty"` // its shared memory, reserved from the daemon's budget
+	// Auto is the order sampler "auto" chose.
+	Auto *AutoOrder `json:"auto,omitempty"`
 }
 
 // CacheStatus is the daemon's record cache.
@@ -532,4 +543,18 @@ func Decode(b []byte) (*Msg, error) {
 		return nil, fmt.Errorf("%w: no op", ErrFrame)
 	}
 	return m, nil
+}
+
+// AutoOrder is the order sampler "auto" chose for a job: the sampler and
+// its block size and window (what a resumed job names instead of auto, so
+// it reads the same order), its randomization level, and the records per
+// second the device's measured rate expects of it and of a sequential
+// read.
+type AutoOrder struct {
+	Sampler    string  `json:"sampler"`
+	BlockSize  int     `json:"block_size,omitempty"`
+	Window     int     `json:"window,omitempty"`
+	RL         float64 `json:"rl"`
+	Rate       float64 `json:"rate"`
+	Sequential float64 `json:"sequential"`
 }

@@ -44,6 +44,7 @@ func loadCmd() *cobra.Command {
 		dedup, jsonOut, ordered bool
 		epochs, batch, epoch    int
 		seed                    uint64
+		minRL                   float64
 	)
 	cmd := &cobra.Command{
 		Use:   "load [PATH...]",
@@ -61,7 +62,7 @@ mixture, each source's samples and share against its weight's.`,
 				CSVHeader: df.opts.CSVHeader, SkipCRC: df.opts.SkipCRC, DropPartial: df.opts.DropPartialTail, Direct: df.opts.Direct,
 				Columns: df.opts.Columns, Split: df.opts.Split, Extensions: df.opts.Extensions,
 				Shuffle: sampler != "sequential", Sampler: sampler, Seed: seed, BatchSize: batch, Epochs: epochs, Epoch: epoch,
-				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered}
+				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered, MinRandomness: minRL}
 			var weights []float64
 			for _, m := range mixture {
 				paths, w, ok := strings.Cut(m, "=")
@@ -100,6 +101,10 @@ mixture, each source's samples and share against its weight's.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "opened %d records in %.3f s", d.Records, time.Since(opened).Seconds())
 				if d.Generations > 0 {
 					fmt.Fprintf(cmd.OutOrStdout(), " (%d generations of files)", d.Generations)
+				}
+				if a := d.Auto; a != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "; auto chose %s (block_size %d, window %d): RL %.3f, expected %.0f records/s, a sequential read %.0f",
+						a.Sampler, a.BlockSize, a.Window, a.RL, a.Rate, a.Sequential)
 				}
 				fmt.Fprintln(cmd.OutOrStdout())
 			}
@@ -167,7 +172,8 @@ mixture, each source's samples and share against its weight's.`,
 	fl := cmd.Flags()
 	fl.StringArrayVar(&mixture, "mixture", nil, "a source of a weighted mixture, PATHS=WEIGHT (repeat it; instead of PATH)")
 	fl.StringVar(&stop, "mixture-stop", "", "first_exhausted (default) or all_exhausted")
-	fl.StringVar(&sampler, "sampler", "", "the order: global (default), sequential, block, buffered, reservoir")
+	fl.StringVar(&sampler, "sampler", "", "the order: global (default), sequential, block, buffered, reservoir, or auto")
+	fl.Float64Var(&minRL, "min-randomness", 0, "sampler auto: the least randomization level of the order it picks (default 0.9)")
 	fl.StringVar(&ids, "ids", "", "a file of the ids to read (an integer .npy, or one id per line)")
 	fl.IntSliceVar(&labels, "label", nil, "keep the records of these labels")
 	fl.IntVar(&minSize, "min-size", 0, "keep the records of at least this many bytes")

@@ -8,8 +8,10 @@ import (
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/train"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 func trainCmd() *cobra.Command {
@@ -19,6 +21,8 @@ func trainCmd() *cobra.Command {
 		cfg       train.Config
 		synthetic int
 		margin    float64
+		minRL     float64
+		memory    int64
 	)
 	cmd := &cobra.Command{
 		Use:   "train [PATH]",
@@ -29,8 +33,9 @@ target training loss. Without --target the target is the loss a global
 shuffle reaches in --max-epochs, plus --margin. With --synthetic N a
 dataset of N examples sorted by label (the common worst case) is written to
 a temporary directory and used.`,
-		Example: "  riffle train --synthetic 20000\n  riffle train data/heart_scale.sorted.svm --sampler global,block,buffered,sequential --buffer 32",
-		Args:    cobra.MaximumNArgs(1),
+		Example: "  riffle train --synthetic 20000\n  riffle train data/heart_scale.sorted.svm --sampler global,block,buffered,sequential --buffer 32\n" +
+			"  riffle train --synthetic 200000 --sampler global,auto,sequential --min-randomness 0.9",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if synthetic > 0 {
@@ -72,11 +77,27 @@ a temporary directory and used.`,
 				cfg.Target = best + margin
 				fmt.Fprintf(cmd.OutOrStdout(), "target loss %.4f (global shuffle's best in %d epochs + %.3f)\n", cfg.Target, len(r.Losses), margin)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "\n%-28s %18s %12s %12s\n", "sampler", "epochs to target", "seconds", "final loss")
+			fmt.Fprintf(cmd.OutOrStdout(), "\n%-40s %18s %12s %12s %10s\n", "sampler", "epochs to target", "seconds", "final loss", "accuracy")
 			for _, k := range sf.list() {
-				s, name, err := sf.build(k, ds.Len(), locate)
+				c := sf.Config
+				c.Kind = k
+				var auto *wire.AutoOrder
+				if k == "auto" {
+					a, err := job.ChooseOrder(ctx, ds, minRL, memory)
+					if err != nil {
+						return err
+					}
+					auto = &a
+					c.Kind, c.BlockSize, c.Window = a.Sampler, a.BlockSize, a.Window
+				}
+				s, name, err := c.Build(ds.Len(), locate)
 				if err != nil {
 					return err
+				}
+				if auto != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "auto (min RL %g, memory %d): %s, RL %.3f, expected %.0f records/s (a sequential read %.0f)\n",
+						minRL, memory, name, auto.RL, auto.Rate, auto.Sequential)
+					name = "auto: " + name
 				}
 				r, err := train.Run(ctx, ds, data, s, cfg)
 				if err != nil {
@@ -86,7 +107,7 @@ a temporary directory and used.`,
 				if r.Epochs == 0 {
 					eps = fmt.Sprintf("not in %d", len(r.Losses))
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%-28s %18s %12.3f %12.4f\n", name, eps, r.Seconds, r.Losses[len(r.Losses)-1])
+				fmt.Fprintf(cmd.OutOrStdout(), "%-40s %18s %12.3f %12.4f %10.4f\n", name, eps, r.Seconds, r.Losses[len(r.Losses)-1], r.Accuracy)
 			}
 			return nil
 		},
@@ -102,5 +123,7 @@ a temporary directory and used.`,
 	fl.Float64Var(&margin, "margin", 0.01, "added to the global shuffle's best loss to make the default target")
 	fl.IntVar(&synthetic, "synthetic", 0, "write and use N synthetic examples sorted by label")
 	fl.String("synthetic-dir", "/tmp", "where --synthetic writes its file")
+	fl.Float64Var(&minRL, "min-randomness", 0.9, "sampler auto: the least randomization level of the order it picks")
+	fl.Int64Var(&memory, "memory", 256<<20, "sampler auto: bytes a block order's window may take")
 	return cmd
 }

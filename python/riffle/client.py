@@ -76,9 +76,10 @@ class DataChanged(DataError):
 
 def _positional(options: dict) -> bool:
     """Whether the order these options (a spec, or a loader's keywords: the same names) ask for is a function of
-    (seed, epoch, position), so that a place in it is a position any topology resumes from."""
+    (seed, epoch, position), so that a place in it is a position any topology resumes from (auto picks a global or
+    a block order)."""
     return (not options.get("share") and int(options.get("opportunistic") or 1) <= 1
-            and options.get("sampler") in (None, "global", "block", "sequential", "buffered", "reservoir"))
+            and options.get("sampler") in (None, "global", "block", "sequential", "buffered", "reservoir", "auto"))
 
 
 def _check_dataset(state: dict, version: str | None) -> None:
@@ -781,7 +782,7 @@ class Loader:
                  opportunistic: int | None = None, pipeline: int = 8, share: bool | None = None,
                  batch_stride: int | None = None, batch_offset: int | None = None, reconnect: float = 60.0,
                  shard_drop_last: bool | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False,
-                 refresh: str | None = None):
+                 refresh: str | None = None, min_randomness: float | None = None, auto_order: dict | None = None):
         if shard_drop_last is not None:
             # The old name: a "shard" is a pack's file of records, a rank's split of an epoch its part.
             warnings.warn("shard_drop_last is now rank_drop_last", DeprecationWarning, stacklevel=2)
@@ -813,7 +814,8 @@ class Loader:
             ("rank_drop_last", rank_drop_last), ("prefetch", prefetch), ("depth", depth), ("memory", memory),
             ("ordered", ordered), ("sampler", sampler), ("block_size", block_size), ("window", window),
             ("buffer", buffer), ("reservoir", reservoir), ("opportunistic", opportunistic), ("share", share),
-            ("batch_stride", batch_stride), ("batch_offset", batch_offset))}
+            ("batch_stride", batch_stride), ("batch_offset", batch_offset), ("min_randomness", min_randomness),
+            ("auto_order", auto_order))}
         self.spec = {"batch_size": batch_size, "shuffle": shuffle, "seed": seed}
         if mixture is None:
             self.spec["paths"] = [_abspath(p) for p in paths]
@@ -833,6 +835,13 @@ class Loader:
         self.reconnect = reconnect  # seconds to wait for a daemon again after it went away
         self._version: str | None = None
         self._records: int | None = None
+        # The order sampler="auto" chose, once the daemon has said.
+        self.auto: dict | None = None
+        if sampler == "auto" and int(world_size or 1) > 1 and auto_order is None:
+            raise ValueError("sampler='auto' with world_size > 1: ranks on other nodes measure other devices and could "
+                             "choose other orders. riffle.torch agrees on rank 0's choice through torch.distributed; "
+                             "with riffle.Loader, open one with world_size=1, read its .auto, and give every rank its "
+                             "sampler, block_size and window")
         self.epoch = epoch
         self._batch = 0
         # Positions of this epoch's order delivered before its batch 0, by
@@ -902,6 +911,8 @@ class Loader:
             st["skip"] = list(self._skip)
         if self._weights is not None:
             st["mixture_weights"] = _weights_state(self._weights)
+        if self.auto is not None:
+            st["order"] = dict(self.spec["auto_order"])
         if self._generations and self._generations[0] == self.epoch:
             st["generations"] = self._generations[1]  # the files this epoch reads, of a dataset that grows
         if self.spec.get("refresh"):
@@ -934,6 +945,18 @@ class Loader:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
         if not self.spec.get("refresh"):
             _check_dataset(state, self._version)
+        if state.get("order"):
+            # The order sampler="auto" chose for the run that saved this: the
+            # same, not a choice made again on another measure of the device.
+            order = state["order"]
+            if self.auto is None:
+                mine = {k: self.spec.get(k) for k in ("sampler", "block_size", "window") if self.spec.get(k)}
+                if mine != order:
+                    raise ValueError(f"this state was saved by a loader whose sampler='auto' chose {order}; this "
+                                     f"loader reads {mine or 'the global order'}: give it sampler='auto' or that order")
+            else:
+                self.auto = dict(self.auto, **order)
+                self._pin(order)
         self._unresolved = False
         self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
         world = int(state.get("world", self._world()))
@@ -984,6 +1007,15 @@ class Loader:
         # The loader is bound to the data as it was when it was built.
         self._version = reply.get("dataset_version")
         self._records = reply.get("records")
+        if reply.get("auto") and self.spec.get("sampler") == "auto":
+            # The order is chosen once, here: every epoch, and a resume from
+            # this loader's state, reads the same one.
+            self.auto = reply["auto"]
+            self._pin(self.auto)
+
+    def _pin(self, order: dict) -> None:
+        """Read the order sampler="auto" chose (or a state recorded) from now on, without choosing again."""
+        self.spec["auto_order"] = {k: order[k] for k in ("sampler", "block_size", "window") if order.get(k)}
 
     def _epochs(self) -> int:
         """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then)."""

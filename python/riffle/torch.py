@@ -123,7 +123,7 @@ def _draw_seed(world: int) -> int:
 
 def _agree_order(auto: dict, world: int) -> dict:
     """The sampler, block_size and window sampler="auto" chose, rank 0's on every rank (as _draw_seed's seed)."""
-    order = {k: auto[k] for k in ("sampler", "block_size", "window", "buffer") if auto.get(k)}
+    order = {k: auto[k] for k in ("sampler", "block_size", "window") if auto.get(k)}
     if world <= 1:
         return order
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
@@ -213,9 +213,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             # sampler="auto" chose an order: every rank and worker reads the
             # one rank 0's daemon chose (another node measures another
             # device), and a state records it for the run that resumes.
-            loader_kwargs.pop("min_randomness", None)
             self._auto_order = _agree_order(probe.auto, self._topology[1])
-            loader_kwargs.update(self._auto_order)
+            loader_kwargs["auto_order"] = self._auto_order
         # The epoch lives in shared memory, so persistent workers see set_epoch
         # too; so does the shift of workers' roles a resumed state asks for.
         self._epoch = multiprocessing.get_context().Value("q", 0, lock=False)
@@ -333,13 +332,13 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             # The order auto chose for the run that saved this, not another
             # choice on another measure of the device.
             if self._auto_order is None:
-                mine = {k: self.loader_kwargs.get(k) for k in ("sampler", "block_size", "window", "buffer") if self.loader_kwargs.get(k)}
+                mine = {k: self.loader_kwargs.get(k) for k in ("sampler", "block_size", "window") if self.loader_kwargs.get(k)}
                 if mine != state["order"]:
                     raise ValueError(f"this state was saved by a run whose sampler='auto' chose {state['order']}; this "
                                      f"one reads {mine or 'the global order'}: give it sampler='auto' or that order")
             else:
                 self._auto_order = dict(state["order"])
-                self.loader_kwargs.update(self._auto_order)
+                self.loader_kwargs["auto_order"] = self._auto_order
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
         if "position" in state and self._positional():
