@@ -260,8 +260,11 @@ func (l *Loader) applyRandom(j *load, en *entry) error {
 	if uses >= 2 {
 		it, st = l.cache.GetOrClaim(key)
 	} else {
-		// The record's last use: a decode others made may wait for it.
+		// The record's last use: a decode others made may wait for it, and
+		// whatever uses it still counts go with this one (a count is a
+		// guess when batches cross: none outlives the record's).
 		it, st = l.cache.Get(key)
+		defer l.cache.AddRefs(key, -1<<30)
 	}
 	switch st {
 	case cache.Ready:
