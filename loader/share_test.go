@@ -146,7 +146,7 @@ func TestSharedRandomTransform(t *testing.T) {
 	const n = 2000
 	ds, _ := jsonlDataset(t, n)
 	tf := &stamp{}
-	res, g, _ := sharedRun(t, ds, sharedCase{jobs: 3, size: func(id int) int { return ds.Locate(id).Len }, tf: tf,
+	res, g, c := sharedRun(t, ds, sharedCase{jobs: 3, size: func(id int) int { return ds.Locate(id).Len }, tf: tf,
 		drawn: stamped, seed: 4})
 	var reads int64
 	for k, r := range res {
@@ -164,6 +164,9 @@ func TestSharedRandomTransform(t *testing.T) {
 	}
 	if runs := tf.runs.Load(); runs != 3*2*n {
 		t.Fatalf("the transform ran %d times, want once per job and record (%d)", runs, 3*2*n)
+	}
+	if cs := c.Stats(); cs.Items != 0 {
+		t.Fatalf("%d items (%d bytes) left in the cache after the jobs", cs.Items, cs.Bytes)
 	}
 }
 
@@ -190,8 +193,7 @@ func (s *sharedStamp) FromDecoded(dec, out []byte, draw uint64) (bool, error) {
 
 // Jobs sharing reads with a transform that can cut from a shared decode
 // decode each shared record about once, and still deliver each its own
-// draws' outputs, the bytes a solo run gives; no decoded form is left
-// in the cache after them.
+// draws' outputs, the bytes a solo run gives.
 func TestSharedDecodes(t *testing.T) {
 	const n = 2000
 	ds, _ := jsonlDataset(t, n)
@@ -217,7 +219,11 @@ func TestSharedDecodes(t *testing.T) {
 	if shared == 0 {
 		t.Fatal("no loader counted a shared decode")
 	}
-	if cs := c.Stats(); cs.Items != 0 {
+	// A decode's count of uses is the record item's when it is made, a
+	// guess when batches of the jobs cross: a few may outlive their jobs,
+	// unpinned (the first to be evicted for room), until the record's next
+	// last use drops them.
+	if cs := c.Stats(); cs.Items > n/20 {
 		t.Fatalf("%d items (%d bytes) left in the cache after the jobs", cs.Items, cs.Bytes)
 	}
 }
