@@ -2,18 +2,16 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/riffle-ml/riffle/dataset"
-	"github.com/riffle-ml/riffle/internal/alignbuf"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/quality"
 	"github.com/riffle-ml/riffle/sampler"
@@ -24,178 +22,21 @@ import (
 // The cheapest order that reaches a requested randomness (sampler "auto").
 // DeepIO's randomization level (deepio.txt §III-C; quality.RL) prices an
 // order's randomness and LIRS (lirs.txt §5) the epochs a partial shuffle
-// costs; what an order costs the device is its reads: a global shuffle
-// reads each record alone, a block order blocks of block_size bytes. A
-// device's rate grows with the read size, so the device is measured once,
-// by size (a curve of random-read rates, O_DIRECT so the page cache does
-// not answer), and the order picked is the one with the least expected
-// device time per epoch among those whose RL reaches min_randomness and
-// whose window fits in the job's memory (memory_bytes): a global shuffle
-// or a block order of some block size and window (see minMix for why
-// neither RL alone nor a buffered order).
+// costs; what an order costs the device is its reads. A model of those
+// (a device's rate by read size, and a block order's reads as whole
+// blocks) was tried first and was wrong by 2.5x: a block order's window
+// spreads each block over as many batches, so a batch reads a share of
+// each block, not a block, and how much the device gains from such nearby
+// reads no read-size curve says. So each candidate order is measured as
+// it reads: the job's own loader over the dataset's files opened with
+// O_DIRECT (the page cache does not answer), for a moment each, once per
+// process. The order picked is the fastest of the global shuffle and the
+// block orders whose RL reaches min_randomness and whose window fits in
+// the job's memory (memory_bytes); see minMix for why RL alone is not
+// enough, and why no buffered order.
 
-// curve is a device's random-read rate by read size.
-type curve struct {
-	sizes []int     // ascending
-	rates []float64 // bytes per second at each size
-}
-
-// rate interpolates the curve (log-linearly in the size), flat beyond it.
-func (c curve) rate(size int) float64 {
-	if size <= c.sizes[0] {
-		return c.rates[0] * float64(size) / float64(c.sizes[0]) // reads of at least a page take as long
-	}
-	for i := 1; i < len(c.sizes); i++ {
-		if size <= c.sizes[i] {
-			f := math.Log(float64(size)/float64(c.sizes[i-1])) / math.Log(float64(c.sizes[i])/float64(c.sizes[i-1]))
-			return c.rates[i-1] + f*(c.rates[i]-c.rates[i-1])
-		}
-	}
-	return c.rates[len(c.rates)-1]
-}
-
-// curveSizes are the read sizes a device is measured at.
-var curveSizes = []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20}
-
-// probeDepth is the reads in flight while measuring: enough to fill a
-// device's queues at every size measured.
-const probeDepth = 128
-
-// probeTime bounds each size's measurement (and probeBytes its bytes).
-const (
-	probeTime  = 120 * time.Millisecond
-	probeBytes = 128 << 20
-)
-
-// measureCurve reads path at random aligned offsets through riffle's own
-// read engine (io_uring where it runs) with O_DIRECT, as the loader
-// reads: for each size, probeDepth reads in flight for probeTime or
-// probeBytes, whichever comes first, after a warm-up round.
-func measureCurve(ctx context.Context, path string) (curve, error) {
-	dir, name := filepath.Split(path)
-	st, err := storage.NewLocal(true, []string{dir})
-	if err != nil {
-		return curve{}, err
-	}
-	defer st.Close()
-	r, err := st.Open(ctx, filepath.Join(dir, name))
-	if err != nil {
-		return curve{}, err
-	}
-	if c, ok := r.(io.Closer); ok {
-		defer c.Close()
-	}
-	size := r.Size()
-	eng := storage.NewEngine(storage.EngineOptions{Depth: probeDepth})
-	defer eng.Close()
-	rnd := rand.New(rand.NewPCG(uint64(size), 7))
-	// run keeps probeDepth reads of n bytes in flight until d or max bytes
-	// have passed; it returns the bytes read and the time taken.
-	run := func(n int, d time.Duration, max int64) (int64, time.Duration, error) {
-		var (
-			mu    sync.Mutex
-			done  int64
-			first error
-			wg    sync.WaitGroup
-		)
-		t0 := time.Now()
-		off := func() int64 { return rnd.Int64N(size-int64(n)+1) / 4096 * 4096 } // under mu
-		var submit func(buf []byte, at int64)
-		submit = func(buf []byte, at int64) {
-			req := &storage.Request{Ctx: ctx, R: r, P: buf, Off: at}
-			req.Done = func(err error) {
-				mu.Lock()
-				if err != nil && first == nil {
-					first = fmt.Errorf("%s at offset %d: %w", path, at, err)
-				}
-				done += int64(n)
-				again := first == nil && time.Since(t0) < d && done < max
-				next := int64(0)
-				if again {
-					next = off()
-				}
-				mu.Unlock()
-				if again {
-					submit(buf, next)
-					return
-				}
-				wg.Done()
-			}
-			eng.Submit(req)
-		}
-		wg.Add(probeDepth)
-		for range probeDepth {
-			mu.Lock()
-			at := off()
-			mu.Unlock()
-			submit(alignbuf.Make(n, 4096), at)
-		}
-		wg.Wait()
-		return done, time.Since(t0), first
-	}
-	var c curve
-	if _, _, err := run(4096, probeTime/4, 1<<20); err != nil { // warm-up: the engine's threads and the device's queues
-		return curve{}, err
-	}
-	for _, n := range curveSizes {
-		if int64(n) > size {
-			break
-		}
-		got, took, err := run(n, probeTime, probeBytes)
-		if err != nil {
-			return curve{}, err
-		}
-		rate := float64(got) / max(took.Seconds(), 1e-9)
-		if k := len(c.rates); k > 0 {
-			// Larger reads move at least as many bytes: a dip is another
-			// reader's noise on the device, not the device.
-			rate = max(rate, c.rates[k-1])
-		}
-		c.sizes = append(c.sizes, n)
-		c.rates = append(c.rates, rate)
-	}
-	if len(c.sizes) == 0 {
-		return curve{}, fmt.Errorf("%s: %d bytes, too small to measure its device", path, size)
-	}
-	return c, nil
-}
-
-// devices keeps each device's curve for the process's life: measured once.
-var devices curves
-
-// curves keeps each device's curve: measured once.
-type curves struct {
-	mu  sync.Mutex
-	dev map[uint64]curve
-}
-
-// of is the curve of the device path lives on, measured on path if new
-// and measure is set.
-func (cs *curves) of(ctx context.Context, path string, measure bool) (curve, bool, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return curve{}, false, err
-	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if c, ok := cs.dev[st.Dev]; ok || !measure {
-		return c, ok, nil
-	}
-	c, err := measureCurve(ctx, path)
-	if err != nil {
-		return curve{}, false, err
-	}
-	if cs.dev == nil {
-		cs.dev = map[uint64]curve{}
-	}
-	cs.dev[st.Dev] = c
-	return c, true, nil
-}
-
-// Auto is the order sampler auto chose (wire.AutoOrder): a sampler kind
-// and its block size and window, its randomization level and the records
-// per second the device curve expects of it and of a sequential read.
-type Auto = wire.AutoOrder
+// probeTime is how long each candidate order is read.
+const probeTime = 150 * time.Millisecond
 
 // minMix is the fewest blocks a block order's window may hold (unless
 // the dataset has fewer): a batch's records come from its window's blocks,
@@ -208,96 +49,179 @@ type Auto = wire.AutoOrder
 // 0.885. RL counts orders, not the regions a batch mixes: auto asks both.
 const minMix = 16
 
-// chooseOrder is the order with the least expected device time for an
-// epoch of n records of total bytes whose RL is at least minRL, and whose
-// window fits in memory bytes: a global shuffle (a read per record, of
-// whole pages) or a block order (reads of a block, the records of a window
-// of at least minMix blocks spread over as many batches). A buffered
-// order is never chosen: each of its batches is one region of the files.
-// Ties go to the higher RL, then to the smaller block (more mixing).
-func chooseOrder(c curve, n int, total int64, minRL float64, memory int64) Auto {
+// Auto is the order sampler auto chose (wire.AutoOrder): a sampler kind
+// and its block size and window, its randomization level, and the
+// records per second it and a sequential read were measured at.
+type Auto = wire.AutoOrder
+
+// candidates are the orders auto weighs for n records of total bytes:
+// the global shuffle, and for each block size the smallest window of at
+// least minMix blocks whose RL reaches minRL and whose window fits in
+// memory four times over (the loader's read-ahead).
+func candidates(n int, total int64, minRL float64, memory int64) []Auto {
 	mean := max(1, total/int64(max(n, 1)))
-	best := expect(c, Auto{Sampler: "global"}, n, total)
+	out := []Auto{{Sampler: "global", RL: 1}}
 	for b := 8 << 10; b <= 16<<20 && int64(b) <= total; b *= 2 {
 		if int64(b) < 2*mean {
 			continue // a block holds at least two records, or it is the global order
 		}
 		blocks := int(max(1, total/int64(b)))
-		for w := min(minMix, blocks); w <= loader.MaxWindow && int64(w)*int64(b) <= memory; w *= 2 {
-			a := expect(c, Auto{Sampler: "block", BlockSize: b, Window: w}, n, total)
-			if a.RL >= minRL && (a.Rate > best.Rate*1.001 || (a.Rate >= best.Rate*0.999 && a.RL > best.RL)) {
-				best = a
+		for w := min(minMix, blocks); w <= loader.MaxWindow && 4*int64(w)*int64(b) <= memory; w *= 2 {
+			if rl := quality.BlockRL(n, blocks, w); rl >= minRL {
+				out = append(out, Auto{Sampler: "block", BlockSize: b, Window: w, RL: rl})
+				break
 			}
 			if w >= blocks {
-				break // one window holds them all
+				break
 			}
 		}
 	}
-	return best
+	return out
 }
 
-// expect is order a over n records of total bytes with its RL, and the
-// records per second curve c expects of it and of a sequential read (none
-// with no curve): a global shuffle reads each record alone, in whole
-// pages; a block order reads whole blocks.
-func expect(c curve, a Auto, n int, total int64) Auto {
-	mean := max(1, total/int64(max(n, 1)))
-	read := int((mean + 4095) / 4096 * 4096)
-	a.RL, a.Rate, a.Sequential = 1, 0, 0
-	if a.Sampler == "block" {
-		a.RL = quality.BlockRL(n, int(max(1, total/int64(a.BlockSize))), a.Window)
-		read = a.BlockSize
-	}
-	if len(c.sizes) > 0 {
-		per := max(int64(read), mean) // a global shuffle's page holds less than one record's share of bandwidth
-		if a.Sampler == "block" {
-			per = mean
+// choose is the candidate of the highest rate (measure says each's
+// records per second), the higher RL on a tie within 1%.
+func choose(cands []Auto, measure func(Auto) (float64, error)) (Auto, error) {
+	var best Auto
+	for i, a := range cands {
+		r, err := measure(a)
+		if err != nil {
+			return Auto{}, err
 		}
-		a.Rate = c.rate(read) / float64(per)
-		a.Sequential = c.rate(c.sizes[len(c.sizes)-1]) / float64(mean)
+		a.Rate = r
+		if i == 0 || a.Rate > best.Rate*1.01 || (a.Rate >= best.Rate*0.99 && a.RL > best.RL) {
+			best = a
+		}
 	}
-	return a
+	return best, nil
 }
 
-// ChooseOrder is sampler auto's choice for ds: the order of least expected
-// device time per epoch whose randomization level reaches minRL, with a
-// window of at most memory bytes, on the measured rate of the device ds's
-// largest file is on (measured once per process).
-func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory int64) (Auto, error) {
-	c, _, err := deviceOf(ctx, ds, true)
+// ChooseOrder is sampler auto's choice for ds: of the candidates, the
+// order ds's files are read fastest in, cold, as measured now (each
+// dataset and setting once per process).
+func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory int64, batch int) (Auto, error) {
+	inf := ds.Info()
+	if _, ok := ds.(dataset.Blocker); ok {
+		return Auto{}, specErr("sampler auto: a %s dataset's own blocks (its pages) make its order; name the window", inf.Format)
+	}
+	key := chosenKey(ds, minRL, memory, batch)
+	if a, ok := chosen.Load(key); ok {
+		return a.(Auto), nil
+	}
+	dd, err := directOf(ctx, ds)
 	if err != nil {
 		return Auto{}, err
 	}
-	inf := ds.Info()
-	return chooseOrder(c, ds.Len(), inf.Bytes, minRL, memory), nil
+	defer dd.close()
+	measure := func(a Auto) (float64, error) { return probeOrder(ctx, dd, a, batch) }
+	best, err := choose(candidates(ds.Len(), inf.Bytes, minRL, memory), measure)
+	if err != nil {
+		return Auto{}, err
+	}
+	if best.Sequential, err = measure(Auto{Sampler: "sequential"}); err != nil {
+		return Auto{}, err
+	}
+	chosen.Store(key, best)
+	return best, nil
 }
 
-// deviceOf is the curve of the device ds's largest file is on, measured
-// if it is new and measure is set; false if it is not known.
-func deviceOf(ctx context.Context, ds dataset.Dataset, measure bool) (curve, bool, error) {
+// chosen keeps ChooseOrder's choices, by chosenKey.
+var chosen sync.Map
+
+func chosenKey(ds dataset.Dataset, minRL float64, memory int64, batch int) string {
 	inf := ds.Info()
-	if _, ok := ds.(dataset.Blocker); ok {
-		return curve{}, false, specErr("sampler auto: a %s dataset's own blocks (its pages) make its order; name the window", inf.Format)
+	return fmt.Sprint(inf.Paths, inf.Versions, ds.Len(), minRL, memory, batch)
+}
+
+// probeOrder reads ds in order a for probeTime and returns the records
+// per second: the loader reads as a job would, from a place inside an
+// epoch no job reads first (the device's own cache holds nothing of it).
+func probeOrder(ctx context.Context, ds dataset.Dataset, a Auto, batch int) (float64, error) {
+	cfg := sampler.Config{Kind: a.Sampler, Seed: 0x70726f6265, BlockSize: a.BlockSize, Window: a.Window,
+		RecordSize: ds.Info().RecordSize}
+	s, _, err := cfg.Build(ds.Len(), dataset.Locator(ds))
+	if err != nil {
+		return 0, err
 	}
-	biggest, size := "", int64(-1)
+	l, err := loader.New(ctx, ds, s, loader.Options{BatchSize: batch, Epoch: 1 << 20, Epochs: 1})
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	t0 := time.Now()
+	records := 0
+	for time.Since(t0) < probeTime {
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("sampler auto: measuring the %s order: %w", a.Sampler, err)
+		}
+		records += len(b.IDs)
+		b.Release()
+	}
+	return float64(records) / max(time.Since(t0).Seconds(), 1e-9), nil
+}
+
+// direct is a dataset whose objects are read with O_DIRECT: the same
+// records, with the page cache out of the way.
+type direct struct {
+	dataset.Dataset
+	store *storage.Local
+	mu    sync.Mutex
+	objs  map[int]storage.Reader
+	err   error
+}
+
+func directOf(ctx context.Context, ds dataset.Dataset) (*direct, error) {
+	inf := ds.Info()
+	var roots []string
 	for _, p := range inf.Paths {
 		st, err := os.Stat(p)
 		if err != nil {
-			return curve{}, false, specErr("sampler auto measures a local device, and %s is not a local file (%v): name the order", p, err)
+			return nil, specErr("sampler auto measures a local device, and %s is not a local file (%v): name the order", p, err)
 		}
-		if st.Mode().IsRegular() && st.Size() > size {
-			biggest, size = p, st.Size()
+		if roots = append(roots, filepath.Dir(p)); st.IsDir() {
+			roots = append(roots, p)
 		}
 	}
-	if biggest == "" {
-		return curve{}, false, specErr("sampler auto measures the device the files are on: this dataset names none")
-	}
-	c, ok, err := devices.of(ctx, biggest, measure)
+	slices.Sort(roots)
+	roots = slices.Compact(roots)
+	st, err := storage.NewLocal(true, roots)
 	if err != nil {
-		return curve{}, false, fmt.Errorf("sampler auto: measuring the device: %w", err)
+		return nil, err
 	}
-	return c, ok, nil
+	return &direct{Dataset: ds, store: st, objs: map[int]storage.Reader{}}, nil
 }
+
+// Object opens object i with O_DIRECT on first use; one that cannot be
+// falls back to the dataset's own reader.
+func (d *direct) Object(i int) storage.Reader {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r, ok := d.objs[i]; ok {
+		return r
+	}
+	r, err := d.store.Open(context.Background(), d.Dataset.Object(i).Name())
+	if err != nil {
+		r = d.Dataset.Object(i)
+	}
+	d.objs[i] = r
+	return r
+}
+
+func (d *direct) close() {
+	for _, r := range d.objs {
+		if c, ok := r.(io.Closer); ok && r != nil {
+			c.Close()
+		}
+	}
+	d.store.Close()
+}
+
+// Close leaves the dataset open: it is the job's.
+func (d *direct) Close() error { return nil }
 
 // autoOrder resolves sampler auto for the job: cfg with the order chosen
 // within the job's memory, or the one chosen before (auto_order), and the
@@ -305,17 +229,21 @@ func deviceOf(ctx context.Context, ds dataset.Dataset, measure bool) (curve, boo
 func (j *Job) autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Dataset) (sampler.Config, *Auto, error) {
 	var a Auto
 	if o := j.plan.AutoOrder; o != nil {
-		// Read again as chosen: its level is the order's, its rate the
-		// device's if this process has measured it.
+		// Read again as chosen, not measured again: its level is the
+		// order's; its rate as measured if this process measured it.
 		a = *o
-		if c, ok, _ := deviceOf(ctx, ds, false); ok {
-			a = expect(c, a, ds.Len(), ds.Info().Bytes)
-		} else {
-			a = expect(curve{}, a, ds.Len(), ds.Info().Bytes) // not measured here: no rate to say
+		a.RL, a.Rate, a.Sequential = 1, 0, 0
+		if a.Sampler == "block" {
+			a.RL = quality.BlockRL(ds.Len(), int(max(1, ds.Info().Bytes/int64(a.BlockSize))), a.Window)
+		}
+		if c, ok := chosen.Load(chosenKey(ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize)); ok {
+			if c := c.(Auto); c.Sampler == a.Sampler && c.BlockSize == a.BlockSize && c.Window == a.Window {
+				a = c
+			}
 		}
 	} else {
 		var err error
-		if a, err = ChooseOrder(ctx, ds, j.plan.MinRandomness, j.memory); err != nil {
+		if a, err = ChooseOrder(ctx, ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize); err != nil {
 			return cfg, nil, err
 		}
 	}

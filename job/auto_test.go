@@ -12,64 +12,66 @@ import (
 	"github.com/riffle-ml/riffle/wire"
 )
 
-// Curves of the two kinds of device: one whose rate grows with the read
-// size (a disk: 4 KiB reads at a tenth of its sequential bandwidth), and
-// one whose rate does not (memory).
-var (
-	diskCurve = curve{sizes: curveSizes, rates: []float64{200e6, 500e6, 1.2e9, 1.8e9, 2e9, 2e9}}
-	flatCurve = curve{sizes: curveSizes, rates: []float64{2e9, 2e9, 2e9, 2e9, 2e9, 2e9}}
-)
+// A device model: records per second of an order, by the size of its
+// reads, over 4 KiB records: a disk's rate grows with the read size, and a
+// block order's window of w blocks reads w-th shares of them.
+func disk(a Auto) (float64, error) {
+	read := 4096.0
+	if a.Sampler == "block" {
+		read = float64(a.BlockSize) / float64(a.Window) * 8 // nearby reads merge, some
+	}
+	bw := min(2e9, 2e8*read/4096) // 4 KiB reads at a tenth of its bandwidth
+	return bw / 4096, nil
+}
+
+// memoryDevice reads any pattern alike.
+func memoryDevice(Auto) (float64, error) { return 5e5, nil }
 
 func TestChooseOrder(t *testing.T) {
 	const n, rec = 1 << 20, 4096 // 4 GiB of 4 KiB records
 	total := int64(n * rec)
 	for _, c := range []struct {
-		name   string
-		curve  curve
-		minRL  float64
-		memory int64
-		want   string // the sampler
+		name    string
+		measure func(Auto) (float64, error)
+		minRL   float64
+		memory  int64
+		want    string // the sampler
 	}{
-		{"memory: reads of any size cost alike", flatCurve, 0.9, 1 << 30, "global"},
+		{"memory: every order reads alike, the most random wins", memoryDevice, 0.5, 8 << 30, "global"},
 		// RL 0.9 of 2^20 records needs windows of about 2^18 of them (RL's
 		// log of the orders grows as the log of a window's records).
-		{"disk, room for windows of a quarter of the data", diskCurve, 0.9, 2 << 30, "block"},
-		{"disk, too little memory to reach the level", diskCurve, 0.9, 256 << 20, "global"},
-		{"disk, a full shuffle asked for", diskCurve, 1, 2 << 30, "global"},
-		{"disk, a lower level in less memory", diskCurve, 0.7, 256 << 20, "block"},
+		{"disk, room for windows of a quarter of the data", disk, 0.9, 8 << 30, "block"},
+		{"disk, too little memory to reach the level", disk, 0.9, 256 << 20, "global"},
+		{"disk, a full shuffle asked for", disk, 1, 8 << 30, "global"},
+		{"disk, a lower level in less memory", disk, 0.6, 256 << 20, "block"},
 	} {
-		a := chooseOrder(c.curve, n, total, c.minRL, c.memory)
+		cands := candidates(n, total, c.minRL, c.memory)
+		for _, a := range cands {
+			if a.RL < c.minRL {
+				t.Errorf("%s: candidate %+v below RL %.2f", c.name, a, c.minRL)
+			}
+			if a.Sampler == "block" {
+				blocks := int(total / int64(a.BlockSize))
+				if a.Window < min(minMix, blocks) || 4*int64(a.Window)*int64(a.BlockSize) > c.memory {
+					t.Errorf("%s: window %d of %d-byte blocks: fewer than %d, or more than memory %d", c.name, a.Window, a.BlockSize, minMix, c.memory)
+				}
+				if rl := quality.BlockRL(n, blocks, a.Window); rl != a.RL {
+					t.Errorf("%s: RL %.4f, the block order's is %.4f", c.name, a.RL, rl)
+				}
+			}
+		}
+		a, err := choose(cands, c.measure)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if a.Sampler != c.want {
-			t.Errorf("%s: chose %+v, want %s", c.name, a, c.want)
-			continue
+			t.Errorf("%s: chose %+v of %d candidates, want %s", c.name, a, len(cands), c.want)
 		}
-		if a.RL < c.minRL {
-			t.Errorf("%s: RL %.3f below %.3f", c.name, a.RL, c.minRL)
-		}
-		if a.Sampler == "block" {
-			blocks := int(total / int64(a.BlockSize))
-			if a.Window < min(minMix, blocks) || int64(a.Window)*int64(a.BlockSize) > c.memory {
-				t.Errorf("%s: window %d of %d-byte blocks: fewer than %d, or more than %d bytes", c.name, a.Window, a.BlockSize, minMix, c.memory)
-			}
-			if rl := quality.BlockRL(n, blocks, a.Window); rl != a.RL {
-				t.Errorf("%s: RL %.4f, the block order's is %.4f", c.name, a.RL, rl)
-			}
-			if a.Rate <= chooseOrder(c.curve, n, total, 1, 0).Rate {
-				t.Errorf("%s: a block order no faster than the global shuffle", c.name)
+		for _, o := range cands {
+			if r, _ := c.measure(o); r > a.Rate*1.01 {
+				t.Errorf("%s: chose %+v, slower than %+v (%.0f/s)", c.name, a, o, r)
 			}
 		}
-		if a.Sequential < a.Rate*0.999 {
-			t.Errorf("%s: expected %.0f records/s, faster than a sequential read's %.0f", c.name, a.Rate, a.Sequential)
-		}
-	}
-	// A lower level never costs more device time.
-	prev := 0.0
-	for _, rl := range []float64{1, 0.95, 0.9, 0.8, 0.7, 0.5} {
-		a := chooseOrder(diskCurve, n, total, rl, 2<<30)
-		if a.Rate < prev {
-			t.Errorf("min RL %.2f: %.0f records/s, less than at a higher level (%.0f)", rl, a.Rate, prev)
-		}
-		prev = a.Rate
 	}
 }
 
@@ -92,7 +94,7 @@ func TestAutoJob(t *testing.T) {
 	j := openJob(t, env, spec)
 	a := j.Describe().Auto
 	j.Close()
-	if a == nil || a.RL < 0.5 || a.Rate <= 0 || (a.Sampler != "global" && a.Sampler != "block") {
+	if a == nil || a.RL < 0.5 || a.Rate <= 0 || a.Sequential <= 0 || (a.Sampler != "global" && a.Sampler != "block") {
 		t.Fatalf("auto chose %+v", a)
 	}
 	var got [][]byte
@@ -130,7 +132,7 @@ func TestAutoJob(t *testing.T) {
 		}
 	}
 	j = openJob(t, env, &again)
-	if b := j.Describe().Auto; b == nil || b.Sampler != a.Sampler || b.RL != a.RL {
+	if b := j.Describe().Auto; b == nil || *b != *a {
 		t.Errorf("read again, the job says auto chose %+v, not %+v", b, a)
 	}
 	j.Close()

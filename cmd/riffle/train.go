@@ -83,7 +83,7 @@ a temporary directory and used.`,
 				c.Kind = k
 				var auto *wire.AutoOrder
 				if k == "auto" {
-					a, err := job.ChooseOrder(ctx, ds, minRL, memory)
+					a, err := job.ChooseOrder(ctx, ds, minRL, memory, cfg.BatchSize)
 					if err != nil {
 						return err
 					}
