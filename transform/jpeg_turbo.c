@@ -173,13 +173,82 @@ __attribute__((target("sse4.1"))) static void hpass_sse41(const unsigned char *r
 	}
 }
 
+// hpass with AVX2: two output pixels a vector, their taps side by side
+// (the pixel with fewer taps multiplies the extra ones by the zero weights
+// its kernel row is padded with), each tap's weights for the pair made
+// once for all rows (wv: n[p] taps of 8 lanes for pair p), and two pairs
+// summed at once so one's multiplies wait on the other's adds. A pair
+// whose taps would reach past the row's sw pixels goes one pixel at a time.
+__attribute__((target("avx2"))) static __m256i pair_avx2(const unsigned char *row, const int *xfirst, int x,
+                                                          const int *wv, int n) {
+	const unsigned char *p0 = row + (size_t)xfirst[x] * 3, *p1 = row + (size_t)xfirst[x + 1] * 3;
+	__m256i acc = _mm256_set1_epi32(1 << (RF_PRECISION - 1));
+	for (int i = 0; i < n; i++) {
+		int v0, v1;
+		memcpy(&v0, p0 + i * 3, 4);
+		memcpy(&v1, p1 + i * 3, 4);
+		__m256i px = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, v1, v0));
+		acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, _mm256_loadu_si256((const __m256i *)(wv + i * 8))));
+	}
+	return _mm256_srai_epi32(acc, RF_PRECISION);
+}
+
+__attribute__((target("avx2"))) static void store_pair(unsigned char *t, __m256i acc) {
+	__m128i s16 = _mm_packs_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+	__m128i s8 = _mm_packus_epi16(s16, s16);
+	int o0 = _mm_cvtsi128_si32(s8), o1 = _mm_extract_epi32(s8, 1);
+	memcpy(t, &o0, 4); // the fourth byte is the next pixel's, written next
+	memcpy(t + 3, &o1, 4);
+}
+
+__attribute__((target("avx2"))) static void hpass_avx2(const unsigned char *row, int sw, int ow, const int *xfirst,
+                                                        const int *xtaps, const int *xw, int xk, const int *wv,
+                                                        const int *wn, unsigned char *t) {
+	int x = 0, pairs = ow / 2;
+	for (int p = 0; p < pairs; p++, x += 2) {
+		int n = wn[p];
+		if (n < 0 || xfirst[x] + n > sw || xfirst[x + 1] + n > sw) {
+			hpass_sse41(row, 2, xfirst + x, xtaps + x, xw + (size_t)x * xk, xk, t + x * 3);
+			continue;
+		}
+		const int *w = wv + (size_t)p * xk * 8;
+		if (p + 1 < pairs && wn[p + 1] == n && xfirst[x + 2] + n <= sw && xfirst[x + 3] + n <= sw) {
+			__m256i a = pair_avx2(row, xfirst, x, w, n), b = pair_avx2(row, xfirst, x + 2, w + xk * 8, n);
+			store_pair(t + x * 3, a);
+			store_pair(t + x * 3 + 6, b);
+			p++, x += 2;
+			continue;
+		}
+		store_pair(t + x * 3, pair_avx2(row, xfirst, x, w, n));
+	}
+	if (x < ow) {
+		hpass_sse41(row, ow - x, xfirst + x, xtaps + x, xw + (size_t)x * xk, xk, t + x * 3);
+	}
+}
+
+// pair_weights lays each pair of output pixels' tap weights out as AVX2
+// lanes (wv) and their tap count (wn; -1 past xk), once for all rows.
+static void pair_weights(int ow, const int *xtaps, const int *xw, int xk, int *wv, int *wn) {
+	for (int p = 0; p < ow / 2; p++) {
+		int x = 2 * p, n = xtaps[x] > xtaps[x + 1] ? xtaps[x] : xtaps[x + 1];
+		wn[p] = n > xk ? -1 : n;
+		const int *w0 = xw + (size_t)x * xk, *w1 = w0 + xk;
+		int *v = wv + (size_t)p * xk * 8;
+		for (int i = 0; i < xk; i++) {
+			for (int c = 0; c < 4; c++) {
+				v[i * 8 + c] = w0[i];
+				v[i * 8 + 4 + c] = w1[i];
+			}
+		}
+	}
+}
 #endif
 
 // The vertical pass of one output row: a weighted sum of n rows of the
 // horizontal pass, across the whole row at once (the compiler vectorizes
-// it, for SSE4.1's 32-bit multiply where the CPU has it).
+// it, for AVX2's or SSE4.1's 32-bit multiply where the CPU has one).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("sse4.1", "default")))
+__attribute__((target_clones("avx2", "sse4.1", "default")))
 #endif
 static void vpass(const unsigned char *tmp, int ts, const int *w, int f, int n, int *acc, unsigned char *o) {
 	const int half = 1 << (RF_PRECISION - 1);
@@ -199,26 +268,47 @@ static void vpass(const unsigned char *tmp, int ts, const int *w, int f, int n, 
 }
 
 // rf_resample is transform/resample.go's resampleGo in C, with the same
-// arithmetic, on SSE4.1 where the CPU has it.
+// arithmetic, on AVX2 or SSE4.1 where the CPU has them. A row of src is ss
+// bytes, all of them readable.
 void rf_resample(const unsigned char *src, int ss, int ow, const int *xfirst, const int *xtaps, const int *xw, int xk,
                  int oh, const int *yfirst, const int *ytaps, const int *yw, int yk, int rows, int flip,
                  unsigned char *out, unsigned char *tmp, int *acc) {
 	int ts = ow * 3;
 	int simd = 0;
 #if defined(__x86_64__) || defined(__i386__)
-	simd = __builtin_cpu_supports("sse4.1");
+	simd = __builtin_cpu_supports("avx2") ? 2 : __builtin_cpu_supports("sse4.1") ? 1 : 0;
+#endif
+	int *wv = NULL, *wn = NULL;
+#if defined(__x86_64__) || defined(__i386__)
+	if (simd == 2) {
+		wv = malloc(sizeof(int) * (size_t)(ow / 2 + 1) * xk * 8);
+		wn = malloc(sizeof(int) * (size_t)(ow / 2 + 1));
+		if (wv == NULL || wn == NULL) {
+			free(wv), free(wn);
+			wv = wn = NULL;
+			simd = 1;
+		} else {
+			pair_weights(ow, xtaps, xw, xk, wv, wn);
+		}
+	}
 #endif
 	for (int y = 0; y < rows; y++) {
 		const unsigned char *row = src + (size_t)y * ss;
 		unsigned char *t = tmp + (size_t)y * ts;
 #if defined(__x86_64__) || defined(__i386__)
-		if (simd) {
+		if (simd == 2) {
+			hpass_avx2(row, ss / 3, ow, xfirst, xtaps, xw, xk, wv, wn, t);
+			continue;
+		}
+		if (simd == 1) {
 			hpass_sse41(row, ow, xfirst, xtaps, xw, xk, t);
 			continue;
 		}
 #endif
 		hpass(row, ow, xfirst, xtaps, xw, xk, t);
 	}
+	free(wv);
+	free(wn);
 	for (int y = 0; y < oh; y++) {
 		unsigned char *o = out + (size_t)y * ts;
 		const int *w = yw + (size_t)y * yk;
