@@ -45,6 +45,7 @@ func loadCmd() *cobra.Command {
 		epochs, batch, epoch    int
 		seed                    uint64
 		minRL                   float64
+		memory                  int64
 	)
 	cmd := &cobra.Command{
 		Use:   "load [PATH...]",
@@ -62,7 +63,7 @@ mixture, each source's samples and share against its weight's.`,
 				CSVHeader: df.opts.CSVHeader, SkipCRC: df.opts.SkipCRC, DropPartial: df.opts.DropPartialTail, Direct: df.opts.Direct,
 				Columns: df.opts.Columns, Split: df.opts.Split, Extensions: df.opts.Extensions,
 				Shuffle: sampler != "sequential", Sampler: sampler, Seed: seed, BatchSize: batch, Epochs: epochs, Epoch: epoch,
-				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered, MinRandomness: minRL}
+				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered, MinRandomness: minRL, MemoryBytes: memory}
 			var weights []float64
 			for _, m := range mixture {
 				paths, w, ok := strings.Cut(m, "=")
@@ -184,6 +185,7 @@ mixture, each source's samples and share against its weight's.`,
 	fl.IntVar(&epochs, "epochs", 1, "epochs to load")
 	fl.IntVar(&epoch, "epoch", 0, "the epoch to start at")
 	fl.IntVar(&batch, "batch-size", job.DefaultBatchSize, "records per batch")
+	fl.Int64Var(&memory, "memory", 0, "the job's memory_bytes (0: the daemon's choice); sampler auto's window fits in it")
 	fl.Uint64Var(&seed, "seed", 0, "the order's seed")
 	fl.BoolVar(&ordered, "ordered", false, "keep the order inside batches")
 	fl.BoolVar(&jsonOut, "json", false, "print the report as JSON")

@@ -23,6 +23,7 @@ func trainCmd() *cobra.Command {
 		margin    float64
 		minRL     float64
 		memory    int64
+		pageCache int64
 	)
 	cmd := &cobra.Command{
 		Use:   "train [PATH]",
@@ -83,7 +84,7 @@ a temporary directory and used.`,
 				c.Kind = k
 				var auto *wire.AutoOrder
 				if k == "auto" {
-					a, err := job.ChooseOrder(ctx, ds, minRL, memory, cfg.BatchSize)
+					a, err := job.ChooseOrder(ctx, ds, minRL, memory, cfg.BatchSize, pageCache)
 					if err != nil {
 						return err
 					}
@@ -125,5 +126,6 @@ a temporary directory and used.`,
 	fl.String("synthetic-dir", "/tmp", "where --synthetic writes its file")
 	fl.Float64Var(&minRL, "min-randomness", 0.9, "sampler auto: the least randomization level of the order it picks")
 	fl.Int64Var(&memory, "memory", 256<<20, "sampler auto: bytes a block order's window may take")
+	fl.Int64Var(&pageCache, "page-cache", job.AvailableMemory()/2, "sampler auto: data up to this many bytes counts as kept by the page cache (read in the global shuffle); 0: as if larger than memory")
 	return cmd
 }
