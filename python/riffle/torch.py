@@ -110,29 +110,25 @@ def _draw_seed(world: int) -> int:
     split different orders: a seed must then be given.
     """
     seed = int(torch.empty((), dtype=torch.int64).random_().item())
-    if world <= 1:
-        return seed
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        raise ValueError(f"riffle.torch: world_size is {world} but no torch.distributed process group is initialized "
-                         "to agree on a drawn seed: pass seed= (the same on every rank), or build the loader after "
-                         "init_process_group")
-    box = [seed]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return int(box[0])
+    return int(_rank0s(seed, world, "a drawn seed", "pass seed= (the same on every rank)"))
 
 
 def _agree_order(auto: dict, world: int) -> dict:
     """The sampler, block_size and window sampler="auto" chose, rank 0's on every rank (as _draw_seed's seed)."""
     order = {k: auto[k] for k in ("sampler", "block_size", "window") if auto.get(k)}
+    return dict(_rank0s(order, world, "rank 0's sampler='auto' choice", "name the sampler, block_size and window"))
+
+
+def _rank0s(value: Any, world: int, what: str, instead: str) -> Any:
+    """Rank 0's value on every rank, through the torch.distributed process group (with one rank, value)."""
     if world <= 1:
-        return order
+        return value
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        raise ValueError(f"riffle.torch: sampler='auto' with world_size {world} needs a torch.distributed process "
-                         "group to agree on rank 0's choice: build the loader after init_process_group, or name the "
-                         "sampler, block_size and window")
-    box = [order]
+        raise ValueError(f"riffle.torch: world_size is {world} but no torch.distributed process group is initialized "
+                         f"to agree on {what}: {instead}, or build the loader after init_process_group")
+    box = [value]
     torch.distributed.broadcast_object_list(box, src=0)
-    return dict(box[0])
+    return box[0]
 
 
 # A batch and the place after it, from a worker, for the loader's state;
