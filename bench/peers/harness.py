@@ -375,7 +375,7 @@ def part_jpeg(args, peers, emit, lines_of, raw) -> None:
     make_jpegs(src, args.images)
     files = [p for p in src.rglob("*.jpg")]
     mean = sum(p.stat().st_size for p in files) // len(files)
-    paths = write_formats(root, src, 0, f"{len(files)} {mean}")
+    paths = write_formats(root, src, 0, f"{len(files)} {mean}", {PEERS[p][1] for p in peers})
     for row in image_rows(args.image_rows):
         emit()
         emit(f"### {len(files)} JPEGs (about 500x375, mean {mean >> 10} KiB): {IMAGE_ROWS[row]}")
