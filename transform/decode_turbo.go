@@ -30,31 +30,16 @@ var dctScales = []int{1, 2, 4, 8}
 // CMYK JPEGs (which libjpeg does not convert to RGB), go through Go's
 // decoders.
 func render(raw []byte, pick picker, ow, oh int, out []byte) error {
-	if len(raw) < 3 || raw[0] != 0xff || raw[1] != 0xd8 {
-		return renderGo(raw, pick, ow, oh, out)
-	}
-	if !ended(raw) {
-		// Only the box's rows are decoded: a file cut below them would
-		// pass unnoticed, where Pillow (and a whole decode) refuses it.
-		return errors.New("image: JPEG without its end marker (FF D9): the file is truncated")
-	}
-	d := C.rf_new()
-	if d == nil {
-		return errors.New("image: libjpeg: out of memory")
-	}
-	defer C.rf_free(d)
-	fail := func() error { return fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d))) }
-	var w, h, cmyk C.int
-	if C.rf_header(d, (*C.uchar)(unsafe.Pointer(&raw[0])), C.ulong(len(raw)), &w, &h, &cmyk) != 0 {
-		return fail()
-	}
-	if cmyk != 0 {
-		return renderGo(raw, pick, ow, oh, out)
-	}
-	if err := checkSize(int(w), int(h)); err != nil {
+	d, w, h, err := openJPEG(raw)
+	if err != nil || d == nil {
+		if err == nil {
+			err = renderGo(raw, pick, ow, oh, out)
+		}
 		return err
 	}
-	b, flip := pick(int(w), int(h))
+	defer C.rf_free(d)
+	fail := func() error { return libjpegError(d) }
+	b, flip := pick(w, h)
 	num := dctScale(b, ow, oh)
 	var sw, sh C.int
 	if C.rf_scaled(d, C.int(num), &sw, &sh) != 0 {
@@ -113,33 +98,53 @@ func resample(src []byte, ss int, kx, ky kernel, rows int, flip bool, out []byte
 // after it, for SIMD): JPEGs with libjpeg-turbo at full scale, other
 // images with Go's decoders.
 func decodeRGB(raw []byte) (pix []byte, w, h int, err error) {
-	if len(raw) < 3 || raw[0] != 0xff || raw[1] != 0xd8 {
-		return decodeRGBGo(raw)
-	}
-	if !ended(raw) {
-		return nil, 0, 0, errors.New("image: JPEG without its end marker (FF D9): the file is truncated")
-	}
-	d := C.rf_new()
-	if d == nil {
-		return nil, 0, 0, errors.New("image: libjpeg: out of memory")
-	}
-	defer C.rf_free(d)
-	var cw, ch, cmyk C.int
-	if C.rf_header(d, (*C.uchar)(unsafe.Pointer(&raw[0])), C.ulong(len(raw)), &cw, &ch, &cmyk) != 0 {
-		return nil, 0, 0, fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
-	}
-	if cmyk != 0 {
-		return decodeRGBGo(raw)
-	}
-	if err := checkSize(int(cw), int(ch)); err != nil {
+	d, w, h, err := openJPEG(raw)
+	if err != nil || d == nil {
+		if err == nil {
+			return decodeRGBGo(raw)
+		}
 		return nil, 0, 0, err
 	}
-	pix = make([]byte, int(cw)*int(ch)*3+1)
+	defer C.rf_free(d)
+	pix = make([]byte, w*h*3+1)
 	var ax0 C.int
-	if C.rf_region(d, 8, 0, 0, cw, ch, (*C.uchar)(unsafe.Pointer(&pix[0])), cw*3, &ax0) != 0 {
-		return nil, 0, 0, fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
+	if C.rf_region(d, 8, 0, 0, C.int(w), C.int(h), (*C.uchar)(unsafe.Pointer(&pix[0])), C.int(w*3), &ax0) != 0 {
+		return nil, 0, 0, libjpegError(d)
 	}
-	return pix, int(cw), int(ch), nil
+	return pix, w, h, nil
+}
+
+// openJPEG reads raw's JPEG header into a new decoder (the caller frees
+// it) and checks the size it claims. A nil decoder with no error says
+// raw is for Go's decoders: not a JPEG, or a CMYK one (which libjpeg does
+// not convert to RGB).
+func openJPEG(raw []byte) (d *C.rf_dec, w, h int, err error) {
+	if len(raw) < 3 || raw[0] != 0xff || raw[1] != 0xd8 {
+		return nil, 0, 0, nil
+	}
+	if !ended(raw) {
+		// Only a box's rows are decoded: a file cut below them would pass
+		// unnoticed, where Pillow (and a whole decode) refuses it.
+		return nil, 0, 0, errors.New("image: JPEG without its end marker (FF D9): the file is truncated")
+	}
+	if d = C.rf_new(); d == nil {
+		return nil, 0, 0, errors.New("image: libjpeg: out of memory")
+	}
+	var cw, ch, cmyk C.int
+	if C.rf_header(d, (*C.uchar)(unsafe.Pointer(&raw[0])), C.ulong(len(raw)), &cw, &ch, &cmyk) != 0 {
+		err = libjpegError(d)
+	} else if cmyk == 0 {
+		err = checkSize(int(cw), int(ch))
+	}
+	if err != nil || cmyk != 0 {
+		C.rf_free(d)
+		return nil, 0, 0, err
+	}
+	return d, int(cw), int(ch), nil
+}
+
+func libjpegError(d *C.rf_dec) error {
+	return fmt.Errorf("image: libjpeg: %s", C.GoString(C.rf_msg(d)))
 }
 
 // ended says whether a JPEG has its end-of-image marker near its end
@@ -155,7 +160,7 @@ func ended(raw []byte) bool {
 }
 
 // edgeMargin is the pixels decoded around a region beyond its kernels' reach.
-var edgeMargin = 16
+const edgeMargin = 16
 
 func ints(s []int32) *C.int { return (*C.int)(unsafe.Pointer(&s[0])) }
 
