@@ -109,7 +109,7 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 	if _, ok := ds.(dataset.Blocker); ok {
 		return Auto{}, specErr("sampler auto: a %s dataset's own blocks (its pages) make its order; name the window", inf.Format)
 	}
-	key := chosenKey(ds, minRL, memory, batch) + fmt.Sprint(cached)
+	key := chosenKey(ds, minRL, memory, batch, cached)
 	if a, ok := chosen.Load(key); ok {
 		return a.(Auto), nil
 	}
@@ -141,9 +141,9 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 // chosen keeps ChooseOrder's choices, by chosenKey.
 var chosen sync.Map
 
-func chosenKey(ds dataset.Dataset, minRL float64, memory int64, batch int) string {
+func chosenKey(ds dataset.Dataset, minRL float64, memory int64, batch int, cached int64) string {
 	inf := ds.Info()
-	return fmt.Sprint(inf.Paths, inf.Versions, ds.Len(), minRL, memory, batch)
+	return fmt.Sprint(inf.Paths, inf.Versions, ds.Len(), minRL, memory, batch, cached)
 }
 
 // probeOrder reads ds in order a for probeTime and returns the records
@@ -240,6 +240,7 @@ func (d *direct) Close() error { return nil }
 // within the job's memory, or the one chosen before (auto_order), and the
 // choice.
 func (j *Job) autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Dataset) (sampler.Config, *Auto, error) {
+	cached := AvailableMemory() / 2 // what the page cache may keep
 	var a Auto
 	if o := j.plan.AutoOrder; o != nil {
 		// Read again as chosen, not measured again: its level is the
@@ -249,14 +250,14 @@ func (j *Job) autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Data
 		if a.Sampler == "block" {
 			a.RL = quality.BlockRL(ds.Len(), int(max(1, ds.Info().Bytes/int64(a.BlockSize))), a.Window)
 		}
-		if c, ok := chosen.Load(chosenKey(ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize) + fmt.Sprint(AvailableMemory()/2)); ok {
+		if c, ok := chosen.Load(chosenKey(ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize, cached)); ok {
 			if c := c.(Auto); c.Sampler == a.Sampler && c.BlockSize == a.BlockSize && c.Window == a.Window {
 				a = c
 			}
 		}
 	} else {
 		var err error
-		if a, err = ChooseOrder(ctx, ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize, AvailableMemory()/2); err != nil {
+		if a, err = ChooseOrder(ctx, ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize, cached); err != nil {
 			return cfg, nil, err
 		}
 	}
