@@ -176,6 +176,10 @@ func openArrow(ctx context.Context, names []string, opts Options) (*arrowSet, er
 		}
 	}
 	d.inf.Columns = d.lay.Describe()
+	if md := f0.schema.Metadata(); md.FindKey("huggingface") >= 0 {
+		v := md.Values()[md.FindKey("huggingface")]
+		d.inf.Features = hfFeatures(&v)
+	}
 	if d.inf.Schema, err = columnar.SchemaBytes(d.lay.OutputSchema()); err != nil {
 		d.Close()
 		return nil, err

@@ -151,8 +151,9 @@ func (a *readerAt) Seek(off int64, whence int) (int64, error) {
 // (Dataset.to_parquet, the Hub's files) keeps under its "huggingface" key,
 // as dataset_info.json's "features" are for a save_to_disk directory: how a
 // client knows which columns are Images and what a ClassLabel's names are.
-func hfFeatures(kv metadata.KeyValueMetadata) string {
-	v := kv.FindValue("huggingface")
+// An Arrow file written by datasets (save_to_disk's, and a pack of any of
+// these) keeps the same key in its schema's metadata.
+func hfFeatures(v *string) string {
 	if v == nil {
 		return ""
 	}
@@ -300,7 +301,7 @@ func openParquet(ctx context.Context, names []string, opts Options) (Dataset, er
 	d.inf.Format = "parquet"
 	d.inf.Paths = names
 	d.inf.Columns = d.lay.Describe()
-	d.inf.Features = hfFeatures(d.files[0].meta.KeyValueMetadata())
+	d.inf.Features = hfFeatures(d.files[0].meta.KeyValueMetadata().FindValue("huggingface"))
 	var err error
 	if d.inf.Schema, err = columnar.SchemaBytes(d.lay.OutputSchema()); err != nil {
 		d.Close()

@@ -29,6 +29,9 @@ func init() {
 const (
 	// ShardExt is a shard file's extension.
 	ShardExt = ".rshard"
+	// RowsShardExt is the extension of a packed dataset of rows' shards:
+	// uncompressed Arrow IPC files, which open as the "arrow" format.
+	RowsShardExt = ".arrow"
 	// ShardMagic starts a shard; ShardEnd ends it.
 	ShardMagic = "RFLSHRD1"
 	ShardEnd   = "RFLEND01"
@@ -214,19 +217,32 @@ func openPack(ctx context.Context, root string, opts Options) (Dataset, error) {
 	if !m.Complete {
 		return nil, fmt.Errorf("%s: the pack is not finished (%d shards written): run riffle pack again to finish it", root, len(m.Shards))
 	}
+	// A pack of rows is Arrow IPC files, every shard of it.
+	ext := ShardExt
+	if len(m.Shards) > 0 && strings.HasSuffix(m.Shards[0].Name, RowsShardExt) {
+		ext = RowsShardExt
+	}
 	var names []string
 	var at int64
 	for _, s := range m.Shards {
-		if strings.ContainsAny(s.Name, "/\\") || !strings.HasSuffix(s.Name, ShardExt) || s.First != at {
+		if strings.ContainsAny(s.Name, "/\\") || !strings.HasSuffix(s.Name, ext) || s.First != at {
 			return nil, &FormatError{Path: path.Join(root, PackManifest), Err: fmt.Errorf("shard %q out of place: %w", s.Name, ErrCorrupt)}
 		}
 		at += s.Count
 		names = append(names, path.Join(root, s.Name))
 	}
-	f, _ := lookupFormat("riffle")
-	ds, err := openFiles(ctx, names, f, opts)
-	if err != nil {
-		return nil, err
+	var ds Dataset
+	if ext == RowsShardExt {
+		a, err := openArrow(ctx, names, opts)
+		if err != nil {
+			return nil, err
+		}
+		ds = a.dataset()
+	} else {
+		f, _ := lookupFormat("riffle")
+		if ds, err = openFiles(ctx, names, f, opts); err != nil {
+			return nil, err
+		}
 	}
 	if int64(ds.Len()) != m.Records {
 		ds.Close()

@@ -65,8 +65,9 @@ type Summary struct {
 
 // Pack writes ds into dir, resuming a pack of the same source there.
 func Pack(ctx context.Context, ds dataset.Dataset, dir string, opts Options) (Summary, error) {
-	if _, ok := ds.(dataset.Rows); ok {
-		return Summary{}, fmt.Errorf("pack: %s data is read in place, row by row (riffle convert rewrites a compressed Arrow file)", ds.Info().Format)
+	rows, _ := ds.(dataset.Rows)
+	if rows != nil && opts.Transform != "" {
+		return Summary{}, fmt.Errorf("pack: a dataset of rows (%s) is packed as its columns are; --transform persists one output per record, not a row's columns", ds.Info().Format)
 	}
 	if opts.ShardBytes <= 0 {
 		opts.ShardBytes = DefaultShardBytes
@@ -96,7 +97,11 @@ func Pack(ctx context.Context, ds dataset.Dataset, dir string, opts Options) (Su
 		return sum, err
 	}
 	if !m.Complete && start < int64(ds.Len()) {
-		if err := write(ctx, ds, d, m, start, tf, canon, opts); err != nil {
+		fill := func() error { return write(ctx, ds, d, m, start, tf, canon, opts) }
+		if rows != nil {
+			fill = func() error { return writeRows(ctx, rows, d, m, start, opts) }
+		}
+		if err := fill(); err != nil {
 			return sum, err
 		}
 	}

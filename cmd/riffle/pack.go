@@ -30,7 +30,9 @@ it need not, a CRC32C and the label of each record, shards of about
 --shard-bytes. Packed shards open as any dataset (riffle inspect DIR).
 TFRecord files compressed with GZIP or ZLIB, which do not open as a
 dataset (no random access), are packed read start to end, checking both
-CRCs of every record.
+CRCs of every record. A dataset of rows (Arrow, Hugging Face, Parquet) is
+packed as uncompressed Arrow IPC files of its columns (docs/format.md),
+which riffle reads row by row in place, with no page to decode.
 
 With --transform, the shards hold the transform's outputs (the daemon's
 transforms: image decode-resize-crop, libsvm_dense), and without --out
