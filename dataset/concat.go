@@ -172,17 +172,29 @@ func (c framedConcat) Verify(id int, frame []byte) error {
 type rowsUnion struct {
 	Rows
 	parted
+	info Info
 }
 
 // NewRowsUnion says whose each row of u is: u holds parts' files in
 // order, so part k's row i is u's row Offsets()[k]+i. The parts and u stay
 // their opener's.
 func NewRowsUnion(u Rows, parts []Dataset) (Dataset, error) {
-	r := &rowsUnion{Rows: u, parted: newParted(parts)}
+	r := &rowsUnion{Rows: u, parted: newParted(parts), info: u.Info()}
 	if r.records() != u.Len() {
 		return nil, fmt.Errorf("sources of %d rows in all read as one dataset of %d", r.records(), u.Len())
 	}
+	// Hugging Face directories' features (ClassLabel names, Image
+	// columns) are in their dataset_info.json, which the union of their
+	// Arrow files does not read: kept when every part says the same.
+	r.info.Features = parts[0].Info().Features
+	for _, p := range parts[1:] {
+		if p.Info().Features != r.info.Features {
+			r.info.Features = ""
+		}
+	}
 	return r, nil
 }
+
+func (r *rowsUnion) Info() Info { return r.info }
 
 func (r *rowsUnion) Close() error { return nil }

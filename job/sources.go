@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"path/filepath"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -195,20 +196,61 @@ func (d *sources) concatOpen(ctx context.Context, name string, parts []*source, 
 
 // rowsUnion opens datasets of rows (every one of rows, of one format,
 // from files) as one dataset of all their files; nil if they are not all
-// rows. Their schemas must agree, as those of one dataset's files do.
+// rows. Their schemas must agree, as those of one dataset's files do. A
+// Hugging Face directory is its Arrow files (state.json lists them), so
+// it mixes with other directories and with Arrow files: the union opens
+// the files as Arrow, with no split to pick.
 func (d *sources) rowsUnion(ctx context.Context, ds []dataset.Dataset, opts dataset.Options) (*source, error) {
+	files := func(inf dataset.Info) string {
+		if inf.Format == "hf" {
+			return "arrow"
+		}
+		return inf.Format
+	}
+	first := ds[0].Info()
 	var all []string
+	hf := false
 	for _, p := range ds {
 		if _, rows := p.(dataset.Rows); !rows {
 			return nil, nil
 		}
-		if p.Info().Format != ds[0].Info().Format || p.Info().Format == "hf" {
-			return nil, fmt.Errorf("%w: %s (%s) with %s (%s): rows mix with rows of one format read from files (a Hugging Face directory's Arrow files: give them as paths)",
-				errSpec, p.Info().Paths[0], p.Info().Format, ds[0].Info().Paths[0], ds[0].Info().Format)
+		hf = hf || p.Info().Format == "hf"
+	}
+	for k, p := range ds {
+		inf := p.Info()
+		if files(inf) != files(first) {
+			return nil, fmt.Errorf("%w: source %d, %s (%s), with source 0, %s (%s): rows mix only with rows whose files are of one format "+
+				"(Parquet with Parquet; Arrow files and Hugging Face directories, whose files are Arrow, together)",
+				errSpec, k, rowsName(inf), inf.Format, rowsName(first), first.Format)
 		}
-		all = append(all, p.Info().Paths...)
+		if !reflect.DeepEqual(inf.Columns, first.Columns) {
+			return nil, fmt.Errorf("%w: source %d, %s (%s): its columns %s differ from source 0's, %s (%s): %s; mixed rows are read as one dataset, of one schema",
+				errSpec, k, rowsName(inf), inf.Format, columnNames(inf), rowsName(first), first.Format, columnNames(first))
+		}
+		all = append(all, inf.Paths...)
+	}
+	if hf {
+		opts.Format, opts.Split = "arrow", ""
 	}
 	return d.get(ctx, all, opts)
+}
+
+// rowsName names a source of rows for errors: a Hugging Face directory
+// (or its split's) rather than its first Arrow file.
+func rowsName(inf dataset.Info) string {
+	if inf.Format == "hf" {
+		return filepath.Dir(inf.Paths[0])
+	}
+	return inf.Paths[0]
+}
+
+// columnNames are a dataset of rows' columns with their types, for errors.
+func columnNames(inf dataset.Info) string {
+	names := make([]string, len(inf.Columns))
+	for i, c := range inf.Columns {
+		names[i] = c.Name + " " + c.Type
+	}
+	return "[" + strings.Join(names, ", ") + "]"
 }
 
 // mix opens each source of a mixture and puts them one after another.

@@ -271,3 +271,97 @@ def test_torch_set_weights_with_workers(daemon, tmp_path):
     again.load_state_dict(st)
     third = torch_rows(list(again))
     assert abs(np.bincount(third[:, 0], minlength=3)[0] - len(third) * 4 / 6) < 50
+
+
+def hf_source(root, name, lens, features=None, shards=1, split=None):
+    """A Hugging Face dataset written by datasets.save_to_disk, rows {src, i, text, label}: a Dataset directory, or
+    with split a DatasetDict of that split and a "test" one."""
+    import datasets
+    feats = features or datasets.Features({"src": datasets.Value("int64"), "i": datasets.Value("int64"),
+                                           "text": datasets.Value("string"),
+                                           "label": datasets.ClassLabel(names=["neg", "pos", "mid"])})
+    src, n = lens
+
+    def rows(m):
+        return datasets.Dataset.from_dict({"src": [src] * m, "i": list(range(m)), "text": [f"s{src}-" + "t" * (i % 40) for i in range(m)],
+                                           "label": [i % 3 for i in range(m)]}, features=feats)
+    d = root / name
+    if split:
+        datasets.DatasetDict({split: rows(n), "test": rows(7)}).save_to_disk(str(d), num_shards={split: shards, "test": 1})
+    else:
+        rows(n).save_to_disk(str(d), num_shards=shards)
+    return str(d)
+
+
+def hf_rows(ld) -> tuple[np.ndarray, list[int]]:
+    """Each delivered row's (src, i), checked against its id and its text; and the ids."""
+    got, ids = [], []
+    for b in ld:
+        for rid, r in zip(b.ids.tolist(), b.data.to_pylist()):
+            k = max(j for j, off in enumerate(ld.offsets) if off <= rid)
+            assert (r["src"], r["i"]) == (k, rid - ld.offsets[k]), (rid, r)
+            assert r["text"] == f"s{k}-" + "t" * (r["i"] % 40) and r["label"] == r["i"] % 3
+            got.append((r["src"], r["i"]))
+            ids.append(rid)
+    return np.array(got, dtype=np.int64).reshape(-1, 2), ids
+
+
+def test_mixture_of_hf_directories(daemon, tmp_path):
+    """Hugging Face save_to_disk directories mix, as their Arrow files read as one dataset: each row its writer's,
+    each source's share kept, each at most once per epoch (first_exhausted) and every source's own epochs whole and
+    each once (all_exhausted); the directories' features (ClassLabel names) stay the mixture's."""
+    pytest.importorskip("datasets")
+    lens = (300, 1000, 150)
+    paths = [hf_source(tmp_path, f"hf{k}", (k, n), shards=1 + k % 2) for k, n in enumerate(lens)]
+    w = [1, 2, 0.5]
+    mix = list(zip(paths, w))
+    ld = riffle.Loader(mixture=mix, batch_size=64, seed=3)
+    assert ld.offsets == [0, 300, 1300]
+    assert ld.info()["features"]["label"]["names"] == ["neg", "pos", "mid"]
+    rows, _ = hf_rows(ld)
+    assert len({tuple(r) for r in rows}) == len(rows)
+    cnt = np.bincount(rows[:, 0], minlength=3)
+    assert cnt[2] == 150 and all(abs(cnt[k] - len(rows) * w[k] / 3.5) < 1 for k in range(3)), cnt
+    # all_exhausted over two mixture epochs: each source's rows are its own epochs in turn, each every row once.
+    ld = riffle.Loader(mixture=mix, batch_size=50, seed=4, mixture_stop="all_exhausted", ordered=True)
+    rows = np.concatenate([hf_rows(ld)[0] for _ in range(2)])
+    own_epochs(rows, lens)
+    assert all((rows[:, 0] == k).sum() >= 2 * n for k, n in enumerate(lens))
+    # A torch loader over them: label names as a Dataset's.
+    assert rt.loader(mixture=mix, batch_size=50).dataset.classes == ["neg", "pos", "mid"]
+
+
+def test_mixture_of_hf_splits_and_arrow_files(daemon, tmp_path):
+    """DatasetDicts mix by the split named once for all; a directory mixes with Arrow files of its schema (its own
+    files are Arrow); another schema, or Parquet beside it, is refused with the source and the reason."""
+    pa = pytest.importorskip("pyarrow")
+    import datasets
+    a = hf_source(tmp_path, "dd0", (0, 200), split="train", shards=2)
+    b = hf_source(tmp_path, "dd1", (1, 400), split="train")
+    ld = riffle.Loader(mixture=[(a, 1), (b, 1)], batch_size=32, seed=5, split="train")
+    assert ld.offsets == [0, 200]
+    rows, _ = hf_rows(ld)
+    assert len({tuple(r) for r in rows}) == len(rows) and np.bincount(rows[:, 0]).tolist() == [200, 200]
+
+    hf = hf_source(tmp_path, "hf0", (0, 300))
+    # The same columns written by pyarrow, as an Arrow file: label is the ClassLabel's int64.
+    n = 500
+    t = pa.table({"src": pa.array([1] * n, pa.int64()), "i": pa.array(range(n), pa.int64()),
+                  "text": pa.array([f"s1-" + "t" * (i % 40) for i in range(n)]), "label": pa.array([i % 3 for i in range(n)], pa.int64())})
+    arrow = str(tmp_path / "s1.arrow")
+    with pa.ipc.new_file(arrow, t.schema) as wr:
+        wr.write_table(t, max_chunksize=64)
+    ld = riffle.Loader(mixture=[(hf, 1), (arrow, 1)], batch_size=32, seed=6, mixture_stop="all_exhausted", ordered=True)
+    rows, _ = hf_rows(ld)
+    own_epochs(rows, (300, 500))
+    assert set(map(tuple, rows[rows[:, 0] == 1])) == {(1, i) for i in range(n)}
+
+    other = hf_source(tmp_path, "other", (1, 50), features=datasets.Features({
+        "src": datasets.Value("int64"), "i": datasets.Value("int32"), "text": datasets.Value("string"),
+        "label": datasets.Value("int64")}))
+    with pytest.raises(riffle.InvalidSpec, match=r"source 1, .*other.*: its columns \[src int64, i int32"):
+        riffle.Loader(mixture=[(hf, 1), (other, 1)], batch_size=8)
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(t, str(tmp_path / "s1.parquet"))
+    with pytest.raises(riffle.InvalidSpec, match=r"source 1, .*s1.parquet \(parquet\), with source 0.*\(hf\).*one format"):
+        riffle.Loader(mixture=[(hf, 1), (str(tmp_path / "s1.parquet"), 1)], batch_size=8)
