@@ -38,12 +38,19 @@ func compressedArrow(t *testing.T) ([]string, []string) {
 // readEpoch reads one epoch of ds with smp and checks every row against
 // want; it returns how many it saw.
 func readEpoch(t *testing.T, ds dataset.Dataset, smp sampler.Sampler, bs int, want []string, cols []string) error {
-	l, err := loader.New(context.Background(), ds, smp, loader.Options{BatchSize: bs, Epochs: 1})
+	return readEpochWith(t, ds, smp, loader.Options{BatchSize: bs, Epochs: 1}, want, cols)
+}
+
+// readEpochWith is readEpoch with the loader's options; a row delivered
+// twice fails it.
+func readEpochWith(t *testing.T, ds dataset.Dataset, smp sampler.Sampler, opts loader.Options, want []string, cols []string) error {
+	l, err := loader.New(context.Background(), ds, smp, opts)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 	seen := 0
+	once := map[int]bool{}
 	for {
 		b, err := l.Next(context.Background())
 		if err == io.EOF {
@@ -58,6 +65,11 @@ func readEpoch(t *testing.T, ds dataset.Dataset, smp sampler.Sampler, bs int, wa
 				b.Release()
 				return fmt.Errorf("row %d:\n got %s\nwant %s", id, g, w)
 			}
+			if once[id] {
+				b.Release()
+				return fmt.Errorf("row %d twice in an epoch", id)
+			}
+			once[id] = true
 		}
 		seen += len(b.IDs)
 		b.Release()

@@ -119,8 +119,8 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		}
 		lopts.Lazy = true
 	}
-	if rows && (j.tf != nil || len(j.shares) > 0 || plan.Loader.Opportunistic > 1) {
-		return fail(specErr("a dataset of rows (%s) is read without transform=, share= or opportunistic=: "+
+	if rows && (j.tf != nil || len(j.shares) > 0) {
+		return fail(specErr("a dataset of rows (%s) is read without transform= or share=: "+
 			"its rows are put together per batch, not cached or transformed one by one (yet)", inf.Format))
 	}
 	lopts.MemoryBytes = j.memory

@@ -22,7 +22,8 @@ type Batch struct {
 	// Len are then zero.
 	Columns *Columns
 
-	j *load
+	j   *load
+	own bool // Data is the batch's own, not its load's (a batch of rows cut from a window)
 }
 
 // Columns describes a batch written as an Arrow IPC message: its length,
@@ -57,6 +58,10 @@ func (b *Batch) Contiguous() bool {
 func (b *Batch) Release() {
 	if j := b.j; j != nil {
 		b.j = nil
+		if b.own {
+			j.l.opts.Alloc.Free(b.Data)
+			b.Data, b.own = nil, false
+		}
 		j.l.release(j)
 	}
 }

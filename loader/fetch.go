@@ -350,7 +350,9 @@ func (l *Loader) finishLoad(j *load) {
 		close(j.done)
 		return
 	}
-	if j.failed.Load() {
+	if j.failed.Load() || j.win != nil {
+		// A window's batches are cut from its cells and put together
+		// each on its own (cutRows): the window's plan only read them.
 		j.rowsOut.Release()
 		close(j.done)
 		return

@@ -128,9 +128,9 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	l.cache, l.space = opts.Cache, opts.CacheSpace
 	if rows, ok := ds.(dataset.Rows); ok {
 		// A row is several cells put together per batch: it is not one
-		// record to cache, transform or cut from a window on arrival.
-		if opts.Transform != nil || opts.Opportunistic > 1 {
-			return nil, fmt.Errorf("loader: a dataset of rows (%s) takes no transform and no opportunistic ordering", ds.Info().Format)
+		// record to cache or transform.
+		if opts.Transform != nil {
+			return nil, fmt.Errorf("loader: a dataset of rows (%s) takes no transform", ds.Info().Format)
 		}
 		l.rows, l.ncells, l.cache = rows, rows.NumCells(), nil
 		if l.workers = opts.Workers; l.workers == nil {

@@ -154,6 +154,13 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 	j.weight = min(int64(j.size()+j.rawEnd), l.opts.MemoryBytes)
 	if l.window() > 1 {
 		j.win = newWindow(j, first, b+nb-first, bs)
+		if l.rows != nil {
+			// Each batch cut from the window is put together in a
+			// buffer of its own (cutRows); the window's weight counts
+			// them.
+			j.win.arriveRows()
+			j.end = 0
+		}
 	}
 	return j, nil
 }

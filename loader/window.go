@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/sampler"
 )
 
@@ -24,6 +25,11 @@ type window struct {
 	next    int // the next batch the consumer takes
 	held    int // batches handed out and not yet released
 	batches []Batch
+	// Rows: a row arrives when the last of its cells does (need counts
+	// each slot's cells still to read); cells finds a read cell in the
+	// load's staging buffer by its place.
+	need  []int
+	cells map[dataset.Loc]int
 }
 
 func newWindow(j *load, first, nb int, bs sampler.Batches) *window {
@@ -38,13 +44,41 @@ func newWindow(j *load, first, nb int, bs sampler.Batches) *window {
 
 func (l *Loader) window() int { return max(1, l.opts.Opportunistic) }
 
-// arrive records that the records of ents have been read.
+// arriveRows makes w a window of rows: a row arrives once every cell it
+// reads has, and one that reads none (its pages decoded already) has.
+func (w *window) arriveRows() {
+	w.need = make([]int, len(w.j.IDs))
+	for _, en := range w.j.ents {
+		if en.n > 0 {
+			w.need[en.slot]++
+		}
+	}
+	for slot, n := range w.need {
+		if n == 0 {
+			w.arrived = append(w.arrived, slot)
+		}
+	}
+	w.cutReady()
+}
+
+// arrive records that the records (or cells) of ents have been read.
 func (w *window) arrive(ents []entry) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, en := range ents {
-		w.arrived = append(w.arrived, en.slot)
+		if w.need == nil {
+			w.arrived = append(w.arrived, en.slot)
+		} else if en.n > 0 {
+			if w.need[en.slot]--; w.need[en.slot] == 0 {
+				w.arrived = append(w.arrived, en.slot)
+			}
+		}
 	}
+	w.cutReady()
+}
+
+// cutReady marks ready the batches whose records have all arrived.
+func (w *window) cutReady() {
 	for w.cut < len(w.sizes) {
 		end := 0
 		for _, n := range w.sizes[:w.cut+1] {
@@ -88,9 +122,12 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 		l.pending = nil
 		return nil, l.finish()
 	}
-	if s == len(w.sizes)-1 {
+	if s == len(w.sizes)-1 || l.rows != nil {
 		// The last batch waits for every read of the load, which may be
-		// reused once all of its batches are released.
+		// reused once all of its batches are released. So does every
+		// batch of rows: the window's plan gives up what it holds (a
+		// page it claimed to decode) only then, and a batch cut from
+		// it plans its rows again.
 		select {
 		case <-j.done:
 		case <-l.ctx.Done():
@@ -123,6 +160,14 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 		b.IDs[i], b.Off[i], b.Len[i] = j.IDs[k], j.Off[k], j.Len[k]
 		if b.Labels != nil {
 			b.Labels[i] = j.Labels[k]
+		}
+	}
+	if l.rows != nil {
+		if err := l.cutRows(ctx, w, b); err != nil {
+			w.mu.Unlock()
+			l.err = err
+			l.cancel()
+			return nil, err
 		}
 	}
 	w.next++
@@ -159,5 +204,62 @@ func (o Options) skipped(j *load) []int {
 	if j.Epoch == o.Epoch && j.Index == o.Batch && len(o.Skip) > 0 {
 		return o.Skip
 	}
+	return nil
+}
+
+// cutRows puts batch b of rows, cut from window w, together in a buffer
+// of its own: its rows planned again as one batch, their cells taken from
+// where the window's reads put them (a cell the window did not read, as
+// a page the window's plan found decoded and that is gone since, is read
+// here). Called with w.mu held, once every read of the window is done.
+func (l *Loader) cutRows(ctx context.Context, w *window, b *Batch) error {
+	j := w.j
+	if w.cells == nil {
+		w.cells = make(map[dataset.Loc]int, len(j.ents))
+		for _, en := range j.ents {
+			if en.n > 0 {
+				w.cells[dataset.Loc{Object: en.obj, Off: en.off, Len: en.n}] = j.cellOff[en.slot*l.ncells+en.cell]
+			}
+		}
+	}
+	rb, err := l.rows.PlanBatch(b.IDs)
+	if err != nil {
+		return err
+	}
+	n := l.ncells
+	cells := make([][]byte, len(b.IDs)*n)
+	var locs []dataset.Loc
+	for slot := range b.IDs {
+		locs = rb.Cells(slot, locs[:0])
+		for k, loc := range locs {
+			if loc.Len == 0 {
+				continue
+			}
+			if off, ok := w.cells[loc]; ok {
+				cells[slot*n+k] = j.raw[off : off+loc.Len]
+				continue
+			}
+			p := make([]byte, loc.Len)
+			if err := l.ds.Object(loc.Object).ReadAt(ctx, p, loc.Off); err != nil {
+				rb.Release()
+				return err
+			}
+			cells[slot*n+k] = p
+		}
+	}
+	out, err := l.opts.Alloc.Alloc(ctx, rb.Size(), l.align)
+	if err != nil {
+		rb.Release()
+		return fmt.Errorf("loader: allocating %d bytes for batch %d of epoch %d: %w", rb.Size(), b.Index, b.Epoch, err)
+	}
+	size, err := rb.Assemble(ctx, func(slot, k int) []byte { return cells[slot*n+k] }, out)
+	if err != nil {
+		l.opts.Alloc.Free(out)
+		return err
+	}
+	nodes, bufs, body := rb.Table()
+	b.Data, b.own = out, true
+	b.Off, b.Len = make([]int, len(b.IDs)), make([]int, len(b.IDs))
+	b.Columns = &Columns{Len: size, Body: body, Nodes: nodes, Buffers: bufs}
 	return nil
 }

@@ -130,3 +130,20 @@ def test_a_killed_rows_pack_resumes(daemon, sources, tmp_path, bin_path):
     assert f"{keep} found whole" in r.stdout
     got, _ = read_all(out)
     assert got.to_pylist() == want.to_pylist()
+
+
+@pytest.mark.parametrize("name", ["parquet", "arrow", "hf"])
+def test_opportunistic_rows_once_each_equal_a_solo_read(daemon, sources, name):
+    """opportunistic=W on rows: each window's rows come once per epoch, cut
+    into batches in the order they arrive, each row equal to a solo read."""
+    src, _ = sources[name]
+    solo, _ = read_all(src)
+    want = solo.to_pylist()
+    ld = riffle.Loader(str(src), batch_size=37, seed=4, opportunistic=4)
+    seen = {}
+    for b in ld:
+        for i, row in zip(b.ids.tolist(), b.data.to_pylist()):
+            assert i not in seen, f"row {i} twice in an epoch"
+            seen[i] = row
+    assert sorted(seen) == list(range(len(want)))
+    assert all(seen[i] == want[i] for i in seen)
