@@ -16,8 +16,9 @@ import (
 // opener's: Close closes none of them.
 type Concat struct {
 	parted
-	objs []int // first object of each part, and the objects at the end
-	info Info
+	objs  []int // first object of each part, and the objects at the end
+	objOf runs  // the part of an object
+	info  Info
 }
 
 // parted is datasets one after another by id: part k's record i is
@@ -25,6 +26,7 @@ type Concat struct {
 type parted struct {
 	parts []Dataset
 	offs  []int // first id of each part, and the records at the end
+	of    runs  // the part of an id
 }
 
 func newParted(parts []Dataset) parted {
@@ -32,7 +34,43 @@ func newParted(parts []Dataset) parted {
 	for k, d := range parts {
 		p.offs[k+1] = p.offs[k] + d.Len()
 	}
+	p.of = newRuns(p.offs)
 	return p
+}
+
+// runs says which of runs one after another (starts ascending, then the
+// end) a value is in: sort.SearchInts's answer, from a table of the run
+// at every 2^shift-th value, which leaves a search among the runs of one
+// step, usually none. A mixture asks for every record it reads (its
+// source, its object, its cache key), and a binary search over 1,000
+// sources' bounds was as costly as the mixture's schedule.
+type runs struct {
+	starts []int
+	shift  uint
+	at     []int32 // the run of value b<<shift
+}
+
+func newRuns(starts []int) runs {
+	n, end := len(starts)-1, starts[len(starts)-1]
+	r := runs{starts: starts}
+	for end>>r.shift > 4*n {
+		r.shift++
+	}
+	r.at = make([]int32, end>>r.shift+2)
+	for b := range r.at {
+		r.at[b] = int32(min(n-1, sort.SearchInts(starts, b<<r.shift+1)-1))
+	}
+	return r
+}
+
+// find is the run v is in, for v in [starts[0], end).
+func (r runs) find(v int) int {
+	b := v >> r.shift
+	lo, hi := int(r.at[b]), int(r.at[b+1])
+	if lo == hi {
+		return lo
+	}
+	return lo + sort.SearchInts(r.starts[lo+1:hi+1], v+1)
 }
 
 // Offsets are the first id of each part.
@@ -43,7 +81,7 @@ func (p parted) Parts() []Dataset { return p.parts }
 
 // Part is the part record id is in, and its id there.
 func (p parted) Part(id int) (k, local int) {
-	k = sort.SearchInts(p.offs, id+1) - 1
+	k = p.of.find(id)
 	return k, id - p.offs[k]
 }
 
@@ -98,6 +136,7 @@ func NewConcat(parts []Dataset) (Dataset, error) {
 	if framed > 0 && framed < len(parts) {
 		return nil, errors.New("a mixture of TFRecord and other formats: the sources' records are framed differently; mix TFRecord files only with TFRecord files")
 	}
+	c.objOf = newRuns(c.objs)
 	if framed > 0 {
 		return framedConcat{c}, nil
 	}
@@ -135,7 +174,7 @@ func (c *Concat) Label(id int) int {
 }
 
 func (c *Concat) Object(i int) storage.Reader {
-	k := sort.SearchInts(c.objs, i+1) - 1
+	k := c.objOf.find(i)
 	return c.parts[k].Object(i - c.objs[k])
 }
 
@@ -146,7 +185,7 @@ func (c *Concat) Close() error { return nil }
 // RecordsIn says which records a byte range of an object holds, for the
 // disk tier, from the part the object is in.
 func (c *Concat) RecordsIn(obj int, off, n int64) (lo, hi int, ok bool) {
-	k := sort.SearchInts(c.objs, obj+1) - 1
+	k := c.objOf.find(obj)
 	r, ok := c.parts[k].(Ranger)
 	if !ok {
 		return 0, 0, false
