@@ -49,6 +49,9 @@ type Mixture struct {
 	mu    sync.Mutex
 	cur   *cursor     // where the last Fill ended, to go on from without a search
 	perms []epochPerm // each Global source's permutation of its latest epoch
+	// src, nth, rest and ids are Fill's scratch: each draw's source and
+	// its draw index, the positions of sources not Global, their ids.
+	src, nth, rest, ids []int
 	// last is where the last Fill ended, for Mark.
 	lastEpoch, lastPos int
 }
@@ -141,12 +144,16 @@ func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 	// A global shuffle's draw is one step of its permutation, kept per
 	// source and epoch. Other sources' draws in one Fill are consecutive:
 	// each source's run is filled with one call of its own Fill.
-	var rest []int // positions of draws of other sources
-	src, draw := make([]int, n), make([]int, n)
+	// Scratch kept between Fills (m.mu is held): a Fill allocates nothing.
+	if cap(m.src) < n {
+		m.src, m.nth = make([]int, n), make([]int, n)
+	}
+	src, nth := m.src[:n], m.nth[:n]
+	rest := m.rest[:0] // positions of draws of other sources
 	for k := range n {
 		i, d := c.next()
 		d += m.prior[i]
-		src[k], draw[k] = i, d
+		src[k], nth[k] = i, d
 		g, ok := m.sources[i].(Global)
 		if !ok {
 			rest = append(rest, k)
@@ -158,19 +165,22 @@ func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 		}
 		dst[k] = m.offsets[i] + int(m.perm(i, g, e).at(uint64(d)))
 	}
-	m.cur = c
+	m.cur, m.rest = c, rest
 	m.lastEpoch, m.lastPos = epoch, pos+n
 	if len(rest) == 0 {
 		return n
 	}
 	slices.SortStableFunc(rest, func(a, b int) int { return src[a] - src[b] })
-	ids := make([]int, len(rest))
+	if cap(m.ids) < len(rest) {
+		m.ids = make([]int, len(rest))
+	}
+	ids := m.ids[:len(rest)]
 	for a := 0; a < len(rest); {
 		i, b := src[rest[a]], a+1
 		for b < len(rest) && src[rest[b]] == i {
 			b++
 		}
-		m.fillRun(epoch, i, draw[rest[a]], ids[a:b])
+		m.fillRun(epoch, i, nth[rest[a]], ids[a:b])
 		for t := a; t < b; t++ {
 			dst[rest[t]] = m.offsets[i] + ids[t]
 		}
@@ -429,66 +439,116 @@ func (s schedule) epochLen(lens []int, cycle bool) int {
 
 // seek makes a cursor at position q.
 func (s schedule) seek(q int) *cursor {
-	c := &cursor{s: s, q: q, cnt: make([]int, len(s.w))}
-	s.counts(q, c.cnt)
-	c.h = make(drawHeap, len(s.w))
-	for i := range s.w {
-		c.h[i] = draw{pri: s.priority(i, c.cnt[i]), src: i}
+	c := &cursor{s: s, q: q, gen: make([]int, len(s.w))}
+	s.counts(q, c.gen)
+	var sum float64
+	for _, w := range s.w {
+		sum += w
 	}
-	for i := len(c.h)/2 - 1; i >= 0; i-- {
-		c.h.down(i)
-	}
+	// A window of about 4 draws a source (at least 1,024) makes its pass
+	// over the sources a small part of each draw's cost.
+	c.width = float64(max(1024, 4*len(s.w))) / sum
 	return c
 }
 
-// cursor walks the schedule on from position q.
+// cursor walks the schedule on from position q. It takes the draws a
+// window of priorities at a time: every draw below the window's end not
+// taken yet, put in (priority, source) order by a bucket sort over the
+// window, whose buckets hold one draw on average. A binary heap of each
+// source's next draw gives the same order, but its log₂(sources) steps
+// of unpredictable comparisons a draw were a third of a 1,000-source
+// mixture's Fill.
 type cursor struct {
-	s   schedule
-	q   int
-	cnt []int
-	h   drawHeap
-}
-
-// next is the draw at the cursor's position, as its source and that
-// source's draw index; the cursor moves on one.
-func (c *cursor) next() (src, draw int) {
-	top := &c.h[0]
-	src, draw = top.src, c.cnt[top.src]
-	c.cnt[src]++
-	top.pri = c.s.priority(src, c.cnt[src])
-	c.h.down(0)
-	c.q++
-	return src, draw
+	s     schedule
+	q     int
+	gen   []int   // each source's draws taken into windows so far
+	width float64 // priorities a window spans: about 4 draws a source
+	buf   []draw  // the window's draws in order; buf[at:] are still to come
+	at    int
+	tmp   []draw
+	count []int32
 }
 
 type draw struct {
 	pri float64
 	src int
+	k   int // the source's draw index
 }
 
-// drawHeap is a binary min-heap of each source's next draw, by priority
-// then source: written out rather than through container/heap, whose
-// interface calls cost a 1,000-source mixture a fifth of its Fill.
-type drawHeap []draw
-
-func (h drawHeap) less(a, b int) bool {
-	return h[a].pri < h[b].pri || (h[a].pri == h[b].pri && h[a].src < h[b].src)
-}
-
-func (h drawHeap) down(i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		j := l
-		if r := l + 1; r < len(h) && h.less(r, l) {
-			j = r
-		}
-		if !h.less(j, i) {
-			return
-		}
-		h[i], h[j] = h[j], h[i]
-		i = j
+// next is the draw at the cursor's position, as its source and that
+// source's draw index; the cursor moves on one.
+func (c *cursor) next() (src, draw int) {
+	if c.at == len(c.buf) {
+		c.window()
 	}
+	d := &c.buf[c.at]
+	c.at++
+	c.q++
+	return d.src, d.k
+}
+
+// window takes the next window's draws into buf, in order. It starts at
+// the least priority not taken yet, so it holds at least that draw, and
+// every draw of lower priority has been taken before.
+func (c *cursor) window() {
+	s := c.s
+	lo := math.Inf(1)
+	for i, k := range c.gen {
+		lo = min(lo, s.priority(i, k))
+	}
+	hi := lo + c.width
+	if hi <= lo {
+		hi = math.Nextafter(lo, math.Inf(1)) // priorities too large to add the width: the draws at lo
+	}
+	c.tmp = c.tmp[:0]
+	for i, k := range c.gen {
+		for ; ; k++ {
+			p := s.priority(i, k)
+			if p >= hi {
+				break
+			}
+			c.tmp = append(c.tmp, draw{pri: p, src: i, k: k})
+		}
+		c.gen[i] = k
+	}
+	// Bucket b holds the priorities in [lo + b·(hi-lo)/n, ...): the
+	// index is monotone in the priority (each operation is correctly
+	// rounded), so buckets in turn, each in order, are the window in
+	// order.
+	n := len(c.tmp)
+	scale := float64(n) / (hi - lo)
+	bucket := func(p float64) int { return min(n-1, int((p-lo)*scale)) }
+	if cap(c.count) < n+1 {
+		c.count = make([]int32, n+1)
+	}
+	count := c.count[:n+1]
+	clear(count)
+	for _, d := range c.tmp {
+		count[bucket(d.pri)+1]++
+	}
+	for b := 1; b <= n; b++ {
+		count[b] += count[b-1]
+	}
+	if cap(c.buf) < n {
+		c.buf = make([]draw, n)
+	}
+	c.buf, c.at = c.buf[:n], 0
+	for _, d := range c.tmp {
+		b := bucket(d.pri)
+		c.buf[count[b]] = d
+		count[b]++
+	}
+	// The buckets in turn are in order, a bucket's draws not yet: an
+	// insertion sort moves each draw within its bucket only, a draw or
+	// two, by priority then source.
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && before(&c.buf[j], &c.buf[j-1]); j-- {
+			c.buf[j], c.buf[j-1] = c.buf[j-1], c.buf[j]
+		}
+	}
+}
+
+// before orders draws by priority, then source.
+func before(a, b *draw) bool {
+	return a.pri < b.pri || (a.pri == b.pri && a.src < b.src)
 }

@@ -232,3 +232,38 @@ func BenchmarkMixture(b *testing.B) {
 		})
 	}
 }
+
+// The cursor's walk, a window of draws at a time, is the schedule's
+// order as its definition gives it (naive, one position at a time: the
+// source whose count grows from the first p positions to the first p+1),
+// from any position, over weights with ties, of very different sizes and
+// of 1,000 sources.
+func TestMixtureCursorIsTheSchedule(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	many := make([]float64, 1000)
+	for i := range many {
+		many[i] = 1 + 9*r.Float64()
+	}
+	for _, w := range [][]float64{{1}, {1, 1, 2, 0.5, 3, 1}, {1e-6, 1, 1e6}, {0.1, 0.2, 0.3}, many} {
+		s := schedule{w: w}
+		for _, q := range []int{0, 1, 17, 4099, 1 << 20} {
+			c := s.seek(q)
+			cnt, after := make([]int, len(w)), make([]int, len(w))
+			s.counts(q, cnt)
+			for p := q; p < q+3000; p++ {
+				src, k := c.next()
+				s.counts(p+1, after)
+				grew := -1
+				for i := range w {
+					if after[i] != cnt[i] {
+						grew = i
+					}
+				}
+				if src != grew || k != cnt[grew] {
+					t.Fatalf("%d weights, at %d: the cursor drew source %d's draw %d, the schedule source %d's %d", len(w), p, src, k, grew, cnt[grew])
+				}
+				cnt, after = after, cnt
+			}
+		}
+	}
+}
