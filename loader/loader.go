@@ -70,9 +70,11 @@ type Loader struct {
 
 // New starts loading ds in the order of s. Close it when done.
 func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Options) (*Loader, error) {
-	if s.Len() == 0 || ds.Len() == 0 {
-		return nil, fmt.Errorf("loader: sampler has no positions: %w", dataset.ErrEmpty)
+	if ds.Len() == 0 {
+		return nil, fmt.Errorf("loader: dataset has no records: %w", dataset.ErrEmpty)
 	}
+	// An order of no positions (a part with nothing left of the epoch it
+	// resumes) delivers no batch: its epochs end at once.
 	hints := storage.HintsOf(ds.Object(0))
 	opts, err := opts.withDefaults(hints)
 	if err != nil {
@@ -189,6 +191,10 @@ func (l *Loader) plan() error {
 		return nil
 	}
 	bs := l.Batches()
+	if bs.Len == 0 {
+		l.complete.Store(true)
+		return nil
+	}
 	if bs.Count() == 0 {
 		return fmt.Errorf("loader: %d records make no batch of %d with drop_last: %w", bs.Len, bs.Size, dataset.ErrEmpty)
 	}
