@@ -45,10 +45,13 @@ type Job struct {
 	// job reads.
 	generations int
 	auto        *Auto // the order sampler auto chose
-	started     time.Time
-	once        sync.Once
-	closed      atomic.Bool // Close was called: Next gives no more batches
-	epoch       int         // of the last batch Next gave, -1 before the first
+	// delivered, for the rest of a shared order's epoch, is what its
+	// plan's places delivered, as one state (share.EncodeDelivered).
+	delivered []byte
+	started   time.Time
+	once      sync.Once
+	closed    atomic.Bool // Close was called: Next gives no more batches
+	epoch     int         // of the last batch Next gave, -1 before the first
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
@@ -108,9 +111,11 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	if j.smp, err = j.order(ctx, subset, key); err != nil {
 		return fail(err)
 	}
-	if len(j.shares) > 0 {
-		// A member covers its own part (rank and worker): no stride.
+	if len(j.shares) > 0 || j.delivered != nil {
+		// A member (or a rest) covers its own part (rank and worker): no stride.
 		lopts.BatchStride, lopts.BatchOffset = 1, 0
+	}
+	if len(j.shares) > 0 {
 		if lopts.Prefetch == 0 {
 			// A shared job reads ahead little, and not before it is asked:
 			// records it is given while ahead of its consumer, before
@@ -323,6 +328,9 @@ type Description struct {
 	Generations int
 	// Auto is the order sampler auto chose.
 	Auto *Auto
+	// Delivered, for the rest of a shared order's epoch, is what the
+	// places it was opened with delivered, as one state.
+	Delivered []byte
 }
 
 // Describe describes the job as it opened.
@@ -339,7 +347,7 @@ func (j *Job) Describe() Description {
 	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
 		d.Offsets = c.Offsets()
 	}
-	d.Generations, d.Auto = j.generations, j.auto
+	d.Generations, d.Auto, d.Delivered = j.generations, j.auto, j.delivered
 	_, stream := j.l.Place()
 	d.Stream = stream
 	return d

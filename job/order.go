@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 // defaultPageWindow is the block window of a dataset's own blocks.
@@ -36,23 +38,119 @@ func (j *Job) order(ctx context.Context, subset *roaring.Bitmap, key func(int) c
 		return j.mixture(smpCfg, subset)
 	}
 	if plan.Share && (smpCfg.Kind == "" || smpCfg.Kind == "global") {
-		// Ranks and DataLoader workers split the subset by a hash of the
-		// id: a shared order is no function of position to cut.
+		// Ranks and DataLoader workers are dealt parts of the subset (or
+		// of the rest of an epoch resumed on another topology): a shared
+		// order is no function of position to cut.
+		if len(plan.Delivered) > 0 {
+			var err error
+			if subset, err = j.rest(subset, ds.Len()); err != nil {
+				return nil, err
+			}
+		}
 		mine := j.part(smpCfg, subset, ds.Len())
+		if j.delivered != nil && mine.IsEmpty() {
+			// Of this part, every record was delivered: the rest holds none.
+			return sampler.Sequential{}, nil
+		}
+		if mine != nil && mine.IsEmpty() {
+			return nil, fmt.Errorf("%w: this rank's part of the subset holds no record", dataset.ErrEmpty)
+		}
 		m, err := j.join(j.src, key, mine, plan.Loader.Epoch)
 		if err == nil {
-			if mine != nil && mine.IsEmpty() {
-				return nil, fmt.Errorf("%w: this rank's part of the subset holds no record", dataset.ErrEmpty)
-			}
 			return m, nil
 		}
 		slog.Info("job not shared", "reason", err)
+		if j.delivered != nil {
+			// Alone, the rest is its own uniform order over this part's
+			// records not delivered: still each once.
+			own := smpCfg
+			own.Rank, own.World = 0, 1
+			smp, err := ownOrder(own, ds, mine)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", errSpec, err)
+			}
+			return smp, nil
+		}
 	}
 	smp, err := ownOrder(smpCfg, ds, subset)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
 	}
 	return smp, nil
+}
+
+// rest is subset (every record of n, if nil) less the records the plan's
+// places delivered of its epoch, which it keeps in j.delivered as one
+// state: a shared order's epoch resumed on another topology (any number
+// of ranks and workers) is a uniform order of what is left, since a
+// uniform permutation's rest, given the records before it, is a uniform
+// permutation of the others. A place past the epoch delivered its whole
+// part, dealt from what its run began with: subset, less what a rest's
+// run was opened without (the set its places carry, EncodeDelivered's).
+func (j *Job) rest(subset *roaring.Bitmap, n int) (*roaring.Bitmap, error) {
+	epoch := j.plan.Loader.Epoch
+	all := subset
+	if all == nil {
+		all = roaring.New()
+		all.AddRange(0, uint64(n))
+	}
+	done, before := roaring.New(), roaring.New()
+	var whole []*wire.Part
+	for k, st := range j.plan.Delivered {
+		if p := st.Part; p != nil && st.Epoch > epoch && len(st.Sampler) == 0 {
+			whole = append(whole, p)
+			continue
+		}
+		if len(st.Sampler) == 0 {
+			if st.Epoch > epoch || (st.Epoch == epoch && st.Batch > 0) || len(st.Skip) > 0 {
+				return nil, specErr("delivered: place %d (epoch %d, batch %d) says what it delivered of epoch %d without its sampler state or whose part it is", k, st.Epoch, st.Batch, epoch)
+			}
+			continue // a part that had delivered nothing of the epoch
+		}
+		s, err := share.Delivered(st.Sampler)
+		if err != nil {
+			return nil, fmt.Errorf("%w: delivered: place %d: %w", errSpec, k, err)
+		}
+		switch {
+		case s.Epoch < epoch:
+			continue // the end of the epoch before: nothing of this one
+		case s.Epoch > epoch:
+			return nil, specErr("delivered: place %d is in epoch %d, past the rest of epoch %d", k, s.Epoch, epoch)
+		}
+		set := s.Set()
+		if s.Size == 0 {
+			// What a rest's run was opened without: its parts were dealt
+			// from the others.
+			for _, id := range set {
+				before.Add(uint32(id))
+			}
+		}
+		for _, id := range set {
+			done.Add(uint32(id))
+		}
+		// Of the tail an opportunistic window took, the records its
+		// batches delivered are the place's skip; the others were not.
+		for _, id := range st.Skip {
+			if !slices.Contains(s.Order, id) {
+				return nil, specErr("delivered: place %d skips record %d, which its order did not take", k, id)
+			}
+			done.Add(uint32(id))
+		}
+	}
+	if !done.IsEmpty() && int(done.Maximum()) >= n {
+		return nil, specErr("delivered: record %d, of a dataset of %d (the places are of other data)", done.Maximum(), n)
+	}
+	if len(whole) > 0 {
+		dealt := roaring.AndNot(all, before)
+		for _, p := range whole {
+			done.Or(part(dealt, n, p.Rank, p.World, p.Worker, p.Workers, p.DropLast))
+		}
+	}
+	var err error
+	if j.delivered, err = share.EncodeDelivered(epoch, done); err != nil {
+		return nil, err
+	}
+	return roaring.AndNot(all, done), nil
 }
 
 // ownOrder is cfg's order over ds's records, or over its subset (of ds's
@@ -78,10 +176,10 @@ func ownOrder(cfg sampler.Config, ds dataset.Dataset, subset *roaring.Bitmap) (s
 }
 
 // part is this rank's and DataLoader worker's part of subset (every
-// record of n, if nil) when the job is shared: a hash of the id splits it.
+// record of n, if nil) when the job is shared, dealt as part deals it.
 func (j *Job) part(cfg sampler.Config, subset *roaring.Bitmap, n int) *roaring.Bitmap {
 	stride := max(1, j.plan.Loader.BatchStride)
-	return part(subset, n, cfg.Rank*stride+j.plan.Loader.BatchOffset, max(1, cfg.World)*stride)
+	return part(subset, n, cfg.Rank, max(1, cfg.World), j.plan.Loader.BatchOffset, stride, cfg.RankDropLast)
 }
 
 // join makes the job a member of src's share group over its part mine,
@@ -188,7 +286,7 @@ func (j *Job) mixture(cfg sampler.Config, subset *roaring.Bitmap) (sampler.Sampl
 
 // shareSources puts in srcs, for each source, a member of the source's
 // share group over this rank's and worker's part of the source's records
-// (locals[k], nil for all) split by a hash of the id, as a shared job's.
+// (locals[k], nil for all) dealt as a shared job's (part).
 // A member starts at the source's own epoch the mixture's schedule has
 // reached at the job's start.
 func (j *Job) shareSources(cfg sampler.Config, locals []*roaring.Bitmap, srcs []sampler.Sampler) error {

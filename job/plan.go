@@ -138,7 +138,7 @@ var Options = []Option{
 		int: func(s *wire.JobSpec) int64 { return int64(s.World) }},
 	{Name: "rank_drop_last", Kind: "bool", Group: "order", Default: "false", Doc: "DistributedSampler's drop_last: ranks drop the tail instead of padding"},
 	{Name: "share", Kind: "bool", Group: "order", Default: "false",
-		Doc: "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared"},
+		Doc: "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared (a global shuffle's: another order reads alone)"},
 	{Name: "batch_size", Kind: "int", Group: "batches", Min: 1, Max: loader.MaxBatchSize, Default: fmt.Sprint(DefaultBatchSize),
 		Doc: "records per batch", int: func(s *wire.JobSpec) int64 { return int64(s.BatchSize) }},
 	{Name: "drop_last", Kind: "bool", Group: "batches", Default: "false", Doc: "DataLoader's drop_last: drop the last short batch"},
@@ -165,6 +165,8 @@ var Options = []Option{
 	{Name: "sampler_state", Kind: "bytes", Group: "place", Max: 1 << 28, Default: "none", Doc: "a stream order's saved state (from a batch's state)"},
 	{Name: "skip", Kind: "ids", Group: "place", Max: loader.MaxWindow * loader.MaxBatchSize, Default: "none",
 		Doc: "records of the opportunistic window already delivered"},
+	{Name: "delivered", Kind: "states", Group: "place", Max: maxDelivered, Default: "none",
+		Doc: "the places in epoch of every part (rank, worker) of a shared order's run, of any topology: the job is the rest of that epoch without the records they delivered (one epoch)"},
 }
 
 // Plan is a checked spec: what to open, in which order, how loaded.
@@ -189,6 +191,9 @@ type Plan struct {
 	// AutoOrder, the order it chose before, read again.
 	MinRandomness float64
 	AutoOrder     *wire.AutoOrder
+	// Delivered are the places of the parts of a shared order's run in
+	// the epoch the job opens at: the job is that epoch's rest.
+	Delivered []wire.State
 }
 
 // ErrSpec marks an error in what a spec asked for.
@@ -342,7 +347,17 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		a := *o
 		c.AutoOrder = &a
 	}
-	if spec.Start > 0 && (spec.Epochs != 1 || (spec.Share != nil && *spec.Share) || spec.Opportunistic > 1 || len(spec.SamplerState) > 0 ||
+	// Jobs sample dependently in a global shuffle only (Joader's sampling
+	// is of uniform orders): share with another order reads alone, as the
+	// Python client's _shared says too.
+	c.Share = spec.Share != nil && *spec.Share && (kind == "" || kind == "global")
+	if len(spec.Delivered) > 0 {
+		if err := checkDelivered(spec, c.Share); err != nil {
+			return c, err
+		}
+		c.Delivered = spec.Delivered
+	}
+	if spec.Start > 0 && (spec.Epochs != 1 || c.Share || spec.Opportunistic > 1 || len(spec.SamplerState) > 0 ||
 		!(sampler.Positional(kind) || kind == "auto")) {
 		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of an order that is a function of position: not shared, not opportunistic, no saved stream state", spec.Start)
 	}
@@ -378,8 +393,34 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	}
 	c.Memory = spec.MemoryBytes
 	c.Transform = spec.Transform
-	c.Share = spec.Share != nil && *spec.Share
 	return c, nil
+}
+
+// maxDelivered bounds the places a rest of an epoch is given: 8 ranks of
+// 64 workers each, and the set the rest before it delivered.
+const maxDelivered = 8*64 + 1
+
+// checkDelivered checks the places a shared order's rest of an epoch
+// leaves out: of one epoch of a shared global order, each small enough.
+func checkDelivered(spec *wire.JobSpec, shared bool) error {
+	total := 0
+	for k, st := range spec.Delivered {
+		total += len(st.Sampler) + 8*len(st.Skip)
+		if p := st.Part; p != nil && (p.World < 1 || p.World > maxWorld || p.Rank < 0 || p.Rank >= p.World ||
+			p.Workers < 1 || p.Workers > maxWorld || p.Worker < 0 || p.Worker >= p.Workers) {
+			return specErr("delivered: place %d's part (rank %d of %d, worker %d of %d) is out of bounds (at most %d ranks of %d workers)",
+				k, p.Rank, p.World, p.Worker, p.Workers, maxWorld, maxWorld)
+		}
+	}
+	switch {
+	case len(spec.Delivered) > maxDelivered || total > 1<<28:
+		return specErr("delivered: %d places of %d bytes, at most %d places of 256 MiB", len(spec.Delivered), total, maxDelivered)
+	case !shared || len(spec.Mixture) > 0 || spec.Start > 0:
+		return specErr("delivered (the places of a shared order's parts) takes a shared global order of one dataset: a shared mixture resumes on the topology it was saved on, and an order that is a function of position resumes from its position (start)")
+	case spec.Epochs != 1:
+		return specErr("delivered: the rest of one epoch (epochs 1); the next is a job of its own")
+	}
+	return nil
 }
 
 func checkPaths(paths []string) error {

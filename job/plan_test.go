@@ -93,3 +93,24 @@ func TestStartNeedsOneEpochOfAPositionalOrder(t *testing.T) {
 		}
 	}
 }
+
+// Jobs share a global shuffle only: share with another order reads alone,
+// so a place in it is a position, as the Python client's _shared says.
+func TestShareIsOfTheGlobalOrder(t *testing.T) {
+	yes := true
+	for _, c := range []struct {
+		sampler string
+		shuffle bool
+		shared  bool
+	}{{"", true, true}, {"global", true, true}, {"global", false, true}, {"", false, false},
+		{"block", true, false}, {"buffered", true, false}, {"sequential", true, false}, {"auto", true, false}} {
+		s := wire.JobSpec{Paths: []string{"/x"}, BatchSize: 8, Sampler: c.sampler, Shuffle: c.shuffle, Share: &yes}
+		p, err := Check(&s)
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		if p.Share != c.shared {
+			t.Errorf("sampler %q, shuffle %v: shared %v, want %v", c.sampler, c.shuffle, p.Share, c.shared)
+		}
+	}
+}

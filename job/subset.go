@@ -265,39 +265,6 @@ func npyIDs(name string, b []byte) ([]int, error) {
 	return ids, nil
 }
 
-// part keeps the ids of subset (all n records if nil) that fall to part
-// k of parts, by a hash of the id: how shared jobs split among ranks and
-// DataLoader workers, whose orders are not functions of position to cut.
-func part(subset *roaring.Bitmap, n, k, parts int) *roaring.Bitmap {
-	if parts <= 1 {
-		return subset
-	}
-	out := roaring.New()
-	keep := func(id uint32) {
-		if int(mixID(id)%uint64(parts)) == k {
-			out.Add(id)
-		}
-	}
-	if subset == nil {
-		for id := range n {
-			keep(uint32(id))
-		}
-		return out
-	}
-	it := subset.Iterator()
-	for it.HasNext() {
-		keep(it.Next())
-	}
-	return out
-}
-
-func mixID(id uint32) uint64 {
-	z := uint64(id) + 0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
 // subsetSampler is a sampler over a subset of records: base orders
 // positions 0..|ids|-1, which name ids.
 type subsetSampler struct {

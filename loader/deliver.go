@@ -177,7 +177,12 @@ func (l *Loader) save(mark any, batch int) ([]byte, error) {
 	type saverFrom interface {
 		SaveFrom(mark any, from int) ([]byte, error)
 	}
-	if step := l.window(); step > 1 {
+	if step := l.window(); step > 1 && batch%step != 0 {
+		// Inside a window (batch > 0, so the window holding the batch
+		// before is of the place's epoch): its records are the tail. On a
+		// window's boundary, or at an epoch's start (after the last batch
+		// of the epoch before, whose mark it has), every record taken was
+		// delivered.
 		if sf, ok := l.stateful.(saverFrom); ok {
 			bs := l.Batches()
 			from := bs.Len

@@ -459,7 +459,7 @@ func (m *Member) SaveFrom(mark any, from int) ([]byte, error) {
 		m.g.mu.Unlock()
 		return nil, fmt.Errorf("shared sampler: the records delivered up to position %d of epoch %d are no longer kept (the job is at epoch %d)", mk.pos, mk.epoch, m.epoch)
 	}
-	if from < 0 || from > len(seq) || mk.epoch != m.epoch {
+	if from < 0 || from > len(seq) {
 		from = len(seq)
 	}
 	bm := roaring.New()
@@ -480,43 +480,95 @@ func (m *Member) SaveFrom(mark any, from int) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// Restore continues an epoch without the records a saved state delivered.
-func (m *Member) Restore(state []byte) (int, int, error) {
+// Saved is what a saved state says was delivered of its epoch.
+type Saved struct {
+	Epoch int
+	// Size is the records per epoch of the job that saved it; 0 for a set
+	// of records delivered by several (EncodeDelivered's).
+	Size int
+	// Order is the records delivered, those of the state's set in id
+	// order, then its tail's as they were taken.
+	Order []int
+	// Tail is how many of Order are the tail: records an opportunistic
+	// window took, not all of them delivered (the place's skip says which).
+	Tail int
+}
+
+// Set is the records of Order before the tail: delivered, every one.
+func (s Saved) Set() []int { return s.Order[:len(s.Order)-s.Tail] }
+
+// Delivered decodes a saved state: a member's (Save's), or a set of
+// records delivered by several jobs (EncodeDelivered's).
+func Delivered(state []byte) (Saved, error) {
+	var s Saved
 	var r *bytes.Reader
-	var epoch, pos, size, ntail int
+	var pos int
 	var err error
 	switch {
 	case bytes.HasPrefix(state, []byte(memberMagic)):
 		r = bytes.NewReader(state[len(memberMagic):])
-		_, err = fmt.Fscanf(r, "%d %d %d %d\n", &epoch, &pos, &size, &ntail)
+		_, err = fmt.Fscanf(r, "%d %d %d %d\n", &s.Epoch, &pos, &s.Size, &s.Tail)
 	case bytes.HasPrefix(state, []byte(memberMagicV1)):
 		r = bytes.NewReader(state[len(memberMagicV1):])
-		_, err = fmt.Fscanf(r, "%d %d %d\n", &epoch, &pos, &size)
+		_, err = fmt.Fscanf(r, "%d %d %d\n", &s.Epoch, &pos, &s.Size)
+	case bytes.HasPrefix(state, []byte(setMagic)):
+		r = bytes.NewReader(state[len(setMagic):])
+		_, err = fmt.Fscanf(r, "%d %d\n", &s.Epoch, &pos)
 	default:
-		return 0, 0, fmt.Errorf("shared sampler: %w", sampler.ErrState)
+		return s, fmt.Errorf("shared sampler: %w", sampler.ErrState)
 	}
-	if err != nil || size != m.size || pos < 0 || pos > size || epoch < 0 || ntail < 0 || ntail > pos {
-		return 0, 0, fmt.Errorf("shared sampler: %w (saved for %d records, this job has %d)", sampler.ErrState, size, m.size)
+	if err != nil || pos < 0 || s.Epoch < 0 || s.Tail < 0 || s.Tail > pos || pos > math.MaxInt32 || s.Size < 0 {
+		return s, fmt.Errorf("shared sampler: %w (its header)", sampler.ErrState)
 	}
 	done := roaring.New()
-	if _, err := done.ReadFrom(r); err != nil || int(done.GetCardinality()) != pos-ntail {
-		return 0, 0, fmt.Errorf("shared sampler: %w (delivered set)", sampler.ErrState)
+	if _, err := done.ReadFrom(r); err != nil || int(done.GetCardinality()) != pos-s.Tail {
+		return s, fmt.Errorf("shared sampler: %w (delivered set)", sampler.ErrState)
 	}
-	order := make([]int, 0, pos)
+	s.Order = make([]int, 0, pos)
 	it := done.Iterator()
 	for it.HasNext() {
-		order = append(order, int(it.Next()))
+		s.Order = append(s.Order, int(it.Next()))
 	}
-	for range ntail {
+	for range s.Tail {
 		e, err := binary.ReadUvarint(r)
 		if err != nil || e > math.MaxInt32 || done.Contains(uint32(e)) {
-			return 0, 0, fmt.Errorf("shared sampler: %w (the records taken last)", sampler.ErrState)
+			return s, fmt.Errorf("shared sampler: %w (the records taken last)", sampler.ErrState)
 		}
 		done.Add(uint32(e))
-		order = append(order, int(e))
+		s.Order = append(s.Order, int(e))
 	}
-	if int(done.GetCardinality()) != pos {
-		return 0, 0, fmt.Errorf("shared sampler: %w (a record taken twice)", sampler.ErrState)
+	return s, nil
+}
+
+// setMagic heads a set of records delivered of an epoch by any number of
+// jobs (the parts of a run on another topology): "RFSET1\x00",
+// "epoch count\n", then the set (a roaring bitmap).
+const setMagic = "RFSET1\x00"
+
+// EncodeDelivered is the state of a set of records delivered of epoch,
+// which Delivered reads back.
+func EncodeDelivered(epoch int, done *roaring.Bitmap) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(setMagic)
+	fmt.Fprintf(&b, "%d %d\n", epoch, done.GetCardinality())
+	if _, err := done.WriteTo(&b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Restore continues an epoch without the records a saved state delivered.
+func (m *Member) Restore(state []byte) (int, int, error) {
+	s, err := Delivered(state)
+	if err != nil {
+		return 0, 0, err
+	}
+	if s.Size == 0 && len(s.Order) > 0 {
+		return 0, 0, fmt.Errorf("shared sampler: %w (a set of records delivered by other jobs, not this job's place: open the rest of the epoch without them)", sampler.ErrState)
+	}
+	epoch, order, pos := s.Epoch, s.Order, len(s.Order)
+	if s.Size != m.size || pos > m.size {
+		return 0, 0, fmt.Errorf("shared sampler: %w (saved for %d records, this job has %d)", sampler.ErrState, s.Size, m.size)
 	}
 	g := m.g
 	g.mu.Lock()

@@ -100,6 +100,10 @@ type Msg struct {
 	Generations int `json:"generations,omitempty"`
 	// Auto is the order sampler "auto" chose.
 	Auto *AutoOrder `json:"auto,omitempty"`
+	// Delivered, for the rest of a shared order's epoch, is every record
+	// its spec's states delivered, as one state: the rest's own states
+	// carry it instead of theirs.
+	Delivered []byte `json:"delivered,omitempty"`
 	// DatasetVersion names the version of the dataset's files the job reads: a
 	// client that sees another version on a later open knows the data
 	// changed under it.
@@ -250,6 +254,11 @@ type JobSpec struct {
 	Epochs       int    `json:"epochs,omitempty"`
 	SamplerState []byte `json:"sampler_state,omitempty"`
 	Skip         []int  `json:"skip,omitempty"`
+	// Delivered, if not empty, are the places in Epoch of the parts of a
+	// shared order's run (its ranks' and workers' states, of any
+	// topology): the job is the rest of that epoch, every record they
+	// delivered left out.
+	Delivered []State `json:"delivered,omitempty"`
 }
 
 // SpecFields lists JobSpec's fields by their JSON names, for the tables
@@ -270,6 +279,21 @@ type State struct {
 	Batch   int    `json:"batch"`
 	Sampler []byte `json:"sampler_state,omitempty"`
 	Skip    []int  `json:"skip,omitempty"`
+	// Part, in a place of a shared order's run (JobSpec.Delivered), says
+	// whose place it is. A place past the epoch the rest opens at
+	// delivered the whole of its part of that epoch, which only its part
+	// names: such a place carries no sampler state of that epoch.
+	Part *Part `json:"part,omitempty"`
+}
+
+// Part is a rank's DataLoader worker's part of a shared order (Workers
+// is 1 with none); DropLast is the run's rank_drop_last, which sizes it.
+type Part struct {
+	Rank     int  `json:"rank"`
+	World    int  `json:"world"`
+	Worker   int  `json:"worker"`
+	Workers  int  `json:"workers"`
+	DropLast bool `json:"drop_last,omitempty"`
 }
 
 // MixSource is one source of a mixture: its files and weight.

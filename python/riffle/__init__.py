@@ -6,9 +6,9 @@ record bytes into arrays.
 """
 
 from .client import (Batch, DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed, Loader, MemoryBudget,
-                     PathNotFound, RiffleError, connect, default_socket)
+                     PathNotFound, RiffleError, connect, default_socket, merge_states)
 from . import decode
 
 __all__ = ["Batch", "DaemonGone", "DataChanged", "DataError", "InvalidSpec", "JobClosed", "Loader", "MemoryBudget",
-           "PathNotFound", "RiffleError", "connect", "decode", "default_socket"]
+           "PathNotFound", "RiffleError", "connect", "decode", "default_socket", "merge_states"]
 __version__ = "0.2.0"

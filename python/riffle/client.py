@@ -22,6 +22,7 @@ import base64
 import errno
 import collections
 import gc
+import json
 import math
 import mmap
 import os
@@ -74,12 +75,133 @@ class DataChanged(DataError):
     """The data changed since the job opened it: build a new loader to read it as it is now."""
 
 
-def _positional(options: dict) -> bool:
+def _shared(options: dict, shuffle: bool = True) -> bool:
+    """Whether these options (a spec, or a loader's keywords) ask for a shared order: ``share`` with the global
+    shuffle, the one order jobs sample dependently (job.Check's rule); another order with ``share`` reads alone."""
+    kind = options.get("sampler")
+    return bool(options.get("share")) and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False))
+
+
+def _positional(options: dict, shuffle: bool = True) -> bool:
     """Whether the order these options (a spec, or a loader's keywords: the same names) ask for is a function of
     (seed, epoch, position), so that a place in it is a position any topology resumes from (auto picks a global or
     a block order)."""
-    return (not options.get("share") and int(options.get("opportunistic") or 1) <= 1
+    return (not _shared(options, shuffle) and int(options.get("opportunistic") or 1) <= 1
             and options.get("sampler") in (None, "global", "block", "sequential", "buffered", "reservoir", "auto"))
+
+
+def _rest(state: dict, world: int, workers: int | None = None) -> bool:
+    """Whether a shared order's state resumes as the rest of its epoch: it is one already, or it was saved on
+    another topology (ranks, or DataLoader workers: ``workers`` is this run's, None if not asked)."""
+    def any_delivered(st: dict) -> bool:
+        return bool(st.get("delivered")) or any(any_delivered(r) for r in (st.get("workers") or {}).values())
+    saved_workers = int(state.get("num_workers", 0)) if "workers" in state else 0
+    return ("ranks" in state or any_delivered(state) or int(state.get("world", world)) != world
+            or (workers is not None and max(1, saved_workers) != max(1, workers)))
+
+
+def _own(state: dict, world: int, rank: int, workers: int | None = None) -> dict:
+    """Of every rank's states merged, this rank's own, when the run goes on on the topology that saved them and
+    not in the rest of an epoch: it resumes as it was. Any other state as it is."""
+    if "ranks" not in state or int(state.get("world", world)) != world:
+        return state
+    own = state["ranks"].get(str(rank))
+    if own is None or any(_rest(st, world, workers) for st in state["ranks"].values()):
+        return state
+    return own
+
+
+def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False) -> tuple[int, list[dict]]:
+    """A shared order's state as the rest of its epoch: the epoch, and the places of every part (rank, worker) of
+    the run that saved it, whose records the rest leaves out. A uniform permutation's rest, given the records
+    before it, is a uniform permutation of the others, so any topology goes on from them exactly once."""
+    saved = int(state.get("world", world))
+    if "ranks" in state:
+        ranks = {int(r): st for r, st in state["ranks"].items()}
+        if set(ranks) != set(range(saved)):
+            raise ValueError(f"this merged state holds the states of ranks {sorted(ranks)} of {saved}: every rank's "
+                             "is needed to resume a shared order")
+        parts = list(ranks.values())
+    elif saved != world:
+        raise ValueError(f"this state is one rank's of {saved}, and this run has {world}: a shared order's records "
+                         "are split among ranks by the daemons that served them, so resuming on another number of "
+                         "ranks needs every rank's state: save each (or state_dict(all_ranks=True) in riffle.torch) "
+                         "and pass riffle.merge_states([...])")
+    else:
+        _check_rank(state, rank)
+        parts = [state]
+    # Each role (a rank's DataLoader worker, or the rank) and whose part it is.
+    roles = []
+    for p in parts:
+        whose = {"rank": int(p.get("rank", 0) or 0), "world": saved, "drop_last": bool(drop_last)}
+        if "workers" in p:
+            k = int(p.get("num_workers", len(p["workers"])))
+            roles += [(r, dict(whose, worker=int(w), workers=k)) for w, r in p["workers"].items()]
+        else:
+            roles.append((p, dict(whose, worker=0, workers=1)))
+    epoch = min(int(r["epoch"]) for r, _ in roles)
+    places, seen, progress = [], set(), False
+    for r, part in roles:
+        own = []
+        if r.get("sampler_state"):
+            own = [{"epoch": int(r["epoch"]), "batch": int(r["batch"]), "sampler_state": r["sampler_state"],
+                    "skip": list(r.get("skip") or []), "part": part}]
+        elif int(r["epoch"]) > epoch:
+            # Past the epoch: this part delivered all of its records of it, which only whose part it is names (of
+            # a rest, dealt from what its run was opened without: the places it ended with say what).
+            own = [{"epoch": int(r["epoch"]), "batch": 0, "part": part}] + list(r.get("ended") or [])
+        elif int(r.get("batch", 0)) > 0:
+            raise ValueError(f"a place in epoch {epoch} (batch {r['batch']}) without its sampler state: it was taken "
+                             "after its job closed; call state_dict() while iterating")
+        progress = progress or bool(own)
+        for p in list(r.get("delivered") or []) + own:
+            key = json.dumps(p, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                places.append(p)
+    if progress and saved > 1 and "ranks" not in state:
+        # Every rank at the start of one rest (the same places) deals it alike; past it, each rank's own progress
+        # is needed to deal the rest again.
+        raise ValueError(f"this state is one rank's of {saved}, of a shared order on another number of DataLoader "
+                         "workers (or in the rest of an epoch resumed so): the rest of its epoch is dealt to the "
+                         "ranks from what every rank delivered, so it needs every rank's state: "
+                         "state_dict(all_ranks=True) in riffle.torch, or riffle.merge_states([...])")
+    return epoch, places
+
+
+def _check_rank(state: dict, rank: int) -> None:
+    """Refuse another rank's state of a shared order: its ranks read other records."""
+    if state.get("rank") is not None and "ranks" not in state and int(state["rank"]) != rank:
+        raise ValueError(f"this state is rank {state['rank']}'s, and this loader is rank {rank}: a shared order's "
+                         "ranks read other records; load each rank's own state (or riffle.merge_states of them all)")
+
+
+def merge_states(states: Sequence[dict]) -> dict:
+    """Every rank's ``state_dict()`` of one step as one state, which any number of ranks and DataLoader workers
+    resumes from. An order that is a function of position needs only one rank's state; a shared order's ranks read
+    records their daemons chose, so a resume on another number of ranks needs them all."""
+    states = list(states)
+    if not states:
+        raise ValueError("merge_states: no states")
+    world = int(states[0].get("world", 1))
+    ranks = {}
+    for k, st in enumerate(states):
+        if int(st.get("world", 1)) != world or st.get("seed") != states[0].get("seed"):
+            raise ValueError(f"merge_states: state {k} is of another run (world {st.get('world')}, seed {st.get('seed')})")
+        if "ranks" in st:
+            ranks.update({int(r): v for r, v in st["ranks"].items()})
+            continue
+        r = int(st.get("rank", k))
+        if r in ranks:
+            raise ValueError(f"merge_states: rank {r}'s state given twice")
+        ranks[r] = st
+    if set(ranks) != set(range(world)):
+        raise ValueError(f"merge_states: the states of ranks {sorted(ranks)}, of a world of {world}: give every rank's")
+    out = {k: v for k, v in states[0].items() if k not in ("sampler_state", "skip", "delivered", "workers", "rank",
+                                                          "num_workers", "next_worker")}
+    out["ranks"] = {str(r): ranks[r] for r in sorted(ranks)}
+    out["epoch"] = min(int(st["epoch"]) for st in ranks.values())
+    return out
 
 
 def _check_dataset(state: dict, version: str | None) -> None:
@@ -538,6 +660,7 @@ class _Job:
         self.id = reply["job"]
         self.epoch, self.batch = epoch, batch  # the next batch it delivers
         self.start = start  # the epoch's positions delivered before it, if it is the rest of one
+        self.rest = bool(reply.get("delivered"))  # the rest of a shared order's epoch, without what others delivered
         # Batches it delivers of its first epoch from where it opened, then
         # of each whole epoch: the daemon's counts, never worked out here
         # (the stride of a shared job is the daemon's to decide).
@@ -848,6 +971,15 @@ class Loader:
         # ranks of another topology (an elastic resume): this epoch is the
         # rest of the order, a job of its own.
         self._start = 0
+        # A shared order's epoch resumed on another topology: the places of
+        # the parts of the run before (or, once open, what they delivered,
+        # as the daemon put it in one), whose records this epoch's job, the
+        # rest of it, leaves out.
+        self._delivered: list[dict] | None = None
+        # The places of a rest of an epoch this loader finished, which its
+        # place at the next epoch's start still carries: the rest's parts
+        # were dealt from what they leave out.
+        self._ended: list[dict] | None = None
         self._sampler_state: bytes | None = None
         self._skip: list[int] | None = None
         self._unresolved = False  # the sampler state of this place is still the daemon's
@@ -861,9 +993,9 @@ class Loader:
     # --- epochs and checkpoints ---
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch)."""
-        if epoch != self.epoch or self._batch or self._start:
+        if epoch != self.epoch or self._batch or self._start or self._delivered:
             self.epoch, self._batch, self._sampler_state, self._skip = epoch, 0, None, None
-            self._start, self._unresolved = 0, False
+            self._start, self._unresolved, self._delivered, self._ended = 0, False, None, None
 
     def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
         """A mixture's new weights, from ``epoch`` on: by default the next epoch this loader begins (this one, if
@@ -905,6 +1037,7 @@ class Loader:
             st["position"] = self._start + self._batch * self._world() * self.spec["batch_size"]
         if self._start:
             st["start"] = self._start
+        self._whose(st)
         if self._sampler_state:
             st["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
@@ -918,6 +1051,17 @@ class Loader:
         if self.spec.get("refresh"):
             st.pop("dataset", None)  # it grows by design; the daemon's log keeps each epoch's files
         return st
+
+    def _whose(self, place: dict) -> None:
+        """Put in a place of a shared order whose it is, and, of the rest of an epoch (or at the start of the epoch
+        after one), the places it was opened from."""
+        if not _shared(self.spec):
+            return
+        place["rank"] = int(self.spec.get("rank", 0) or 0)  # merge_states puts every rank's together
+        if self._delivered:
+            place["delivered"] = list(self._delivered)
+        if self._ended and not self._batch:
+            place["ended"] = list(self._ended)
 
     def _world(self) -> int:
         return max(1, int(self.spec.get("world", 1) or 1))
@@ -959,7 +1103,21 @@ class Loader:
                 self._pin(order)
         self._unresolved = False
         self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
+        self._delivered, self._ended = None, None
         world = int(state.get("world", self._world()))
+        if _shared(self.spec):
+            state = _own(state, self._world(), int(self.spec.get("rank", 0) or 0))
+        if _shared(self.spec) and _rest(state, self._world()):
+            # A shared order's epoch on another topology, or the rest of one
+            # already: the rest of the epoch, without every record the
+            # parts' places delivered (the daemon puts them together).
+            self.epoch, places = _rest_places(state, self._world(), int(self.spec.get("rank", 0) or 0),
+                                              bool(self.spec.get("rank_drop_last")))
+            self._batch, self._delivered, self._sampler_state, self._skip = 0, places or None, None, None
+            self._generations = None
+            return
+        if _shared(self.spec):
+            _check_rank(state, int(self.spec.get("rank", 0) or 0))
         if "position" in state and self._positional():
             # Elastic: the place in this topology. A position on a boundary
             # of this topology's global batches is a batch of the whole
@@ -969,8 +1127,9 @@ class Loader:
             self._batch, self._start = (pos // glob, 0) if pos % glob == 0 else (0, pos)
         elif world != self._world():
             raise ValueError(f"this state was saved on {world} ranks and this loader is one of {self._world()}: its "
-                             "order (shared, or opportunistic) resumes only on as many; an order that is a function of position "
-                             "(global, block, sequential, buffered, reservoir) resumes on any number")
+                             "order (opportunistic) resumes only on as many; an order that is a function of position "
+                             "(global, block, sequential, buffered, reservoir) resumes on any number, and a shared "
+                             "one from every rank's state (riffle.merge_states)")
         ss = state.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = list(state["skip"]) if state.get("skip") else None
@@ -1025,7 +1184,8 @@ class Loader:
         """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
         j = self._job
         spec, weights = self._at(self.epoch)
-        if (j is not None and (j.epoch, j.batch, j.start) == (self.epoch, self._batch, self._start) and os.getpid() == j.conn.pid
+        if (j is not None and (j.epoch, j.batch, j.start, j.rest) == (self.epoch, self._batch, self._start, bool(self._delivered))
+                and os.getpid() == j.conn.pid
                 and j.weights == (self._weights_gen, weights) and (self._epochs() < 0 or j.opened_at[0] == self.epoch)):
             return j
         if self._unresolved and j is not None and os.getpid() == j.conn.pid:
@@ -1036,6 +1196,8 @@ class Loader:
             spec["generations"] = self._generations[1]
         if self._start:
             spec.update(start=self._start, epochs=1)  # the rest of one epoch: the next is a job of its own
+        if self._delivered:
+            spec.update(delivered=self._delivered, epochs=1)
         if self._sampler_state:
             spec["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
@@ -1051,6 +1213,9 @@ class Loader:
             finally:
                 for fd in fds:
                     os.close(fd)
+        if reply.get("delivered"):
+            # What the places delivered, as one: the rest's states carry it.
+            self._delivered = [{"epoch": self.epoch, "batch": 0, "sampler_state": reply["delivered"]}]
         self._job = _Job(conn, reply, mm, self.epoch, self._batch, self._start, arena)
         # A job of a mixture reads with one epoch's weights: at a change, the next epoch is a job of its own.
         self._job.weights = (self._weights_gen, weights)
@@ -1213,7 +1378,9 @@ class Loader:
         epoch = self.epoch
         self.epoch, self._batch = int(st.get("epoch", m["epoch"])), int(st.get("batch", m["index"] + 1))
         if self.epoch != epoch:
-            self._start = 0  # the rest of an epoch was one epoch
+            # The rest of an epoch was one epoch; the next one's start still says what it was dealt from.
+            self._ended = self._delivered
+            self._start, self._delivered = 0, None
         ss = st.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = st.get("skip") or None
@@ -1249,6 +1416,7 @@ class Loader:
         if not self._unresolved:
             return self.state_dict()
         j, place = self._job, {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"]}
+        self._whose(place)
 
         def ask() -> dict:
             st = j.state(place["epoch"], place["batch"])

@@ -44,7 +44,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "rank": ("rank", "int", 0, 65535, "0", "this rank, as DistributedSampler's"),
     "world": ("world_size", "int", 0, 65536, "1", "ranks sharing each epoch"),
     "rank_drop_last": ("rank_drop_last", "bool", None, None, "false", "DistributedSampler's drop_last: ranks drop the tail instead of padding"),
-    "share": ("share", "bool", None, None, "false", "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared"),
+    "share": ("share", "bool", None, None, "false", "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared (a global shuffle's: another order reads alone)"),
     "batch_size": ("batch_size", "int", 1, 1048576, "256", "records per batch"),
     "drop_last": ("drop_last", "bool", None, None, "false", "DataLoader's drop_last: drop the last short batch"),
     "prefetch": ("prefetch", "int", 0, 1024, "adaptive (sharing: 2)", "batches read ahead"),
@@ -59,6 +59,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "epochs": ("epochs", "int", -1, 1073741824, "1 (negative: without end)", "epochs to load"),
     "sampler_state": ("sampler_state", "bytes", None, None, "none", "a stream order's saved state (from a batch's state)"),
     "skip": ("skip", "ids", None, None, "none", "records of the opportunistic window already delivered"),
+    "delivered": ("delivered", "states", None, None, "none", "the places in epoch of every part (rank, worker) of a shared order's run, of any topology: the job is the rest of that epoch without the records they delivered (one epoch)"),
 }
 
 # Python keyword -> spec name.

@@ -51,8 +51,8 @@ import torch.utils.data
 
 from . import decode as _decode
 from . import spec
-from .client import (Batch, Loader, RiffleError, _check_dataset, _history, _mixture, _positional, _segments,
-                     _state_weights, _weights_state, _with_weights)
+from .client import (Batch, Loader, RiffleError, _check_dataset, _check_rank, _history, _mixture, _own, _positional, _rest,
+                     _rest_places, _segments, _shared, _state_weights, _weights_state, _with_weights, merge_states)
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
@@ -281,8 +281,23 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return self._topology
 
     # --- state ---
-    def state_dict(self) -> dict[str, Any]:
-        """The place after the last batch delivered: per worker with DataLoader workers."""
+    def state_dict(self, all_ranks: bool = False) -> dict[str, Any]:
+        """The place after the last batch delivered: per worker with DataLoader workers.
+
+        A shared order (``share=True``) under DDP reads on each rank the records its daemon chose, so one rank's
+        state resumes only that rank. ``all_ranks=True`` gathers every rank's through torch.distributed (a
+        collective: call it on every rank) into one state that any number of ranks and workers resumes from;
+        ``riffle.merge_states`` does the same for states saved rank by rank.
+        """
+        st = self._state_dict()
+        if all_ranks and self._where()[1] > 1:
+            import torch.distributed as dist
+            states: list = [None] * self._where()[1]
+            dist.all_gather_object(states, st)
+            st = merge_states(states)
+        return st
+
+    def _state_dict(self) -> dict[str, Any]:
         if self._workers:
             # A role that has delivered nothing this epoch is at its start.
             # DataLoader hands batches over in order, so what was delivered
@@ -301,6 +316,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                    "dataset": self._dataset_version}
             if place.get("position") is not None:
                 out["position"] = place["position"]  # the rank's place, in positions of the epoch: any topology resumes it
+            if _shared(self.loader_kwargs, self.shuffle):
+                out["rank"] = self._where()[0]  # whose part: merge_states puts every rank's together
             return self._with_weights(out)
         if self._ld is not None:
             return self._with_weights(self._ld.state_dict())
@@ -337,7 +354,21 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 self.loader_kwargs["auto_order"] = self._auto_order
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
-        if "position" in state and self._positional():
+        rank, world = self._where()
+        if _shared(self.loader_kwargs, self.shuffle):
+            state = _own(state, world, rank, self._workers)
+        if _shared(self.loader_kwargs, self.shuffle) and _rest(state, world, self._workers):
+            # A shared order on another topology (ranks, workers), or the
+            # rest of an epoch already: every role reads its part of the
+            # rest, without the records the places of the run before
+            # delivered.
+            epoch, places = _rest_places(state, world, rank, self.rank_drop_last)
+            state = {"epoch": epoch, "batch": 0, "seed": state.get("seed", self.seed), "world": world}
+            if places:
+                state.update(delivered=places, rank=rank)
+        elif _shared(self.loader_kwargs, self.shuffle):
+            _check_rank(state, rank)  # the same topology: each rank's own place
+        elif "position" in state and self._positional():
             state = self._placed(state)
         elif int(state.get("world", self._where()[1])) != self._where()[1]:
             raise ValueError(f"this state was saved on {state['world']} ranks and this run has {self._where()[1]}: its "
@@ -385,7 +416,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         """A state saved with other workers, as the rank's one place: for orders that are functions of position."""
         stream = any(st.get("sampler_state") or st.get("skip") for st in state["workers"].values())
         kw = self.loader_kwargs
-        if stream or kw.get("share") or (kw.get("opportunistic") or 1) > 1:
+        if stream or _shared(kw, self.shuffle) or (kw.get("opportunistic") or 1) > 1:
             raise ValueError(
                 f"this state was saved with {state.get('num_workers')} DataLoader workers, and this loader's order "
                 "(shared, or opportunistic) resumes only with as many; an order that is a function of position "
@@ -421,7 +452,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             self._place = {"epoch": epoch + 1, "batch": 0, "position": 0}
 
     def _positional(self) -> bool:
-        return _positional(self.loader_kwargs)
+        return _positional(self.loader_kwargs, self.shuffle)
 
     # --- loading ---
     def _new_loader(self, seed: int, kw: dict) -> Loader:
@@ -544,7 +575,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if not self._workers or torch.utils.data.get_worker_info() is not None:
             return len(self._loader())
         # Each worker's share is its own job's count: the daemon's, for each
-        # role (a shared job's roles split records by a hash, not batches).
+        # role (a shared job's roles are dealt records, not batches).
         total = 0
         for role in range(self._workers):
             ld = self._role_loader(role)
@@ -947,9 +978,9 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
             else:
                 yield item
 
-    def state_dict(self) -> dict[str, Any]:
-        """The place after the last batch delivered (the dataset's)."""
-        return self.dataset.state_dict()
+    def state_dict(self, all_ranks: bool = False) -> dict[str, Any]:
+        """The place after the last batch delivered (the dataset's; see RiffleDataset.state_dict for all_ranks)."""
+        return self.dataset.state_dict(all_ranks)
 
     def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
         """A mixture's new weights from the next epoch (see RiffleDataset.set_weights)."""

@@ -173,3 +173,99 @@ def test_chaos_bounded(tmp_path):
     res = elastic.run(8000, 4, seed=11, max_procs=6, workdir=str(tmp_path), step_s=0.02, kill_after=0.5)
     assert res["duplicates"] == 0 and res["losses"] == 0 and res["backward_states"] == 0, res
     assert res["complete_epochs"] >= 2 and res["mid_epoch_resumes"] >= 1, res
+
+
+def shared_run(path, rank, world, workers, state=None, stop=None):
+    """A rank's batches of a shared order (to `stop`, then its state), or its epoch and then the next."""
+    dl = rt.loader(path, 50, num_workers=workers, seed=5, rank=rank, world_size=world, share=True)
+    if state is not None:
+        dl.load_state_dict(state)
+    out = []
+    for k, b in enumerate(dl):
+        out += [int(i) for i in b.reshape(-1)]
+        if stop is not None and k + 1 == stop:
+            return out, dl.state_dict()
+    return out, [int(i) for b in dl for i in b.reshape(-1)]
+
+
+@pytest.mark.parametrize("before,after", [((1, 2), (1, 0)), ((1, 2), (1, 3)), ((1, 3), (1, 1)), ((2, 2), (3, 1)),
+                                          ((3, 0), (1, 4)), ((2, 1), (2, 2))])
+def test_shared_order_resumes_on_any_topology(daemon, ids, before, after):
+    """A shared order's ranks and workers take records their daemon chose, so a place is the set each delivered:
+    the states of every rank (merge_states, or one rank's own with as many ranks) resume on any number of ranks
+    and workers as the rest of the epoch, each record once (less the pads of equal parts), beside a job sharing the
+    same data; the epoch after is whole."""
+    (w, k), (w2, k2) = before, after
+    other = riffle.Loader(ids, 50, seed=9, share=True)  # shares the group all along
+    beside = iter(other)
+    head, states = [], []
+    for r in range(w):
+        got, st = shared_run(ids, r, w, k, stop=3 + r)
+        next(beside)
+        head += got
+        states.append(st)
+    assert all(st.get("rank") == r for r, st in enumerate(states))
+    merged = riffle.merge_states(states)
+    rest, nxt = [], []
+    for r in range(w2):
+        got, after_rest = shared_run(ids, r, w2, k2, state=states[r] if (w, k) == (w2, k2) or w == 1 else merged)
+        next(beside)
+        rest += got
+        nxt += after_rest
+    counts = collections.Counter(head + rest)
+    assert set(counts) == set(range(N)), f"{N - len(counts)} records lost"
+    # Each run deals its ranks equal parts, as DistributedSampler does: at most world-1 pads.
+    pads = sum(c - 1 for c in counts.values())
+    assert pads <= w - 1 + w2 - 1, f"{pads} records twice"
+    assert set(nxt) == set(range(N)) and len(nxt) - N <= w2 - 1, "the epoch after the rest is not each record once"
+    del beside
+    other.close()
+
+
+def test_shared_order_refuses_a_part_of_its_ranks(daemon, ids):
+    """One rank's state of a shared order does not say what the other ranks delivered: on another number of ranks
+    or of DataLoader workers, or as another rank's, it is refused, naming merge_states, never half applied."""
+    _, st = shared_run(ids, 0, 2, 0, stop=2)
+    with pytest.raises(ValueError, match="merge_states"):
+        rt.loader(ids, 50, seed=5, rank=0, world_size=3, share=True).load_state_dict(st)
+    with pytest.raises(ValueError, match="another number of DataLoader workers.*merge_states"):
+        rt.loader(ids, 50, num_workers=2, seed=5, rank=0, world_size=2, share=True).load_state_dict(st)
+    with pytest.raises(ValueError, match="rank 0's, and this loader is rank 1"):
+        riffle.Loader(ids, 50, seed=5, rank=1, world_size=2, share=True).load_state_dict(st)
+    with pytest.raises(ValueError, match="ranks \\[0\\], of a world of 2"):
+        riffle.merge_states([st])
+
+
+def test_shared_loader_resumes_on_more_ranks(daemon, ids):
+    """riffle.Loader, no torch: two ranks' states of a shared order, merged, resume on three, twice over (a rest of
+    a rest), each record once."""
+    def part(ld, stop):
+        it, got = iter(ld), []
+        for _ in range(stop):
+            got += [int(i) for i in next(it).ids]
+        st = ld.state_dict()
+        del it
+        ld.close()
+        return got, st
+    head, states = [], []
+    for r in range(2):
+        got, st = part(riffle.Loader(ids, 40, seed=3, rank=r, world_size=2, share=True), 4)
+        head += got
+        states.append(st)
+    mid, states3 = [], []
+    for r in range(3):
+        ld = riffle.Loader(ids, 40, seed=3, rank=r, world_size=3, share=True)
+        ld.load_state_dict(riffle.merge_states(states))
+        got, st = part(ld, 2)
+        assert "delivered" in st, st
+        mid += got
+        states3.append(st)
+    tail = []
+    for r in range(2):
+        ld = riffle.Loader(ids, 40, seed=3, rank=r, world_size=2, share=True)
+        ld.load_state_dict(riffle.merge_states(states3))
+        tail += [int(i) for b in ld for i in b.ids]
+        assert ld.epoch == 1
+    counts = collections.Counter(head + mid + tail)
+    assert set(counts) == set(range(N)) and sum(c - 1 for c in counts.values()) <= 2 + 1, \
+        (N - len(counts), sum(c - 1 for c in counts.values()))
