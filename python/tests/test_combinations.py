@@ -1,8 +1,12 @@
 """Features combined: a property test that draws cases from format x sampler
-x share (1-3 concurrent jobs) x a subset (ids=) x DataLoader workers (0-3) x ranks (1-3, by
-environment or by mp.spawn) x a stop and resume at a random batch with
-another worker count and, from rank 0's state, another number of ranks
-(elastic) x transform, runs each as a user would (real
+(sampler="auto" too) x share (1-3 concurrent jobs) x a subset (ids=) x
+DataLoader workers (0-3) x ranks (1-3, by environment or by mp.spawn) x a
+stop and resume at a random batch with another worker count and another
+number of ranks (elastic: from rank 0's state, or, for a shared order, from
+every rank's, gathered by state_dict(all_ranks=True) under mp.spawn and by
+riffle.merge_states otherwise) x transform (libsvm_dense; over JPEGs the
+image transform and random_resized_crop, whose crops are functions of
+seed, epoch and record), runs each as a user would (real
 processes, the real daemon), and checks that every delivered record's bytes
 equal a solo read's and that every epoch is exactly once across the ranks.
 
@@ -33,10 +37,12 @@ N = 600  # records: a multiple of every world size drawn, so no rank is padded
 EPOCHS = 2
 REGRESSIONS = Path(__file__).with_name("combinations.json")
 
-FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixture")
-SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic")
+FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixture", "jpeg")
+SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic", "auto")
 # Orders that are functions of (seed, epoch, position): they resume on any number of workers.
-POSITIONAL = ("global", "block", "sequential", "buffered", "reservoir")
+POSITIONAL = ("global", "block", "sequential", "buffered", "reservoir", "auto")
+# The transforms drawn for a format (None: none).
+TRANSFORMS = {"libsvm": "libsvm_dense:n_features=20", "jpeg": ("image:size=40,crop=32", "random_resized_crop:size=32")}
 
 
 def draw(rng: random.Random) -> dict:
@@ -55,11 +61,16 @@ def draw(rng: random.Random) -> dict:
             "batch": rng.choice((16, 50, 64)),
             "subset": rng.random() < 0.3,
         }
-        elastic = c["sampler"] in POSITIONAL and not c["share"]
+        elastic = elastic_case(c)
         c["resume_workers"] = rng.randint(0, 3) if elastic else c["workers"]
         c["resume_world"] = rng.randint(1, 3) if elastic else c["world"]
-        if c["transform"] and c["format"] != "libsvm":
-            c["transform"] = False
+        t = TRANSFORMS.get(c["format"]) if c["transform"] else None
+        c["transform"] = rng.choice(t) if isinstance(t, tuple) else bool(t)
+        if c["sampler"] == "auto" and (c["share"] or (c["launch"] == "env" and max(c["world"], c["resume_world"]) > 1)
+                                       or c["format"] == "parquet"):
+            # auto's ranks agree on rank 0's choice through a process group; a shared order is global; a Parquet
+            # file's pages make its order, and auto refuses it (asking for the window).
+            continue
         if c["format"] in ("arrow", "parquet") and (c["share"] or c["sampler"] == "opportunistic"):
             continue  # rows are not shared or opportunistic yet (issue 23)
         if c["format"] == "mixture" and c["subset"]:
@@ -71,9 +82,26 @@ def draw(rng: random.Random) -> dict:
         return c
 
 
+def elastic_case(c: dict) -> bool:
+    """Whether a case's state resumes on another topology: an order that is a function of position, or a shared
+    global order (from every rank's places; a shared mixture resumes on its own topology)."""
+    if c["share"]:
+        return c["sampler"] in ("global", "opportunistic") and c["format"] != "mixture"
+    return c["sampler"] in POSITIONAL
+
+
 def make_data(fmt: str, root: Path) -> str:
     rng = np.random.default_rng(11)
     root.mkdir(parents=True, exist_ok=True)
+    if fmt == "jpeg":
+        from PIL import Image
+        for i in range(N):
+            d = root / "jpegs" / f"c{i % 3}"
+            d.mkdir(parents=True, exist_ok=True)
+            w, h = (int(k) for k in rng.integers(36, 90, 2))
+            px = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            Image.fromarray(px).save(d / f"{i:04d}.jpg", quality=85)
+        return str(root / "jpegs")
     if fmt == "mixture":
         # Three sources of a third of the records each, equally weighted:
         # every source's last draw is at the same priority, so an epoch is
@@ -158,7 +186,7 @@ def options(c: dict) -> dict:
     if c["format"] == "fixed":
         kw["record_size"] = 64
     if c["transform"]:
-        kw["transform"] = "libsvm_dense:n_features=20"
+        kw["transform"] = c["transform"] if isinstance(c["transform"], str) else TRANSFORMS[c["format"]]
     s = c["sampler"]
     if s == "opportunistic":
         kw.update(sampler="global", opportunistic=2)
@@ -186,18 +214,22 @@ def source(path) -> dict:
     return {"mixture": path} if isinstance(path, list) else {"paths": path}
 
 
-def reference(path, c: dict) -> dict[int, str]:
+def reference(path, c: dict, seed: int = 0, epoch: int = 0) -> dict[int, str]:
     """Each record's digest from a solo, sequential read of one job alone (of each source alone, for a mixture,
-    its ids after the sources before it)."""
+    its ids after the sources before it); for a random transform, the one of that seed's epoch."""
     kw = {k: v for k, v in options(c).items() if k in ("record_size", "transform")}
     out: dict[int, str] = {}
     first = 0
     for p in ([s for s, _ in path] if isinstance(path, list) else [path]):
-        for b in riffle.Loader(p, 64, sampler="sequential", **kw):
+        for b in riffle.Loader(p, 64, sampler="sequential", seed=seed, epoch=epoch, **kw):
             for i, d in zip(b.ids, digests(b)):
                 out[first + int(i)] = d
         first = len(out)
     return out
+
+
+def random_transform(c: dict) -> bool:
+    return isinstance(c["transform"], str) and c["transform"].startswith("random_")
 
 
 def digests(b) -> list[str]:
@@ -211,6 +243,7 @@ RANK = textwrap.dedent("""
     sys.path.insert(0, {py!r})
     sys.path.insert(0, {tests!r})
     import torch
+    import riffle
     import riffle.torch as rt
     from test_combinations import POSITIONAL, digests, source
 
@@ -238,13 +271,29 @@ RANK = textwrap.dedent("""
                     head.append(unlabel(next(it)))
                 except StopIteration:
                     break
+            # A shared order's ranks each know only their own records: under
+            # mp.spawn they gather every rank's (a collective), else each
+            # saves its own and the resume merges them.
+            gather = case["share"] and case["launch"] == "spawn" and world > 1
             with open(f"{{out}}.head.{{rank}}", "w") as f:
-                json.dump({{"head": head, "state": dl.state_dict(), "done": len(head) >= n0}}, f)
+                json.dump({{"head": head, "state": dl.state_dict(all_ranks=gather), "done": len(head) >= n0}}, f)
+            if case["launch"] == "spawn" and world > 1:
+                dist.destroy_process_group()
             return
         # Resumed as after a kill: a new loader, maybe with other worker and
-        # rank counts; an elastic order from rank 0's state, as users save it.
-        mine = 0 if case["sampler"] in POSITIONAL and not case["share"] else rank
-        saved = json.load(open(f"{{out}}.head.{{mine}}"))
+        # rank counts; an elastic order from rank 0's state, as users save it,
+        # a shared one from every rank's.
+        if case["share"] and case["world"] > 1 and (case["world"] != world or case["workers"] != case["resume_workers"]
+                                                     or case["launch"] == "spawn"):
+            # Every rank's state, merged (gathered already under mp.spawn):
+            # every rank resumes at its epoch, done when all were.
+            heads = [json.load(open(f"{{out}}.head.{{r}}")) for r in range(case["world"])]
+            state = heads[0]["state"]
+            if "ranks" not in state:
+                state = riffle.merge_states([h["state"] for h in heads])
+            saved = {{"state": state, "done": all(h["done"] for h in heads)}}
+        else:
+            saved = json.load(open(f"{{out}}.head.{{0 if case['sampler'] in POSITIONAL and not case['share'] else rank}}"))
         dl = rt.loader(batch_size=case["batch"], num_workers=case["resume_workers"], **source(path), **kw)
         dl.load_state_dict(saved["state"])
         epochs = [[], []]
@@ -254,6 +303,8 @@ RANK = textwrap.dedent("""
                 epochs[e].append(unlabel(batch))
         with open(f"{{out}}.{{rank}}", "w") as f:
             json.dump(epochs, f)
+        if case["launch"] == "spawn" and world > 1:
+            dist.destroy_process_group()  # gloo's threads abort the process if it exits with them
 
     if __name__ == "__main__":
         case = json.load(open({case!r}))[0]
@@ -271,6 +322,9 @@ def run_case(c: dict, tmp: Path) -> None:
     path = make_data(c["format"], tmp / "data")
     ref = reference(path, c)
     assert len(ref) == N
+    # A random transform's outputs are functions of (seed, epoch, record): each job's epoch has its own reference.
+    refs = {(job, e): reference(path, c, 100 + job, e) if random_transform(c) else ref
+            for job in range(c["jobs"]) for e in range(EPOCHS)}
     outs = []
     for phase, world in ((1, c["world"]), (2, c["resume_world"])):
         procs = []
@@ -303,7 +357,7 @@ def run_case(c: dict, tmp: Path) -> None:
             batches += [(r, b) for r in range(c["resume_world"]) for b in json.load(open(f"{out}.{r}"))[e]]
             for r, batch in batches:
                 for rid, d in batch:
-                    assert d == ref[rid], f"{c}: job {job} epoch {e} rank {r}: record {rid}'s bytes are not a solo read's"
+                    assert d == refs[job, e][rid], f"{c}: job {job} epoch {e} rank {r}: record {rid}'s bytes are not a solo read's"
                     seen[rid] = seen.get(rid, 0) + 1
             repeats = sum(k - 1 for k in seen.values())
             want = set(SUBSET if c.get("subset") else range(N))
@@ -311,7 +365,9 @@ def run_case(c: dict, tmp: Path) -> None:
             lost = sorted(want - set(seen))
             # The rest of an epoch resumed on another number of ranks is
             # padded as DistributedSampler pads: at most ranks-1 repeats.
-            pad = c["resume_world"] - 1 if e == 0 and c["resume_world"] != c["world"] else 0
+            # A shared order's rest, resumed from every rank's places on
+            # any topology, deals its ranks equal parts the same way.
+            pad = c["resume_world"] - 1 if e == 0 and (c["resume_world"] != c["world"] or c["share"]) else 0
             assert repeats <= pad and not lost, f"{c}: job {job} epoch {e}: {repeats} repeated, {len(lost)} lost"
 
 
@@ -342,4 +398,5 @@ def test_draws_cover_every_value():
     assert seen["format"] == set(FORMATS) and seen["sampler"] == set(SAMPLERS)
     assert seen["jobs"] == {1, 2, 3} and seen["workers"] == {0, 1, 2, 3} and seen["world"] == {1, 2, 3}
     assert seen["resume_world"] == {1, 2, 3}
-    assert seen["share"] == seen["transform"] == {True, False} and seen["launch"] == {"env", "spawn"}
+    assert seen["share"] == {True, False} and seen["launch"] == {"env", "spawn"}
+    assert seen["transform"] == {True, False, *TRANSFORMS["jpeg"]}
