@@ -18,6 +18,10 @@ import (
 // DecodedBudget bounds the decoded blocks one dataset keeps.
 const DecodedBudget = 64 << 20
 
+// decodedBudget is DecodedBudget, but in tests that make a dataset's
+// blocks outgrow it with a small file (export_test.go).
+var decodedBudget int64 = DecodedBudget
+
 // BlockSizer is a dataset whose blocks are decoded whole into that budget:
 // BlockBytes is the most one block takes decoded. An order that spreads a
 // window of blocks over batches keeps the window's blocks decoded, so the
@@ -27,7 +31,7 @@ type BlockSizer interface {
 }
 
 func newDecodedCache() *cache.Cache {
-	return cache.New(cache.Options{Budget: DecodedBudget, Policy: cache.LRU{}})
+	return cache.New(cache.Options{Budget: decodedBudget, Policy: cache.LRU{}})
 }
 
 // claimWait bounds how long a batch waits for a block another batch

@@ -124,9 +124,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		}
 		lopts.Lazy = true
 	}
-	if rows && (j.tf != nil || len(j.shares) > 0) {
-		return fail(specErr("a dataset of rows (%s) is read without transform= or share=: "+
-			"its rows are put together per batch, not cached or transformed one by one (yet)", inf.Format))
+	if rows && j.tf != nil {
+		return fail(specErr("a dataset of rows (%s) is read without transform=: "+
+			"its rows are put together per batch, not transformed one by one (yet)", inf.Format))
 	}
 	lopts.MemoryBytes = j.memory
 	if lopts.Depth == 0 {

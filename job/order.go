@@ -194,7 +194,16 @@ func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, e
 		out := j.tf.Size()
 		size = func(int) int { return out }
 	}
-	return j.env.groups.join(j, src, j.env.cache, key, size, mine, epoch)
+	c := j.env.cache
+	if _, rows := ds.(dataset.Rows); rows && j.cached() == "" {
+		// A row is no one byte range to keep: jobs on rows share the
+		// dataset's decoded blocks (Parquet pages, compressed Arrow record
+		// batches: one claim/fill/wait cache per dataset), which the rows
+		// they take at the same time lie in. The group reserves no record
+		// items, which no loader of rows fills.
+		c = nil
+	}
+	return j.env.groups.join(j, src, c, key, size, mine, epoch)
 }
 
 // ownBlocks fits cfg to ds: its record size and device block, and, for a
