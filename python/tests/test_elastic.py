@@ -164,7 +164,8 @@ def test_state_of_other_data_is_refused(daemon, ids, tmp_path):
 
 def test_chaos_bounded(tmp_path):
     """bench/elastic.py, bounded: a job killed (SIGKILL, every rank, sometimes the daemon) at random moments and
-    resumed from rank 0's last checkpoint on a random topology, beside two sharing jobs: every epoch exactly once."""
+    resumed from rank 0's last checkpoint on a random topology, beside two sharing jobs: every epoch exactly once,
+    and each rest of an epoch after a resume in a uniform order."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import elastic
@@ -173,6 +174,8 @@ def test_chaos_bounded(tmp_path):
     res = elastic.run(8000, 4, seed=11, max_procs=6, workdir=str(tmp_path), step_s=0.02, kill_after=0.5)
     assert res["duplicates"] == 0 and res["losses"] == 0 and res["backward_states"] == 0, res
     assert res["complete_epochs"] >= 2 and res["mid_epoch_resumes"] >= 1, res
+    assert res["remainders_checked"] >= 1 and res["nonuniform_remainders"] == 0, res
+    assert res["z_cells_pooled"] <= elastic.LIMIT, res
 
 
 def shared_run(path, rank, world, workers, state=None, stop=None):
