@@ -958,7 +958,8 @@ func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
 	return b, nil
 }
 
-func (b *arrowRows) Size() int { return b.plan.Size }
+func (b *arrowRows) Size() int                     { return b.plan.Size }
+func (b *arrowRows) Buffers() []columnar.BufferLoc { return b.plan.Buffers }
 
 // Release gives up the batch's claims if it is not to be assembled.
 func (b *arrowRows) Release() {

@@ -1202,7 +1202,8 @@ func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
 	return b, nil
 }
 
-func (b *pqRows) Size() int { return b.plan.Size }
+func (b *pqRows) Size() int                     { return b.plan.Size }
+func (b *pqRows) Buffers() []columnar.BufferLoc { return b.plan.Buffers }
 
 // Cells are a row's dictionary page and page group in each column, for
 // the pages this batch claimed; none for the others.

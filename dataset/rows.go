@@ -3,6 +3,8 @@ package dataset
 import (
 	"context"
 	"fmt"
+
+	"github.com/riffle-ml/riffle/columnar"
 )
 
 // Rows is implemented by datasets whose records are rows of columns
@@ -49,6 +51,10 @@ type RowBatch interface {
 	// library: each node's length and null count, each buffer's offset
 	// (from Body) and length, and where the body starts.
 	Table() (nodes [][2]int64, buffers [][2]int64, body int)
+	// Buffers are the batch's buffers as planned, before any read: their
+	// places in the body and their lengths (a dictionary's strings, at
+	// most), in the pre-order of the columns' nodes.
+	Buffers() []columnar.BufferLoc
 }
 
 // ReadRows reads rows ids of ds one cell at a time, without a loader, and

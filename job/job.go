@@ -80,7 +80,23 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		if j.tf, j.transform, err = transform.New(plan.Transform); err != nil {
 			return fail(fmt.Errorf("%w: %w", errSpec, err))
 		}
-		if src.parts == nil && !transform.IsRandom(j.tf) {
+		if rs, ok := ds.(dataset.Rows); ok {
+			// A transform of rows reads one column (loader/rowtf.go), named
+			// in its canonical spelling: the default is chosen here.
+			col, err := loader.RowsColumn(rs, transform.Column(plan.Transform))
+			if err == nil {
+				var spec string
+				if spec, err = transform.WithColumn(plan.Transform, col); err == nil {
+					j.tf, j.transform, err = transform.New(spec)
+				}
+			}
+			if err != nil {
+				return fail(fmt.Errorf("%w: %w", errSpec, err))
+			}
+		} else if col := transform.Column(plan.Transform); col != "" {
+			return fail(specErr("transform %s: column=%q names a column of a dataset of rows (Arrow, Parquet, Hugging Face); %s has records",
+				plan.Transform, col, inf.Format))
+		} else if src.parts == nil && !transform.IsRandom(j.tf) {
 			j.usePersisted(ctx)
 			ds, inf = j.src.ds, j.src.ds.Info()
 		}
@@ -124,10 +140,6 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		}
 		lopts.Lazy = true
 	}
-	if rows && j.tf != nil {
-		return fail(specErr("a dataset of rows (%s) is read without transform=: "+
-			"its rows are put together per batch, not transformed one by one (yet)", inf.Format))
-	}
 	lopts.MemoryBytes = j.memory
 	if lopts.Depth == 0 {
 		lopts.Engine = env.engineFor(ds.Object(0))
@@ -135,6 +147,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	lopts.Cache, lopts.CacheKey = env.cache, key
 	if j.tf != nil {
 		lopts.Transform, lopts.Workers = j.tf, env.workers
+		if rows {
+			lopts.Column = transform.Column(j.plan.Transform) // "": the default RowsColumn chose above
+		}
 	}
 	if j.l, err = loader.New(context.Background(), ds, j.smp, lopts); err != nil {
 		return fail(fmt.Errorf("%w: %w", errSpec, err))
@@ -348,6 +363,10 @@ func (j *Job) Describe() Description {
 		d.Offsets = c.Offsets()
 	}
 	d.Generations, d.Auto, d.Delivered = j.generations, j.auto, j.delivered
+	if schema, cols := j.l.RowsOutput(); schema != nil {
+		// A transform of rows puts its outputs in its column's place.
+		d.Info.Schema, d.Info.Columns, d.Columns = schema, cols, cols
+	}
 	_, stream := j.l.Place()
 	d.Stream = stream
 	return d

@@ -195,7 +195,7 @@ func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, e
 		size = func(int) int { return out }
 	}
 	c := j.env.cache
-	if _, rows := ds.(dataset.Rows); rows && j.cached() == "" {
+	if _, rows := ds.(dataset.Rows); rows {
 		// A row is no one byte range to keep: jobs on rows share the
 		// dataset's decoded blocks (Parquet pages, compressed Arrow record
 		// batches: one claim/fill/wait cache per dataset), which the rows

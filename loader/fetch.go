@@ -155,7 +155,9 @@ func (l *Loader) readDone(j *load, i int, err error) {
 			}
 		}
 	}
-	if err != nil || j.failed.Load() || l.tf == nil {
+	if err != nil || j.failed.Load() || l.tf == nil || l.rows != nil {
+		// (A transform of rows runs once the batch's rows are put
+		// together: rowtf.go.)
 		l.settleUnit(j, u, err)
 		l.unitDone(j, i)
 		return
@@ -370,12 +372,11 @@ func (l *Loader) finishLoad(j *load) {
 			}
 			return j.raw[j.cellOff[c] : j.cellOff[c]+j.cellLen[c]]
 		}
-		size, err := j.rowsOut.Assemble(l.ctx, cell, j.Data)
+		cols, err := l.putRows(l.ctx, j.rowsOut, j.IDs, j.Epoch, cell, j.Data, &j.stage)
 		if err != nil {
 			j.fail(err)
 		} else {
-			nodes, bufs, body := j.rowsOut.Table()
-			j.Columns = &Columns{Len: size, Body: body, Nodes: nodes, Buffers: bufs}
+			j.Columns = cols
 		}
 		close(j.done)
 	}()

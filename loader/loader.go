@@ -30,6 +30,7 @@ type Loader struct {
 	labels   bool
 	rows     dataset.Rows // records are rows of columns, read as cells
 	ncells   int
+	rowTf    *rowTransform // rows: the transform of a column, if any
 
 	engine     *storage.Engine
 	ownEngine  bool
@@ -130,14 +131,19 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	l.cache, l.space = opts.Cache, opts.CacheSpace
 	if rows, ok := ds.(dataset.Rows); ok {
 		// A row is several cells put together per batch: it is not one
-		// record to cache or transform.
+		// record to cache. A transform reads one of its columns, whose
+		// outputs take its place (rowtf.go).
 		if opts.Transform != nil {
-			return nil, fmt.Errorf("loader: a dataset of rows (%s) takes no transform", ds.Info().Format)
+			if l.rowTf, err = newRowTransform(rows, opts.Transform, opts.Column); err != nil {
+				return nil, fmt.Errorf("loader: %w", err)
+			}
 		}
 		l.rows, l.ncells, l.cache = rows, rows.NumCells(), nil
 		if l.workers = opts.Workers; l.workers == nil {
 			l.workers, l.ownWorkers = NewWorkers(0), true
 		}
+	} else if opts.Column != "" {
+		return nil, fmt.Errorf("loader: column %q: a dataset of %s has records, not columns", opts.Column, ds.Info().Format)
 	}
 	if st, ok := s.(sampler.Staged); ok && l.rows == nil && opts.Transform == nil {
 		// A stage's raw records wait in the cache for their batches. With

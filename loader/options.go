@@ -102,6 +102,11 @@ type Options struct {
 	// RandomTransform's outputs differ per job and epoch: the cache keeps
 	// the records it reads instead, and each batch transforms its own.
 	Transform Transform
+	// Column, on a dataset of rows, is the column Transform reads (a
+	// binary column, or a Hugging Face Image's bytes): its outputs take the
+	// column's place in each batch. Default the dataset's only Image
+	// column, or its only column of bytes (RowsColumn).
+	Column string
 	// Workers run the transform; default GOMAXPROCS goroutines of the
 	// loader's own. The daemon shares one set among its jobs.
 	Workers *Workers

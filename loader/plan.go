@@ -38,6 +38,7 @@ type load struct {
 	cellOff []int            // rows: cell k of slot s lands at raw[cellOff[s*ncells+k]]
 	cellLen []int            // and is this long
 	rowsOut dataset.RowBatch // rows: the batch the cells make
+	stage   rowStage         // rows with a transform: where the batch is staged and transformed
 	perm    []int
 	left    atomic.Int64
 	done    chan struct{}
@@ -266,8 +267,8 @@ func (l *Loader) layout(j *load) {
 	}
 	for k := range j.ents {
 		en := &j.ents[k]
-		if en.n == 0 && l.head+l.tail == 0 && l.tf == nil {
-			continue // a zero-length record needs no read
+		if en.n == 0 && l.head+l.tail == 0 && (l.tf == nil || l.rows != nil) {
+			continue // a zero-length record (or cell) needs no read
 		}
 		start := en.off - int64(l.head)
 		end := en.off + int64(en.n) + int64(l.tail)
@@ -363,7 +364,7 @@ func (l *Loader) layoutCells(j *load) {
 		}
 	}
 	j.rawEnd = int(dst)
-	j.end = j.rowsOut.Size()
+	j.end = l.rowsSize(j.rowsOut, len(j.IDs))
 	j.left.Store(int64(len(j.units)))
 }
 

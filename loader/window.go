@@ -30,6 +30,7 @@ type window struct {
 	// load's staging buffer by its place.
 	need  []int
 	cells map[dataset.Loc]int
+	stage rowStage // where a batch cut from the window is transformed
 }
 
 func newWindow(j *load, first, nb int, bs sampler.Batches) *window {
@@ -247,19 +248,19 @@ func (l *Loader) cutRows(ctx context.Context, w *window, b *Batch) error {
 			cells[slot*n+k] = p
 		}
 	}
-	out, err := l.opts.Alloc.Alloc(ctx, rb.Size(), l.align)
+	size := l.rowsSize(rb, len(b.IDs))
+	out, err := l.opts.Alloc.Alloc(ctx, size, l.align)
 	if err != nil {
 		rb.Release()
-		return fmt.Errorf("loader: allocating %d bytes for batch %d of epoch %d: %w", rb.Size(), b.Index, b.Epoch, err)
+		return fmt.Errorf("loader: allocating %d bytes for batch %d of epoch %d: %w", size, b.Index, b.Epoch, err)
 	}
-	size, err := rb.Assemble(ctx, func(slot, k int) []byte { return cells[slot*n+k] }, out)
+	cols, err := l.putRows(ctx, rb, b.IDs, b.Epoch, func(slot, k int) []byte { return cells[slot*n+k] }, out, &w.stage)
 	if err != nil {
 		l.opts.Alloc.Free(out)
 		return err
 	}
-	nodes, bufs, body := rb.Table()
 	b.Data, b.own = out, true
 	b.Off, b.Len = make([]int, len(b.IDs)), make([]int, len(b.IDs))
-	b.Columns = &Columns{Len: size, Body: body, Nodes: nodes, Buffers: bufs}
+	b.Columns = cols
 	return nil
 }

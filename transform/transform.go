@@ -8,6 +8,11 @@
 // A transform is named "name" or "name:key=value,key=value"; Parse gives
 // its canonical spelling (parameters sorted, defaults filled), which is what
 // caches and persisted outputs are keyed by.
+//
+// Every transform also takes column=NAME, on a dataset of rows (Arrow,
+// Parquet, Hugging Face): the column whose values it reads, a binary
+// column or the bytes of a Hugging Face Image (struct<bytes, path>); its
+// outputs take that column's place in the batch (package loader).
 package transform
 
 import (
@@ -155,13 +160,44 @@ func Parse(s string) (Spec, Entry, error) {
 			if !ok {
 				return Spec{}, Entry{}, fmt.Errorf("transform %s: %q is not key=value", name, kv)
 			}
-			if _, known := e.Params[k]; !known {
+			if _, known := e.Params[k]; !known && k != ColumnParam {
 				return Spec{}, Entry{}, fmt.Errorf("transform %s: no parameter %q", name, k)
+			}
+			if k == ColumnParam && v == "" {
+				return Spec{}, Entry{}, fmt.Errorf("transform %s: column= names no column", name)
 			}
 			sp.Params[k] = v
 		}
 	}
 	return sp, e, nil
+}
+
+// ColumnParam is the parameter of every transform that names the column
+// of a dataset of rows it reads.
+const ColumnParam = "column"
+
+// Column is the column of rows spec s names (its column=), "" if none.
+func Column(s string) string {
+	sp, _, err := Parse(s)
+	if err != nil {
+		return ""
+	}
+	return sp.Params[ColumnParam]
+}
+
+// WithColumn is spec s reading column col of a dataset of rows, in its
+// canonical spelling: a name the spec's syntax cannot hold (with a comma,
+// an equals sign or a colon) is an error.
+func WithColumn(s, col string) (string, error) {
+	sp, _, err := Parse(s)
+	if err != nil {
+		return "", err
+	}
+	if col == "" || strings.ContainsAny(col, ",=:") {
+		return "", fmt.Errorf("transform %s: a column named %q cannot be written as column=", sp.Name, col)
+	}
+	sp.Params[ColumnParam] = col
+	return sp.String(), nil
 }
 
 // New parses s and makes its transform; it returns the canonical spelling

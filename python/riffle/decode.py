@@ -143,7 +143,25 @@ def lines(batch, encoding: str = "utf-8") -> list[str]:
 # A batch of rows is one Arrow IPC record batch message in the batch's
 # memory. With pyarrow it is read as a RecordBatch without a copy; without
 # it, the node and buffer table the daemon sends beside it is enough to read
-# the columns with numpy (docs/protocol.md).
+# the columns with numpy (docs/protocol.md). A daemon transform of rows
+# (``transform="image:...,column=image"``) writes its outputs in its
+# column's place: a fixed-size list column typed as Arrow's
+# ``fixed_shape_tensor`` (pyarrow: ``to_numpy_ndarray()``), which
+# ``columns`` gives as an ``(n, *shape)`` array.
+
+
+def transformed_column(info: dict) -> str | None:
+    """The column of rows whose values a daemon transform replaced with its
+    outputs (the ``column=`` of the job's canonical transform), or None."""
+    spec = info.get("transform") or ""
+    if not info.get("columns") or "column=" not in spec:
+        return None
+    params = spec.rsplit("@", 1)[0].partition(":")[2]
+    for kv in params.split(","):
+        k, _, v = kv.partition("=")
+        if k == "column":
+            return v
+    return None
 
 _schemas: dict[bytes, Any] = {}
 
@@ -255,7 +273,13 @@ def columns(batch) -> dict[str, Any]:
             return with_nulls(rows)
         raise ValueError(f"column {col['name']}: layout {layout!r} unknown to this client")
 
-    return {c["name"]: read(c) for c in batch.info["columns"]}
+    out = {c["name"]: read(c) for c in batch.info["columns"]}
+    tc = transformed_column(batch.info)
+    if tc in out and isinstance(out[tc], np.ndarray):
+        # The transform's outputs: one (n, *shape) array of its dtype.
+        info = batch.info
+        out[tc] = out[tc].view(np.dtype(info.get("dtype") or "|u1")).reshape((len(out[tc]),) + tuple(info.get("shape") or ()))
+    return out
 
 
 # --- WebDataset tar shards -------------------------------------------------

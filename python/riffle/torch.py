@@ -613,6 +613,13 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
         data = self._decode(batch, ld)
         row_labels = None
+        column = _decode.transformed_column(batch.info) if batch.rows else None
+        if isinstance(data, dict) and column in data and self.transform is None and not callable(self.decode):
+            # The daemon's transform of a column of rows: its outputs (an
+            # (n, *shape) tensor over the batch) are the batch, and the label
+            # column its label, as with a per-row transform returning a tensor.
+            row_labels = data.get("label")
+            data = data[column]
         if isinstance(data, dict) and self.transform is not None:
             # Rows of columns: the transform takes each row as a dict (the
             # with_transform idiom). A label column stays the batch's label
@@ -687,8 +694,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             # Rows: columns, and those whose Hugging Face feature is Image as
             # PIL images, as datasets gives them (Audio stays {bytes, path}).
             cols = _columns(batch)
+            done = _decode.transformed_column(batch.info)  # a daemon transform's outputs, not images to decode
             images = [k for k, f in (batch.info.get("features") or {}).items()
-                      if isinstance(f, dict) and f.get("_type") == "Image" and k in cols]
+                      if isinstance(f, dict) and f.get("_type") == "Image" and k in cols and k != done]
             if kind == "image" and not images:
                 raise ValueError('decode="image": this dataset of rows has no column whose feature is Image '
                                  f"(its columns: {', '.join(cols)}); decode them with a transform")

@@ -165,3 +165,142 @@ def test_share_of_rows_with_a_subset_and_ranks(daemon, tmp_path):
         assert len(got) == len(set(got)) == len(sub) // 2
         seen[rank] = set(got)
     assert seen[0] | seen[1] == set(sub) and not seen[0] & seen[1]
+
+
+# --- transform= on rows ----------------------------------------------------
+
+SIZE, CROP = 256, 224
+
+
+def jpegs():
+    """Pictures as users keep them in a Hugging Face Image column: JPEGs from
+    Pillow of ImageNet's sizes (colour and grey, 4:4:4, progressive) and a
+    PNG, each decoded by the daemon at full scale (none is twice the
+    resize), so its output is torchvision's bytes exactly."""
+    import io
+
+    from PIL import Image
+    rng = np.random.default_rng(5)
+    out = []
+    for i, (w, h) in enumerate([(500, 375), (375, 500), (433, 301), (300, 300), (512, 342), (420, 330), (380, 290),
+                                (333, 257)]):
+        yy, xx = np.mgrid[0:h, 0:w]
+        fx, fy = rng.uniform(0.01, 0.06, 2)
+        base = 128 + 60 * np.sin(xx * fx) * np.cos(yy * fy)
+        img = np.stack([base, base * 0.7, 255 - base], -1) + rng.integers(-20, 20, (h, w, 3))
+        im = Image.fromarray(img.clip(0, 255).astype(np.uint8))
+        if i == 3:
+            im = im.convert("L")
+        b = io.BytesIO()
+        if i == 4:
+            im.save(b, format="PNG")
+        else:
+            im.save(b, format="JPEG", quality=90, **{5: {"subsampling": 0}, 6: {"progressive": True}}.get(i, {}))
+        out.append(b.getvalue())
+    return out
+
+
+@pytest.fixture(scope="module")
+def image_rows(tmp_path_factory):
+    """A Hugging Face image classification dataset (Image, ClassLabel) as
+    save_to_disk writes it, and as Dataset.to_parquet does; and its rows'
+    picture bytes and labels."""
+    import datasets
+    d = tmp_path_factory.mktemp("images")
+    pics = jpegs() * 3
+    labels = [i % 4 for i in range(len(pics))]
+    feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=list("abcd"))})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": p, "path": None} for p in pics], "label": labels}, features=feats)
+    ds.save_to_disk(str(d / "hf"), num_shards=2)
+    ds.to_parquet(str(d / "hf.parquet"), batch_size=5)
+    return {"hf": d / "hf", "hf-parquet": d / "hf.parquet"}, pics, labels
+
+
+def reference(pic: bytes) -> np.ndarray:
+    import io
+
+    import torchvision.transforms as T
+    from PIL import Image
+    tv = T.Compose([T.Resize(SIZE), T.CenterCrop(CROP)])
+    return np.asarray(tv(Image.open(io.BytesIO(pic)).convert("RGB")))
+
+
+@pytest.mark.parametrize("kind", ["hf", "hf-parquet"])
+def test_image_transform_on_rows_equals_torchvision(daemon, image_rows, kind):
+    """riffle.torch.loader(hf_dir, transform="image:size=256,crop=224,column=image")
+    yields (images, labels): a uint8 tensor (N, 224, 224, 3), each image
+    torchvision's Resize(256) + CenterCrop(224) of the PIL image decoded
+    from the row's bytes, byte for byte, and the label column's tensor."""
+    import riffle.torch as rt
+    import torch
+    paths, pics, labels = image_rows
+    ld = rt.loader(str(paths[kind]), 5, transform=f"image:size={SIZE},crop={CROP},column=image", shuffle=False)
+    at = 0
+    for x, y in ld:
+        assert isinstance(x, torch.Tensor) and x.dtype == torch.uint8 and x.shape == (len(y), CROP, CROP, 3)
+        assert y.tolist() == labels[at:at + len(y)]
+        for i in range(len(y)):
+            ref = reference(pics[at + i])
+            d = np.abs(x[i].numpy().astype(int) - ref.astype(int))
+            assert d.max() == 0, f"row {at + i}: {int((d > 0).sum())} values differ from torchvision's, by up to {d.max()}"
+        at += len(y)
+    assert at == len(pics)
+
+
+def test_transformed_batch_layout(daemon, image_rows):
+    """The batch is one Arrow record batch: the transformed column a
+    fixed_shape_tensor of the transform's shape (pyarrow's
+    to_numpy_ndarray, a view of the batch), the other columns as pyarrow
+    reads them from the source; decode.columns gives the same outputs with
+    numpy alone, and the image column is found by default (the dataset's
+    only Image)."""
+    from riffle import decode
+    paths, pics, labels = image_rows
+    ld = riffle.Loader(str(paths["hf"]), batch_size=7, transform=f"image:size={SIZE},crop={CROP}", seed=3)
+    info = ld.info()
+    assert info["transform"].startswith("image:column=image,") and info["shape"] == [CROP, CROP, 3]
+    assert [c["name"] for c in info["columns"]] == ["image", "label"]
+    seen = set()
+    for b in ld:
+        rb = b.data
+        assert str(rb.schema.field("image").type) == "extension<arrow.fixed_shape_tensor[value_type=uint8, shape=[224,224,3]]>"
+        x = rb.column("image").to_numpy_ndarray()
+        assert x.shape == (b.n, CROP, CROP, 3)
+        cols = decode.columns(b)
+        assert np.array_equal(cols["image"], x) and cols["label"].tolist() == rb.column("label").to_pylist()
+        for i, rid in enumerate(b.ids.tolist()):
+            assert np.array_equal(x[i], reference(pics[rid])) and rb.column("label")[i].as_py() == labels[rid]
+            seen.add(rid)
+    assert seen == set(range(len(pics)))
+
+
+def test_random_crop_on_rows_is_the_records(daemon, image_rows, tmp_path, bin_path):
+    """random_resized_crop on rows draws as on records (seed, epoch, row):
+    each row's output is what `riffle transform` gives for its picture and
+    that draw."""
+    import subprocess
+    paths, pics, _ = image_rows
+    spec = "random_resized_crop:size=64"
+    ld = riffle.Loader(str(paths["hf-parquet"]), batch_size=6, transform=spec + ",column=image", seed=11)
+    for epoch in range(2):
+        for b in ld:
+            x = b.data.column("image").to_numpy_ndarray()
+            for i, rid in enumerate(b.ids.tolist()):
+                f = tmp_path / "p.img"
+                f.write_bytes(pics[rid])
+                subprocess.run([bin_path, "transform", spec, str(f), "--seed", "11", "--epoch", str(epoch), "--id", str(rid),
+                                "--out", str(tmp_path / "o.rgb")], check=True, capture_output=True)
+                mine = np.fromfile(tmp_path / "o.rgb", np.uint8).reshape(64, 64, 3)
+                assert np.array_equal(x[i], mine), f"row {rid} epoch {epoch}: not its draw's output"
+
+
+@pytest.mark.parametrize("spec,column", [("image:column=label", "label"), ("image:column=nope", "nope"),
+                                         ("image:column=text", "text")])
+def test_transform_of_a_column_without_bytes_is_invalid(daemon, tmp_path, spec, column):
+    """A transform of a column that is not there, or does not hold bytes, is
+    an InvalidSpec (a ValueError) naming the column, when the loader is
+    built."""
+    p, _ = write("parquet", tmp_path)
+    with pytest.raises(riffle.InvalidSpec, match=f'column="{column}"'):
+        ld = riffle.Loader(str(p), batch_size=8, transform=spec)
+        ld.info()

@@ -1,0 +1,299 @@
+package loader_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/riffle-ml/riffle/columnar"
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/transform"
+)
+
+// pictures are n small JPEGs and PNGs of varied sizes.
+func pictures(t testing.TB, n int) [][]byte {
+	r := rand.New(rand.NewPCG(8, 8))
+	out := make([][]byte, n)
+	for i := range out {
+		w, h := 20+r.IntN(50), 20+r.IntN(50)
+		img := image.NewRGBA(image.Rect(0, 0, w, h))
+		for y := range h {
+			for x := range w {
+				img.Set(x, y, color.RGBA{uint8(x * 5), uint8(y * 3), uint8(r.IntN(256)), 255})
+			}
+		}
+		var b bytes.Buffer
+		var err error
+		if i%5 == 4 {
+			err = png.Encode(&b, img)
+		} else {
+			err = jpeg.Encode(&b, img, &jpeg.Options{Quality: 85})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b.Bytes()
+	}
+	return out
+}
+
+// imageTable is rows of pictures: a label, the picture (bytes, or a
+// Hugging Face Image's struct<bytes, path>) and a text; the picture of
+// row null (if not negative) is null.
+func imageTable(pics [][]byte, hf bool, null int) arrow.RecordBatch {
+	imgType := arrow.DataType(arrow.BinaryTypes.Binary)
+	if hf {
+		imgType = arrow.StructOf(arrow.Field{Name: "bytes", Type: arrow.BinaryTypes.Binary, Nullable: true},
+			arrow.Field{Name: "path", Type: arrow.BinaryTypes.String, Nullable: true})
+	}
+	sc := arrow.NewSchema([]arrow.Field{{Name: "label", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "image", Type: imgType, Nullable: true}, {Name: "text", Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for i, p := range pics {
+		b.Field(0).(*array.Int64Builder).Append(int64(i % 3))
+		switch f := b.Field(1).(type) {
+		case *array.BinaryBuilder:
+			if i == null {
+				f.AppendNull()
+			} else {
+				f.Append(p)
+			}
+		case *array.StructBuilder:
+			f.Append(true)
+			if i == null {
+				f.FieldBuilder(0).(*array.BinaryBuilder).AppendNull()
+			} else {
+				f.FieldBuilder(0).(*array.BinaryBuilder).Append(p)
+			}
+			f.FieldBuilder(1).(*array.StringBuilder).Append(fmt.Sprintf("p%d.jpg", i))
+		}
+		b.Field(2).(*array.StringBuilder).Append(fmt.Sprintf("row %d", i))
+	}
+	return b.NewRecordBatch()
+}
+
+func writeImageArrow(t testing.TB, path string, rec arrow.RecordBatch, opts ...ipc.Option) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := ipc.NewFileWriter(f, append(opts, ipc.WithSchema(rec.Schema()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lo := int64(0); lo < rec.NumRows(); lo += 37 {
+		s := rec.NewSlice(lo, min(lo+37, rec.NumRows()))
+		if err := w.Write(s); err != nil {
+			t.Fatal(err)
+		}
+		s.Release()
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeImageParquet(t testing.TB, path string, rec arrow.RecordBatch) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithMaxRowGroupLength(50),
+		parquet.WithBatchSize(8), parquet.WithDataPageSize(4096))
+	w, err := pqarrow.NewFileWriter(rec.Schema(), f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// transformed reads every batch of l to the end: per epoch, each row's
+// output (the image column's fixed-size list) and its label and text.
+func transformed(t *testing.T, l *loader.Loader) []map[int]string {
+	t.Helper()
+	schema, _ := l.RowsOutput()
+	var epochs []map[int]string
+	for {
+		b, err := l.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			return epochs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, release, err := columnar.Record(schema, b.Data[:b.Columns.Len])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(epochs) <= b.Epoch {
+			epochs = append(epochs, map[int]string{})
+		}
+		col := rec.Column(1).(*array.FixedSizeList)
+		vals := col.ListValues().(*array.Uint8).Uint8Values()
+		size := len(vals) / int(rec.NumRows())
+		for i, id := range b.IDs {
+			if _, twice := epochs[b.Epoch][id]; twice {
+				t.Fatalf("row %d twice in epoch %d", id, b.Epoch)
+			}
+			epochs[b.Epoch][id] = fmt.Sprintf("%d|%s|%x", rec.Column(0).(*array.Int64).Value(i),
+				rec.Column(2).(*array.String).Value(i), vals[i*size:(i+1)*size])
+		}
+		release()
+		b.Release()
+	}
+}
+
+// A transform of a column of rows (image:size=,crop=, and the random
+// crop) gives, for every row of Arrow files (uncompressed and LZ4) and
+// Parquet, its column as binary or as a Hugging Face Image, the bytes the
+// transform gives for that row's picture, in a fixed-size list column of
+// the outputs, beside the row's other columns as they are; through whole
+// batches and opportunistic windows, each row once an epoch.
+func TestRowsTransform(t *testing.T) {
+	pics := pictures(t, 130)
+	dir := t.TempDir()
+	center, _, err := transform.New("image:size=24,crop=16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	random, _, err := transform.New("random_resized_crop:size=16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, c := range []struct {
+		name string
+		hf   bool
+		opts []ipc.Option
+	}{{"bin.arrow", false, nil}, {"hf.arrow", true, nil}, {"lz4.arrow", true, []ipc.Option{ipc.WithLZ4()}}, {"hf.parquet", true, nil}} {
+		p := filepath.Join(dir, c.name)
+		rec := imageTable(pics, c.hf, -1)
+		if strings.HasSuffix(p, ".parquet") {
+			writeImageParquet(t, p, rec)
+		} else {
+			writeImageArrow(t, p, rec, c.opts...)
+		}
+		rec.Release()
+		files = append(files, p)
+	}
+	const seed = 5
+	for _, p := range files {
+		for _, tc := range []struct {
+			name   string
+			tf     transform.Transform
+			window int
+		}{{"center", center, 1}, {"center window", center, 3}, {"random", random, 1}} {
+			t.Run(filepath.Base(p)+" "+tc.name, func(t *testing.T) {
+				ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ds.Close()
+				l, err := loader.New(context.Background(), ds, sampler.Global{N: ds.Len(), Seed: 2},
+					loader.Options{BatchSize: 9, Epochs: 2, Seed: seed, Transform: tc.tf, Opportunistic: tc.window})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := transformed(t, l)
+				l.Close()
+				if _, cols := l.RowsOutput(); len(cols) != 3 || cols[1].Layout != "fixed_list" || cols[1].Size != tc.tf.Size() {
+					t.Fatalf("columns %+v: want the image column a fixed_list of %d", cols, tc.tf.Size())
+				}
+				out := make([]byte, tc.tf.Size())
+				for e, rows := range got {
+					if len(rows) != len(pics) {
+						t.Fatalf("epoch %d: %d rows of %d", e, len(rows), len(pics))
+					}
+					for id, row := range rows {
+						if r, ok := tc.tf.(transform.Random); ok {
+							err = r.ApplyRandom(pics[id], out, transform.Draw(seed, e, id))
+						} else {
+							err = tc.tf.Apply(pics[id], out)
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						if want := fmt.Sprintf("%d|row %d|%x", id%3, id, out); row != want {
+							t.Fatalf("epoch %d row %d: the batch holds another output (or other columns)", e, id)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// A transform names its column, which must hold bytes: another column, a
+// column the data has not, or a null value, is an error naming the column
+// (and for the null, its row).
+func TestRowsTransformRefusals(t *testing.T) {
+	pics := pictures(t, 20)
+	dir := t.TempDir()
+	tf, _, _ := transform.New("image:size=24,crop=16")
+	p := filepath.Join(dir, "n.arrow")
+	rec := imageTable(pics, true, 11)
+	writeImageArrow(t, p, rec)
+	rec.Release()
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	for col, want := range map[string]string{"label": `column="label" is int64, not binary`, "nope": `column="nope": no such column`,
+		"text": `column="text" is utf8, not binary`} {
+		_, err := loader.New(context.Background(), ds, sampler.Global{N: ds.Len()}, loader.Options{Transform: tf, Column: col})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("column %q: %v, want %q", col, err, want)
+		}
+	}
+	if c, err := loader.RowsColumn(ds.(dataset.Rows), ""); c != "image" || err != nil {
+		t.Fatalf("the default column: %q, %v", c, err)
+	}
+	l, err := loader.New(context.Background(), ds, sampler.Sequential{N: ds.Len()}, loader.Options{BatchSize: 8, Transform: tf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for {
+		b, err := l.Next(context.Background())
+		var re *loader.RecordError
+		if errors.As(err, &re) {
+			if re.ID != 11 || !strings.Contains(err.Error(), `column "image" is null`) {
+				t.Fatalf("the null picture's error: %v", err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%v, want the null picture's error", err)
+		}
+		b.Release()
+	}
+}
