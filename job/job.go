@@ -127,8 +127,8 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	if j.smp, err = j.order(ctx, subset, key); err != nil {
 		return fail(err)
 	}
-	if len(j.shares) > 0 || j.delivered != nil {
-		// A member (or a rest) covers its own part (rank and worker): no stride.
+	if len(j.shares) > 0 || (j.delivered != nil && plan.Share) {
+		// A member (or a shared rest) covers its own part (rank and worker): no stride.
 		lopts.BatchStride, lopts.BatchOffset = 1, 0
 	}
 	if len(j.shares) > 0 {

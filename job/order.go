@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/wire"
 )
 
 // defaultPageWindow is the block window of a dataset's own blocks.
@@ -72,85 +70,30 @@ func (j *Job) order(ctx context.Context, subset *roaring.Bitmap, key func(int) c
 			return smp, nil
 		}
 	}
+	if len(plan.Delivered) > 0 {
+		// An opportunistic order's rest, from every part's place: of the
+		// epoch's order over one rank, split over this run's.
+		one := smpCfg
+		one.Rank, one.World, one.RankDropLast = 0, 1, false
+		base, err := ownOrder(one, ds, subset)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errSpec, err)
+		}
+		rest, err := j.positionalRest(base)
+		if err != nil {
+			return nil, err
+		}
+		smp, _, err := smpCfg.Split(rest, "rest")
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errSpec, err)
+		}
+		return smp, nil
+	}
 	smp, err := ownOrder(smpCfg, ds, subset)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSpec, err)
 	}
 	return smp, nil
-}
-
-// rest is subset (every record of n, if nil) less the records the plan's
-// places delivered of its epoch, which it keeps in j.delivered as one
-// state: a shared order's epoch resumed on another topology (any number
-// of ranks and workers) is a uniform order of what is left, since a
-// uniform permutation's rest, given the records before it, is a uniform
-// permutation of the others. A place past the epoch delivered its whole
-// part, dealt from what its run began with: subset, less what a rest's
-// run was opened without (the set its places carry, EncodeDelivered's).
-func (j *Job) rest(subset *roaring.Bitmap, n int) (*roaring.Bitmap, error) {
-	epoch := j.plan.Loader.Epoch
-	all := subset
-	if all == nil {
-		all = roaring.New()
-		all.AddRange(0, uint64(n))
-	}
-	done, before := roaring.New(), roaring.New()
-	var whole []*wire.Part
-	for k, st := range j.plan.Delivered {
-		if p := st.Part; p != nil && st.Epoch > epoch && len(st.Sampler) == 0 {
-			whole = append(whole, p)
-			continue
-		}
-		if len(st.Sampler) == 0 {
-			if st.Epoch > epoch || (st.Epoch == epoch && st.Batch > 0) || len(st.Skip) > 0 {
-				return nil, specErr("delivered: place %d (epoch %d, batch %d) says what it delivered of epoch %d without its sampler state or whose part it is", k, st.Epoch, st.Batch, epoch)
-			}
-			continue // a part that had delivered nothing of the epoch
-		}
-		s, err := share.Delivered(st.Sampler)
-		if err != nil {
-			return nil, fmt.Errorf("%w: delivered: place %d: %w", errSpec, k, err)
-		}
-		switch {
-		case s.Epoch < epoch:
-			continue // the end of the epoch before: nothing of this one
-		case s.Epoch > epoch:
-			return nil, specErr("delivered: place %d is in epoch %d, past the rest of epoch %d", k, s.Epoch, epoch)
-		}
-		set := s.Set()
-		if s.Size == 0 {
-			// What a rest's run was opened without: its parts were dealt
-			// from the others.
-			for _, id := range set {
-				before.Add(uint32(id))
-			}
-		}
-		for _, id := range set {
-			done.Add(uint32(id))
-		}
-		// Of the tail an opportunistic window took, the records its
-		// batches delivered are the place's skip; the others were not.
-		for _, id := range st.Skip {
-			if !slices.Contains(s.Order, id) {
-				return nil, specErr("delivered: place %d skips record %d, which its order did not take", k, id)
-			}
-			done.Add(uint32(id))
-		}
-	}
-	if !done.IsEmpty() && int(done.Maximum()) >= n {
-		return nil, specErr("delivered: record %d, of a dataset of %d (the places are of other data)", done.Maximum(), n)
-	}
-	if len(whole) > 0 {
-		dealt := roaring.AndNot(all, before)
-		for _, p := range whole {
-			done.Or(part(dealt, n, p.Rank, p.World, p.Worker, p.Workers, p.DropLast))
-		}
-	}
-	var err error
-	if j.delivered, err = share.EncodeDelivered(epoch, done); err != nil {
-		return nil, err
-	}
-	return roaring.AndNot(all, done), nil
 }
 
 // ownOrder is cfg's order over ds's records, or over its subset (of ds's
@@ -195,12 +138,13 @@ func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, e
 		size = func(int) int { return out }
 	}
 	c := j.env.cache
-	if _, rows := ds.(dataset.Rows); rows {
+	if _, rows := ds.(dataset.Rows); rows && j.cached() == "" {
 		// A row is no one byte range to keep: jobs on rows share the
 		// dataset's decoded blocks (Parquet pages, compressed Arrow record
 		// batches: one claim/fill/wait cache per dataset), which the rows
 		// they take at the same time lie in. The group reserves no record
-		// items, which no loader of rows fills.
+		// items, which no loader of rows fills; a transform's outputs, one
+		// of its size a row, it does, as for records (loader/rowtf.go).
 		c = nil
 	}
 	return j.env.groups.join(j, src, c, key, size, mine, epoch)

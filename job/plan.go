@@ -166,7 +166,7 @@ var Options = []Option{
 	{Name: "skip", Kind: "ids", Group: "place", Max: loader.MaxWindow * loader.MaxBatchSize, Default: "none",
 		Doc: "records of the opportunistic window already delivered"},
 	{Name: "delivered", Kind: "states", Group: "place", Max: maxDelivered, Default: "none",
-		Doc: "the places in epoch of every part (rank, worker) of a shared order's run, of any topology: the job is the rest of that epoch without the records they delivered (one epoch)"},
+		Doc: "the places in epoch of every part (rank, worker) of a shared or opportunistic order's run, of any topology: the job is the rest of that epoch without the records they delivered (one epoch)"},
 }
 
 // Plan is a checked spec: what to open, in which order, how loaded.
@@ -352,7 +352,7 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	// Python client's _shared says too.
 	c.Share = spec.Share != nil && *spec.Share && (kind == "" || kind == "global")
 	if len(spec.Delivered) > 0 {
-		if err := checkDelivered(spec, c.Share); err != nil {
+		if err := checkDelivered(spec, kind, c.Share); err != nil {
 			return c, err
 		}
 		c.Delivered = spec.Delivered
@@ -402,21 +402,23 @@ const maxDelivered = 8*64 + 1
 
 // checkDelivered checks the places a shared order's rest of an epoch
 // leaves out: of one epoch of a shared global order, each small enough.
-func checkDelivered(spec *wire.JobSpec, shared bool) error {
+func checkDelivered(spec *wire.JobSpec, kind string, shared bool) error {
 	total := 0
 	for k, st := range spec.Delivered {
 		total += len(st.Sampler) + 8*len(st.Skip)
 		if p := st.Part; p != nil && (p.World < 1 || p.World > maxWorld || p.Rank < 0 || p.Rank >= p.World ||
-			p.Workers < 1 || p.Workers > maxWorld || p.Worker < 0 || p.Worker >= p.Workers) {
-			return specErr("delivered: place %d's part (rank %d of %d, worker %d of %d) is out of bounds (at most %d ranks of %d workers)",
-				k, p.Rank, p.World, p.Worker, p.Workers, maxWorld, maxWorld)
+			p.Workers < 1 || p.Workers > maxWorld || p.Worker < 0 || p.Worker >= p.Workers ||
+			p.BatchSize < 0 || p.BatchSize > loader.MaxBatchSize || p.Window < 0 || p.Window > loader.MaxWindow) {
+			return specErr("delivered: place %d's part (%+v) is out of bounds (at most %d ranks of %d workers, batches of %d in windows of %d)",
+				k, *p, maxWorld, maxWorld, loader.MaxBatchSize, loader.MaxWindow)
 		}
 	}
+	opportunistic := !shared && spec.Opportunistic > 1 && (kind == "" || kind == "global")
 	switch {
 	case len(spec.Delivered) > maxDelivered || total > 1<<28:
 		return specErr("delivered: %d places of %d bytes, at most %d places of 256 MiB", len(spec.Delivered), total, maxDelivered)
-	case !shared || len(spec.Mixture) > 0 || spec.Start > 0:
-		return specErr("delivered (the places of a shared order's parts) takes a shared global order of one dataset: a shared mixture resumes on the topology it was saved on, and an order that is a function of position resumes from its position (start)")
+	case !(shared || opportunistic) || len(spec.Mixture) > 0 || spec.Start > 0:
+		return specErr("delivered (the places of the parts of a run) takes a shared, or an opportunistic, global order of one dataset: a mixture resumes on the topology it was saved on, and an order that is a function of position resumes from its position (start)")
 	case spec.Epochs != 1:
 		return specErr("delivered: the rest of one epoch (epochs 1); the next is a job of its own")
 	}

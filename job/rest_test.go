@@ -20,6 +20,23 @@ import (
 // delivered all of theirs (their place is the next epoch's start, which
 // says what they delivered only by whose part it is).
 func TestSharedRestOnAnotherTopology(t *testing.T) {
+	yes := true
+	restRuns(t, func(s *wire.JobSpec) { s.Share = &yes })
+}
+
+// So does an opportunistic order's (not shared): its windows deliver
+// records in the order reads end, so a place is a window less what it
+// delivered of it, per rank and worker, and the rest is the order from
+// the first position not every part delivered, less what some delivered
+// past it.
+func TestOpportunisticRestOnAnotherTopology(t *testing.T) {
+	restRuns(t, func(s *wire.JobSpec) { s.Opportunistic = 2 })
+}
+
+// restRuns reads an epoch of a global order, with the options set sets,
+// over runs of several topologies, each resuming the one before from the
+// places of all its parts.
+func restRuns(t *testing.T, set func(*wire.JobSpec)) {
 	const n, batch = 1000, 20
 	path := filepath.Join(t.TempDir(), "records.bin")
 	if err := synth.WriteFixed(path, n, 64, 0); err != nil {
@@ -30,14 +47,15 @@ func TestSharedRestOnAnotherTopology(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Close()
-	yes := true
 	spec := func(rank, world, worker, workers int) *wire.JobSpec {
-		return &wire.JobSpec{Paths: []string{path}, RecordSize: 64, BatchSize: batch, Shuffle: true, Seed: 7, Share: &yes,
+		s := &wire.JobSpec{Paths: []string{path}, RecordSize: 64, BatchSize: batch, Shuffle: true, Seed: 7,
 			Rank: rank, World: world, BatchStride: workers, BatchOffset: worker, Epoch: 3, Epochs: 1}
+		set(s)
+		return s
 	}
 	// read takes up to stop batches of a job (all, if negative), counting
 	// each record in seen, and returns the job's place after them, and, of
-	// a rest, the set it was opened without, which its places carry.
+	// a rest, what it was opened from, which its places carry.
 	read := func(t *testing.T, s *wire.JobSpec, stop int, seen map[int]int) (wire.State, []byte) {
 		t.Helper()
 		plan, err := job.Check(s)
@@ -66,8 +84,11 @@ func TestSharedRestOnAnotherTopology(t *testing.T) {
 			b.Release()
 		}
 		st := j.State()
-		return wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip,
-			Part: &wire.Part{Rank: s.Rank, World: max(1, s.World), Worker: s.BatchOffset, Workers: max(1, s.BatchStride)}}, j.Describe().Delivered
+		part := &wire.Part{Rank: s.Rank, World: max(1, s.World), Worker: s.BatchOffset, Workers: max(1, s.BatchStride)}
+		if s.Opportunistic > 1 {
+			part.BatchSize, part.Window = s.BatchSize, s.Opportunistic
+		}
+		return wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip, Part: part}, j.Describe().Delivered
 	}
 	type topo struct{ world, workers int }
 	for _, c := range []struct {
@@ -97,6 +118,8 @@ func TestSharedRestOnAnotherTopology(t *testing.T) {
 					s := spec(r, run.world, w, max(1, run.workers))
 					s.Delivered = places
 					k++
+					// Stops fall inside opportunistic windows (2 batches)
+					// and on their ends.
 					stop := k%4 + 1
 					if last || k%c.whole == 0 {
 						stop = -1
@@ -117,8 +140,8 @@ func TestSharedRestOnAnotherTopology(t *testing.T) {
 		if len(seen) != n {
 			t.Fatalf("%v: %d records of %d delivered", c.runs, len(seen), n)
 		}
-		// Parts are dealt equal, as DistributedSampler's: each run pads
-		// its ranks with at most world-1 records of another's.
+		// Parts are equal, as DistributedSampler's: each run pads its
+		// ranks with at most world-1 records of another's.
 		repeats := 0
 		for _, m := range seen {
 			repeats += m - 1
@@ -197,6 +220,46 @@ func TestSharedRestRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want a spec error", c.name, err)
 		} else {
 			t.Logf("%s: %v", c.name, err)
+		}
+	}
+}
+
+// An opportunistic rest refuses places it cannot hold to: of part of the
+// ranks, without whose part they are, of parts of other runs, and skips
+// of records their windows do not hold.
+func TestOpportunisticRestRefusals(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "records.bin")
+	if err := synth.WriteFixed(path, 1000, 64, 0); err != nil {
+		t.Fatal(err)
+	}
+	env, err := job.NewEnv(job.EnvOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	part := func(rank int) *wire.Part {
+		return &wire.Part{Rank: rank, World: 2, Workers: 1, BatchSize: 10, Window: 2}
+	}
+	for name, places := range map[string][]wire.State{
+		"one rank of two":    {{Epoch: 0, Batch: 2, Part: part(0)}},
+		"no part":            {{Epoch: 0, Batch: 2}, {Epoch: 0, Batch: 2, Part: part(1)}},
+		"another batch size": {{Epoch: 0, Batch: 2, Part: part(0)}, {Epoch: 0, Batch: 2, Part: &wire.Part{Rank: 1, World: 2, Workers: 1, BatchSize: 20, Window: 2}}},
+		"a foreign skip":     {{Epoch: 0, Batch: 1, Skip: []int{100000}, Part: part(0)}, {Epoch: 0, Batch: 2, Part: part(1)}},
+		"a shared state":     {{Epoch: 0, Batch: 2, Sampler: []byte("RFSET1\x00"), Part: part(0)}, {Epoch: 0, Batch: 2, Part: part(1)}},
+		"given twice":        {{Epoch: 0, Batch: 2, Part: part(0)}, {Epoch: 0, Batch: 4, Part: part(0)}, {Epoch: 0, Batch: 2, Part: part(1)}},
+	} {
+		s := wire.JobSpec{Paths: []string{path}, RecordSize: 64, BatchSize: 10, Shuffle: true, Opportunistic: 2, Epochs: 1, Delivered: places}
+		plan, err := job.Check(&s)
+		if err == nil {
+			var j *job.Job
+			if j, err = env.Open(context.Background(), plan, nil); err == nil {
+				j.Close()
+			}
+		}
+		if !errors.Is(err, job.ErrSpec) {
+			t.Errorf("%s: %v, want a spec error", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
 		}
 	}
 }

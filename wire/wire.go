@@ -286,14 +286,18 @@ type State struct {
 	Part *Part `json:"part,omitempty"`
 }
 
-// Part is a rank's DataLoader worker's part of a shared order (Workers
-// is 1 with none); DropLast is the run's rank_drop_last, which sizes it.
+// Part is a rank's DataLoader worker's part of a shared or opportunistic
+// order (Workers is 1 with none); DropLast is the run's rank_drop_last,
+// which sizes it. An opportunistic order's place is in batches of
+// BatchSize, loaded in windows of Window batches.
 type Part struct {
-	Rank     int  `json:"rank"`
-	World    int  `json:"world"`
-	Worker   int  `json:"worker"`
-	Workers  int  `json:"workers"`
-	DropLast bool `json:"drop_last,omitempty"`
+	Rank      int  `json:"rank"`
+	World     int  `json:"world"`
+	Worker    int  `json:"worker"`
+	Workers   int  `json:"workers"`
+	DropLast  bool `json:"drop_last,omitempty"`
+	BatchSize int  `json:"batch_size,omitempty"`
+	Window    int  `json:"window,omitempty"`
 }
 
 // MixSource is one source of a mixture: its files and weight.

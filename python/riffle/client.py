@@ -82,6 +82,16 @@ def _shared(options: dict, shuffle: bool = True) -> bool:
     return bool(options.get("share")) and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False))
 
 
+def _restable(options: dict, shuffle: bool = True) -> bool:
+    """Whether the order these options ask for resumes on another topology as the rest of its epoch, from the places
+    of every part (rank, worker) of the run: a shared order, whose records each rank's group chose, or an
+    opportunistic global one, whose windows deliver records in the order reads end (job.Check's rule)."""
+    kind = options.get("sampler")
+    return _shared(options, shuffle) or (
+        int(options.get("opportunistic") or 1) > 1 and not options.get("mixture")
+        and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False)))
+
+
 def _positional(options: dict, shuffle: bool = True) -> bool:
     """Whether the order these options (a spec, or a loader's keywords: the same names) ask for is a function of
     (seed, epoch, position), so that a place in it is a position any topology resumes from (auto picks a global or
@@ -95,6 +105,9 @@ def _rest(state: dict, world: int, workers: int | None = None) -> bool:
     another topology (ranks, or DataLoader workers: ``workers`` is this run's, None if not asked)."""
     def any_delivered(st: dict) -> bool:
         return bool(st.get("delivered")) or any(any_delivered(r) for r in (st.get("workers") or {}).values())
+    if not (int(state.get("batch", 0)) or state.get("sampler_state") or state.get("skip") or "workers" in state
+            or "ranks" in state or any_delivered(state)):
+        return False  # an epoch's start: any topology begins it
     saved_workers = int(state.get("num_workers", 0)) if "workers" in state else 0
     return ("ranks" in state or any_delivered(state) or int(state.get("world", world)) != world
             or (workers is not None and max(1, saved_workers) != max(1, workers)))
@@ -111,10 +124,13 @@ def _own(state: dict, world: int, rank: int, workers: int | None = None) -> dict
     return own
 
 
-def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False) -> tuple[int, list[dict]]:
-    """A shared order's state as the rest of its epoch: the epoch, and the places of every part (rank, worker) of
-    the run that saved it, whose records the rest leaves out. A uniform permutation's rest, given the records
-    before it, is a uniform permutation of the others, so any topology goes on from them exactly once."""
+def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False,
+                 shared: bool = True) -> tuple[int, list[dict]]:
+    """A shared or opportunistic order's state as the rest of its epoch: the epoch, and the places of every part
+    (rank, worker) of the run that saved it, whose records the rest leaves out. A uniform permutation's rest, given
+    the records before it, is a uniform permutation of the others, so any topology goes on from them exactly
+    once. A shared part's place is the set it delivered; an opportunistic one's, its window less what it delivered
+    of it (``skip``), in batches of its ``batch_size`` in windows of ``window``."""
     saved = int(state.get("world", world))
     if "ranks" in state:
         ranks = {int(r): st for r, st in state["ranks"].items()}
@@ -122,39 +138,60 @@ def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False) ->
             raise ValueError(f"this merged state holds the states of ranks {sorted(ranks)} of {saved}: every rank's "
                              "is needed to resume a shared order")
         parts = list(ranks.values())
-    elif saved != world:
-        raise ValueError(f"this state is one rank's of {saved}, and this run has {world}: a shared order's records "
-                         "are split among ranks by the daemons that served them, so resuming on another number of "
-                         "ranks needs every rank's state: save each (or state_dict(all_ranks=True) in riffle.torch) "
-                         "and pass riffle.merge_states([...])")
+    elif saved != world and saved > 1:
+        raise ValueError(f"this state is one rank's of {saved}, and this run has {world}: a shared or opportunistic "
+                         "order's ranks deliver records whose place their own state alone says, so resuming on "
+                         "another number of ranks needs every rank's state: save each (or state_dict(all_ranks=True) "
+                         "in riffle.torch) and pass riffle.merge_states([...])")
     else:
-        _check_rank(state, rank)
-        parts = [state]
+        if saved == world:
+            _check_rank(state, rank)
+        parts = [state]  # of one rank: every rank's
     # Each role (a rank's DataLoader worker, or the rank) and whose part it is.
     roles = []
     for p in parts:
         whose = {"rank": int(p.get("rank", 0) or 0), "world": saved, "drop_last": bool(drop_last)}
+        if not shared and p.get("batch_size") and p.get("window"):
+            whose.update(batch_size=int(p["batch_size"]), window=int(p["window"]))
         if "workers" in p:
             k = int(p.get("num_workers", len(p["workers"])))
             roles += [(r, dict(whose, worker=int(w), workers=k)) for w, r in p["workers"].items()]
         else:
             roles.append((p, dict(whose, worker=0, workers=1)))
     epoch = min(int(r["epoch"]) for r, _ in roles)
+    # A role handed the places of the run before a rest, not opened yet, holds them (each says whose part); once
+    # opened, it holds the rest's basis instead (one set, the daemon's), and its place is of the rest's run. When
+    # any role opened, the run is the rest's: every role's place is of it, those not opened having delivered none;
+    # when none did, the places handed are all there is. (A shared order's places are sets: any union of them is
+    # what was delivered, so a shared role's handed places are kept too.)
+    opened = any("part" not in d for r, _ in roles for d in r.get("delivered") or [])
     places, seen, progress = [], set(), False
     for r, part in roles:
         own = []
-        if r.get("sampler_state"):
-            own = [{"epoch": int(r["epoch"]), "batch": int(r["batch"]), "sampler_state": r["sampler_state"],
-                    "skip": list(r.get("skip") or []), "part": part}]
-        elif int(r["epoch"]) > epoch:
+        moved = bool(int(r.get("batch", 0)) or r.get("skip") or r.get("sampler_state") or int(r["epoch"]) > epoch)
+        handed = [d for d in r.get("delivered") or [] if "part" in d]
+        unopened = bool(handed) and not (opened and not shared)
+        if int(r["epoch"]) > epoch:
             # Past the epoch: this part delivered all of its records of it, which only whose part it is names (of
             # a rest, dealt from what its run was opened without: the places it ended with say what).
             own = [{"epoch": int(r["epoch"]), "batch": 0, "part": part}] + list(r.get("ended") or [])
-        elif int(r.get("batch", 0)) > 0:
+        elif r.get("sampler_state") or (not shared and not unopened):
+            # An opportunistic part's place, even at its start: the rest needs every rank's.
+            own = [{"epoch": int(r["epoch"]), "batch": int(r["batch"]), "skip": list(r.get("skip") or []),
+                    "part": part}]
+            if r.get("sampler_state"):
+                own[0]["sampler_state"] = r["sampler_state"]
+        elif moved:
             raise ValueError(f"a place in epoch {epoch} (batch {r['batch']}) without its sampler state: it was taken "
                              "after its job closed; call state_dict() while iterating")
-        progress = progress or bool(own)
-        for p in list(r.get("delivered") or []) + own:
+        if own and not shared and "batch_size" not in part:
+            raise ValueError("this state of an opportunistic order does not say its batch size and window (an older "
+                             "riffle saved it): resume it on the topology that saved it")
+        progress = progress or moved
+        kept = list(r.get("delivered") or [])
+        if opened and not shared:
+            kept = [d for d in kept if "part" not in d]
+        for p in kept + own:
             key = json.dumps(p, sort_keys=True)
             if key not in seen:
                 seen.add(key)
@@ -162,7 +199,7 @@ def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False) ->
     if progress and saved > 1 and "ranks" not in state:
         # Every rank at the start of one rest (the same places) deals it alike; past it, each rank's own progress
         # is needed to deal the rest again.
-        raise ValueError(f"this state is one rank's of {saved}, of a shared order on another number of DataLoader "
+        raise ValueError(f"this state is one rank's of {saved}, of a shared or opportunistic order on another number of DataLoader "
                          "workers (or in the rest of an epoch resumed so): the rest of its epoch is dealt to the "
                          "ranks from what every rank delivered, so it needs every rank's state: "
                          "state_dict(all_ranks=True) in riffle.torch, or riffle.merge_states([...])")
@@ -170,10 +207,12 @@ def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False) ->
 
 
 def _check_rank(state: dict, rank: int) -> None:
-    """Refuse another rank's state of a shared order: its ranks read other records."""
+    """Refuse another rank's state of a shared or opportunistic order: its ranks read other records, in windows of
+    their own."""
     if state.get("rank") is not None and "ranks" not in state and int(state["rank"]) != rank:
-        raise ValueError(f"this state is rank {state['rank']}'s, and this loader is rank {rank}: a shared order's "
-                         "ranks read other records; load each rank's own state (or riffle.merge_states of them all)")
+        raise ValueError(f"this state is rank {state['rank']}'s, and this loader is rank {rank}: a shared or "
+                         "opportunistic order's ranks deliver other records; load each rank's own state (or "
+                         "riffle.merge_states of them all)")
 
 
 def merge_states(states: Sequence[dict]) -> dict:
@@ -1053,11 +1092,14 @@ class Loader:
         return st
 
     def _whose(self, place: dict) -> None:
-        """Put in a place of a shared order whose it is, and, of the rest of an epoch (or at the start of the epoch
-        after one), the places it was opened from."""
-        if not _shared(self.spec):
+        """Put in a place of a shared or opportunistic order whose it is (and, opportunistic, in batches of which
+        size, in windows of how many), and, of the rest of an epoch (or at the start of the epoch after one), the
+        places it was opened from."""
+        if not _restable(self.spec):
             return
         place["rank"] = int(self.spec.get("rank", 0) or 0)  # merge_states puts every rank's together
+        if not _shared(self.spec):
+            place.update(batch_size=int(self.spec["batch_size"]), window=int(self.spec["opportunistic"]))
         if self._delivered:
             place["delivered"] = list(self._delivered)
         if self._ended and not self._batch:
@@ -1105,18 +1147,19 @@ class Loader:
         self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
         self._delivered, self._ended = None, None
         world = int(state.get("world", self._world()))
-        if _shared(self.spec):
+        if _restable(self.spec):
             state = _own(state, self._world(), int(self.spec.get("rank", 0) or 0))
-        if _shared(self.spec) and _rest(state, self._world()):
-            # A shared order's epoch on another topology, or the rest of one
-            # already: the rest of the epoch, without every record the
-            # parts' places delivered (the daemon puts them together).
+        if _restable(self.spec) and _rest(state, self._world()):
+            # A shared or opportunistic order's epoch on another topology, or
+            # the rest of one already: the rest of the epoch, without every
+            # record the parts' places delivered (the daemon puts them
+            # together).
             self.epoch, places = _rest_places(state, self._world(), int(self.spec.get("rank", 0) or 0),
-                                              bool(self.spec.get("rank_drop_last")))
+                                              bool(self.spec.get("rank_drop_last")), _shared(self.spec))
             self._batch, self._delivered, self._sampler_state, self._skip = 0, places or None, None, None
             self._generations = None
             return
-        if _shared(self.spec):
+        if _restable(self.spec):
             _check_rank(state, int(self.spec.get("rank", 0) or 0))
         if "position" in state and self._positional():
             # Elastic: the place in this topology. A position on a boundary
@@ -1127,9 +1170,9 @@ class Loader:
             self._batch, self._start = (pos // glob, 0) if pos % glob == 0 else (0, pos)
         elif world != self._world():
             raise ValueError(f"this state was saved on {world} ranks and this loader is one of {self._world()}: its "
-                             "order (opportunistic) resumes only on as many; an order that is a function of position "
-                             "(global, block, sequential, buffered, reservoir) resumes on any number, and a shared "
-                             "one from every rank's state (riffle.merge_states)")
+                             "order (opportunistic over blocks) resumes only on as many; an order that is a function "
+                             "of position (global, block, sequential, buffered, reservoir) resumes on any number, and "
+                             "a shared or opportunistic global one from every rank's state (riffle.merge_states)")
         ss = state.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = list(state["skip"]) if state.get("skip") else None

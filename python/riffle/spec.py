@@ -59,7 +59,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "epochs": ("epochs", "int", -1, 1073741824, "1 (negative: without end)", "epochs to load"),
     "sampler_state": ("sampler_state", "bytes", None, None, "none", "a stream order's saved state (from a batch's state)"),
     "skip": ("skip", "ids", None, None, "none", "records of the opportunistic window already delivered"),
-    "delivered": ("delivered", "states", None, None, "none", "the places in epoch of every part (rank, worker) of a shared order's run, of any topology: the job is the rest of that epoch without the records they delivered (one epoch)"),
+    "delivered": ("delivered", "states", None, None, "none", "the places in epoch of every part (rank, worker) of a shared or opportunistic order's run, of any topology: the job is the rest of that epoch without the records they delivered (one epoch)"),
 }
 
 # Python keyword -> spec name.

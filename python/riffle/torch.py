@@ -52,7 +52,7 @@ import torch.utils.data
 from . import decode as _decode
 from . import spec
 from .client import (Batch, Loader, RiffleError, _check_dataset, _check_rank, _history, _mixture, _own, _positional, _rest,
-                     _rest_places, _segments, _shared, _state_weights, _weights_state, _with_weights, merge_states)
+                     _rest_places, _restable, _segments, _shared, _state_weights, _weights_state, _with_weights, merge_states)
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
@@ -316,8 +316,10 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                    "dataset": self._dataset_version}
             if place.get("position") is not None:
                 out["position"] = place["position"]  # the rank's place, in positions of the epoch: any topology resumes it
-            if _shared(self.loader_kwargs, self.shuffle):
+            if _restable(self.loader_kwargs, self.shuffle):
                 out["rank"] = self._where()[0]  # whose part: merge_states puts every rank's together
+                if not _shared(self.loader_kwargs, self.shuffle):
+                    out.update(batch_size=self.batch_size, window=int(self.loader_kwargs["opportunistic"]))
             return self._with_weights(out)
         if self._ld is not None:
             return self._with_weights(self._ld.state_dict())
@@ -355,18 +357,19 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
         rank, world = self._where()
-        if _shared(self.loader_kwargs, self.shuffle):
+        if _restable(self.loader_kwargs, self.shuffle):
             state = _own(state, world, rank, self._workers)
-        if _shared(self.loader_kwargs, self.shuffle) and _rest(state, world, self._workers):
+        if _restable(self.loader_kwargs, self.shuffle) and _rest(state, world, self._workers):
             # A shared order on another topology (ranks, workers), or the
             # rest of an epoch already: every role reads its part of the
             # rest, without the records the places of the run before
             # delivered.
-            epoch, places = _rest_places(state, world, rank, self.rank_drop_last)
+            epoch, places = _rest_places(state, world, rank, self.rank_drop_last,
+                                         _shared(self.loader_kwargs, self.shuffle))
             state = {"epoch": epoch, "batch": 0, "seed": state.get("seed", self.seed), "world": world}
             if places:
                 state.update(delivered=places, rank=rank)
-        elif _shared(self.loader_kwargs, self.shuffle):
+        elif _restable(self.loader_kwargs, self.shuffle):
             _check_rank(state, rank)  # the same topology: each rank's own place
         elif "position" in state and self._positional():
             state = self._placed(state)

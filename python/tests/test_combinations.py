@@ -71,8 +71,8 @@ def draw(rng: random.Random) -> dict:
             # auto's ranks agree on rank 0's choice through a process group; a shared order is global; a Parquet
             # file's pages make its order, and auto refuses it (asking for the window).
             continue
-        if c["format"] in ("arrow", "parquet") and (c["share"] or c["sampler"] == "opportunistic"):
-            continue  # rows are not shared or opportunistic yet (issue 23)
+        if c["format"] in ("arrow", "parquet") and c["share"]:
+            continue  # rows are not shared yet (issue 23)
         if c["format"] == "mixture" and c["subset"]:
             continue  # a mixture's epoch of a subset is not each record once
         if not c["share"]:
@@ -82,12 +82,17 @@ def draw(rng: random.Random) -> dict:
         return c
 
 
+def restable(c: dict) -> bool:
+    """Whether a case's order resumes on another topology from every rank's places: a shared global order, or an
+    opportunistic one (of one dataset: a mixture's resumes on its own topology, or from its position)."""
+    return (c["share"] and c["sampler"] in ("global", "opportunistic") or c["sampler"] == "opportunistic") \
+        and c["format"] != "mixture"
+
+
 def elastic_case(c: dict) -> bool:
-    """Whether a case's state resumes on another topology: an order that is a function of position, or a shared
-    global order (from every rank's places; a shared mixture resumes on its own topology)."""
-    if c["share"]:
-        return c["sampler"] in ("global", "opportunistic") and c["format"] != "mixture"
-    return c["sampler"] in POSITIONAL
+    """Whether a case's state resumes on another topology: an order that is a function of position (from rank 0's
+    state), or one that resumes from every rank's places."""
+    return restable(c) or (c["sampler"] in POSITIONAL and not c["share"])
 
 
 def make_data(fmt: str, root: Path) -> str:
@@ -245,7 +250,7 @@ RANK = textwrap.dedent("""
     import torch
     import riffle
     import riffle.torch as rt
-    from test_combinations import POSITIONAL, digests, source
+    from test_combinations import POSITIONAL, digests, restable, source
 
     def decode(b):
         return [(int(i), d) for i, d in zip(b.ids, digests(b))]
@@ -274,7 +279,7 @@ RANK = textwrap.dedent("""
             # A shared order's ranks each know only their own records: under
             # mp.spawn they gather every rank's (a collective), else each
             # saves its own and the resume merges them.
-            gather = case["share"] and case["launch"] == "spawn" and world > 1
+            gather = restable(case) and case["launch"] == "spawn" and world > 1
             with open(f"{{out}}.head.{{rank}}", "w") as f:
                 json.dump({{"head": head, "state": dl.state_dict(all_ranks=gather), "done": len(head) >= n0}}, f)
             if case["launch"] == "spawn" and world > 1:
@@ -283,8 +288,8 @@ RANK = textwrap.dedent("""
         # Resumed as after a kill: a new loader, maybe with other worker and
         # rank counts; an elastic order from rank 0's state, as users save it,
         # a shared one from every rank's.
-        if case["share"] and case["world"] > 1 and (case["world"] != world or case["workers"] != case["resume_workers"]
-                                                     or case["launch"] == "spawn"):
+        if restable(case) and case["world"] > 1 and (case["world"] != world or case["workers"] != case["resume_workers"]
+                                                      or case["launch"] == "spawn"):
             # Every rank's state, merged (gathered already under mp.spawn):
             # every rank resumes at its epoch, done when all were.
             heads = [json.load(open(f"{{out}}.head.{{r}}")) for r in range(case["world"])]
@@ -293,7 +298,8 @@ RANK = textwrap.dedent("""
                 state = riffle.merge_states([h["state"] for h in heads])
             saved = {{"state": state, "done": all(h["done"] for h in heads)}}
         else:
-            saved = json.load(open(f"{{out}}.head.{{0 if case['sampler'] in POSITIONAL and not case['share'] else rank}}"))
+            mine = 0 if (case["sampler"] in POSITIONAL and not case["share"]) or case["world"] == 1 else rank
+            saved = json.load(open(f"{{out}}.head.{{mine}}"))
         dl = rt.loader(batch_size=case["batch"], num_workers=case["resume_workers"], **source(path), **kw)
         dl.load_state_dict(saved["state"])
         epochs = [[], []]
@@ -367,7 +373,7 @@ def run_case(c: dict, tmp: Path) -> None:
             # padded as DistributedSampler pads: at most ranks-1 repeats.
             # A shared order's rest, resumed from every rank's places on
             # any topology, deals its ranks equal parts the same way.
-            pad = c["resume_world"] - 1 if e == 0 and (c["resume_world"] != c["world"] or c["share"]) else 0
+            pad = c["resume_world"] - 1 if e == 0 and (c["resume_world"] != c["world"] or restable(c)) else 0
             assert repeats <= pad and not lost, f"{c}: job {job} epoch {e}: {repeats} repeated, {len(lost)} lost"
 
 

@@ -98,19 +98,22 @@ def test_every_state_of_a_resumed_rest_resumes_exactly(daemon, ids, workers, pos
         assert sum(c - 1 for c in counts.values()) <= 2, f"step {step} ({st}): more repeats than padding"
 
 
-def test_stream_order_refuses_another_world(daemon, ids):
-    """An opportunistic order keeps a state per rank: on another number of ranks it is refused, not half applied."""
-    kw = dict(seed=1, opportunistic=2)
+@pytest.mark.parametrize("kw", [dict(seed=1, opportunistic=2), dict(seed=1, sampler="block", opportunistic=2)],
+                         ids=["opportunistic", "opportunistic blocks"])
+def test_stream_order_refuses_another_world(daemon, ids, kw):
+    """An opportunistic order keeps a state per rank: one rank's state on another number of ranks is refused, not
+    half applied (an opportunistic global order asks for every rank's; one over blocks resumes on as many)."""
     ld = riffle.Loader(ids, 50, rank=0, world_size=2, **kw)
     it = iter(ld)
     next(it)
     st = ld.state_dict()
     del it
     assert "position" not in st
-    with pytest.raises(ValueError, match="resumes only on as many"):
+    match = "resumes only on as many" if kw.get("sampler") == "block" else "merge_states"
+    with pytest.raises(ValueError, match=match):
         riffle.Loader(ids, 50, rank=0, world_size=3, **kw).load_state_dict(st)
     ds = rt.RiffleDataset(ids, 50, rank=0, world_size=3, **kw)
-    with pytest.raises(ValueError, match="resumes only on as many"):
+    with pytest.raises(ValueError, match=match):
         ds.load_state_dict(st)
 
 
@@ -178,9 +181,13 @@ def test_chaos_bounded(tmp_path):
     assert res["z_cells_pooled"] <= elastic.LIMIT, res
 
 
-def shared_run(path, rank, world, workers, state=None, stop=None):
-    """A rank's batches of a shared order (to `stop`, then its state), or its epoch and then the next."""
-    dl = rt.loader(path, 50, num_workers=workers, seed=5, rank=rank, world_size=world, share=True)
+SHARED, OPPORTUNISTIC = {"share": True}, {"opportunistic": 2}
+
+
+def shared_run(path, rank, world, workers, state=None, stop=None, order=SHARED):
+    """A rank's batches of a shared (or opportunistic) order (to `stop`, then its state), or its epoch and then the
+    next."""
+    dl = rt.loader(path, 50, num_workers=workers, seed=5, rank=rank, world_size=world, **order)
     if state is not None:
         dl.load_state_dict(state)
     out = []
@@ -191,19 +198,21 @@ def shared_run(path, rank, world, workers, state=None, stop=None):
     return out, [int(i) for b in dl for i in b.reshape(-1)]
 
 
+@pytest.mark.parametrize("order", [SHARED, OPPORTUNISTIC], ids=["shared", "opportunistic"])
 @pytest.mark.parametrize("before,after", [((1, 2), (1, 0)), ((1, 2), (1, 3)), ((1, 3), (1, 1)), ((2, 2), (3, 1)),
                                           ((3, 0), (1, 4)), ((2, 1), (2, 2))])
-def test_shared_order_resumes_on_any_topology(daemon, ids, before, after):
-    """A shared order's ranks and workers take records their daemon chose, so a place is the set each delivered:
-    the states of every rank (merge_states, or one rank's own with as many ranks) resume on any number of ranks
-    and workers as the rest of the epoch, each record once (less the pads of equal parts), beside a job sharing the
-    same data; the epoch after is whole."""
+def test_shared_order_resumes_on_any_topology(daemon, ids, before, after, order):
+    """A shared order's ranks and workers take records their daemon chose, so a place is the set each delivered;
+    an opportunistic order's windows deliver records in the order reads end, so a place is a window less what it
+    delivered. The states of every rank (merge_states, or one rank's own with as many ranks) resume on any number
+    of ranks and workers as the rest of the epoch, each record once (less the pads of equal parts), beside a job
+    sharing the same data; the epoch after is whole."""
     (w, k), (w2, k2) = before, after
     other = riffle.Loader(ids, 50, seed=9, share=True)  # shares the group all along
     beside = iter(other)
     head, states = [], []
     for r in range(w):
-        got, st = shared_run(ids, r, w, k, stop=3 + r)
+        got, st = shared_run(ids, r, w, k, stop=3 + r, order=order)
         next(beside)
         head += got
         states.append(st)
@@ -211,7 +220,8 @@ def test_shared_order_resumes_on_any_topology(daemon, ids, before, after):
     merged = riffle.merge_states(states)
     rest, nxt = [], []
     for r in range(w2):
-        got, after_rest = shared_run(ids, r, w2, k2, state=states[r] if (w, k) == (w2, k2) or w == 1 else merged)
+        got, after_rest = shared_run(ids, r, w2, k2, state=states[r] if (w, k) == (w2, k2) or w == 1 else merged,
+                                     order=order)
         next(beside)
         rest += got
         nxt += after_rest
@@ -239,9 +249,10 @@ def test_shared_order_refuses_a_part_of_its_ranks(daemon, ids):
         riffle.merge_states([st])
 
 
-def test_shared_loader_resumes_on_more_ranks(daemon, ids):
-    """riffle.Loader, no torch: two ranks' states of a shared order, merged, resume on three, twice over (a rest of
-    a rest), each record once."""
+@pytest.mark.parametrize("order", [SHARED, OPPORTUNISTIC], ids=["shared", "opportunistic"])
+def test_shared_loader_resumes_on_more_ranks(daemon, ids, order):
+    """riffle.Loader, no torch: two ranks' states of a shared (or opportunistic) order, merged, resume on three,
+    twice over (a rest of a rest), each record once."""
     def part(ld, stop):
         it, got = iter(ld), []
         for _ in range(stop):
@@ -252,12 +263,12 @@ def test_shared_loader_resumes_on_more_ranks(daemon, ids):
         return got, st
     head, states = [], []
     for r in range(2):
-        got, st = part(riffle.Loader(ids, 40, seed=3, rank=r, world_size=2, share=True), 4)
+        got, st = part(riffle.Loader(ids, 40, seed=3, rank=r, world_size=2, **order), 4)
         head += got
         states.append(st)
     mid, states3 = [], []
     for r in range(3):
-        ld = riffle.Loader(ids, 40, seed=3, rank=r, world_size=3, share=True)
+        ld = riffle.Loader(ids, 40, seed=3, rank=r, world_size=3, **order)
         ld.load_state_dict(riffle.merge_states(states))
         got, st = part(ld, 2)
         assert "delivered" in st, st
@@ -265,7 +276,7 @@ def test_shared_loader_resumes_on_more_ranks(daemon, ids):
         states3.append(st)
     tail = []
     for r in range(2):
-        ld = riffle.Loader(ids, 40, seed=3, rank=r, world_size=2, share=True)
+        ld = riffle.Loader(ids, 40, seed=3, rank=r, world_size=2, **order)
         ld.load_state_dict(riffle.merge_states(states3))
         tail += [int(i) for b in ld for i in b.ids]
         assert ld.epoch == 1
