@@ -3,9 +3,12 @@ package job
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"image"
 	"image/color"
 	"image/jpeg"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/internal/synth"
@@ -155,5 +159,113 @@ func TestRowsTransformJob(t *testing.T) {
 		if err == nil || Kind(err) != wire.KindSpec || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v (kind %s), want a spec error with %q", c.spec.Transform, err, Kind(err), c.want)
 		}
+	}
+}
+
+// Jobs sharing a transform of rows keep each shared row's output in the
+// cache for the others (their group reserves an item of the output's size
+// a row): between them they copy outputs instead of transforming each row
+// for each job, every output still the transform's of its picture, and
+// the cache is empty once they end.
+func TestSharedRowsTransformJob(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "hf")
+	pics := writeHFImages(t, dir, 300)
+	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	yes := true
+	var jobs []*Job
+	for k := range 2 {
+		jobs = append(jobs, openJob(t, env, &wire.JobSpec{Paths: []string{dir}, BatchSize: 16, Shuffle: true, Seed: uint64(k + 1),
+			Share: &yes, Transform: "image:size=16,crop=12,column=image"}))
+	}
+	tf, _, _ := transform.New("image:size=16,crop=12")
+	var g errgroup.Group
+	for k, j := range jobs {
+		g.Go(func() error {
+			defer j.Close()
+			schema := j.Describe().Info.Schema
+			out := make([]byte, tf.Size())
+			for {
+				b, err := j.Next(context.Background())
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				rec, release, err := columnar.Record(schema, b.Data[:b.Columns.Len])
+				if err != nil {
+					return err
+				}
+				vals := rec.Column(0).(*array.FixedSizeList).ListValues().(*array.Uint8).Uint8Values()
+				for i, id := range b.IDs {
+					if err := tf.Apply(pics[id], out); err != nil {
+						return err
+					}
+					if !bytes.Equal(vals[i*len(out):(i+1)*len(out)], out) {
+						return fmt.Errorf("job %d row %d: another output", k, id)
+					}
+				}
+				release()
+				b.Release()
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var hits int64
+	for _, j := range jobs {
+		hits += j.Stats().CacheHits
+	}
+	if hits == 0 {
+		t.Fatal("no output was copied from the cache: each job transformed every row")
+	}
+	if st := env.Cache().Stats(); st.Items != 0 {
+		t.Fatalf("%d items left in the cache", st.Items)
+	}
+}
+
+// A job sharing a transform of rows that stops mid-epoch (its loader has
+// taken rows ahead, in batches it never transforms) gives back its uses of
+// their outputs: once the other job ends too, the cache is empty.
+func TestSharedRowsTransformStopped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "hf")
+	writeHFImages(t, dir, 200)
+	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	yes := true
+	var jobs []*Job
+	for k := range 2 {
+		jobs = append(jobs, openJob(t, env, &wire.JobSpec{Paths: []string{dir}, BatchSize: 8, Shuffle: true, Seed: uint64(k + 1),
+			Share: &yes, Transform: "image:size=16,crop=12", Epochs: -1}))
+	}
+	// Both at one pace for a few batches; then the first stops.
+	for range 4 {
+		for _, j := range jobs {
+			b, err := j.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Release()
+		}
+	}
+	jobs[0].Close()
+	for range 30 {
+		b, err := jobs[1].Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release()
+	}
+	jobs[1].Close()
+	if st := env.Cache().Stats(); st.Items != 0 {
+		t.Fatalf("%d items (%d bytes) left in the cache", st.Items, st.Bytes)
 	}
 }

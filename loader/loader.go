@@ -31,6 +31,9 @@ type Loader struct {
 	rows     dataset.Rows // records are rows of columns, read as cells
 	ncells   int
 	rowTf    *rowTransform // rows: the transform of a column, if any
+	outCache *cache.Cache  // rows: where the transform's outputs are kept (Options.Cache)
+	owedMu   sync.Mutex
+	owed     map[int]int // rows: uses of outputs taken and not settled (owe)
 
 	engine     *storage.Engine
 	ownEngine  bool
@@ -136,6 +139,9 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 		if opts.Transform != nil {
 			if l.rowTf, err = newRowTransform(rows, opts.Transform, opts.Column); err != nil {
 				return nil, fmt.Errorf("loader: %w", err)
+			}
+			if _, random := opts.Transform.(RandomTransform); !random {
+				l.outCache = opts.Cache // a row's output is kept, as a record's is
 			}
 		}
 		l.rows, l.ncells, l.cache = rows, rows.NumCells(), nil
@@ -270,6 +276,9 @@ func (l *Loader) Close() error {
 	// Reads already submitted still land in their buffers, which may be
 	// shared memory about to be unmapped: wait for every one.
 	l.io.Wait()
+	if l.outCache != nil {
+		l.giveBackOwed()
+	}
 	if l.ownEngine {
 		l.engine.Close()
 	}

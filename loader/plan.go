@@ -179,6 +179,9 @@ func (l *Loader) prepareRows(j *load, e int) error {
 	if j.rowsOut, err = l.rows.PlanBatch(j.IDs); err != nil {
 		return err
 	}
+	if l.outCache != nil {
+		l.owe(j.IDs)
+	}
 	var cells []dataset.Loc
 	for slot, id := range j.IDs {
 		cells = j.rowsOut.Cells(slot, cells[:0])

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/transform"
@@ -372,34 +373,165 @@ func (r *rowTransform) apply(ctx context.Context, l *Loader, ids []int, epoch in
 // into its place in outs (size bytes each), and waits for them all. A
 // random transform draws as it does for records (transform.Draw of the
 // loader's seed, the epoch and the row).
+//
+// With a cache of outputs (jobs sharing a transform's outputs: their group
+// reserves an item of the output's size for each row it gives several of
+// them, as for records), a row's output is copied from its item when
+// another job's batch made it, made here and kept when this batch is the
+// first to come for it, and waited for when another batch is making it:
+// each shared row is transformed once. The lookups and the waits are this
+// goroutine's, never a worker's (a worker waiting for an output another
+// batch's task makes, queued behind it, would wait for ever); the items a
+// batch claimed are filled before it waits for any.
 func (l *Loader) transformRows(ctx context.Context, ids []int, epoch int, values [][]byte, outs []byte, size int) error {
 	var wg sync.WaitGroup
-	var once sync.Once
+	var mu sync.Mutex
 	var first error
-	for slot, id := range ids {
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+		}
+	}
+	failed := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+	out := func(slot int) []byte { return outs[slot*size : (slot+1)*size] }
+	run := func(slot int) {
 		wg.Add(1)
 		l.workers.Go(func() {
 			defer wg.Done()
 			if ctx.Err() != nil {
 				return
 			}
-			o := outs[slot*size : (slot+1)*size]
 			var err error
 			if l.rnd != nil {
-				err = l.rnd.ApplyRandom(values[slot], o, transform.Draw(l.opts.Seed, epoch, id))
+				err = l.rnd.ApplyRandom(values[slot], out(slot), transform.Draw(l.opts.Seed, epoch, ids[slot]))
 			} else {
-				err = l.tf.Apply(values[slot], o)
+				err = l.tf.Apply(values[slot], out(slot))
 			}
 			if err != nil {
-				once.Do(func() { first = l.rowError(id, err) })
+				fail(l.rowError(ids[slot], err))
 			}
 		})
 	}
+	var claimed, loading map[int]*cache.Item
+	if l.outCache != nil {
+		// Whatever comes of them, the batch's uses of its rows' outputs
+		// are this call's to settle (Done), not Close's.
+		defer l.pay(ids)
+	}
+	for slot, id := range ids {
+		if l.outCache == nil {
+			run(slot)
+			continue
+		}
+		it, st := l.outCache.Get(l.key(id))
+		switch st {
+		case cache.Ready:
+			if err := it.CopyTo(out(slot)); err != nil {
+				fail(l.rowError(id, err))
+			}
+			it.Done(true)
+			l.hits.Add(1)
+		case cache.Loading:
+			if loading == nil {
+				loading = map[int]*cache.Item{}
+			}
+			loading[slot] = it
+		case cache.Claimed:
+			if claimed == nil {
+				claimed = map[int]*cache.Item{}
+			}
+			claimed[slot] = it
+			run(slot)
+		default:
+			run(slot)
+		}
+	}
 	wg.Wait()
-	if first != nil {
-		return first
+	for slot, it := range claimed {
+		err := failed()
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err == nil {
+			if err = it.Put(out(slot)); err != nil {
+				fail(l.rowError(ids[slot], err))
+			}
+		}
+		if err != nil {
+			err = errAbandoned // whoever waits makes the output itself
+		}
+		l.outCache.Fill(it, err)
+		it.Done(true)
+	}
+	for slot, it := range loading {
+		ready := make(chan error, 1)
+		it.OnReady(func(err error) { ready <- err })
+		var err error
+		select {
+		case err = <-ready:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err == nil && failed() == nil {
+			if err = it.CopyTo(out(slot)); err != nil {
+				fail(l.rowError(ids[slot], err))
+			}
+			l.hits.Add(1)
+		} else if ctx.Err() == nil && failed() == nil {
+			run(slot) // its maker gave up: made here
+		}
+		it.Done(true)
+	}
+	wg.Wait()
+	if err := failed(); err != nil {
+		return err
 	}
 	return ctx.Err()
+}
+
+// owe counts, for a loader that keeps a transform's outputs, a use of
+// each row's output its batch took from the order: the group reserved the
+// item of a row it gave several jobs with one use for each. A batch that
+// is transformed settles its uses (pay); those of the batches a loader
+// planned and never transformed (it closed first, a read failed) Close
+// gives back, so their items are dropped once the other jobs are done.
+func (l *Loader) owe(ids []int) {
+	l.owedMu.Lock()
+	defer l.owedMu.Unlock()
+	if l.owed == nil {
+		l.owed = map[int]int{}
+	}
+	for _, id := range ids {
+		l.owed[id]++
+	}
+}
+
+// pay marks the uses of ids settled.
+func (l *Loader) pay(ids []int) {
+	l.owedMu.Lock()
+	defer l.owedMu.Unlock()
+	for _, id := range ids {
+		if l.owed[id]--; l.owed[id] <= 0 {
+			delete(l.owed, id)
+		}
+	}
+}
+
+// giveBackOwed gives the cache back the uses never settled, once nothing
+// of the loader runs.
+func (l *Loader) giveBackOwed() {
+	l.owedMu.Lock()
+	defer l.owedMu.Unlock()
+	for id, n := range l.owed {
+		l.outCache.AddRefs(l.key(id), -n)
+	}
+	l.owed = nil
 }
 
 // rowError names the row an error is about: its id, and where Locate

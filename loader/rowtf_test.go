@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -23,11 +24,14 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/transform"
 )
 
@@ -295,5 +299,112 @@ func TestRowsTransformRefusals(t *testing.T) {
 			t.Fatalf("%v, want the null picture's error", err)
 		}
 		b.Release()
+	}
+}
+
+// Jobs sharing a dataset of rows and a transform of its pictures (one
+// group, whose cache keeps an output for each row it gives several jobs)
+// transform each shared row once: at one pace, three jobs over two epochs
+// run the transform about once per row per epoch, not three times, each
+// row's output still the transform's of its picture, each row once per
+// epoch per job; the cache is empty once they end.
+func TestSharedRowsTransformOnce(t *testing.T) {
+	pics := pictures(t, 240)
+	dir := t.TempDir()
+	tf, _, _ := transform.New("image:size=24,crop=16")
+	for _, name := range []string{"hf.arrow", "hf.parquet"} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(dir, name)
+			rec := imageTable(pics, true, -1)
+			if strings.HasSuffix(name, ".parquet") {
+				writeImageParquet(t, p, rec)
+			} else {
+				writeImageArrow(t, p, rec)
+			}
+			rec.Release()
+			ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ds.Close()
+			n := ds.Len()
+			ct := &counting{Transform: tf}
+			c := cache.New(cache.Options{Budget: 64 << 20, DropUnreferenced: true})
+			key := func(id int) cache.Key { return cache.Key{Space: 9, ID: int64(id)} }
+			g := share.NewGroup(share.Options{Records: n, Cache: c, Key: key, Size: func(int) int { return tf.Size() }, Seed: 3})
+			const jobs, epochs = 3, 2
+			want := make([][]byte, n)
+			for id := range want {
+				want[id] = make([]byte, tf.Size())
+				if err := tf.Apply(pics[id], want[id]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pace := newBarrier(jobs)
+			var eg errgroup.Group
+			var hits atomic.Int64
+			for k := range jobs {
+				m, err := g.Join(nil, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				eg.Go(func() error {
+					defer m.Leave()
+					defer pace.leave()
+					l, err := loader.New(context.Background(), ds, m, loader.Options{BatchSize: 16, Cache: c, CacheSpace: 9,
+						Transform: ct, Epochs: epochs, Prefetch: 2, Lazy: true})
+					if err != nil {
+						return err
+					}
+					defer l.Close()
+					schema, _ := l.RowsOutput()
+					seen := map[[2]int]bool{}
+					for {
+						b, err := l.Next(context.Background())
+						if errors.Is(err, io.EOF) {
+							break
+						}
+						if err != nil {
+							return err
+						}
+						rec, release, err := columnar.Record(schema, b.Data[:b.Columns.Len])
+						if err != nil {
+							return err
+						}
+						vals := rec.Column(1).(*array.FixedSizeList).ListValues().(*array.Uint8).Uint8Values()
+						for i, id := range b.IDs {
+							if !bytes.Equal(vals[i*tf.Size():(i+1)*tf.Size()], want[id]) {
+								return fmt.Errorf("job %d row %d: another output", k, id)
+							}
+							if seen[[2]int{b.Epoch, id}] {
+								return fmt.Errorf("job %d row %d twice in epoch %d", k, id, b.Epoch)
+							}
+							seen[[2]int{b.Epoch, id}] = true
+						}
+						release()
+						b.Release()
+						pace.wait()
+					}
+					if len(seen) != epochs*n {
+						return fmt.Errorf("job %d: %d rows over %d epochs of %d", k, len(seen), epochs, n)
+					}
+					hits.Add(l.Stats().CacheHits)
+					return nil
+				})
+			}
+			if err := eg.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			st := g.Stats()
+			runs := ct.runs.Load()
+			t.Logf("%s: %d transforms for %d jobs x %d epochs x %d rows (%d shared rounds, %d given, %d copies from the cache)",
+				name, runs, jobs, epochs, n, st.Shared, st.Given, hits.Load())
+			if runs > int64(epochs*n)*13/10 {
+				t.Fatalf("the transform ran %d times for %d rows over %d epochs shared by %d jobs", runs, n, epochs, jobs)
+			}
+			if cs := c.Stats(); cs.Items != 0 {
+				t.Fatalf("%d items (%d bytes) left in the cache", cs.Items, cs.Bytes)
+			}
+		})
 	}
 }

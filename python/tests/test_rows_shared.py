@@ -304,3 +304,56 @@ def test_transform_of_a_column_without_bytes_is_invalid(daemon, tmp_path, spec, 
     with pytest.raises(riffle.InvalidSpec, match=f'column="{column}"'):
         ld = riffle.Loader(str(p), batch_size=8, transform=spec)
         ld.info()
+
+
+def test_shared_jobs_with_a_transform_of_rows(own_daemon, image_rows):
+    """Three jobs sharing a transform of a Hugging Face image column at one
+    pace: one group; each row's output once per epoch, byte-equal to a job's
+    reading it alone; the outputs of the rows they share are kept for the
+    others (the group's shared rounds), and the cache is empty after."""
+    paths, pics, labels = image_rows
+    spec = "image:size=64,crop=48,column=image"
+    solo = {}
+    for b in riffle.Loader(str(paths["hf"]), batch_size=8, transform=spec, shuffle=False, socket=own_daemon.sock,
+                           autostart=False):
+        x = b.data.column("image").to_numpy_ndarray()
+        for i, rid in enumerate(b.ids.tolist()):
+            solo[rid] = x[i].copy()
+    jobs = 3
+    loaders = [riffle.Loader(str(paths["hf"]), batch_size=4, seed=k, share=True, transform=spec, socket=own_daemon.sock,
+                             autostart=False) for k in range(jobs)]
+    step = threading.Barrier(jobs, timeout=120)
+    errors, groups = [], []
+
+    def run(k):
+        try:
+            for epoch in range(2):
+                seen = set()
+                for b in loaders[k]:
+                    x = b.data.column("image").to_numpy_ndarray()
+                    for i, rid in enumerate(b.ids.tolist()):
+                        assert rid not in seen, f"job {k}: row {rid} twice in epoch {epoch}"
+                        seen.add(rid)
+                        assert np.array_equal(x[i], solo[rid]), f"job {k} row {rid}: not a solo read's output"
+                        assert b.data.column("label")[i].as_py() == labels[rid]
+                    if k == 0:
+                        groups.append(status(own_daemon.sock)["groups"])
+                    step.wait()
+                assert seen == set(range(len(pics))), f"job {k} epoch {epoch}: not every row"
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+            step.abort()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for ld in loaders:
+        ld.close()
+    if errors:
+        raise errors[0]
+    shared = [g for g in groups[-1] if len(g["jobs"]) == jobs]
+    assert shared and shared[0]["shared"] > 0, f"no group of the {jobs} jobs sharing rows: {groups[-1]}"
+    st = status(own_daemon.sock)
+    assert st["cache"]["items"] == 0, f"outputs left in the cache: {st['cache']}"
