@@ -29,12 +29,13 @@ import (
 // as they are read.
 //
 // A batch's rows are put together as without a transform (the dataset's
-// RowBatch.Assemble), into a staging message; the column's values are
-// found there, each transformed on the workers into a buffer of outputs,
-// and the batch's message is written anew from the staging message's other
-// columns and the outputs (the columnar package's Plan and Assemble, as
-// for any rows). Its size is known before any read: the other columns'
-// planned buffers and the outputs'.
+// RowBatch.Assemble), into a staging message, where the column's values
+// are found. The batch's message is written anew from the staging
+// message's other columns (the columnar package's Plan and Assemble, as
+// for any rows), the outputs' buffer left empty, and each value is then
+// transformed on the workers straight into its row's place there. Its
+// size is known before any read: the other columns' planned buffers and
+// the outputs'.
 
 // tensorExtension types the outputs' column: Arrow's canonical
 // extension, over a fixed-size list of uint8, that pyarrow reads as a
@@ -56,8 +57,10 @@ type rowTransform struct {
 	// row's value bytes, and its validity bits: a 0 bit is a null value.
 	value int
 	valid []int
-	// out lays out the batches written, tensor the outputs' column alone.
+	// out lays out the batches written, tensor the outputs' column alone;
+	// data is the outputs' buffer among out's buffers.
 	out, tensor *columnar.Layout
+	data        int
 	meta        int // the prefix and metadata of out's messages
 	schema      []byte
 	columns     []columnar.Column
@@ -199,6 +202,10 @@ func newRowTransform(ds dataset.Rows, tf Transform, name string) (*rowTransform,
 	nodes := slices.Clone(full.Columns)
 	nodes[r.col] = tl.Columns[0]
 	r.out = columnar.Compose(schema, nodes)
+	for _, nd := range nodes[:r.col] {
+		r.data += bufCount(nd)
+	}
+	r.data += 2 // after the list's validity and its values'
 	empty, err := r.out.Plan(nil)
 	if err != nil {
 		return nil, err
@@ -258,11 +265,12 @@ func (r *rowTransform) size(rb dataset.RowBatch, n int) int {
 }
 
 // rowStage is the memory a batch of rows is transformed in, kept by its
-// load for the next: the staging message and the outputs.
+// load for the next: the staging message, and each row's value and cells
+// there.
 type rowStage struct {
-	msg, outs []byte
-	values    [][]byte
-	cells     [][]byte
+	msg    []byte
+	values [][]byte
+	cells  [][]byte
 }
 
 func growBytes(b []byte, n int) []byte {
@@ -300,9 +308,8 @@ func (r *rowTransform) apply(ctx context.Context, l *Loader, ids []int, epoch in
 	if err != nil {
 		return nil, fmt.Errorf("loader: a staged batch of rows: %w", err)
 	}
-	// Each row's value, then its output.
+	// Each row's value; the batch without the outputs; then the outputs.
 	size := r.tf.Size()
-	st.outs = growBytes(st.outs, n*size)
 	st.values = slices.Grow(st.values[:0], n)[:n]
 	var ranges []columnar.Range
 	for slot, id := range ids {
@@ -314,9 +321,6 @@ func (r *rowTransform) apply(ctx context.Context, l *Loader, ids []int, epoch in
 		}
 		c := ranges[r.value]
 		st.values[slot] = b[c.Off : c.Off+c.Len]
-	}
-	if err := l.transformRows(ctx, ids, epoch, st.values, st.outs, size); err != nil {
-		return nil, err
 	}
 	tsrc := &columnar.Source{Meta: &columnar.BatchMeta{Rows: int64(n),
 		Nodes:   []columnar.FieldNode{{Length: int64(n)}, {Length: int64(n * size)}},
@@ -342,13 +346,16 @@ func (r *rowTransform) apply(ctx context.Context, l *Loader, ids []int, epoch in
 			cur = slot
 			st.cells = st.cells[:0]
 			for c, cl := range r.cols {
-				src, from := stage, b
 				if c == r.col {
-					cl, src, from = r.tensor, tsrc, st.outs
+					// No validity, and the outputs, written below.
+					for range r.tensor.NumCells {
+						st.cells = append(st.cells, nil)
+					}
+					continue
 				}
-				ranges = cl.Cells(src, slot, ranges[:0])
+				ranges = cl.Cells(stage, slot, ranges[:0])
 				for _, x := range ranges {
-					st.cells = append(st.cells, from[x.Off:x.Off+x.Len])
+					st.cells = append(st.cells, b[x.Off:x.Off+x.Len])
 				}
 			}
 		}
@@ -356,6 +363,13 @@ func (r *rowTransform) apply(ctx context.Context, l *Loader, ids []int, epoch in
 	}
 	written, err := plan.Assemble(refs, cell, out)
 	if err != nil {
+		return nil, err
+	}
+	at := plan.Body + int(plan.Buffers[r.data].Offset)
+	if plan.Buffers[r.data].Length != int64(n*size) {
+		return nil, fmt.Errorf("loader: the outputs' buffer of %d bytes, for %d outputs of %d", plan.Buffers[r.data].Length, n, size)
+	}
+	if err := l.transformRows(ctx, ids, epoch, st.values, out[at:at+n*size], size); err != nil {
 		return nil, err
 	}
 	ns, bs := plan.Table()
