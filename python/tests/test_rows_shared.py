@@ -7,6 +7,7 @@ once for all of them."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -18,6 +19,17 @@ feather = pytest.importorskip("pyarrow.feather")
 import riffle
 
 from conftest import Daemon, status
+
+
+def cache_items(sock: str, deadline: float = 10.0) -> int:
+    """The cache's items once the jobs closed (a close is not waited for):
+    polled until none are left, or the deadline."""
+    end = time.monotonic() + deadline
+    while True:
+        items = status(sock)["cache"]["items"]
+        if items == 0 or time.monotonic() > end:
+            return items
+        time.sleep(0.05)
 
 N = 6000
 
@@ -77,9 +89,9 @@ def run_together(paths, sock: str, jobs: int, epochs: int, batch_size: int = 64,
                     for rid, row in zip(b.ids.tolist(), b.data.to_pylist()):
                         assert rid not in out[k][e], f"job {k}: row {rid} twice in epoch {e}"
                         out[k][e][rid] = row
-                    if k == 0 and not groups:
-                        groups.append(status(sock)["groups"])
                     step.wait()
+                    if k == 0 and not groups:
+                        groups.append(status(sock)["groups"])  # every job has had a batch: all are open
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
             step.abort()
@@ -142,7 +154,7 @@ def test_shared_jobs_of_arrow_rows(own_daemon, tmp_path, kind):
     p, t = write(kind, tmp_path)
     out = run_together(p, own_daemon.sock, jobs=2, epochs=2, batch_size=100)
     check_rows(out, t.to_pylist())
-    assert status(own_daemon.sock)["cache"]["items"] == 0, "record items left in the cache by jobs of rows"
+    assert cache_items(own_daemon.sock) == 0, "record items left in the cache by jobs of rows"
 
 
 def test_share_of_rows_with_a_subset_and_ranks(daemon, tmp_path):
@@ -336,9 +348,9 @@ def test_shared_jobs_with_a_transform_of_rows(own_daemon, image_rows):
                         seen.add(rid)
                         assert np.array_equal(x[i], solo[rid]), f"job {k} row {rid}: not a solo read's output"
                         assert b.data.column("label")[i].as_py() == labels[rid]
+                    step.wait()
                     if k == 0:
                         groups.append(status(own_daemon.sock)["groups"])
-                    step.wait()
                 assert seen == set(range(len(pics))), f"job {k} epoch {epoch}: not every row"
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
@@ -355,5 +367,19 @@ def test_shared_jobs_with_a_transform_of_rows(own_daemon, image_rows):
         raise errors[0]
     shared = [g for g in groups[-1] if len(g["jobs"]) == jobs]
     assert shared and shared[0]["shared"] > 0, f"no group of the {jobs} jobs sharing rows: {groups[-1]}"
-    st = status(own_daemon.sock)
-    assert st["cache"]["items"] == 0, f"outputs left in the cache: {st['cache']}"
+    assert cache_items(own_daemon.sock) == 0, f"outputs left in the cache: {status(own_daemon.sock)['cache']}"
+
+
+def test_an_image_without_bytes_is_a_data_error(daemon, tmp_path):
+    """An Image kept as a path alone (bytes null, as a datasets Image of a
+    file not embedded) has no bytes to transform: a DataError naming the
+    column and the row, not a batch with a hole."""
+    pics = jpegs()[:3]
+    img = pa.array([{"bytes": p, "path": None} for p in pics] + [{"bytes": None, "path": "elsewhere.jpg"}],
+                   pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    p = tmp_path / "paths.arrow"
+    feather.write_feather(pa.table({"image": img, "label": [0, 1, 2, 3]}), p, compression="uncompressed")
+    ld = riffle.Loader(str(p), batch_size=4, transform="image:size=32,crop=24,column=image", shuffle=False)
+    with pytest.raises(riffle.DataError, match='record 3 .*column "image" is null'):
+        for _ in ld:
+            pass
