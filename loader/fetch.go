@@ -30,6 +30,10 @@ func (l *Loader) dispatch(j *load) {
 		l.finishLoad(j)
 		return
 	}
+	// Every unit's read callback exists before the first copy waits: a
+	// copy whose item's reader gave up reads the record itself (copyDone,
+	// request), maybe from another goroutine while this loop still runs.
+	l.callbacks(j)
 	reqs := j.reqs[:0]
 	for i := range j.units {
 		u := &j.units[i]
@@ -52,13 +56,18 @@ func (l *Loader) dispatch(j *load) {
 	j.reqs = reqs[:0]
 }
 
-// request returns unit i's read. Its callback is made once per load and
-// unit index, so that a loader in steady state allocates nothing per read.
-func (l *Loader) request(j *load, i int) *storage.Request {
-	for len(j.dones) <= i {
+// callbacks makes the read callback of each of j's units that has none
+// yet: once per load and unit index, so that a loader in steady state
+// allocates nothing per read.
+func (l *Loader) callbacks(j *load) {
+	for len(j.dones) < len(j.units) {
 		k := len(j.dones)
 		j.dones = append(j.dones, func(err error) { l.readDone(j, k, err) })
 	}
+}
+
+// request returns unit i's read, whose callback dispatch made.
+func (l *Loader) request(j *load, i int) *storage.Request {
 	u := &j.units[i]
 	u.req = storage.Request{Ctx: l.ctx, R: l.ds.Object(u.obj), P: j.landing()[u.dst : u.dst+u.n], Off: u.off, Done: j.dones[i]}
 	return &u.req
