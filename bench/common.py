@@ -162,7 +162,7 @@ class GroupWatch:
 
     def __init__(self, d: Daemon):
         import threading
-        self.d, self.best = d, {}
+        self.d, self.best, self.daemon = d, {}, {}
         self.stop = threading.Event()
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
@@ -177,6 +177,10 @@ class GroupWatch:
                 b = self.best.setdefault(g["source"], {})
                 for k in ("rounds", "given", "saved", "shared"):
                     b[k] = max(b.get(k, 0), g.get(k, 0))
+            # The record cache's counts: counters that only grow.
+            c = st.get("cache") or {}
+            for k in ("hits", "misses", "evictions"):
+                self.daemon[k] = max(self.daemon.get(k, 0), c.get(k, 0))
 
     def totals(self) -> dict:
         self.stop.set()
@@ -185,6 +189,7 @@ class GroupWatch:
         for b in self.best.values():
             for k in out:
                 out[k] += b.get(k, 0)
+        out.update({f"cache_{k}": v for k, v in self.daemon.items()})
         return out
 
 

@@ -156,7 +156,8 @@ def run_jobs(d: Daemon, codes: list[str], starts: list[float], dev: str, count_o
             raise SystemExit(f"a client failed: {out}")
         res.append(json.loads(out.strip().splitlines()[-1]))
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall": time.time() - t0, "device": read_bytes(dev) - dev0, "daemon_read": process_read_bytes(d.proc.pid) - own0, "jobs": res, "groups": watch.totals(),
+    return {"wall": time.time() - t0, "device": read_bytes(dev) - dev0, "daemon_read": process_read_bytes(d.proc.pid) - own0,
+            "jobs": res, "groups": watch.totals(),
             "daemon_cpu": d.cpu() - cpu0, "client_cpu": ru.ru_utime + ru.ru_stime - ru0.ru_utime - ru0.ru_stime}
 
 
@@ -250,6 +251,8 @@ def speeds_var(args, kind: str, path: Path, n: int, epoch: int, what: str, base:
         d.stop()
     alone = None
     for mode in ("alone 4x", "shared", "independent"):
+        if mode != "alone 4x" and mode not in args.modes.split(","):
+            continue
         d = Daemon(mem, cache)
         try:
             if mode == "alone 4x":
@@ -277,7 +280,9 @@ def speeds_var(args, kind: str, path: Path, n: int, epoch: int, what: str, base:
         if mode == "shared":
             g = r["groups"]
             print(f"{'':14}group: {g['rounds']} rounds gave {g['given']} records, {g['shared']} of them to several jobs at once, "
-                  f"saving {g['saved']} reads (given counts what the jobs' next epochs were given before they closed)", flush=True)
+                  f"saving {g['saved']} reads (given counts what the jobs' next epochs were given before they closed); "
+                  f"record cache: {g.get('cache_hits', 0)} hits, {g.get('cache_misses', 0)} misses, "
+                  f"{g.get('cache_evictions', 0)} evictions", flush=True)
 
 
 def part_overlap(args) -> None:
@@ -352,6 +357,8 @@ def main() -> None:
     ap.add_argument("--files-rate", type=int, default=750, help="speeds-dir: the 1x job's samples/s")
     ap.add_argument("--var-memory", default="1.125GiB", help="speeds-jsonl, speeds-dir: the daemon's cgroup memory limit")
     ap.add_argument("--var-cache", default="768MiB", help="speeds-jsonl, speeds-dir: the daemon's record cache")
+    ap.add_argument("--modes", default="shared,independent",
+                    help="speeds-jsonl, speeds-dir: which runs beside the 4x job alone (the baseline)")
     args = ap.parse_args()
     subprocess.run(["make", "-C", str(REPO), "build"], check=True, stdout=subprocess.DEVNULL)
     for part in args.parts.split(","):
