@@ -61,6 +61,7 @@ type rowTransform struct {
 	// data is the outputs' buffer among out's buffers.
 	out, tensor *columnar.Layout
 	data        int
+	elems       int // elements of an output (its bytes, or its float32s)
 	meta        int // the prefix and metadata of out's messages
 	schema      []byte
 	columns     []columnar.Column
@@ -186,13 +187,27 @@ func newRowTransform(ds dataset.Rows, tf Transform, name string) (*rowTransform,
 	if r.value, r.valid, ok = valueCells(full.Columns[r.col]); !ok {
 		return nil, fmt.Errorf("transform on rows: column %q is %s, not binary nor an image (struct<bytes, path>)", name, full.Columns[r.col].Type)
 	}
-	storage := arrow.FixedSizeListOf(int32(tf.Size()), arrow.PrimitiveTypes.Uint8)
+	// The outputs' elements: uint8 (images), or float32 (libsvm_dense);
+	// any other output is its bytes.
+	dtype, shape := shapeOf(tf)
+	elem, width := arrow.DataType(arrow.PrimitiveTypes.Uint8), 1
+	if dtype == "<f4" && tf.Size()%4 == 0 {
+		elem, width = arrow.PrimitiveTypes.Float32, 4
+	}
+	r.elems = tf.Size() / width
+	count := 1
+	for _, d := range shape {
+		count *= d
+	}
+	if count != r.elems {
+		shape = []int{r.elems}
+	}
+	storage := arrow.FixedSizeListOf(int32(r.elems), elem)
 	tl, _, err := columnar.NewLayout(arrow.NewSchema([]arrow.Field{{Name: name, Type: storage}}, nil), nil)
 	if err != nil {
 		return nil, err
 	}
 	r.tensor = tl
-	_, shape := shapeOf(tf)
 	ext, _ := json.Marshal(map[string]any{"shape": shape})
 	fields := slices.Clone(full.OutputSchema().Fields())
 	fields[r.col] = arrow.Field{Name: name, Type: storage, Metadata: arrow.NewMetadata(
@@ -259,8 +274,8 @@ func (r *rowTransform) size(rb dataset.RowBatch, n int) int {
 			body += pad8(b.Length)
 		}
 	}
-	s := int64(r.tf.Size()) * int64(n)
-	body += pad8((int64(n)+7)/8) + pad8((s+7)/8) + pad8(s)
+	e, s := int64(r.elems)*int64(n), int64(r.tf.Size())*int64(n)
+	body += pad8((int64(n)+7)/8) + pad8((e+7)/8) + pad8(s)
 	return r.meta + int(body)
 }
 
@@ -323,7 +338,7 @@ func (r *rowTransform) apply(ctx context.Context, l *Loader, ids []int, epoch in
 		st.values[slot] = b[c.Off : c.Off+c.Len]
 	}
 	tsrc := &columnar.Source{Meta: &columnar.BatchMeta{Rows: int64(n),
-		Nodes:   []columnar.FieldNode{{Length: int64(n)}, {Length: int64(n * size)}},
+		Nodes:   []columnar.FieldNode{{Length: int64(n)}, {Length: int64(n * r.elems)}},
 		Buffers: []columnar.BufferLoc{{}, {}, {Length: int64(n * size)}}}}
 	refs := make([]columnar.RowRef, n)
 	for slot := range refs {

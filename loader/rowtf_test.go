@@ -3,6 +3,7 @@ package loader_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -10,6 +11,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -410,5 +412,75 @@ func TestSharedRowsTransformOnce(t *testing.T) {
 				t.Fatalf("%d items (%d bytes) left in the cache", cs.Items, cs.Bytes)
 			}
 		})
+	}
+}
+
+// A transform whose outputs are float32s (libsvm_dense, of a binary column
+// of LIBSVM lines) gives a fixed-size list of float32s, each row's the
+// transform's bytes.
+func TestRowsTransformFloats(t *testing.T) {
+	sc := arrow.NewSchema([]arrow.Field{{Name: "line", Type: arrow.BinaryTypes.Binary}, {Name: "k", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	var lines [][]byte
+	for i := range 50 {
+		l := []byte(fmt.Sprintf("%d 1:%d %d:0.5", i%2, i, 2+i%4))
+		lines = append(lines, l)
+		b.Field(0).(*array.BinaryBuilder).Append(l)
+		b.Field(1).(*array.Int64Builder).Append(int64(i))
+	}
+	rec := b.NewRecordBatch()
+	b.Release()
+	p := filepath.Join(t.TempDir(), "lines.arrow")
+	writeImageArrow(t, p, rec)
+	rec.Release()
+	ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	tf, _, err := transform.New("libsvm_dense:n_features=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := loader.New(context.Background(), ds, sampler.Global{N: ds.Len(), Seed: 1}, loader.Options{BatchSize: 8, Transform: tf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	schema, cols := l.RowsOutput()
+	if cols[0].Layout != "fixed_list" || cols[0].Size != 6 || cols[0].Children[0].Dtype != "<f4" {
+		t.Fatalf("the outputs' column %+v, want a fixed_list of 6 float32s", cols[0])
+	}
+	want := make([]byte, tf.Size())
+	seen := 0
+	for {
+		bt, err := l.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, release, err := columnar.Record(schema, bt.Data[:bt.Columns.Len])
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := rec.Column(0).(*array.FixedSizeList).ListValues().(*array.Float32)
+		for i, id := range bt.IDs {
+			if err := tf.Apply(lines[id], want); err != nil {
+				t.Fatal(err)
+			}
+			for k := range 6 {
+				if got := vals.Value(6*i + k); math.Float32bits(got) != binary.LittleEndian.Uint32(want[4*k:]) {
+					t.Fatalf("row %d: element %d is %v", id, k, got)
+				}
+			}
+			seen++
+		}
+		release()
+		bt.Release()
+	}
+	if seen != 50 {
+		t.Fatalf("%d rows of 50", seen)
 	}
 }

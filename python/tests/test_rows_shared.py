@@ -383,3 +383,29 @@ def test_an_image_without_bytes_is_a_data_error(daemon, tmp_path):
     with pytest.raises(riffle.DataError, match='record 3 .*column "image" is null'):
         for _ in ld:
             pass
+
+
+def test_a_float_transform_of_rows(daemon, tmp_path):
+    """libsvm_dense of a binary column of LIBSVM lines: a float32 tensor
+    column (n, 1 + n_features), each row's the record transform's output of
+    the same line."""
+    from riffle import decode
+    lines = [f"{i % 3} 1:{i} {2 + i % 4}:0.25" for i in range(40)]
+    p = tmp_path / "lines.arrow"
+    feather.write_feather(pa.table({"line": pa.array([s.encode() for s in lines], pa.binary()), "k": list(range(40))}), p,
+                          compression="uncompressed")
+    (tmp_path / "lines.svm").write_text("\n".join(lines) + "\n")
+    spec = "libsvm_dense:n_features=5"
+    want = {}
+    for b in riffle.Loader(str(tmp_path / "lines.svm"), batch_size=16, transform=spec, shuffle=False):
+        for i, rid in enumerate(b.ids.tolist()):
+            want[rid] = np.array(b.data[i])
+    seen = 0
+    for b in riffle.Loader(str(p), batch_size=16, transform=spec + ",column=line", seed=2):
+        x = b.data.column("line").to_numpy_ndarray()
+        assert x.dtype == np.float32 and x.shape == (b.n, 6)
+        assert np.array_equal(decode.columns(b)["line"], x)
+        for i, rid in enumerate(b.ids.tolist()):
+            assert np.array_equal(x[i], want[rid]) and b.data.column("k")[i].as_py() == rid
+            seen += 1
+    assert seen == 40
