@@ -111,6 +111,7 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
     import numpy as np
     rng = random.Random(seed)
     work = Path(workdir or tempfile.mkdtemp(prefix="riffle-elastic-"))
+    work.mkdir(parents=True, exist_ok=True)
     log(f"work directory {work}")
     path = work / "ids.npy"
     np.save(path, np.arange(n, dtype=np.int64))
@@ -144,9 +145,12 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
                                               start_new_session=True))
             last = gen == kills
             if not last:
-                # Kill once every rank delivered a batch or more, after a random while.
+                # Kill once every rank delivered a batch or more (its log, opened
+                # before its first batch, holds a line), after a random while.
                 deadline = time.time() + 120
-                while time.time() < deadline and not all((work / f"log.{gen}.{r}").exists() for r in range(world)):
+                while time.time() < deadline and not all((work / f"log.{gen}.{r}").exists()
+                                                         and (work / f"log.{gen}.{r}").stat().st_size > 0
+                                                         for r in range(world)):
                     if any(p.poll() not in (None, 0) for p in procs):
                         break
                     time.sleep(0.05)
