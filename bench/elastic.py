@@ -1,20 +1,41 @@
 """Elastic resume under chaos (issue 25): a data-parallel job of W ranks x
 K DataLoader workers reads an epoch; at a random moment every rank is
 SIGKILLed (a node lost), and sometimes the daemon too; the job comes back
-on a random new topology from rank 0's last checkpoint, as a user's
-training script would. Two jobs sharing one file run beside it in the same
-daemon. Over many kills, each epoch must hold every record exactly once,
-less nothing and plus only the padding DistributedSampler adds to the
-last resumed part (at most ranks-1 repeats).
+on a random new topology from its last checkpoint, as a user's training
+script would. Two jobs sharing one file run beside it in the same daemon.
+(A rank that raises DaemonGone once its daemon is killed, before it is
+killed itself, is counted, not failed: the loader should have reconnected.)
+Over many kills, each epoch must hold every record exactly once, less
+nothing and plus only the padding DistributedSampler adds (at most ranks-1
+repeats to a deal of the epoch's records over the ranks).
 
-A rank logs each batch it delivers and, on rank 0, the state after it;
-as in DDP, ranks step together, so the checkpoint a run can resume from
-is rank 0's state at the last step every rank reached, and what the ranks
-delivered after that step is delivered again after the resume (training
-redoes those steps), so it is not counted. Rank 0's state after every
-step is checked too: it must move on, within the epoch's positions (a
-state that goes back is a resume's repeats, whether or not a kill lands
-on it).
+--order picks the job's order. The global order (the default) is a
+function of position, so the checkpoint is rank 0's state. A shared order
+(share=True: the job samples dependently with the two sharing jobs) and an
+opportunistic one (opportunistic=2: windows of 2 batches, each batch taken
+as its reads end) deliver records that depend on timing: each rank's state
+says what that rank delivered, and the checkpoint is riffle.merge_states of
+every rank's, as DDP saves state_dict(all_ranks=True).
+
+A rank logs each batch it delivers and the state after it (rank 0 only,
+in the global order); as in DDP, ranks step together, so the checkpoint a
+run can resume from is the state at the last step every rank reached, and
+what the ranks delivered after that step is delivered again after the
+resume (training redoes those steps), so it is not counted. The state
+after every step is checked too, whether or not a kill lands on it
+(placed()): rank 0's position must move on, within the epoch's positions;
+a shared or opportunistic rank's places must say exactly how many records
+the rank delivered of each epoch. A state behind that is a resume's
+repeats, one past it a resume's losses: both are "backward states".
+
+The padding: a resume on another topology deals the rest of the epoch to
+the new ranks in equal parts, padded as DistributedSampler pads, and a
+resume on the same topology goes on with the deal it had. The global
+order's padding comes at the ends of its ranks' parts, so only the part
+that ends the epoch delivers it; a shared order's pads are records of two
+ranks' parts, delivered whenever the group takes them, and an
+opportunistic window may deliver its pads before a kill, so each deal of
+their epoch may add its own (repeats()).
 
 Each generation that resumed mid-epoch delivers the rest of that epoch (to
 its end, or to the next kill), which must come in a uniform order: the
@@ -22,9 +43,15 @@ rest of a uniform permutation, given the records before it, is a uniform
 order of the others, so its order must not follow the records' ids (file
 order), nor the order of the epoch's records before the resume, nor
 another epoch's rest (uniformity(), tested in test_elastic_checks.py; a
-rest is a "remainder" in the counts run() returns).
+rest is a "remainder" in the counts run() returns). A shared rest is a new
+uniform order of the records not delivered; an opportunistic one goes on
+with the epoch's permutation from the first position not every rank
+delivered: either way independent of the epoch's start. An opportunistic
+window splits its records over its batches as their reads end, so its
+unit is the window of every rank and worker, and the windows a kill cut
+short are left out (global_batches(), rest_sets()).
 
-    PATH=/usr/local/go/bin:$PATH /usr/bin/python3 bench/elastic.py --kills 1000 --records 100000
+    PATH=/usr/local/go/bin:$PATH /usr/bin/python3 bench/elastic.py --kills 1000 --records 100000 [--order shared]
 """
 
 from __future__ import annotations
@@ -49,7 +76,7 @@ sys.path.insert(0, {py!r})
 import riffle.torch as rt
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 gen, out = {gen}, {out!r}
-dl = rt.loader({path!r}, {batch}, num_workers={workers}, seed=7, rank=rank, world_size=world)
+dl = rt.loader({path!r}, {batch}, num_workers={workers}, seed=7, rank=rank, world_size=world, **{order!r})
 if os.path.exists({ckpt!r}):
     dl.load_state_dict(json.load(open({ckpt!r})))
 log = open(f"{{out}}/log.{{gen}}.{{rank}}", "a", buffering=1)
@@ -59,10 +86,10 @@ for epoch in range(2):
         step += 1
         time.sleep({step_s})  # the training step
         log.write(json.dumps([step, dl.dataset.epoch, [int(i) for i in b.reshape(-1)]]) + "\\n")
-        if rank == 0:
-            tmp = f"{{out}}/state.{{gen}}.{{step}}.tmp"
+        if {every_rank} or rank == 0:
+            tmp = f"{{out}}/state.{{gen}}.{{step}}.{{rank}}.tmp"
             json.dump(dl.state_dict(), open(tmp, "w"))
-            os.rename(tmp, f"{{out}}/state.{{gen}}.{{step}}")
+            os.rename(tmp, f"{{out}}/state.{{gen}}.{{step}}.{{rank}}")
 log.write(json.dumps(["done"]) + "\\n")
 """
 
@@ -77,6 +104,11 @@ while True:
 """
 
 TOPOLOGIES = [(w, k) for w in (1, 2, 3, 4, 8) for k in (0, 1, 2, 4)]
+
+# The job's options of each order. A shared or opportunistic order's
+# checkpoint is every rank's state, merged; a global one's, rank 0's.
+WINDOW = 2  # an opportunistic order's batches per window
+ORDERS = {"global": {}, "shared": {"share": True}, "opportunistic": {"opportunistic": WINDOW}}
 
 # A rest of fewer records, or of one global batch, is counted as skipped:
 # it would show only gross faults (200 records in id order are z = 14).
@@ -93,10 +125,13 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--order", choices=sorted(ORDERS), default="global")
     ap.add_argument("--max-procs", type=int, default=12, help="skip topologies of more rank and worker processes")
-    ap.add_argument("--keep", action="store_true", help="keep every generation's states (state.GEN.STEP) for analysis")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep every generation's states (state.GEN.STEP.RANK) for analysis")
     args = ap.parse_args()
-    res = run(args.records, args.kills, args.seed, args.batch, args.max_procs, log=print, keep=args.keep)
+    res = run(args.records, args.kills, args.seed, args.batch, args.max_procs, log=print, keep=args.keep,
+              order=args.order)
     print(f"resumed remainders: {res['remainders_checked']} checked, {res['remainders_skipped']} too small to test, "
           f"{res['nonuniform_remainders']} not uniform (|z| > {LIMIT}); worst z: order {res['worst_z_order']}, "
           f"cells {res['worst_z_cells']} (pooled {res['z_cells_pooled']}), prefix {res['worst_z_prefix']} "
@@ -106,9 +141,13 @@ def main() -> None:
 
 
 def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log=lambda *a: None,
-        workdir: str | None = None, step_s: float = 0.002, kill_after: float = 3.0, keep: bool = False) -> dict:
-    """Kill and resume `kills` times over an ids.npy of n records; returns the counts."""
+        workdir: str | None = None, step_s: float = 0.002, kill_after: float = 3.0, keep: bool = False,
+        order: str = "global") -> dict:
+    """Kill and resume `kills` times over an ids.npy of n records, in `order` (ORDERS); returns the counts."""
     import numpy as np
+    sys.path.insert(0, str(REPO / "python"))
+    import riffle
+    every_rank = order != "global"  # whose states make the checkpoint
     rng = random.Random(seed)
     work = Path(workdir or tempfile.mkdtemp(prefix="riffle-elastic-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -121,11 +160,20 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
     sharing = subprocess.Popen([sys.executable, "-c", SHARING.format(py=str(REPO / "python"), path=str(path))],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = work / "ckpt.json"
-    # Committed batches per epoch: (the resume it came from, its ids).
-    epochs: dict[int, list[int]] = {}
-    pads: dict[int, int] = {}  # each epoch's padding: its last part's, DistributedSampler's
-    delivered = daemon_kills = mid = backward = 0
-    where: dict[int, list] = {}  # (generation, rank, step) of each delivered record, by epoch
+    # Each epoch's committed batches: (its deal, generation, rank, step, ids).
+    committed: dict[int, list[tuple]] = {}
+    seen: dict[int, np.ndarray] = {}  # each epoch's records committed so far
+    # A deal is one dealing of an epoch's records over ranks, which a
+    # resume on the same topology goes on with (the global order's epoch
+    # is one deal, its padding the last part's); its padding is
+    # DistributedSampler's.
+    deal_of: dict[int, tuple] = {}  # each epoch's deal the checkpoint goes on with
+    deals: dict[tuple, tuple[int, int]] = {}  # a deal's records and ranks
+    pads: dict[tuple, int] = {}
+    dealt: dict[tuple, int] = {}  # of each (deal, rank), the records committed
+    deal_steps: dict[tuple, int] = {}  # of each deal, the steps committed
+    in_flight: dict[int, int] = {}  # of each epoch, the records of the windows in flight at the checkpoint
+    delivered = daemon_kills = daemon_gone = mid = dealt_anew = backward = 0
     kept: list[dict] = []  # each generation: its topology, the state it resumed from, the steps kept
     batches: dict[int, list[list[int]]] = {}  # each epoch's committed global batches, in delivery order
     rests: list[tuple] = []  # each mid-epoch resume: its epoch, the batches before it, the batches of the rest
@@ -135,15 +183,18 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
             world, workers = rng.choice([t for t in TOPOLOGIES if t[0] * max(1, t[1] + 1) <= max_procs])
             state = json.loads(ckpt.read_text()) if ckpt.exists() else {"epoch": 0, "position": 0}
             start_epoch, start_pos = int(state["epoch"]), int(state.get("position", 0))
-            mid += start_pos > 0
+            before = batches.get(start_epoch, [])  # the resumed epoch's global batches so far
+            mid += bool(before)
             procs = []
             for r in range(world):
                 code = RANK.format(py=str(REPO / "python"), gen=gen, out=str(work), path=str(path), batch=batch,
-                                   workers=workers, ckpt=str(ckpt), step_s=step_s)
+                                   workers=workers, ckpt=str(ckpt), step_s=step_s, order=ORDERS[order],
+                                   every_rank=every_rank)
                 procs.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
                                               stderr=subprocess.PIPE, env=dict(env, RANK=str(r), WORLD_SIZE=str(world)),
                                               start_new_session=True))
             last = gen == kills
+            daemon_killed = False
             if not last:
                 # Kill once every rank delivered a batch or more (its log, opened
                 # before its first batch, holds a line), after a random while.
@@ -158,6 +209,7 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
                 if rng.random() < 0.2:
                     subprocess.run(["pkill", "-KILL", "-f", f"riffle serve --socket {sock_dir}"], check=False)
                     daemon_kills += 1
+                    daemon_killed = True
                     time.sleep(rng.uniform(0.0, 0.5))
                 for p in procs:
                     try:
@@ -167,93 +219,267 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
             errs = []
             for p in procs:
                 _, err = p.communicate(timeout=600)
-                if p.returncode not in (0, -signal.SIGKILL):
-                    errs.append(err.decode()[-2000:])
+                if p.returncode in (0, -signal.SIGKILL):
+                    continue
+                if daemon_killed and b"DaemonGone" in err:
+                    # A rank that gave up on its killed daemon before we
+                    # killed it: the loader should have reconnected (README),
+                    # so it is counted; as a kill it costs the rank nothing.
+                    daemon_gone += 1
+                    log(f"gen {gen}: a rank raised DaemonGone: {err.decode().strip().splitlines()[-1]}")
+                    continue
+                errs.append(err.decode()[-2000:])
             if errs:
                 raise RuntimeError(f"generation {gen} ({world} ranks x {workers} workers): {errs[0]}")
-            # The step every rank reached, and rank 0's state there.
             logs = []
             for r in range(world):
                 p = work / f"log.{gen}.{r}"
                 rows = [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
                 logs.append([row for row in rows if row != ["done"]])
+
+            def saved(step: int, rank: int) -> dict | None:
+                f = work / f"state.{gen}.{step}.{rank}"
+                return json.loads(f.read_text()) if f.exists() else None
+
+            # The step every rank reached, with the states the checkpoint
+            # is made of there.
             common = min(len(rows) for rows in logs)
             if last:
                 assert all(len(rows) == common for rows in logs), "ranks of unequal lengths"
-            while common > 0 and not (work / f"state.{gen}.{common}").exists():
+            savers = range(world) if every_rank else [0]
+            while common > 0 and not all((work / f"state.{gen}.{common}.{r}").exists() for r in savers):
                 common -= 1
+            # This generation's deals: the epoch it resumed goes on with the
+            # checkpoint's deal when the run went on with its places (on the
+            # same topology: none says what a run before delivered), else it
+            # is a deal of the records left; the epoch after is a deal of all.
+            # The global order's epoch is one deal.
+            first = next((st for s in range(1, max(map(len, logs)) + 1) for r in range(world)
+                          if (st := saved(s, r)) is not None), None) if every_rank else None
+            goes_on = bool(before) and first is not None and not rest_run(first)
+            if before and common > 0:
+                # A rest of the epoch dealt anew to this run's ranks, not the
+                # run before going on (a global order's, from a position off
+                # this topology's global batches).
+                dealt_anew += not goes_on if every_rank else start_pos % (world * batch) > 0
+            here = {e: (e, 0 if not every_rank else gen) for e in (start_epoch, start_epoch + 1)}
+            if goes_on:
+                here[start_epoch] = deal_of[start_epoch]
+            for e, d in here.items():
+                if d not in deals:
+                    deals[d] = (n - int(seen[e].sum()) if e in seen else n, world)
+                    pads[d] = (-deals[d][0]) % world
+            if every_rank:
+                # Each rank's state after each of its steps says what it
+                # delivered: its records of each epoch in this generation,
+                # counted on from what it delivered of the deal before.
+                for r, rows in enumerate(logs):
+                    got = {e: dealt.get((d, r), 0) for e, d in here.items()}
+                    for step, epoch, ids in rows:
+                        got[epoch] = got.get(epoch, 0) + len(ids)
+                        st = saved(step, r)
+                        if st is None:
+                            continue
+                        says = placed(st, order, {e: deals[d] for e, d in here.items()}, batch, WINDOW)
+                        wrong = {e: (says.get(e, 0), k) for e, k in got.items() if says.get(e, 0) != k}
+                        if wrong:
+                            backward += 1
+                            log(f"gen {gen}: rank {r}'s state after step {step} says it delivered "
+                                + ", ".join(f"{s} records of epoch {e} (it delivered {k}: a resume "
+                                            f"{'repeats' if s < k else 'loses'} {abs(k - s)})"
+                                            for e, (s, k) in sorted(wrong.items())))
+            else:
+                # Rank 0's place after each step moves on, within the epoch's
+                # positions: a state that goes back resumes from positions
+                # delivered already, whether or not a kill lands on it.
+                prev = (start_epoch, start_pos)
+                for s in range(1, len(logs[0]) + 1):
+                    st = saved(s, 0)
+                    if st is not None:
+                        cur = (int(st["epoch"]), int(st.get("position", 0)))
+                        if cur <= prev or cur[1] >= n:
+                            backward += 1
+                            log(f"gen {gen}: rank 0's state after step {s} is at epoch {cur[0]} position {cur[1]}, "
+                                f"the one before at {prev}")
+                        prev = max(prev, cur)
+            if common > 0:
+                deal_of.update(here)
             for r, rows in enumerate(logs):
                 for step, epoch, ids in rows[:common]:
-                    epochs.setdefault(epoch, []).extend(ids)
-                    where.setdefault(epoch, []).extend((gen, r, step) for _ in ids)
+                    committed.setdefault(epoch, []).append((here[epoch], gen, r, step, ids))
+                    dealt[(here[epoch], r)] = dealt.get((here[epoch], r), 0) + len(ids)
+                    seen.setdefault(epoch, np.zeros(n, dtype=bool))[ids] = True
                     delivered += len(ids)
             kept.append({"gen": gen, "world": world, "workers": workers, "from": state, "steps": common})
             # Step s of every rank is the s-th global batch of the epoch (ranks
-            # step together, as in DDP).
-            got: dict[int, list[list[int]]] = {}
+            # step together, as in DDP); an opportunistic order's are put
+            # together in its windows (global_batches()).
+            block = WINDOW * max(1, workers) if order == "opportunistic" else 1
+            got_batches: dict[int, list[list[int]]] = {}
+            began_inside: dict[int, bool] = {}  # of each epoch, whether a run before ended inside a window
             for e in sorted({row[1] for rows in logs for row in rows[:common]}):
                 parts = [[ids for _, epoch, ids in rows[:common] if epoch == e] for rows in logs]
-                got[e] = [[i for p in parts if s < len(p) for i in p[s]] for s in range(max(map(len, parts)))]
-            if start_pos > 0:
-                rests.append((start_epoch, list(batches.get(start_epoch, [])), got.get(start_epoch, [])))
-            for e, b in got.items():
+                steps = [[i for p in parts if s < len(p) for i in p[s]] for s in range(max(map(len, parts)))]
+                got_batches[e] = global_batches(steps, block, deal_steps.get(here[e], 0))
+                began_inside[e] = deal_steps.get(here[e], 0) % block > 0
+                deal_steps[here[e]] = deal_steps.get(here[e], 0) + len(steps)
+            # Of each epoch, the records of the windows in flight where the run
+            # ended (every rank's and worker's), unless it ended the epoch.
+            cut = {e: world * block * batch if deal_steps[here[e]] % block and not bool(seen[e].all()) else 0
+                   for e in got_batches}
+            if before:
+                # A new deal's first positions hold what the windows in flight
+                # at the checkpoint did not deliver: sets up to their records.
+                lead = 0 if goes_on else -(-in_flight.get(start_epoch, 0) // (world * block * batch))
+                rests.append((start_epoch, *rest_sets(before, got_batches.get(start_epoch, []),
+                                                      began_inside.get(start_epoch, False),
+                                                      cut.get(start_epoch, 0) > 0, lead)))
+            in_flight.update(cut)
+            for e, b in got_batches.items():
+                if began_inside[e] and batches.get(e):
+                    batches[e][-1] = batches[e][-1] + b.pop(0)
                 batches.setdefault(e, []).extend(b)
+            if not every_rank:
+                # The global order's padding is the last part's: the rest
+                # from the position it resumed at, split over its ranks.
+                for e in {row[1] for rows in logs for row in rows[:common]}:
+                    pads[here[e]] = (-(n - (start_pos if e == start_epoch else 0))) % world
             if common > 0:
-                st = json.loads((work / f"state.{gen}.{common}").read_text())
+                if every_rank:
+                    st = riffle.merge_states([saved(common, r) for r in range(world)])
+                else:
+                    st = saved(common, 0)
                 tmp = work / "ckpt.json.tmp"
                 tmp.write_text(json.dumps(st))
                 os.replace(tmp, ckpt)
-            # The padding of an epoch is its last part's: the rest from the
-            # position it resumed at, split over this generation's ranks.
-            for e in {row[1] for rows in logs for row in rows[:common]}:
-                pos = start_pos if e == start_epoch else 0
-                pads[e] = (-(n - pos)) % world
-            # Rank 0's place after each step moves on, within the epoch's
-            # positions: a state that goes back resumes from positions
-            # delivered already, whether or not a kill lands on it.
-            prev = (start_epoch, start_pos)
-            for s in range(1, len(logs[0]) + 1):
-                f = work / f"state.{gen}.{s}"
-                if f.exists():
-                    st = json.loads(f.read_text())
-                    cur = (int(st["epoch"]), int(st.get("position", 0)))
-                    if cur <= prev or cur[1] >= n:
-                        backward += 1
-                        log(f"gen {gen}: rank 0's state after step {s} is at epoch {cur[0]} position {cur[1]}, "
-                            f"the one before at {prev}")
-                    prev = max(prev, cur)
             for f in work.glob(f"state.{gen}.*"):
                 if not keep:
                     f.unlink()
-            log(f"gen {gen}: {world} ranks x {workers} workers from epoch {start_epoch} position {start_pos}; "
-                f"{common} steps kept; {delivered} samples so far")
+            place = f"position {start_pos}" if not every_rank else "going on with its deal" if goes_on else \
+                "a new deal" if before else "its start"
+            log(f"gen {gen}: {world} ranks x {workers} workers from epoch {start_epoch} {place}; {common} steps kept; "
+                f"{delivered} samples so far")
     finally:
         sharing.kill()
         sharing.wait()
         subprocess.run(["pkill", "-KILL", "-f", f"riffle serve --socket {sock_dir}"], check=False)
+    dup, lost = repeats(committed, n, pads, log, kept)
+    return {"order": order, "kills": kills, "daemon_kills": daemon_kills, "ranks_daemon_gone": daemon_gone,
+            "mid_epoch_resumes": mid, "rests_dealt_anew": dealt_anew, "records": n,
+            "delivered": delivered, "complete_epochs": len(committed), "duplicates": dup, "losses": lost,
+            "backward_states": backward, **uniformity(rests), "seconds": round(time.time() - started, 1)}
+
+
+def global_batches(steps: list[list[int]], block: int, done: int) -> list[list[int]]:
+    """A run's global batches (each step's records of every rank), put together in sets of `block` steps of their
+    deal, of which runs before it took `done`: the first set ends the one they were inside. An opportunistic window's
+    batches split its records as their reads end (in id order, in a file of ids), so only the window of every rank
+    and worker is a set of the order: WINDOW x workers steps, worker w's window i being its steps
+    w + (WINDOW i + j) x workers (DataLoader takes its workers' batches in turn)."""
+    cuts = [0] + list(range(-done % block or block, len(steps), block)) + [len(steps)]
+    return [[i for b in steps[a:z] for i in b] for a, z in zip(cuts, cuts[1:]) if z > a]
+
+
+def rest_sets(before: list[list[int]], rest: list[list[int]], began_inside: bool, cut: bool,
+              lead: int = 0) -> tuple[list, list]:
+    """A resumed rest's global batches as the uniformity checks take them, and the epoch's before it. A window of an
+    opportunistic order is one set, its records split as their reads end (global_batches()), so a window cut short
+    holds the reads that ended first (in a file of ids, the lower ids) and what it did not deliver the others. A
+    window the run before was inside, and this run ended, is the rest's (the set before's last one began); a window
+    the kill cut is left out of the rest; and a rest dealt anew starts with the records the windows in flight at its
+    checkpoint did not deliver, at their positions: its first `lead` sets, left out."""
+    before = list(before)
+    if began_inside and before and rest:
+        before, rest = before[:-1], [before[-1] + rest[0]] + rest[1:]
+    return before, (rest[:-1] if cut else rest)[lead:]
+
+
+def rest_run(state: dict) -> bool:
+    """Whether a rank's state (of a shared or opportunistic order) is of a run of the rest of an epoch: its places
+    carry what the runs before it delivered ("delivered"; "ended" past the rest's end), which a run that went on
+    with its own deal has not."""
+    roles = list((state.get("workers") or {}).values()) or [state]
+    return any(role.get("delivered") or role.get("ended") for role in roles)
+
+
+def placed(state: dict, order: str, deals: dict[int, tuple[int, int]], batch: int, window: int) -> dict[int, int]:
+    """How many records of each epoch a rank's state says it delivered, by docs/protocol.md's rules, given each
+    epoch's deal in its run (the records dealt, over how many ranks). A role (each DataLoader worker's place, or the
+    rank's) past an epoch delivered its whole part of it. Rank r's part is ceil(m/world) records; a shared order's
+    worker w of k takes the rank's records q = w (mod k), and its place's sampler_state ("RFSHR2\\0epoch pos size
+    tail\\n...") took pos records, of which the tail's undelivered ones are those not in its skip. An opportunistic
+    order's worker w of k owns the windows w, w+k, ... of the rank's part: before its place's batch it delivered
+    each of its windows whole, and of the window it is inside, its skip."""
+    import base64
+    roles = state.get("workers") or {"0": state}
+    k = len(roles)
+    out: dict[int, int] = {}
+
+    def ceil(a: int, b: int) -> int:
+        return -(-a // b)
+
+    def window_records(m: int, world: int, t: int) -> int:
+        return max(0, min(ceil(m, world), (t + 1) * window * batch) - t * window * batch)
+
+    def whole(m: int, world: int, w: int) -> int:
+        if order == "shared":
+            return len(range(w, ceil(m, world), k))
+        windows = ceil(ceil(ceil(m, world), batch), window)
+        return sum(window_records(m, world, t) for t in range(w, windows, k))
+
+    for w, role in roles.items():
+        w, epoch = int(w), int(role["epoch"])
+        for e, (m, world) in deals.items():
+            if e < epoch:
+                out[e] = out.get(e, 0) + whole(m, world, w)
+        if epoch not in deals:
+            continue
+        m, world = deals[epoch]
+        skip = len(role.get("skip") or [])
+        if order == "shared":
+            took = 0
+            if role.get("sampler_state"):
+                _, pos, _, tail = base64.b64decode(role["sampler_state"]).split(b"\n", 1)[0].split(b"\0")[1].split()
+                took = int(pos) - int(tail) + skip
+        else:
+            b = int(role.get("batch", 0))
+            took = sum(window_records(m, world, t) for t in range(w, b // window, k)) + (skip if b % window else 0)
+        out[epoch] = out.get(epoch, 0) + took
+    return out
+
+
+def repeats(committed: dict[int, list[tuple]], n: int, pads: dict[tuple, int], log=lambda *a: None,
+            gens: list[dict] = ()) -> tuple[int, int]:
+    """The duplicates and losses of each epoch's committed batches, (deal, generation, rank, step, ids) each: a
+    record must come once, but for the padding of the deal that delivered it (pads: at most that many records twice
+    within one deal), and none may be missing. Logs an example of each epoch's duplicates, with the generations
+    (gens: run()'s topologies and checkpoints) that delivered it."""
+    import numpy as np
     dup = lost = 0
-    complete = sorted(epochs)  # the last generation ran its epochs to their ends
-    for e in complete:
-        counts: dict[int, int] = {}
-        for i in epochs[e]:
-            counts[i] = counts.get(i, 0) + 1
-        lost += n - len(counts)
-        extra = sum(c - 1 for c in counts.values()) - pads.get(e, 0)
-        dup += max(0, extra)
+    for e, rows in sorted(committed.items()):
+        ids = np.concatenate([np.asarray(row[4], dtype=np.int64) for row in rows])
+        distinct = len(np.unique(ids))
+        lost += n - distinct
+        extra = len(ids) - distinct  # every repeat, then less each deal's padding
+        for d in {row[0] for row in rows}:
+            mine = np.concatenate([np.asarray(row[4], dtype=np.int64) for row in rows if row[0] == d])
+            within = len(mine) - len(np.unique(mine))
+            extra -= min(within, pads.get(d, 0))
+        dup += extra
         if extra > 0:
             first: dict[int, tuple] = {}
             pairs: dict[tuple, int] = {}
-            for i, w in zip(epochs[e], where[e]):
-                if i in first:
-                    pairs[(first[i], w)] = pairs.get((first[i], w), 0) + 1
-                else:
-                    first[i] = w
+            for d, g, r, s, batch_ids in rows:
+                for i in batch_ids:
+                    if i in first:
+                        pairs[(first[i], (d, g, r, s))] = pairs.get((first[i], (d, g, r, s)), 0) + 1
+                    else:
+                        first[i] = (d, g, r, s)
             (a, b), k = max(pairs.items(), key=lambda kv: kv[1])
-            log(f"epoch {e}: {extra} repeats; e.g. {k} records of gen {a[0]} rank {a[1]} step {a[2]} again at gen "
-                f"{b[0]} rank {b[1]} step {b[2]}; gens {[g for g in kept if g['gen'] in (a[0], b[0])]}")
-    return {"kills": kills, "daemon_kills": daemon_kills, "mid_epoch_resumes": mid, "records": n, "delivered": delivered,
-            "complete_epochs": len(complete), "duplicates": dup, "losses": lost, "backward_states": backward,
-            **uniformity(rests), "seconds": round(time.time() - started, 1)}
+            log(f"epoch {e}: {extra} repeats; e.g. {k} records of gen {a[1]} rank {a[2]} step {a[3]} (deal of gen "
+                f"{a[0][1]}) again at gen {b[1]} rank {b[2]} step {b[3]} (deal of gen {b[0][1]}); gens "
+                f"{[g for g in gens if g['gen'] in (a[1], b[1])]}")
+    return dup, lost
 
 
 def uniformity(rests: list[tuple[int, list[list[int]], list[list[int]]]]) -> dict:
