@@ -181,6 +181,42 @@ def test_chaos_bounded(tmp_path):
     assert res["z_cells_pooled"] <= elastic.LIMIT, res
 
 
+@pytest.mark.parametrize("order", ["shared", "opportunistic"])
+def test_chaos_bounded_shared_and_opportunistic(tmp_path, daemon, ids, order):
+    """bench/elastic.py, bounded, for the orders whose records depend on timing: a shared one (beside the two jobs
+    sharing its data) and an opportunistic one, resumed from every rank's state, merged (riffle.merge_states). First
+    a rest of a rest on a rank of no DataLoader workers, which a chaos run reaches by chance: each record once. Then
+    the chaos: every epoch exactly once but for the padding of each deal of its records over ranks, each rank's state
+    after each step saying how many records it delivered, and each rest of an epoch in a uniform order."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import elastic
+    kw = elastic.ORDERS[order]
+    got, states = [], []
+    for r in range(2):
+        head, st = shared_run(ids, r, 2, 0, stop=3, order=kw)
+        got += head
+        states.append(st)
+    mid = []
+    for r in range(3):
+        part, st = shared_run(ids, r, 3, 0, state=riffle.merge_states(states), stop=1, order=kw)
+        got += part
+        mid.append(st)
+    rest, _ = shared_run(ids, 0, 1, 0, state=riffle.merge_states(mid), order=kw)
+    counts = collections.Counter(got + rest)
+    assert set(counts) == set(range(N)) and sum(c - 1 for c in counts.values()) <= 2, \
+        (N - len(counts), sum(c - 1 for c in counts.values()))
+    # As test_chaos_bounded: 3 ranks, then the same 3 going on, then rests
+    # dealt anew from the merged states to 1 rank of 4 workers, to 4 ranks
+    # of none (a rest of a rest), to 1 rank of 1 worker.
+    res = elastic.run(8000, 4, seed=11, max_procs=6, workdir=str(tmp_path / "chaos"), step_s=0.02, kill_after=0.5,
+                      order=order)
+    assert res["duplicates"] == 0 and res["losses"] == 0 and res["backward_states"] == 0, res
+    assert res["complete_epochs"] >= 2 and res["rests_dealt_anew"] >= 1, res
+    assert res["remainders_checked"] >= 1 and res["nonuniform_remainders"] == 0, res
+    assert res["z_cells_pooled"] <= elastic.LIMIT, res
+
+
 SHARED, OPPORTUNISTIC = {"share": True}, {"opportunistic": 2}
 
 
