@@ -221,12 +221,14 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
                 _, err = p.communicate(timeout=600)
                 if p.returncode in (0, -signal.SIGKILL):
                     continue
-                if daemon_killed and b"DaemonGone" in err:
+                lines = err.decode().strip().splitlines() or [""]
+                if daemon_killed and lines[-1].startswith("riffle.client.DaemonGone"):
                     # A rank that gave up on its killed daemon before we
                     # killed it: the loader should have reconnected (README),
                     # so it is counted; as a kill it costs the rank nothing.
                     daemon_gone += 1
-                    log(f"gen {gen}: a rank raised DaemonGone: {err.decode().strip().splitlines()[-1]}")
+                    where = [line.strip() for line in lines if "riffle/" in line and line.strip().startswith("File")]
+                    log(f"gen {gen}: a rank raised DaemonGone ({where[-1] if where else 'no riffle frame'}): {lines[-1]}")
                     continue
                 errs.append(err.decode()[-2000:])
             if errs:
