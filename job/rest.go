@@ -180,15 +180,22 @@ func (j *Job) positionalRest(base sampler.Sampler) (sampler.Sampler, error) {
 			roles = append(roles, role{st, *st.Part})
 		}
 	}
-	if len(roles) == 0 {
-		return nil, specErr("delivered: no part's place")
-	}
 	old := sampler.Rest{Base: base}
 	if b0 != nil {
 		var ok bool
 		if old, ok = sampler.NewRest(base, b0.start, b0.skip); !ok {
 			return nil, specErr("delivered: the rest the places were read from is not of this order")
 		}
+	}
+	if len(roles) == 0 {
+		if b0 == nil {
+			return nil, specErr("delivered: no part's place, and no rest of epoch %d", epoch)
+		}
+		// The rest itself, with no part's place: a part of its run opened
+		// again where it was (its batch and skip), on the same topology
+		// (a client reconnecting to a restarted daemon).
+		j.delivered = b0.encode()
+		return old, nil
 	}
 	n := old.Len()
 	first := roles[0].part

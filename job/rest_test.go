@@ -263,3 +263,77 @@ func TestOpportunisticRestRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A part of an opportunistic rest opened again where it was (a client
+// reconnecting to a restarted daemon) names only the rest, its basis, and
+// its place in it: it goes on with the records the rest has left.
+func TestOpportunisticRestReopens(t *testing.T) {
+	const n = 1000
+	path := filepath.Join(t.TempDir(), "records.bin")
+	if err := synth.WriteFixed(path, n, 64, 0); err != nil {
+		t.Fatal(err)
+	}
+	env, err := job.NewEnv(job.EnvOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	seen := map[int]int{}
+	open := func(s wire.JobSpec) *job.Job {
+		s.Paths, s.RecordSize, s.BatchSize, s.Shuffle, s.Seed, s.Opportunistic = []string{path}, 64, 20, true, 7, 2
+		plan, err := job.Check(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := env.Open(context.Background(), plan, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	take := func(j *job.Job, stop int) {
+		for k := 0; stop < 0 || k < stop; k++ {
+			b, err := j.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, id := range b.IDs {
+				if err := synth.CheckRecord(b.Record(i), id); err != nil {
+					t.Fatal(err)
+				}
+				seen[id]++
+			}
+			b.Release()
+		}
+	}
+	var places []wire.State
+	for r := range 2 {
+		j := open(wire.JobSpec{Rank: r, World: 2, Epochs: 1})
+		take(j, 3+r)
+		st := j.State()
+		places = append(places, wire.State{Epoch: st.Epoch, Batch: st.Batch, Skip: st.Skip,
+			Part: &wire.Part{Rank: r, World: 2, Workers: 1, BatchSize: 20, Window: 2}})
+		j.Close()
+	}
+	rest := open(wire.JobSpec{Epochs: 1, Delivered: places})
+	take(rest, 5) // inside a window of 2 batches
+	st, basis := rest.State(), rest.Describe().Delivered
+	rest.Close()
+	if len(st.Skip) == 0 {
+		t.Fatalf("the rest stopped at %+v, not inside a window: the test reopens nothing of one", st)
+	}
+	again := open(wire.JobSpec{Epochs: 1, Batch: st.Batch, Skip: st.Skip, Delivered: []wire.State{{Sampler: basis}}})
+	take(again, -1)
+	again.Close()
+	if len(seen) != n {
+		t.Fatalf("%d records of %d delivered", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("record %d delivered %d times", id, k)
+		}
+	}
+}

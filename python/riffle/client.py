@@ -104,7 +104,7 @@ def _rest(state: dict, world: int, workers: int | None = None) -> bool:
     """Whether a shared order's state resumes as the rest of its epoch: it is one already, or it was saved on
     another topology (ranks, or DataLoader workers: ``workers`` is this run's, None if not asked)."""
     def any_delivered(st: dict) -> bool:
-        return bool(st.get("delivered")) or any(any_delivered(r) for r in (st.get("workers") or {}).values())
+        return bool(st.get("delivered") or st.get("rest")) or any(any_delivered(r) for r in (st.get("workers") or {}).values())
     if not (int(state.get("batch", 0)) or state.get("sampler_state") or state.get("skip") or "workers" in state
             or "ranks" in state or any_delivered(state)):
         return False  # an epoch's start: any topology begins it
@@ -159,18 +159,17 @@ def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False,
         else:
             roles.append((p, dict(whose, worker=0, workers=1)))
     epoch = min(int(r["epoch"]) for r, _ in roles)
-    # A role handed the places of the run before a rest, not opened yet, holds them (each says whose part); once
-    # opened, it holds the rest's basis instead (one set, the daemon's), and its place is of the rest's run. When
-    # any role opened, the run is the rest's: every role's place is of it, those not opened having delivered none;
-    # when none did, the places handed are all there is. (A shared order's places are sets: any union of them is
-    # what was delivered, so a shared role's handed places are kept too.)
-    opened = any("part" not in d for r, _ in roles for d in r.get("delivered") or [])
+    # A role handed the places of the run before a rest, not opened yet, holds them (``rest``); once opened, it
+    # holds the rest's basis instead (``delivered``: one set, the daemon's), and its place is of the rest's run.
+    # When any role opened, the run is the rest's: every role's place is of it, those not opened having delivered
+    # none; when none did, the places handed are all there is. (A shared order's places are sets: any union of
+    # them is what was delivered, so a shared role's handed places are kept too.)
+    opened = any(r.get("delivered") for r, _ in roles)
     places, seen, progress = [], set(), False
     for r, part in roles:
         own = []
         moved = bool(int(r.get("batch", 0)) or r.get("skip") or r.get("sampler_state") or int(r["epoch"]) > epoch)
-        handed = [d for d in r.get("delivered") or [] if "part" in d]
-        unopened = bool(handed) and not (opened and not shared)
+        unopened = bool(r.get("rest")) and not (opened and not shared)
         if int(r["epoch"]) > epoch:
             # Past the epoch: this part delivered all of its records of it, which only whose part it is names (of
             # a rest, dealt from what its run was opened without: the places it ended with say what).
@@ -189,8 +188,8 @@ def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False,
                              "riffle saved it): resume it on the topology that saved it")
         progress = progress or moved
         kept = list(r.get("delivered") or [])
-        if opened and not shared:
-            kept = [d for d in kept if "part" not in d]
+        if not (opened and not shared):
+            kept += list(r.get("rest") or [])
         for p in kept + own:
             key = json.dumps(p, sort_keys=True)
             if key not in seen:
@@ -236,7 +235,7 @@ def merge_states(states: Sequence[dict]) -> dict:
         ranks[r] = st
     if set(ranks) != set(range(world)):
         raise ValueError(f"merge_states: the states of ranks {sorted(ranks)}, of a world of {world}: give every rank's")
-    out = {k: v for k, v in states[0].items() if k not in ("sampler_state", "skip", "delivered", "workers", "rank",
+    out = {k: v for k, v in states[0].items() if k not in ("sampler_state", "skip", "delivered", "rest", "workers", "rank",
                                                           "num_workers", "next_worker")}
     out["ranks"] = {str(r): ranks[r] for r in sorted(ranks)}
     out["epoch"] = min(int(st["epoch"]) for st in ranks.values())
@@ -1015,6 +1014,7 @@ class Loader:
         # as the daemon put it in one), whose records this epoch's job, the
         # rest of it, leaves out.
         self._delivered: list[dict] | None = None
+        self._handed = False  # _delivered are the places handed, not yet the rest's basis (its job not opened)
         # The places of a rest of an epoch this loader finished, which its
         # place at the next epoch's start still carries: the rest's parts
         # were dealt from what they leave out.
@@ -1101,7 +1101,7 @@ class Loader:
         if not _shared(self.spec):
             place.update(batch_size=int(self.spec["batch_size"]), window=int(self.spec["opportunistic"]))
         if self._delivered:
-            place["delivered"] = list(self._delivered)
+            place["rest" if self._handed else "delivered"] = list(self._delivered)
         if self._ended and not self._batch:
             place["ended"] = list(self._ended)
 
@@ -1157,6 +1157,7 @@ class Loader:
             self.epoch, places = _rest_places(state, self._world(), int(self.spec.get("rank", 0) or 0),
                                               bool(self.spec.get("rank_drop_last")), _shared(self.spec))
             self._batch, self._delivered, self._sampler_state, self._skip = 0, places or None, None, None
+            self._handed = bool(places)
             self._generations = None
             return
         if _restable(self.spec):
@@ -1259,6 +1260,7 @@ class Loader:
         if reply.get("delivered"):
             # What the places delivered, as one: the rest's states carry it.
             self._delivered = [{"epoch": self.epoch, "batch": 0, "sampler_state": reply["delivered"]}]
+            self._handed = False
         self._job = _Job(conn, reply, mm, self.epoch, self._batch, self._start, arena)
         # A job of a mixture reads with one epoch's weights: at a change, the next epoch is a job of its own.
         self._job.weights = (self._weights_gen, weights)

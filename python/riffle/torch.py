@@ -368,7 +368,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                                          _shared(self.loader_kwargs, self.shuffle))
             state = {"epoch": epoch, "batch": 0, "seed": state.get("seed", self.seed), "world": world}
             if places:
-                state.update(delivered=places, rank=rank)
+                state.update(rest=places, rank=rank)
         elif _restable(self.loader_kwargs, self.shuffle):
             _check_rank(state, rank)  # the same topology: each rank's own place
         elif "position" in state and self._positional():
