@@ -18,7 +18,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 			close(l.started)
 		}
 	})
-	if l.window() > 1 {
+	if l.cut() {
 		return l.nextOpportunistic(ctx)
 	}
 	j := l.pending

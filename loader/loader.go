@@ -31,6 +31,9 @@ type Loader struct {
 	rows     dataset.Rows // records are rows of columns, read as cells
 	ncells   int
 	rowTf    *rowTransform // rows: the transform of a column, if any
+	// gathered is the block order whose windows are loaded whole, each a
+	// load its batches are cut from in order (window.go); nil if not.
+	gathered *sampler.Block
 	outCache *cache.Cache  // rows: where the transform's outputs are kept (Options.Cache)
 	owedMu   sync.Mutex
 	owed     map[int]int // rows: uses of outputs taken and not settled (owe)
@@ -160,6 +163,7 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 			l.cache = cache.New(cache.Options{Budget: l.stageBudget(), DropUnreferenced: true})
 		}
 	}
+	l.gathered = gatheredOf(ds, s, opts)
 	l.rnd, _ = opts.Transform.(RandomTransform)
 	if l.tf = opts.Transform; l.tf != nil && l.workers == nil {
 		if l.workers = opts.Workers; l.workers == nil {
@@ -212,6 +216,20 @@ func (l *Loader) plan() error {
 	}
 	stride, offset := l.opts.BatchStride, l.opts.BatchOffset
 	for e := l.opts.Epoch; l.opts.Epochs < 0 || e < l.opts.Epoch+l.opts.Epochs; e++ {
+		if l.gathered != nil {
+			first := 0
+			if e == l.opts.Epoch && l.opts.Batch > 0 {
+				first = l.gatherStart(e, l.opts.Batch, bs) // a window is loaded whole, from its first batch
+			}
+			for b := first; b < bs.Count(); {
+				end := l.gatherSpan(e, b, bs)
+				if ok, err := l.load(e, b, end-b, bs, nil); !ok {
+					return err
+				}
+				b = end
+			}
+			continue
+		}
 		step := l.window()
 		// This loader's batches (windows) are offset, offset+stride, ...
 		first := offset * step
@@ -226,37 +244,47 @@ func (l *Loader) plan() error {
 			}
 		}
 		for b := first; b < bs.Count(); b += step * stride {
-			j, err := l.prepare(e, b, min(step, bs.Count()-b), bs, skip)
-			if err != nil {
+			if ok, err := l.load(e, b, min(step, bs.Count()-b), bs, skip); !ok {
 				return err
 			}
 			skip = nil
-			if err := l.mem.Acquire(l.ctx, j.weight); err != nil {
-				j.unpin()
-				return nil
-			}
-			if l.flight != nil && !l.flight.admit(len(j.units), e) {
-				l.mem.Release(j.weight)
-				j.unpin()
-				return nil
-			}
-			l.claim(j)
-			if j.Data, err = l.opts.Alloc.Alloc(l.ctx, j.size(), l.align); err != nil {
-				l.mem.Release(j.weight)
-				j.unpin()
-				return fmt.Errorf("loader: allocating %d bytes for batch %d of epoch %d: %w", j.size(), b, e, err)
-			}
-			j.Batch.j = j
-			l.dispatch(j)
-			select {
-			case l.deliver <- j:
-			case <-l.ctx.Done():
-				return nil
-			}
 		}
 	}
 	l.complete.Store(true)
 	return nil
+}
+
+// load plans batches [b, b+nb) of epoch e as one load, waits for its
+// memory and its turn, and starts it; false if loading stops (with the
+// error, if one stopped it).
+func (l *Loader) load(e, b, nb int, bs sampler.Batches, skip []int) (bool, error) {
+	j, err := l.prepare(e, b, nb, bs, skip)
+	if err != nil {
+		return false, err
+	}
+	if err := l.mem.Acquire(l.ctx, j.weight); err != nil {
+		j.unpin()
+		return false, nil
+	}
+	if l.flight != nil && !l.flight.admit(len(j.units), e) {
+		l.mem.Release(j.weight)
+		j.unpin()
+		return false, nil
+	}
+	l.claim(j)
+	if j.Data, err = l.opts.Alloc.Alloc(l.ctx, j.size(), l.align); err != nil {
+		l.mem.Release(j.weight)
+		j.unpin()
+		return false, fmt.Errorf("loader: allocating %d bytes for batch %d of epoch %d: %w", j.size(), b, e, err)
+	}
+	j.Batch.j = j
+	l.dispatch(j)
+	select {
+	case l.deliver <- j:
+		return true, nil
+	case <-l.ctx.Done():
+		return false, nil
+	}
 }
 
 // Stats returns counts of the work done so far.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/internal/alignbuf"
@@ -211,7 +212,7 @@ func (o Options) withDefaults(h storage.Hints) (Options, error) {
 		o.Epochs = 1
 	}
 	if o.Alloc == nil {
-		o.Alloc = &Pool{}
+		o.Alloc = &Pool{Max: o.MemoryBytes}
 	}
 	return o, nil
 }
@@ -228,8 +229,15 @@ type Allocator interface {
 // Pool is the default Allocator: it keeps freed buffers and hands them out
 // again, so a loader in steady state allocates no memory for batches.
 type Pool struct {
+	// Max, if not 0, bounds the bytes of the buffers kept: a loader's
+	// buffers in flight are bounded by its memory, and keeping more than
+	// that for later (16 of a gathered window's loads) is memory no batch
+	// can use.
+	Max int64
+
 	once sync.Once
 	free chan []byte
+	kept atomic.Int64
 }
 
 const poolKeep = 16
@@ -244,6 +252,7 @@ func (p *Pool) Alloc(_ context.Context, n, align int) ([]byte, error) {
 	for range len(p.free) {
 		select {
 		case b := <-p.free:
+			p.kept.Add(-int64(cap(b)))
 			if cap(b) >= n && alignbuf.Aligned(b, align) {
 				return b[:n], nil
 			}
@@ -261,8 +270,12 @@ func (p *Pool) Alloc(_ context.Context, n, align int) ([]byte, error) {
 // Free keeps b for reuse, up to a few buffers.
 func (p *Pool) Free(b []byte) {
 	p.init()
+	if p.Max > 0 && p.kept.Load()+int64(cap(b)) > p.Max {
+		return
+	}
 	select {
 	case p.free <- b[:cap(b)]:
+		p.kept.Add(int64(cap(b)))
 	default:
 	}
 }

@@ -46,6 +46,7 @@ type load struct {
 	err     error
 	failed  atomic.Bool
 	win     *window // opportunistic ordering: the batches cut from this job
+	own     int     // a gathered load: the end of its window, in positions of the epoch
 	weight  int64
 	mark    any // a Stateful sampler's state after this batch
 }
@@ -139,6 +140,9 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 	} else {
 		j.Labels = nil
 	}
+	if l.gathered != nil {
+		_, j.own = l.gathered.WindowOf(e, pos)
+	}
 	// Fetch order: by location, so neighbours coalesce and the device sees
 	// ascending offsets.
 	slices.SortFunc(j.ents, func(a, b entry) int {
@@ -153,8 +157,17 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 	j.rawEnd = 0
 	l.layout(j)
 	j.weight = min(int64(j.size()+j.rawEnd), l.opts.MemoryBytes)
-	if l.window() > 1 {
+	if l.cut() {
 		j.win = newWindow(j, first, b+nb-first, bs)
+		if l.gathered != nil {
+			// A resumed loader delivers from its place, inside the window
+			// it loads whole.
+			next := 0
+			if e == l.opts.Epoch && l.opts.Batch > first {
+				next = l.opts.Batch - first
+			}
+			j.win.gathered(next)
+		}
 		if l.rows != nil {
 			// Each batch cut from the window is put together in a
 			// buffer of its own (cutRows); the window's weight counts
@@ -199,7 +212,7 @@ func (l *Loader) prepareRows(j *load, e int) error {
 // order puts the sampler's ids (j.ids) into the batch in delivery order.
 func (l *Loader) order(j *load, e, b int) {
 	n := len(j.IDs)
-	if l.opts.Ordered || l.window() > 1 || n < 2 {
+	if l.opts.Ordered || l.cut() || n < 2 {
 		// An opportunistic window is cut in arrival order anyway.
 		copy(j.IDs, j.ids)
 		return
@@ -280,7 +293,7 @@ func (l *Loader) layout(j *load) {
 		if m := len(j.units) - 1; m >= 0 && read {
 			cur := &j.units[m]
 			curEnd := cur.off + int64(cur.n)
-			if cur.read && en.obj == cur.obj && as >= cur.off && as <= curEnd+gap {
+			if cur.read && en.obj == cur.obj && as >= cur.off && (as <= curEnd+gap || l.oneBlock(j, &j.ents[cur.lo], en)) {
 				cur.n = int(max(curEnd, ae) - cur.off)
 				cur.hi = k + 1
 				continue
@@ -342,6 +355,18 @@ func (l *Loader) layout(j *load) {
 		j.end = len(j.IDs) * size
 	}
 	j.left.Store(int64(len(j.units)))
+}
+
+// oneBlock says whether records a and b of a gathered load are of one
+// block of the load's window: one read spans them, the records between
+// them too (the window's other batches take those). A record of the
+// next window (the last batch straddles it) is read on its own: its
+// block is read whole by the next load.
+func (l *Loader) oneBlock(j *load, a, b *entry) bool {
+	if l.gathered == nil || j.Pos+a.slot >= j.own || j.Pos+b.slot >= j.own {
+		return false
+	}
+	return l.gathered.BlockOf(a.id) == l.gathered.BlockOf(b.id)
 }
 
 // layoutCells places a batch of rows' reads in the staging buffer in

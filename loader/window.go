@@ -14,10 +14,19 @@ import (
 // order they arrive (DeepIO §III-C): the first Size records to arrive make
 // the window's first batch, and so on. The load's buffer is shared by the
 // batches and freed when the last of them is released.
+//
+// A gathered window (ordered) is a block order's instead: its batches are
+// loaded as one so that each block of the order's window, whose records
+// the window spreads over as many batches, is one read (lirs.txt §4.1:
+// small records read by the block, no byte read twice), and they are cut
+// in the order's own order, each once all its records are in.
 type window struct {
 	j       *load
 	first   int   // index of the first batch in the epoch
 	sizes   []int // records per batch
+	ordered bool
+	in      []int // ordered: each batch's records arrived
+	batchOf []int // ordered: each slot's batch
 	mu      sync.Mutex
 	arrived []int // delivery slots of the load in arrival order
 	ready   []chan struct{}
@@ -45,6 +54,52 @@ func newWindow(j *load, first, nb int, bs sampler.Batches) *window {
 
 func (l *Loader) window() int { return max(1, l.opts.Opportunistic) }
 
+// cut says whether loads hold several batches cut from them: an
+// opportunistic order's windows, or a block order's gathered ones.
+func (l *Loader) cut() bool { return l.window() > 1 || l.gathered != nil }
+
+// gatherMemory is how many gathered loads the loader's memory must hold:
+// one delivered while the next is read.
+const gatherMemory = 2
+
+// gatheredOf is s, a block order whose windows the loader loads whole
+// (one load a window, each block of it one read), or nil: a loader that
+// delivers every batch (no stride, no opportunistic order) of records,
+// whose memory holds a window's records twice over.
+func gatheredOf(ds dataset.Dataset, s sampler.Sampler, opts Options) *sampler.Block {
+	b, ok := s.(*sampler.Block)
+	if !ok || b.Window < 2 || opts.Opportunistic > 1 || opts.BatchStride > 1 || b.Blocks() <= b.Window {
+		return nil
+	}
+	if _, rows := ds.(dataset.Rows); rows {
+		return nil
+	}
+	records := int64(b.Len()) * int64(b.Window) / int64(b.Blocks())
+	mean := max(1, ds.Info().Bytes/int64(max(1, ds.Len())))
+	if (records+int64(opts.BatchSize))*mean*gatherMemory > opts.MemoryBytes {
+		return nil
+	}
+	return b
+}
+
+// gatherSpan is the batches [b, end) of epoch e's gathered load that
+// starts at batch b: those starting inside the window holding b's first
+// position. A batch that straddles two windows is the first one's.
+func (l *Loader) gatherSpan(e, b int, bs sampler.Batches) int {
+	pos, _ := bs.Span(b)
+	_, hi := l.gathered.WindowOf(e, pos)
+	end := max(b+1, (hi+bs.Size-1)/bs.Size)
+	return min(end, bs.Count())
+}
+
+// gatherStart is the first batch of epoch e's gathered load that holds
+// batch b.
+func (l *Loader) gatherStart(e, b int, bs sampler.Batches) int {
+	pos, _ := bs.Span(b)
+	lo, _ := l.gathered.WindowOf(e, pos)
+	return min(b, (lo+bs.Size-1)/bs.Size)
+}
+
 // arriveRows makes w a window of rows: a row arrives once every cell it
 // reads has, and one that reads none (its pages decoded already) has.
 func (w *window) arriveRows() {
@@ -62,10 +117,37 @@ func (w *window) arriveRows() {
 	w.cutReady()
 }
 
+// gathered makes w an ordered window: batches cut in order, from batch
+// next on (a resumed loader's first batch inside it).
+func (w *window) gathered(next int) {
+	w.ordered, w.next = true, next
+	w.in = make([]int, len(w.sizes))
+	w.batchOf = make([]int, 0, len(w.j.IDs))
+	for b, n := range w.sizes {
+		for range n {
+			w.batchOf = append(w.batchOf, b)
+		}
+	}
+	for b := range next {
+		close(w.ready[b]) // not delivered: the state was past them
+	}
+	w.cut = next
+}
+
 // arrive records that the records (or cells) of ents have been read.
 func (w *window) arrive(ents []entry) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.ordered {
+		for _, en := range ents {
+			w.in[w.batchOf[en.slot]]++
+		}
+		for w.cut < len(w.sizes) && w.in[w.cut] == w.sizes[w.cut] {
+			close(w.ready[w.cut])
+			w.cut++
+		}
+		return
+	}
 	for _, en := range ents {
 		if w.need == nil {
 			w.arrived = append(w.arrived, en.slot)
@@ -152,15 +234,25 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 		w.batches = make([]Batch, len(w.sizes))
 	}
 	b := &w.batches[s]
-	*b = Batch{Epoch: j.Epoch, Index: w.first + s, Pos: j.Pos + start, Last: j.Last && s == len(w.sizes)-1,
-		IDs: make([]int, len(slots)), Off: make([]int, len(slots)), Len: make([]int, len(slots)), Data: j.Data, j: j}
-	if j.Labels != nil {
-		b.Labels = make([]int, len(slots))
-	}
-	for i, k := range slots {
-		b.IDs[i], b.Off[i], b.Len[i] = j.IDs[k], j.Off[k], j.Len[k]
-		if b.Labels != nil {
-			b.Labels[i] = j.Labels[k]
+	*b = Batch{Epoch: j.Epoch, Index: w.first + s, Pos: j.Pos + start, Last: j.Last && s == len(w.sizes)-1, Data: j.Data, j: j}
+	if w.ordered {
+		// The batch is the load's slots in order: views of its arrays,
+		// which stay the load's until its last batch is released.
+		end := start + w.sizes[s]
+		b.IDs, b.Off, b.Len = j.IDs[start:end:end], j.Off[start:end:end], j.Len[start:end:end]
+		if j.Labels != nil {
+			b.Labels = j.Labels[start:end:end]
+		}
+	} else {
+		b.IDs, b.Off, b.Len = make([]int, len(slots)), make([]int, len(slots)), make([]int, len(slots))
+		if j.Labels != nil {
+			b.Labels = make([]int, len(slots))
+		}
+		for i, k := range slots {
+			b.IDs[i], b.Off[i], b.Len[i] = j.IDs[k], j.Off[k], j.Len[k]
+			if b.Labels != nil {
+				b.Labels[i] = j.Labels[k]
+			}
 		}
 	}
 	if l.rows != nil {
@@ -177,7 +269,7 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 		l.pending = nil // every batch is out: the load is recycled once they are released
 	}
 	var delivered []int
-	if w.next < len(w.sizes) {
+	if w.next < len(w.sizes) && !w.ordered {
 		// The records of this window delivered so far: what a resumed
 		// loader leaves out of the window (State.Skip).
 		delivered = make([]int, 0, start+len(slots))

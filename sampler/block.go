@@ -97,6 +97,27 @@ func (s *Block) Bound(b int) int {
 
 func (s *Block) Len() int { return s.Bound(s.Blocks()) }
 
+// WindowOf is the window of blocks holding position pos of epoch: its
+// first position, and the position after its last. Its records are
+// permuted among themselves and no others.
+func (s *Block) WindowOf(epoch, pos int) (lo, hi int) {
+	l := s.layout(epoch)
+	k := l.find(pos)
+	wlo := k / s.Window * s.Window
+	return l.start(wlo), l.start(min(wlo+s.Window, s.Blocks()))
+}
+
+// BlockOf is the block record id is in.
+func (s *Block) BlockOf(id int) int {
+	if r := s.Regular; r != nil {
+		if id < r.First {
+			return 0
+		}
+		return min(r.blocks()-1, 1+(id-r.First)/r.Every)
+	}
+	return sort.SearchInts(s.Bounds, id+1) - 1
+}
+
 // epochLayout is an epoch's blocks in order: which block is at order
 // index i, the epoch position it starts at (start(Blocks()) = N), and
 // the order index holding a position.

@@ -274,3 +274,45 @@ func TestRegularCutIsTheListedCut(t *testing.T) {
 		}
 	})
 }
+
+// A block order's window holds the records of its blocks and no others,
+// and BlockOf finds a record's block, for listed and regular cuts alike.
+func TestBlockWindowsAndBlocks(t *testing.T) {
+	listed, err := NewBlock([]int{0, 3, 10, 11, 20, 26, 40}, 9, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regular, err := NewRegularBlock(Regular{N: 47, First: 3, Every: 5}, 9, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Block{listed, regular} {
+		for id := range s.Len() {
+			b := s.BlockOf(id)
+			if id < s.Bound(b) || id >= s.Bound(b+1) {
+				t.Fatalf("BlockOf(%d) = %d, which holds [%d, %d)", id, b, s.Bound(b), s.Bound(b+1))
+			}
+		}
+		for e := range 3 {
+			order := Order(s, e)
+			for pos := 0; pos < s.Len(); {
+				lo, hi := s.WindowOf(e, pos)
+				if lo > pos || hi <= pos {
+					t.Fatalf("epoch %d: WindowOf(%d) = [%d, %d)", e, pos, lo, hi)
+				}
+				blocks := map[int]bool{}
+				for _, id := range order[lo:hi] {
+					blocks[s.BlockOf(id)] = true
+				}
+				n := 0
+				for b := range blocks {
+					n += s.Bound(b+1) - s.Bound(b)
+				}
+				if n != hi-lo || len(blocks) > s.Window {
+					t.Fatalf("epoch %d: window [%d, %d) holds %d blocks of %d records", e, lo, hi, len(blocks), n)
+				}
+				pos = hi
+			}
+		}
+	}
+}
