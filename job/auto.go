@@ -59,7 +59,9 @@ type Auto = wire.AutoOrder
 // candidates are the orders auto weighs for n records of total bytes:
 // the global shuffle, and for each block size the smallest window of at
 // least minMix blocks whose RL reaches minRL and whose window fits in
-// memory four times over (the loader's read-ahead).
+// memory twice over: the loader reads a block order's windows whole,
+// each block one read, the next while the last is delivered
+// (loader.gatheredOf asks the same, a batch more).
 func candidates(n int, total int64, minRL float64, memory int64) []Auto {
 	mean := max(1, total/int64(max(n, 1)))
 	out := []Auto{{Sampler: "global", RL: 1}}
@@ -68,7 +70,7 @@ func candidates(n int, total int64, minRL float64, memory int64) []Auto {
 			continue // a block holds at least two records, or it is the global order
 		}
 		blocks := int(max(1, total/int64(b)))
-		for w := min(minMix, blocks); w <= loader.MaxWindow && 4*int64(w)*int64(b) <= memory; w *= 2 {
+		for w := min(minMix, blocks); w <= loader.MaxWindow && windowFits(w, b, mean, memory); w *= 2 {
 			if rl := quality.BlockRL(n, blocks, w); rl >= minRL {
 				out = append(out, Auto{Sampler: "block", BlockSize: b, Window: w, RL: rl})
 				break
@@ -138,6 +140,12 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 	return best, nil
 }
 
+// windowFits says whether a window of w blocks of b bytes, with a batch
+// of records of mean bytes beside it, fits twice in memory.
+func windowFits(w, b int, mean, memory int64) bool {
+	return 2*(int64(w)*int64(b)+int64(DefaultBatchSize)*mean) <= memory
+}
+
 // chosen keeps ChooseOrder's choices, by chosenKey.
 var chosen sync.Map
 
@@ -161,9 +169,13 @@ func probeOrder(ctx context.Context, ds dataset.Dataset, a Auto, batch int) (flo
 		return 0, err
 	}
 	defer l.Close()
-	t0 := time.Now()
+	// The rate from the first batch on: a block order's window is loaded
+	// whole before its first batch (loader.gatheredOf), a wait an epoch
+	// pays once a window and the rate after it counts in; the global
+	// order's first batch waits for its reads too.
+	var t0 time.Time
 	records := 0
-	for time.Since(t0) < probeTime {
+	for t0.IsZero() || time.Since(t0) < probeTime {
 		b, err := l.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			break
@@ -171,7 +183,11 @@ func probeOrder(ctx context.Context, ds dataset.Dataset, a Auto, batch int) (flo
 		if err != nil {
 			return 0, fmt.Errorf("sampler auto: measuring the %s order: %w", a.Sampler, err)
 		}
-		records += len(b.IDs)
+		if t0.IsZero() {
+			t0 = time.Now()
+		} else {
+			records += len(b.IDs)
+		}
 		b.Release()
 	}
 	return float64(records) / max(time.Since(t0).Seconds(), 1e-9), nil
