@@ -43,6 +43,7 @@ func loadCmd() *cobra.Command {
 		minSize, maxSize        int
 		dedup, jsonOut, ordered bool
 		epochs, batch, epoch    int
+		blockSize, window       int
 		seed                    uint64
 		minRL                   float64
 		memory                  int64
@@ -63,7 +64,8 @@ mixture, each source's samples and share against its weight's.`,
 				CSVHeader: df.opts.CSVHeader, SkipCRC: df.opts.SkipCRC, DropPartial: df.opts.DropPartialTail, Direct: df.opts.Direct,
 				Columns: df.opts.Columns, Split: df.opts.Split, Extensions: df.opts.Extensions,
 				Shuffle: sampler != "sequential", Sampler: sampler, Seed: seed, BatchSize: batch, Epochs: epochs, Epoch: epoch,
-				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered, MinRandomness: minRL, MemoryBytes: memory}
+				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered, MinRandomness: minRL, MemoryBytes: memory,
+				BlockSize: blockSize, Window: window}
 			var weights []float64
 			for _, m := range mixture {
 				paths, w, ok := strings.Cut(m, "=")
@@ -174,6 +176,8 @@ mixture, each source's samples and share against its weight's.`,
 	fl.StringArrayVar(&mixture, "mixture", nil, "a source of a weighted mixture, PATHS=WEIGHT (repeat it; instead of PATH)")
 	fl.StringVar(&stop, "mixture-stop", "", "first_exhausted (default) or all_exhausted")
 	fl.StringVar(&sampler, "sampler", "", "the order: global (default), sequential, block, buffered, reservoir, or auto")
+	fl.IntVar(&blockSize, "block-size", 0, "sampler block: bytes per block (default the device's block)")
+	fl.IntVar(&window, "window", 0, "sampler block: blocks whose records are shuffled together")
 	fl.Float64Var(&minRL, "min-randomness", 0, "sampler auto: the least randomization level of the order it picks (default 0.9)")
 	fl.StringVar(&ids, "ids", "", "a file of the ids to read (an integer .npy, or one id per line)")
 	fl.IntSliceVar(&labels, "label", nil, "keep the records of these labels")
