@@ -112,7 +112,7 @@ var Options = []Option{
 	{Name: "generations", Kind: "int", Group: "place", Max: maxEpoch, Default: "0 (as the node's log of the files says)",
 		Doc: "with refresh: the generations of files the epoch read, from a state", int: func(s *wire.JobSpec) int64 { return int64(s.Generations) }},
 	{Name: "transform", Kind: "string", Group: "dataset", Default: "none",
-		Doc: "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"},
+		Doc: "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; random_resized_crop:size=224; libsvm_dense:n_features=N); on rows, on one column (column=NAME, by default the only Image or binary column)"},
 	{Name: "shuffle", Kind: "bool", Group: "order", Default: "true in clients (false: sequential)", Doc: "a global shuffle each epoch"},
 	{Name: "sampler", Kind: "string", Group: "order", Default: "global (Parquet: block over pages)",
 		Doc: "the order: " + strings.Join(sampler.Kinds, ", ") + "; or auto: the global or block order (block_size, window) of least device time per epoch, on the device's measured rate by read size, whose randomization level reaches min_randomness (opened says which)"},

@@ -30,7 +30,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "dedup": ("dedup", "bool", None, None, "false", "records of equal bytes count once (the first by id), by a hash of each record kept beside the index"),
     "refresh": ("refresh", "string", None, None, "none (the files as first opened)", "epoch: a glob or directory dataset grows at each epoch's start by the files found since, after the old ones, whose ids stay"),
     "generations": ("generations", "int", 0, 1099511627776, "0 (as the node's log of the files says)", "with refresh: the generations of files the epoch read, from a state"),
-    "transform": ("transform", "string", None, None, "none", "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; libsvm_dense:n_features=N)"),
+    "transform": ("transform", "string", None, None, "none", "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; random_resized_crop:size=224; libsvm_dense:n_features=N); on rows, on one column (column=NAME, by default the only Image or binary column)"),
     "shuffle": ("shuffle", "bool", None, None, "true in clients (false: sequential)", "a global shuffle each epoch"),
     "sampler": ("sampler", "string", None, None, "global (Parquet: block over pages)", "the order: global, sequential, block, buffered, reservoir; or auto: the global or block order (block_size, window) of least device time per epoch, on the device's measured rate by read size, whose randomization level reaches min_randomness (opened says which)"),
     "min_randomness": ("min_randomness", "float", None, None, "0.9", "with sampler auto: the least randomization level (DeepIO's RL, 0 to 1; a global shuffle is 1) of the order it picks"),

@@ -71,8 +71,6 @@ def draw(rng: random.Random) -> dict:
             # auto's ranks agree on rank 0's choice through a process group; a shared order is global; a Parquet
             # file's pages make its order, and auto refuses it (asking for the window).
             continue
-        if c["format"] in ("arrow", "parquet") and c["share"]:
-            continue  # rows are not shared yet (issue 23)
         if c["format"] == "mixture" and c["subset"]:
             continue  # a mixture's epoch of a subset is not each record once
         if not c["share"]:
