@@ -34,7 +34,7 @@ type Loader struct {
 	// gathered is the block order whose windows are loaded whole, each a
 	// load its batches are cut from in order (window.go); nil if not.
 	gathered *sampler.Block
-	outCache *cache.Cache  // rows: where the transform's outputs are kept (Options.Cache)
+	outCache *cache.Cache // rows: where the transform's outputs are kept (Options.Cache)
 	owedMu   sync.Mutex
 	owed     map[int]int // rows: uses of outputs taken and not settled (owe)
 
