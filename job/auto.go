@@ -69,7 +69,10 @@ func candidates(n int, total int64, minRL float64, memory int64) []Auto {
 		if int64(b) < 2*mean {
 			continue // a block holds at least two records, or it is the global order
 		}
-		blocks := int(max(1, total/int64(b)))
+		// BlockBounds ends a block at the first page-edge record end past b
+		// bytes: at most ceil(total/b) blocks, and a window of them all is
+		// the whole data, however the last block falls.
+		blocks := int(max(1, (total+int64(b)-1)/int64(b)))
 		for w := min(minMix, blocks); w <= loader.MaxWindow && windowFits(w, b, mean, memory); w *= 2 {
 			if rl := quality.BlockRL(n, blocks, w); rl >= minRL {
 				out = append(out, Auto{Sampler: "block", BlockSize: b, Window: w, RL: rl})
@@ -264,7 +267,7 @@ func (j *Job) autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Data
 		a = *o
 		a.RL, a.Rate, a.Sequential = 1, 0, 0
 		if a.Sampler == "block" {
-			a.RL = quality.BlockRL(ds.Len(), int(max(1, ds.Info().Bytes/int64(a.BlockSize))), a.Window)
+			a.RL = quality.BlockRL(ds.Len(), int(max(1, (ds.Info().Bytes+int64(a.BlockSize)-1)/int64(a.BlockSize))), a.Window)
 		}
 		if c, ok := chosen.Load(chosenKey(ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize, cached)); ok {
 			if c := c.(Auto); c.Sampler == a.Sampler && c.BlockSize == a.BlockSize && c.Window == a.Window {
