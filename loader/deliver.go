@@ -148,6 +148,9 @@ func (l *Loader) release(j *load) {
 		j.Data = nil
 		l.mem.Release(j.weight)
 	}
+	// A window's batches view the buffer given back: a load kept for reuse
+	// must not keep it (Free may let it go) through them.
+	j.win = nil
 	j.Batch.j = nil
 	select {
 	case l.freeLoads <- j:

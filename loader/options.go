@@ -212,7 +212,10 @@ func (o Options) withDefaults(h storage.Hints) (Options, error) {
 		o.Epochs = 1
 	}
 	if o.Alloc == nil {
-		o.Alloc = &Pool{Max: o.MemoryBytes}
+		// Buffers given back wait in the pool beside those in flight (at
+		// most MemoryBytes): keeping a quarter as much again reuses a gathered
+		// window's buffer for the next.
+		o.Alloc = &Pool{Max: o.MemoryBytes / 4}
 	}
 	return o, nil
 }

@@ -59,8 +59,9 @@ func (l *Loader) window() int { return max(1, l.opts.Opportunistic) }
 func (l *Loader) cut() bool { return l.window() > 1 || l.gathered != nil }
 
 // gatherMemory is how many gathered loads the loader's memory must hold:
-// one delivered while the next is read.
-const gatherMemory = 2
+// one delivered while the next is read, and room for a buffer of the last
+// one still on its way back to the allocator.
+const gatherMemory = 3
 
 // gatheredOf is s, a block order whose windows the loader loads whole
 // (one load a window, each block of it one read), or nil: a loader that
