@@ -59,9 +59,9 @@ type Auto = wire.AutoOrder
 // candidates are the orders auto weighs for n records of total bytes:
 // the global shuffle, and for each block size the smallest window of at
 // least minMix blocks whose RL reaches minRL and whose window fits in
-// memory twice over: the loader reads a block order's windows whole,
-// each block one read, the next while the last is delivered
-// (loader.gatheredOf asks the same, a batch more).
+// memory three times over: the loader reads a block order's windows
+// whole, each block one read, the next while the last is delivered
+// (loader.gatheredOf asks the same).
 func candidates(n int, total int64, minRL float64, memory int64) []Auto {
 	mean := max(1, total/int64(max(n, 1)))
 	out := []Auto{{Sampler: "global", RL: 1}}
@@ -123,7 +123,7 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 		return Auto{}, err
 	}
 	defer dd.close()
-	measure := func(a Auto) (float64, error) { return probeOrder(ctx, dd, a, batch) }
+	measure := func(a Auto) (float64, error) { return probeOrder(ctx, dd, a, batch, memory) }
 	cands := candidates(ds.Len(), inf.Bytes, minRL, memory)
 	if inf.Bytes <= cached {
 		// Files the page cache keeps: from the second epoch every order
@@ -144,9 +144,10 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 }
 
 // windowFits says whether a window of w blocks of b bytes, with a batch
-// of records of mean bytes beside it, fits twice in memory.
+// of records of mean bytes beside it, fits in memory as often as the
+// loader asks (loader.gatheredOf: three times).
 func windowFits(w, b int, mean, memory int64) bool {
-	return 2*(int64(w)*int64(b)+int64(DefaultBatchSize)*mean) <= memory
+	return 3*(int64(w)*int64(b)+int64(DefaultBatchSize)*mean) <= memory
 }
 
 // chosen keeps ChooseOrder's choices, by chosenKey.
@@ -157,17 +158,20 @@ func chosenKey(ds dataset.Dataset, minRL float64, memory int64, batch int, cache
 	return fmt.Sprint(inf.Paths, inf.Versions, ds.Len(), minRL, memory, batch, cached)
 }
 
-// probeOrder reads ds in order a for probeTime and returns the records
-// per second: the loader reads as a job would, from a place inside an
-// epoch no job reads first (the device's own cache holds nothing of it).
-func probeOrder(ctx context.Context, ds dataset.Dataset, a Auto, batch int) (float64, error) {
+// probeOrder reads ds in order a for probeTime, within memory, and
+// returns the records per second: the loader reads as a job would, from a
+// place inside an epoch no job reads first (the device's own cache holds
+// nothing of it).
+func probeOrder(ctx context.Context, ds dataset.Dataset, a Auto, batch int, memory int64) (float64, error) {
 	cfg := sampler.Config{Kind: a.Sampler, Seed: 0x70726f6265, BlockSize: a.BlockSize, Window: a.Window,
 		RecordSize: ds.Info().RecordSize}
 	s, _, err := cfg.Build(ds.Len(), dataset.Locator(ds))
 	if err != nil {
 		return 0, err
 	}
-	l, err := loader.New(ctx, ds, s, loader.Options{BatchSize: batch, Epoch: 1 << 20, Epochs: 1})
+	// Within the job's memory, as the job will read: a window is read
+	// whole only if two fit.
+	l, err := loader.New(ctx, ds, s, loader.Options{BatchSize: batch, Epoch: 1 << 20, Epochs: 1, MemoryBytes: memory})
 	if err != nil {
 		return 0, err
 	}

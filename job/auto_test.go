@@ -52,7 +52,7 @@ func TestChooseOrder(t *testing.T) {
 			}
 			if a.Sampler == "block" {
 				blocks := int(total / int64(a.BlockSize))
-				if a.Window < min(minMix, blocks) || 2*int64(a.Window)*int64(a.BlockSize) > c.memory {
+				if a.Window < min(minMix, blocks) || 3*int64(a.Window)*int64(a.BlockSize) > c.memory {
 					t.Errorf("%s: window %d of %d-byte blocks: fewer than %d, or more than memory %d", c.name, a.Window, a.BlockSize, minMix, c.memory)
 				}
 				if rl := quality.BlockRL(n, blocks, a.Window); rl != a.RL {
