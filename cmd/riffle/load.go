@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,6 +87,10 @@ mixture, each source's samples and share against its weight's.`,
 			if err != nil {
 				return err
 			}
+			// Batches are this process's heap here (the daemon's are
+			// shared memory): keep the Go runtime within what the process
+			// may use (its cgroup's limit), collecting sooner than that.
+			debug.SetMemoryLimit(job.AvailableMemory() * 3 / 4)
 			env, err := job.NewEnv(job.EnvOptions{IndexDir: df.opts.IndexDir})
 			if err != nil {
 				return err
