@@ -50,8 +50,17 @@ def main() -> None:
     ap.add_argument("--memory", default="16777216,67108864")
     ap.add_argument("--dir", default="/tmp/riffle-bench/auto")
     ap.add_argument("--cgroup-memory", type=int, default=128 << 20, help="the device part's memory limit")
+    ap.add_argument("--parts", default="train,device")
+    ap.add_argument("--device-min-randomness", default="", help="the device part's levels (default --min-randomness)")
     args = ap.parse_args()
     Path(args.dir).mkdir(parents=True, exist_ok=True)
+    if "train" in args.parts.split(","):
+        train(args)
+    if "device" in args.parts.split(","):
+        device(args)
+
+
+def train(args) -> None:
     print(f"## Training: {args.examples} examples sorted by label, min RL {args.min_randomness}\n")
     for mem in args.memory.split(","):
         # --page-cache 0: as if the data were larger than memory (the case
@@ -63,6 +72,9 @@ def main() -> None:
         print(f"memory {int(mem) >> 20} MiB:")
         print("\n".join("    " + line for line in out.splitlines() if line.strip()))
         print()
+
+
+def device(args) -> None:
     big = Path(args.dir) / f"sorted-{args.big}.svm"
     if not big.exists():
         riffle("train", "--synthetic", str(args.big), "--synthetic-dir", args.dir, "--sampler", "sequential",
@@ -74,9 +86,13 @@ def main() -> None:
     seq, _ = load_rate(big, cg, "--sampler", "sequential")
     glob, _ = load_rate(big, cg, "--sampler", "global")
     rows = [("sequential", seq, ""), ("global", glob, "")]
-    for mem in args.memory.split(","):
-        r, said = load_rate(big, cg, "--sampler", "auto", "--min-randomness", str(args.min_randomness), "--memory", mem)
-        rows.append((f"auto, memory {int(mem) >> 20} MiB", r, said.split("; ", 1)[-1]))
+    print(f"sequential {seq:.0f}, global {glob:.0f} samples/s", flush=True)
+    for level in (args.device_min_randomness or str(args.min_randomness)).split(","):
+        for mem in args.memory.split(","):
+            r, said = load_rate(big, cg, "--sampler", "auto", "--min-randomness", level, "--memory", mem)
+            rows.append((f"auto, min RL {level}, memory {int(mem) >> 20} MiB", r, said.split("; ", 1)[-1]))
+            print(f"{rows[-1][0]}: {r:.0f} samples/s, {r / seq:.2f}x; {rows[-1][2]}", flush=True)
+    print()
     print("| order | cold samples/s | / sequential | auto's choice |\n|---|---:|---:|---|")
     for name, r, said in rows:
         print(f"| {name} | {r:.0f} | {r / seq:.2f}x | {said} |")
