@@ -62,18 +62,21 @@ type Auto = wire.AutoOrder
 // memory three times over: the loader reads a block order's windows
 // whole, each block one read, the next while the last is delivered
 // (loader.gatheredOf asks the same).
-func candidates(n int, total int64, minRL float64, memory int64) []Auto {
+//
+// blocksOf is how many blocks the dataset's records make for a block size
+// (its BlockBounds): a block ends at the first page-edge record end past
+// the size, which lines of text seldom reach, so theirs grow to the span,
+// four times the size, and a window's bytes are its blocks' own.
+func candidates(n int, total int64, minRL float64, memory int64, blocksOf func(size int) int) []Auto {
 	mean := max(1, total/int64(max(n, 1)))
 	out := []Auto{{Sampler: "global", RL: 1}}
 	for b := 8 << 10; b <= 16<<20 && int64(b) <= total; b *= 2 {
 		if int64(b) < 2*mean {
 			continue // a block holds at least two records, or it is the global order
 		}
-		// BlockBounds ends a block at the first page-edge record end past b
-		// bytes: at most ceil(total/b) blocks, and a window of them all is
-		// the whole data, however the last block falls.
-		blocks := int(max(1, (total+int64(b)-1)/int64(b)))
-		for w := min(minMix, blocks); w <= loader.MaxWindow && windowFits(w, b, mean, memory); w *= 2 {
+		blocks := max(1, blocksOf(b))
+		bytes := int((total + int64(blocks) - 1) / int64(blocks)) // a block's mean
+		for w := min(minMix, blocks); w <= loader.MaxWindow && windowFits(w, bytes, mean, memory); w *= 2 {
 			if rl := quality.BlockRL(n, blocks, w); rl >= minRL {
 				out = append(out, Auto{Sampler: "block", BlockSize: b, Window: w, RL: rl})
 				break
@@ -124,7 +127,16 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 	}
 	defer dd.close()
 	measure := func(a Auto) (float64, error) { return probeOrder(ctx, dd, a, batch, memory) }
-	cands := candidates(ds.Len(), inf.Bytes, minRL, memory)
+	blocksOf := func(size int) int {
+		cfg := sampler.Config{Kind: "block", BlockSize: size, RecordSize: inf.RecordSize}
+		if s, _, err := cfg.Build(ds.Len(), dataset.Locator(ds)); err == nil {
+			if b, ok := s.(*sampler.Block); ok {
+				return b.Blocks()
+			}
+		}
+		return int((inf.Bytes + int64(size) - 1) / int64(size))
+	}
+	cands := candidates(ds.Len(), inf.Bytes, minRL, memory, blocksOf)
 	if inf.Bytes <= cached {
 		// Files the page cache keeps: from the second epoch every order
 		// reads memory, and the first reads the files whole in any order

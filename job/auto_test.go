@@ -45,7 +45,7 @@ func TestChooseOrder(t *testing.T) {
 		{"disk, a full shuffle asked for", disk, 1, 8 << 30, "global"},
 		{"disk, a lower level in less memory", disk, 0.6, 256 << 20, "block"},
 	} {
-		cands := candidates(n, total, c.minRL, c.memory)
+		cands := candidates(n, total, c.minRL, c.memory, func(size int) int { return int((total + int64(size) - 1) / int64(size)) })
 		for _, a := range cands {
 			if a.RL < c.minRL {
 				t.Errorf("%s: candidate %+v below RL %.2f", c.name, a, c.minRL)
