@@ -52,8 +52,11 @@ def cluster(s3, tmp_path, monkeypatch):  # noqa: F811
 def loader(node: Daemon, rank: int) -> riffle.Loader:
     # reconnect=1: a rank whose node died resumes from its checkpoint once
     # the node is back, as the test does, instead of waiting for it.
+    # prefetch=1: a daemon reads one batch ahead, so the epoch of the kill
+    # still has batches to read from the dead node's blocks when it dies
+    # (an adaptive read-ahead on a loaded machine may have read them all).
     return riffle.Loader("s3://bkt/nodes/*.bin", 50, record_size=REC, seed=11, rank=rank, world_size=NODES,
-                         socket=node.sock, autostart=False, timeout=30, reconnect=1)
+                         socket=node.sock, autostart=False, timeout=30, reconnect=1, prefetch=1)
 
 
 def check(ids: list[int], b) -> None:

@@ -15,7 +15,7 @@ CLIENT_ONLY = {"self", "paths", "socket", "address", "token", "timeout", "autost
                "reconnect", "shard_drop_last",  # shard_drop_last: rank_drop_last's old name
                "ids"}  # ids: the subset's ids, or its ids_file
 # Options a client sets itself, from its place and its epochs, not from keywords.
-PLACE = {"epochs", "sampler_state", "skip", "batch", "start", "generations"}
+PLACE = {"epochs", "sampler_state", "skip", "batch", "start", "generations", "delivered"}
 
 
 def test_loader_keywords_are_the_table():
