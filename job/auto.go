@@ -61,7 +61,7 @@ type Auto = wire.AutoOrder
 // least minMix blocks whose RL reaches minRL and whose window fits in
 // memory three times over: the loader reads a block order's windows
 // whole, each block one read, the next while the last is delivered
-// (loader.gatheredOf asks the same).
+// (loader.GatherFits).
 //
 // blocksOf is how many blocks the dataset's records make for a block size
 // (its BlockBounds): a block ends at the first page-edge record end past
@@ -75,8 +75,7 @@ func candidates(n int, total int64, minRL float64, memory int64, blocksOf func(s
 			continue // a block holds at least two records, or it is the global order
 		}
 		blocks := max(1, blocksOf(b))
-		bytes := int((total + int64(blocks) - 1) / int64(blocks)) // a block's mean
-		for w := min(minMix, blocks); w <= loader.MaxWindow && windowFits(w, bytes, mean, memory); w *= 2 {
+		for w := min(minMix, blocks); w <= loader.MaxWindow && loader.GatherFits(int64(n)*int64(w)/int64(blocks), DefaultBatchSize, mean, memory); w *= 2 {
 			if rl := quality.BlockRL(n, blocks, w); rl >= minRL {
 				out = append(out, Auto{Sampler: "block", BlockSize: b, Window: w, RL: rl})
 				break
@@ -153,13 +152,6 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 	}
 	chosen.Store(key, best)
 	return best, nil
-}
-
-// windowFits says whether a window of w blocks of b bytes, with a batch
-// of records of mean bytes beside it, fits in memory as often as the
-// loader asks (loader.gatheredOf: three times).
-func windowFits(w, b int, mean, memory int64) bool {
-	return 3*(int64(w)*int64(b)+int64(DefaultBatchSize)*mean) <= memory
 }
 
 // chosen keeps ChooseOrder's choices, by chosenKey.

@@ -152,6 +152,12 @@ func (l *Loader) release(j *load) {
 	// must not keep it (Free may let it go) through them.
 	j.win = nil
 	j.Batch.j = nil
+	if l.gathered != nil {
+		// A window's bookkeeping, no longer counted once its memory is
+		// given back: few loads are gathered (one a window), so reusing
+		// theirs saves little, and keeping it holds what no weight counts.
+		return
+	}
 	select {
 	case l.freeLoads <- j:
 	default:

@@ -2,8 +2,11 @@ package loader_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
@@ -97,5 +100,47 @@ func gathered(t *testing.T, ds dataset.Dataset, smp *sampler.Block, opts loader.
 				t.Fatalf("resumed at batch %d: batch %d differs", stop, stop+i)
 			}
 		}
+	}
+}
+
+// A gathered window weighs its records' bookkeeping as well as their
+// bytes (of small records it is most of what the window holds), so the
+// buffers in flight stay within the memory less it: a loader that weighed
+// only bytes held 305 MB live in 128 MiB of memory.
+func TestGatheredWindowsWeighTheirBookkeeping(t *testing.T) {
+	const n, size, batch = 6000, 128, 32 // 4096-byte blocks of 32 records; windows of 8 blocks, 256 records
+	ds := fixedDataset(t, n, size, 0, false)
+	bounds := sampler.BlockBounds(n, func(id int) (int, int64, int) { return 0, int64(id) * size, size }, 4096, 4096, 0)
+	smp, err := sampler.NewBlock(bounds, 5, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const window = 256
+	memory := int64(3*(window+batch)) * (size + loader.RecordMeta)
+	if !loader.GatherFits(window, batch, size, memory) || loader.GatherFits(window, batch, size, memory-1) {
+		t.Fatalf("GatherFits does not ask for three windows and batches with their bookkeeping in %d bytes", memory)
+	}
+	alloc := &countingAlloc{}
+	l, err := loader.New(context.Background(), ds, smp, loader.Options{BatchSize: batch, MemoryBytes: memory, Alloc: alloc, Prefetch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for {
+		b, err := l.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Microsecond) // let the loader run ahead as far as it may
+		b.Release()
+	}
+	// What the buffers may hold: the memory less each window's bookkeeping.
+	bound := int(memory * size / (size + loader.RecordMeta))
+	t.Logf("peak %d bytes of buffers in %d bytes of memory (bound %d)", alloc.peak, memory, bound)
+	if alloc.peak > bound {
+		t.Fatalf("%d bytes of buffers alive at once in %d bytes of memory: the windows' bookkeeping is not weighed (bound %d)", alloc.peak, memory, bound)
 	}
 }

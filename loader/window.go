@@ -66,7 +66,7 @@ const gatherMemory = 3
 // gatheredOf is s, a block order whose windows the loader loads whole
 // (one load a window, each block of it one read), or nil: a loader that
 // delivers every batch (no stride, no opportunistic order) of records,
-// whose memory holds a window's records twice over.
+// whose memory holds a window's records as often as GatherFits asks.
 func gatheredOf(ds dataset.Dataset, s sampler.Sampler, opts Options) *sampler.Block {
 	b, ok := s.(*sampler.Block)
 	if !ok || b.Window < 2 || opts.Opportunistic > 1 || opts.BatchStride > 1 || b.Blocks() <= b.Window {
@@ -77,10 +77,18 @@ func gatheredOf(ds dataset.Dataset, s sampler.Sampler, opts Options) *sampler.Bl
 	}
 	records := int64(b.Len()) * int64(b.Window) / int64(b.Blocks())
 	mean := max(1, ds.Info().Bytes/int64(max(1, ds.Len())))
-	if (records+int64(opts.BatchSize))*mean*gatherMemory > opts.MemoryBytes {
+	if !GatherFits(records, opts.BatchSize, mean, opts.MemoryBytes) {
 		return nil
 	}
 	return b
+}
+
+// GatherFits says whether a gathered window of records of mean bytes,
+// with a batch beside it, fits in memory gatherMemory times over, each
+// record with its bookkeeping (RecordMeta): sampler auto asks it of the
+// windows it weighs.
+func GatherFits(records int64, batch int, mean, memory int64) bool {
+	return (records+int64(batch))*(mean+RecordMeta)*gatherMemory <= memory
 }
 
 // gatherSpan is the batches [b, end) of epoch e's gathered load that
