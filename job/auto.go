@@ -126,16 +126,7 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 	}
 	defer dd.close()
 	measure := func(a Auto) (float64, error) { return probeOrder(ctx, dd, a, batch, memory) }
-	blocksOf := func(size int) int {
-		cfg := sampler.Config{Kind: "block", BlockSize: size, RecordSize: inf.RecordSize}
-		if s, _, err := cfg.Build(ds.Len(), dataset.Locator(ds)); err == nil {
-			if b, ok := s.(*sampler.Block); ok {
-				return b.Blocks()
-			}
-		}
-		return int((inf.Bytes + int64(size) - 1) / int64(size))
-	}
-	cands := candidates(ds.Len(), inf.Bytes, minRL, memory, blocksOf)
+	cands := candidates(ds.Len(), inf.Bytes, minRL, memory, func(size int) int { return blocksOf(ds, size) })
 	if inf.Bytes <= cached {
 		// Files the page cache keeps: from the second epoch every order
 		// reads memory, and the first reads the files whole in any order
@@ -152,6 +143,19 @@ func ChooseOrder(ctx context.Context, ds dataset.Dataset, minRL float64, memory 
 	}
 	chosen.Store(key, best)
 	return best, nil
+}
+
+// blocksOf is how many blocks ds's records make for a block size: those
+// BlockBounds cuts (the block order's own), or ceil(bytes/size) if none
+// can be built.
+func blocksOf(ds dataset.Dataset, size int) int {
+	cfg := sampler.Config{Kind: "block", BlockSize: size, RecordSize: ds.Info().RecordSize}
+	if s, _, err := cfg.Build(ds.Len(), dataset.Locator(ds)); err == nil {
+		if b, ok := s.(*sampler.Block); ok {
+			return b.Blocks()
+		}
+	}
+	return int((ds.Info().Bytes + int64(size) - 1) / int64(size))
 }
 
 // chosen keeps ChooseOrder's choices, by chosenKey.
@@ -275,7 +279,7 @@ func (j *Job) autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Data
 		a = *o
 		a.RL, a.Rate, a.Sequential = 1, 0, 0
 		if a.Sampler == "block" {
-			a.RL = quality.BlockRL(ds.Len(), int(max(1, (ds.Info().Bytes+int64(a.BlockSize)-1)/int64(a.BlockSize))), a.Window)
+			a.RL = quality.BlockRL(ds.Len(), max(1, blocksOf(ds, a.BlockSize)), a.Window)
 		}
 		if c, ok := chosen.Load(chosenKey(ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize, cached)); ok {
 			if c := c.(Auto); c.Sampler == a.Sampler && c.BlockSize == a.BlockSize && c.Window == a.Window {
