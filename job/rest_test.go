@@ -58,31 +58,9 @@ func restRuns(t *testing.T, set func(*wire.JobSpec)) {
 	// a rest, what it was opened from, which its places carry.
 	read := func(t *testing.T, s *wire.JobSpec, stop int, seen map[int]int) (wire.State, []byte) {
 		t.Helper()
-		plan, err := job.Check(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, err := env.Open(context.Background(), plan, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := openChecked(t, env, s)
 		defer j.Close()
-		for k := 0; stop < 0 || k < stop; k++ {
-			b, err := j.Next(context.Background())
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, id := range b.IDs {
-				if err := synth.CheckRecord(b.Record(i), id); err != nil {
-					t.Fatalf("record %d: %v", id, err)
-				}
-				seen[id]++
-			}
-			b.Release()
-		}
+		takeChecked(t, j, stop, seen)
 		st := j.State()
 		part := &wire.Part{Rank: s.Rank, World: max(1, s.World), Worker: s.BatchOffset, Workers: max(1, s.BatchStride)}
 		if s.Opportunistic > 1 {
@@ -281,34 +259,9 @@ func TestOpportunisticRestReopens(t *testing.T) {
 	seen := map[int]int{}
 	open := func(s wire.JobSpec) *job.Job {
 		s.Paths, s.RecordSize, s.BatchSize, s.Shuffle, s.Seed, s.Opportunistic = []string{path}, 64, 20, true, 7, 2
-		plan, err := job.Check(&s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, err := env.Open(context.Background(), plan, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return j
+		return openChecked(t, env, &s)
 	}
-	take := func(j *job.Job, stop int) {
-		for k := 0; stop < 0 || k < stop; k++ {
-			b, err := j.Next(context.Background())
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, id := range b.IDs {
-				if err := synth.CheckRecord(b.Record(i), id); err != nil {
-					t.Fatal(err)
-				}
-				seen[id]++
-			}
-			b.Release()
-		}
-	}
+	take := func(j *job.Job, stop int) { takeChecked(t, j, stop, seen) }
 	var places []wire.State
 	for r := range 2 {
 		j := open(wire.JobSpec{Rank: r, World: 2, Epochs: 1})
@@ -335,5 +288,41 @@ func TestOpportunisticRestReopens(t *testing.T) {
 		if k != 1 {
 			t.Fatalf("record %d delivered %d times", id, k)
 		}
+	}
+}
+
+// openChecked checks spec and opens its job in env; close it before env.
+func openChecked(t *testing.T, env *job.Env, spec *wire.JobSpec) *job.Job {
+	t.Helper()
+	plan, err := job.Check(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := env.Open(context.Background(), plan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// takeChecked takes up to stop batches of j (all, if negative), checking
+// each record's bytes and counting it in seen.
+func takeChecked(t *testing.T, j *job.Job, stop int, seen map[int]int) {
+	t.Helper()
+	for k := 0; stop < 0 || k < stop; k++ {
+		b, err := j.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range b.IDs {
+			if err := synth.CheckRecord(b.Record(i), id); err != nil {
+				t.Fatalf("record %d: %v", id, err)
+			}
+			seen[id]++
+		}
+		b.Release()
 	}
 }
