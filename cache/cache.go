@@ -12,7 +12,16 @@ import (
 type Key struct {
 	Space uint64
 	ID    int64
+	// Decoded names the decoded form of record ID, kept beside its bytes
+	// for jobs that cut their own draw from one decode. Its count of uses
+	// is a guess (batches of jobs cross, and jobs leave), so it lives no
+	// longer than the record's item: it goes when the record's last use
+	// does.
+	Decoded bool
 }
+
+// DecodedOf is the key of the decoded form of k's record.
+func (k Key) DecodedOf() Key { k.Decoded = true; return k }
 
 // Options configures a Cache. The zero value is a cache of nothing.
 type Options struct {
@@ -367,6 +376,7 @@ func (c *Cache) settle(it *Item) {
 	}
 	if !it.claimed && it.meta.Refs <= 0 {
 		c.remove(it) // reserved for readers who all left before reading it
+		c.dropDecoded(it)
 		return
 	}
 	// Loaded items wait for readers; so do items reserved for readers to
@@ -378,12 +388,25 @@ func (c *Cache) settle(it *Item) {
 	if c.opts.DropUnreferenced && it.meta.Refs <= 0 {
 		c.st.Drops++
 		c.remove(it)
+		c.dropDecoded(it)
 		return
 	}
 	if it.hi >= 0 {
 		heap.Fix(&c.heap, it.hi)
 	} else {
 		heap.Push(&c.heap, it)
+	}
+}
+
+// dropDecoded drops the decoded form of a record whose uses have all
+// come: at once if no one holds it, else when its holders are done.
+func (c *Cache) dropDecoded(it *Item) {
+	if it.key.Decoded || !c.opts.DropUnreferenced {
+		return
+	}
+	if d, ok := c.items[it.key.DecodedOf()]; ok {
+		d.meta.Refs = 0
+		c.settle(d)
 	}
 }
 

@@ -243,3 +243,44 @@ func TestGetOrClaimFillsOnce(t *testing.T) {
 		t.Fatalf("an item not kept is claimed anew, got %v", st)
 	}
 }
+
+// A record's decoded form goes when the record's last use comes, whatever
+// uses its own count still guesses: at once if unpinned, else when its
+// holder is done.
+func TestDecodedGoesWithItsRecord(t *testing.T) {
+	for _, pinned := range []bool{false, true} {
+		c := New(Options{Budget: 1 << 20, DropUnreferenced: true})
+		rec := Key{Space: 1, ID: 7}
+		c.Reserve(rec, 4, 2, Never, false)
+		r, st := c.Get(rec)
+		if st != Claimed {
+			t.Fatalf("record: %v, want Claimed", st)
+		}
+		r.Put([]byte("abcd"))
+		c.Fill(r, nil)
+		d, st := c.GetOrClaim(rec.DecodedOf())
+		if st != Claimed {
+			t.Fatalf("decode: %v, want Claimed", st)
+		}
+		c.Set(d, []byte("decoded"), nil)
+		c.AddRefs(rec.DecodedOf(), 5) // uses that will never come
+		c.Fill(d, nil)
+		if !pinned {
+			d.Done(true)
+		}
+		r.Done(true)
+		c.AddRefs(rec, -1) // the other job leaves
+		if c.Contains(rec) {
+			t.Fatal("the record outlived its last use")
+		}
+		if got := c.Contains(rec.DecodedOf()); got != pinned {
+			t.Fatalf("pinned %v: decode cached %v after its record's last use", pinned, got)
+		}
+		if pinned {
+			d.Done(true)
+		}
+		if st := c.Stats(); st.Items != 0 || st.Bytes != 0 {
+			t.Fatalf("pinned %v: %d items, %d bytes left", pinned, st.Items, st.Bytes)
+		}
+	}
+}

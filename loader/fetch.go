@@ -241,10 +241,6 @@ func (l *Loader) settleUnit(j *load, u *unit, err error) {
 	}
 }
 
-// decodedSpace sets a record's decoded form apart from the record in the
-// cache: its key is the record's with this in its space.
-const decodedSpace = 0x6465636f646564 // "decoded"
-
 // applyRandom runs a random transform on entry en. With a transform that
 // can cut its output from a shared decode (transform.Shared), a record
 // other jobs' batches also take is decoded once, by the first, into the
@@ -258,8 +254,7 @@ func (l *Loader) applyRandom(j *load, en *entry) error {
 	if !ok || l.cache == nil {
 		return l.rnd.ApplyRandom(raw, out, draw)
 	}
-	key := l.key(en.id)
-	key.Space ^= decodedSpace
+	key := l.key(en.id).DecodedOf()
 	// The record's uses to come are the batches that will still transform
 	// it (a batch holds the record's item until it has): the decode's.
 	uses := 0
