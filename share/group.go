@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -514,6 +515,8 @@ func Delivered(state []byte) (Saved, error) {
 	case bytes.HasPrefix(state, []byte(setMagic)):
 		r = bytes.NewReader(state[len(setMagic):])
 		_, err = fmt.Fscanf(r, "%d %d\n", &s.Epoch, &pos)
+	case bytes.HasPrefix(state, []byte(bitsMagic)):
+		return bitsDelivered(state[len(bitsMagic):])
 	default:
 		return s, fmt.Errorf("shared sampler: %w", sampler.ErrState)
 	}
@@ -555,6 +558,56 @@ func EncodeDelivered(epoch int, done *roaring.Bitmap) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// bitsMagic heads a member's state as its client kept it, from the ids of
+// the batches it delivered (the daemon that kept the member's went away):
+// "RFBIT1\x00", "epoch size n\n", the n bytes of the state its job opened
+// from (none at an epoch's start), then a bit a record delivered since,
+// record i's bit i%8 of byte i/8. A client keeps it only of an order that
+// delivers each batch whole: the state has no tail.
+const bitsMagic = "RFBIT1\x00"
+
+func bitsDelivered(b []byte) (Saved, error) {
+	var s Saved
+	var n int
+	r := bytes.NewReader(b)
+	if _, err := fmt.Fscanf(r, "%d %d %d\n", &s.Epoch, &s.Size, &n); err != nil || s.Epoch < 0 || s.Size <= 0 || n < 0 || n > r.Len() {
+		return s, fmt.Errorf("shared sampler: %w (its header)", sampler.ErrState)
+	}
+	rest := b[len(b)-r.Len():]
+	base, set := rest[:n], rest[n:]
+	done := roaring.New()
+	if n > 0 {
+		bs, err := Delivered(base)
+		if err != nil {
+			return s, err
+		}
+		if bs.Epoch != s.Epoch || bs.Size != s.Size || bs.Tail != 0 {
+			return s, fmt.Errorf("shared sampler: %w (the state it opened from is of epoch %d, %d records, a tail of %d)", sampler.ErrState, bs.Epoch, bs.Size, bs.Tail)
+		}
+		for _, e := range bs.Order {
+			done.Add(uint32(e))
+		}
+	}
+	if len(set) > math.MaxInt32/8 {
+		return s, fmt.Errorf("shared sampler: %w (a set of %d bytes)", sampler.ErrState, len(set))
+	}
+	for i, c := range set {
+		for ; c != 0; c &= c - 1 {
+			if !done.CheckedAdd(uint32(i*8 + bits.TrailingZeros8(c))) {
+				return s, fmt.Errorf("shared sampler: %w (record %d delivered twice)", sampler.ErrState, i*8+bits.TrailingZeros8(c))
+			}
+		}
+	}
+	if int(done.GetCardinality()) > s.Size {
+		return s, fmt.Errorf("shared sampler: %w (%d records delivered of %d)", sampler.ErrState, done.GetCardinality(), s.Size)
+	}
+	s.Order = make([]int, 0, done.GetCardinality())
+	for it := done.Iterator(); it.HasNext(); {
+		s.Order = append(s.Order, int(it.Next()))
+	}
+	return s, nil
 }
 
 // Restore continues an epoch without the records a saved state delivered.

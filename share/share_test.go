@@ -1,6 +1,8 @@
 package share
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/riffle-ml/riffle/cache"
+	"github.com/riffle-ml/riffle/sampler"
 )
 
 func rangeSet(lo, hi int) *roaring.Bitmap {
@@ -352,6 +355,62 @@ func TestMemberResume(t *testing.T) {
 	isPermutationOf(t, append(head, rest...), rangeSet(50, 200), 200)
 	if _, _, err := b.Restore([]byte("junk")); err == nil {
 		t.Fatal("junk state accepted")
+	}
+}
+
+// A client whose daemon went away restores its member from the ids of
+// the batches it delivered (RFBIT1, a bit a record): the rest of the
+// epoch is exactly the records it did not deliver. A set of more records
+// than the job has, or a record that is not its, is refused.
+func TestMemberResumeFromClientBits(t *testing.T) {
+	g := NewGroup(Options{Records: 200, Seed: 5})
+	a, _ := g.Join(rangeSet(50, 200), 0)
+	head := make([]int, 60)
+	a.Fill(0, 0, head)
+	opened, err := a.Save(a.Mark()) // a resumed job's state, the client's base
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := make([]int, 30)
+	a.Fill(0, 60, more)
+	a.Leave()
+	bitsOf := func(epoch, size int, base []byte, ids []int) []byte {
+		b := append([]byte(fmt.Sprintf("%s%d %d %d\n", bitsMagic, epoch, size, len(base))), base...)
+		set := make([]byte, 25)
+		for _, id := range ids {
+			set[id/8] |= 1 << (id % 8)
+		}
+		return append(b, set...)
+	}
+	for _, c := range []struct {
+		state []byte
+		head  []int
+	}{
+		{bitsOf(0, 150, nil, head), head},                                   // from the epoch's start
+		{bitsOf(0, 150, opened, more), append(slices.Clone(head), more...)}, // from a resumed place
+	} {
+		g2 := NewGroup(Options{Records: 200, Seed: 6})
+		b, _ := g2.Join(rangeSet(50, 200), 0)
+		e, pos, err := b.Restore(c.state)
+		if err != nil || e != 0 || pos != len(c.head) {
+			t.Fatalf("restore: %d %d %v", e, pos, err)
+		}
+		rest := make([]int, 150-pos)
+		b.Fill(0, pos, rest)
+		isPermutationOf(t, append(c.head, rest...), rangeSet(50, 200), 200)
+	}
+	g3 := NewGroup(Options{Records: 200, Seed: 6})
+	c, _ := g3.Join(rangeSet(50, 200), 0)
+	for _, bad := range [][]byte{
+		bitsOf(0, 150, nil, []int{3}),    // not the job's record
+		bitsOf(0, 1, nil, head),          // more than the job has
+		bitsOf(0, 150, opened, head[:1]), // delivered twice
+		bitsOf(1, 150, opened, more),     // opened in another epoch
+		[]byte(bitsMagic + "0 150\n"),
+	} {
+		if _, _, err := c.Restore(bad); !errors.Is(err, sampler.ErrState) {
+			t.Fatalf("state %q: %v, want ErrState", bad[:min(len(bad), 20)], err)
+		}
 	}
 }
 

@@ -683,6 +683,46 @@ def _give_back(conn_ref, job: int, seq: int, loader: "Loader", size: int) -> Non
     loader._held -= size
 
 
+class _Taken:
+    """What a loader of a shared order delivered of one epoch since its job opened, kept so that the job's state,
+    which is the daemon's, outlives a daemon killed (share's RFBIT1): the state the job opened from, a bit a record
+    delivered since, and the last batches' ids, to say the state after an earlier batch (a Batch's state asked
+    late)."""
+
+    RECENT = 256  # batches whose state can still be asked after later ones came
+
+    def __init__(self, epoch: int, base: bytes | None):
+        self.epoch, self.base = epoch, base
+        self.bits = np.zeros(0, dtype=np.uint8)
+        self.count = 0  # batches kept
+        self.recent: collections.deque[np.ndarray] = collections.deque(maxlen=self.RECENT)
+
+    def add(self, ids: np.ndarray) -> None:
+        if len(ids):
+            need = (int(ids.max()) >> 3) + 1
+            if need > len(self.bits):
+                self.bits = np.concatenate([self.bits, np.zeros(max(need, 2 * len(self.bits)) - len(self.bits),
+                                                                np.uint8)])
+            np.bitwise_or.at(self.bits, ids >> 3, (1 << (ids & 7)).astype(np.uint8))
+        self.count += 1
+        self.recent.append(ids)
+
+    def state(self, positions: int, n: int) -> bytes | None:
+        """The state after the first n batches kept: b"" at the epoch's start, None if no longer known."""
+        if self.base is None and n == 0:
+            return b""
+        later = self.count - n
+        if later > len(self.recent):
+            return None
+        bits = self.bits
+        if later:
+            bits = bits.copy()
+            for ids in list(self.recent)[len(self.recent) - later:]:
+                np.bitwise_and.at(bits, ids >> 3, ~(1 << (ids & 7)).astype(np.uint8))
+        base = self.base or b""
+        return b"RFBIT1\x00%d %d %d\n" % (self.epoch, positions, len(base)) + base + bits.tobytes()
+
+
 class _Job:
     """An open job: its connection, shared memory and place."""
 
@@ -1022,6 +1062,10 @@ class Loader:
         self._sampler_state: bytes | None = None
         self._skip: list[int] | None = None
         self._unresolved = False  # the sampler state of this place is still the daemon's
+        # A shared job's state is the daemon's, which a daemon killed takes
+        # with it: the loader keeps what rebuilds it, the state its job
+        # opened from and the ids of the batches delivered since (_kept).
+        self._taken: _Taken | None = None
         self._conn_args = (socket, address, token, timeout, autostart)
         self._meta: dict | None = None
         self._held = 0
@@ -1325,9 +1369,12 @@ class Loader:
         If the daemon goes away mid-epoch (killed, restarted), the loader
         reconnects, starting a daemon if none answers, reopens its job at
         the place after the last batch it delivered and goes on: each
-        record exactly once. It raises DaemonGone only when no daemon
-        answers within ``reconnect`` seconds, or when its order keeps its
-        state in the daemon (a shared job), which went with it.
+        record exactly once. A shared job's state, which was the daemon's,
+        it rebuilds from the ids of the batches it delivered. It raises
+        DaemonGone only when no daemon answers within ``reconnect`` seconds,
+        or when its order's state went with the daemon and cannot be rebuilt
+        from what the loader delivered (an opportunistic window's, a
+        mixture's, the rest of an epoch on another topology).
         """
         epoch = self.epoch
         while True:
@@ -1343,10 +1390,15 @@ class Loader:
     def _recover(self, gone: DaemonGone) -> bool:
         """Reconnect after the daemon went; False if this loader cannot go on exactly."""
         self._job = None
+        if self._unresolved and self.reconnect > 0:
+            kept = self._kept()
+            if kept is not None:
+                self._sampler_state, self._skip, self._unresolved = kept or None, None, False
         if self._unresolved or self.reconnect <= 0:
             if self._unresolved:
-                gone.args = (f"{gone}; this loader's order keeps its state in the daemon (a shared job), which went "
-                             "with it: resume from a checkpoint (load_state_dict) to go on",)
+                gone.args = (f"{gone}; this loader's order kept its state in the daemon, which went with it (an "
+                             "opportunistic window's, a mixture's or the rest of an epoch's): resume from a checkpoint "
+                             "(load_state_dict) to go on",)
             return False
         deadline = time.monotonic() + self.reconnect
         while True:
@@ -1359,8 +1411,29 @@ class Loader:
                                      f"{self.reconnect}s (Loader(reconnect=...))") from None
                 time.sleep(0.1)
 
+    def _keeps(self) -> bool:
+        """Whether this loader keeps what rebuilds its job's state: a shared order that delivers each batch whole
+        (not opportunistic, not a mixture's, not the rest of an epoch on another topology)."""
+        return (_shared(self.spec) and int(self.spec.get("opportunistic") or 1) <= 1 and not self.spec.get("mixture")
+                and not self._delivered and not self._start)
+
+    def _kept(self, taken: _Taken | None = None, n: int | None = None) -> bytes | None:
+        """The shared job's state at this place (or after the first n batches of taken), as the loader kept it;
+        b"" at an epoch's start; None if it kept none of the place."""
+        positions = int((self._meta or {}).get("positions") or 0)  # the job's records an epoch: its member's
+        if taken is None:
+            taken = self._taken
+            if taken is None or taken.epoch != self.epoch:
+                return None
+            n = taken.count
+        return taken.state(positions, n) if positions else None
+
     def _batches(self) -> Iterator[Batch]:
         j = self._open()
+        if j.stream and self._keeps():
+            self._taken = _Taken(self.epoch, self._sampler_state if self._batch else None)
+        else:
+            self._taken = None
         conn, job, info = j.conn, j.id, j.reply.get("info") or {}
         conn_ref = weakref.ref(conn)
         # Up to `pipeline` requests stay ahead of the user, so the next
@@ -1440,6 +1513,11 @@ class Loader:
         meta = np.frombuffer(buf, np.int64, count=n * k + extra, offset=m.get("meta_off", 0)).copy()
         ids, offs, lens = meta[:n], meta[n : 2 * n], meta[2 * n : 3 * n]
         labels = meta[3 * n : 4 * n] if m.get("labels") else None
+        if self._taken is not None:
+            if self._taken.epoch != self.epoch:
+                self._taken = _Taken(self.epoch, None)  # the place is the next epoch's start
+            if m["epoch"] == self.epoch:
+                self._taken.add(ids)
         size = m.get("data_len", 0)
         raw = np.frombuffer(buf, np.uint8, count=size, offset=m.get("data_off", 0))
         fin = None
@@ -1462,9 +1540,18 @@ class Loader:
             return self.state_dict()
         j, place = self._job, {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"]}
         self._whose(place)
+        taken = self._taken
+        n = taken.count if taken is not None else 0
 
         def ask() -> dict:
-            st = j.state(place["epoch"], place["batch"])
+            try:
+                st = j.state(place["epoch"], place["batch"])
+            except DaemonGone:
+                # The daemon went with the job's state: the one kept here.
+                kept = self._kept(taken, n) if taken is not None and taken.epoch == place["epoch"] else None
+                if kept is None:
+                    raise
+                st = {"sampler_state": base64.b64encode(kept).decode() if kept else None}
             out = dict(place)
             if st.get("sampler_state"):
                 out["sampler_state"] = st["sampler_state"]

@@ -4,6 +4,8 @@ compared with a solo read of the file."""
 
 from __future__ import annotations
 
+import base64
+import itertools
 import json
 import os
 import subprocess
@@ -264,6 +266,65 @@ def test_daemon_restart_mid_epoch_loses_nothing(tmp_path, monkeypatch, workers):
                 d = type(d)(sock)  # a supervisor starts it again
         assert sorted(ids) == list(range(1000))
         assert sorted(epoch_ids(dl)) == list(range(1000))
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_shared_jobs_survive_a_daemon_restart(tmp_path, monkeypatch, workers):
+    """kill -9 of the daemon under two jobs sharing an order: the group was the daemon's, so each loader rebuilds its
+    place from the ids it delivered and reopens into the new daemon's group; each job's epoch holds every record
+    once (its bytes its id), and so does the next."""
+    d = own_daemon(tmp_path, monkeypatch)
+    sock = d.sock
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    dl = rt.loader(path, 100, num_workers=workers, share=True, seed=4, autostart=False, reconnect=30.0)
+    other = riffle.Loader(path, batch_size=40, share=True, seed=9, autostart=False, reconnect=30.0)
+    try:
+        ids, theirs = [], []
+        them = iter(other)
+        for k, t in enumerate(dl):
+            ids += [int(i) for i in t.reshape(-1)]
+            for b in itertools.islice(them, 2):
+                assert b.ids.tolist() == [int(np.frombuffer(r, np.int64)[0]) for r in b.records()]
+                theirs += b.ids.tolist()
+            if k == 3:
+                d.stop()  # SIGKILL
+                d = type(d)(sock)  # a supervisor starts it again
+        theirs += [i for b in them for i in b.ids.tolist()]
+        assert sorted(ids) == list(range(1000))
+        assert sorted(theirs) == list(range(1000))
+        assert sorted(epoch_ids(dl)) == list(range(1000))
+        assert sorted(i for b in other for i in b.ids.tolist()) == list(range(1000))
+    finally:
+        d.stop()
+
+
+def test_shared_state_asked_after_the_daemon_went(tmp_path, monkeypatch):
+    """A shared job's state is the daemon's, asked when a batch's state is: asked after the daemon was killed, the
+    loader gives the state it kept of that batch's place (later batches came since), and a loader resuming from it
+    in a new daemon delivers exactly the rest of the epoch."""
+    d = own_daemon(tmp_path, monkeypatch)
+    sock = d.sock
+    path = write_ids(tmp_path / "ids.npy", 1000)
+    ld = riffle.Loader(path, batch_size=30, share=True, seed=5, autostart=False, reconnect=0)
+    it = iter(ld)
+    head = []
+    for _ in range(4):
+        b = next(it)
+        head += b.ids.tolist()
+    later = [next(it) for _ in range(3)]
+    d.stop()  # SIGKILL
+    d = type(d)(sock)
+    try:
+        state = b.state
+        assert state["batch"] == 4 and base64.b64decode(state["sampler_state"]).startswith(b"RFBIT1")
+        del later, b
+        ld.close()
+        ld2 = riffle.Loader(path, batch_size=30, share=True, seed=5, autostart=False)
+        ld2.load_state_dict(state)
+        rest = [i for b in ld2 for i in b.ids.tolist()]
+        assert sorted(head + rest) == list(range(1000))
     finally:
         d.stop()
 
