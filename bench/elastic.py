@@ -236,7 +236,12 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
             logs = []
             for r in range(world):
                 p = work / f"log.{gen}.{r}"
-                rows = [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+                text = p.read_text() if p.exists() else ""
+                if text and not text.endswith("\n"):
+                    # The rank was killed in the middle of writing its last
+                    # line: that step was not logged, so it is not counted.
+                    text = text[: text.rfind("\n") + 1]
+                rows = [json.loads(line) for line in text.splitlines()]
                 logs.append([row for row in rows if row != ["done"]])
 
             def saved(step: int, rank: int) -> dict | None:

@@ -691,9 +691,17 @@ class _Taken:
 
     RECENT = 256  # batches whose state can still be asked after later ones came
 
+    MAGIC = b"RFBIT1\x00"
+
     def __init__(self, epoch: int, base: bytes | None):
         self.epoch, self.base = epoch, base
         self.bits = np.zeros(0, dtype=np.uint8)
+        if base is not None and base.startswith(self.MAGIC):
+            # Reopened from a state kept here (a daemon killed again): its
+            # bits are ours, its base the base, so the state stays one set.
+            head, rest = base[len(self.MAGIC):].split(b"\n", 1)
+            n = int(head.split()[2])
+            self.base, self.bits = rest[:n] or None, np.frombuffer(rest[n:], np.uint8).copy()
         self.count = 0  # batches kept
         self.recent: collections.deque[np.ndarray] = collections.deque(maxlen=self.RECENT)
 
@@ -709,7 +717,7 @@ class _Taken:
 
     def state(self, positions: int, n: int) -> bytes | None:
         """The state after the first n batches kept: b"" at the epoch's start, None if no longer known."""
-        if self.base is None and n == 0:
+        if self.base is None and n == 0 and not self.bits.any():
             return b""
         later = self.count - n
         if later > len(self.recent):
@@ -720,7 +728,7 @@ class _Taken:
             for ids in list(self.recent)[len(self.recent) - later:]:
                 np.bitwise_and.at(bits, ids >> 3, ~(1 << (ids & 7)).astype(np.uint8))
         base = self.base or b""
-        return b"RFBIT1\x00%d %d %d\n" % (self.epoch, positions, len(base)) + base + bits.tobytes()
+        return self.MAGIC + b"%d %d %d\n" % (self.epoch, positions, len(base)) + base + bits.tobytes()
 
 
 class _Job:

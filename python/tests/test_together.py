@@ -272,9 +272,9 @@ def test_daemon_restart_mid_epoch_loses_nothing(tmp_path, monkeypatch, workers):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_shared_jobs_survive_a_daemon_restart(tmp_path, monkeypatch, workers):
-    """kill -9 of the daemon under two jobs sharing an order: the group was the daemon's, so each loader rebuilds its
-    place from the ids it delivered and reopens into the new daemon's group; each job's epoch holds every record
-    once (its bytes its id), and so does the next."""
+    """kill -9 of the daemon under two jobs sharing an order, twice: the group was the daemon's, so each loader
+    rebuilds its place from the ids it delivered and reopens into the new daemon's group; each job's epoch holds
+    every record once (its bytes its id), and so does the next."""
     d = own_daemon(tmp_path, monkeypatch)
     sock = d.sock
     path = write_ids(tmp_path / "ids.npy", 1000)
@@ -288,8 +288,8 @@ def test_shared_jobs_survive_a_daemon_restart(tmp_path, monkeypatch, workers):
             for b in itertools.islice(them, 2):
                 assert b.ids.tolist() == [int(np.frombuffer(r, np.int64)[0]) for r in b.records()]
                 theirs += b.ids.tolist()
-            if k == 3:
-                d.stop()  # SIGKILL
+            if k in (3, 6):
+                d.stop()  # SIGKILL, twice: the second rebuilds from a state the first rebuilt
                 d = type(d)(sock)  # a supervisor starts it again
         theirs += [i for b in them for i in b.ids.tolist()]
         assert sorted(ids) == list(range(1000))
