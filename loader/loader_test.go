@@ -707,43 +707,26 @@ func TestBatchWithNothingToRead(t *testing.T) {
 func TestLinesInOrderAreOneReadABatch(t *testing.T) {
 	const n, batch = 4096, 256
 	for _, kind := range []string{"jsonl", "libsvm", "csv"} {
-		p := filepath.Join(t.TempDir(), "d."+kind)
-		synth.WriteLines(p, kind, n, false)
+		ds, p := linesDataset(t, kind, "d."+kind, n)
 		raw, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds, err := dataset.Open(context.Background(), dataset.Options{}, p)
-		if err != nil {
-			t.Fatal(err)
+		bytesOf := func(b []byte, id int) error {
+			loc := ds.Locate(id)
+			if want := raw[loc.Off : loc.Off+int64(loc.Len)]; string(b) != string(want) {
+				return fmt.Errorf("record %d is %q, want %q", id, b, want)
+			}
+			return nil
 		}
-		defer ds.Close()
 		for _, smp := range []sampler.Sampler{sampler.Sequential{N: ds.Len()}, sampler.Global{N: ds.Len(), Seed: 3}} {
-			l, err := loader.New(context.Background(), ds, smp, loader.Options{BatchSize: batch, Prefetch: 1})
+			l, err := loader.New(context.Background(), ds, smp, loader.Options{BatchSize: batch, Epochs: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
 			seen := 0
-			for {
-				b, err := l.Next(context.Background())
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if b.Epoch > 0 {
-					b.Release()
-					break
-				}
-				for i, id := range b.IDs {
-					loc := ds.Locate(id)
-					if got := b.Record(i); string(got) != string(raw[loc.Off:loc.Off+int64(loc.Len)]) {
-						t.Fatalf("%s %T: record %d is %q, want %q", kind, smp, id, got, raw[loc.Off:loc.Off+int64(loc.Len)])
-					}
-				}
-				seen += len(b.IDs)
-				b.Release()
+			for _, ids := range drain(t, l, bytesOf) {
+				seen += len(ids)
 			}
 			st := l.Stats()
 			l.Close()
