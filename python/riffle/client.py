@@ -1380,9 +1380,9 @@ class Loader:
         record exactly once. A shared job's state, which was the daemon's,
         it rebuilds from the ids of the batches it delivered. It raises
         DaemonGone only when no daemon answers within ``reconnect`` seconds,
-        or when its order's state went with the daemon and cannot be rebuilt
-        from what the loader delivered (an opportunistic window's, a
-        mixture's, the rest of an epoch on another topology).
+        or when its shared order's state went with the daemon and cannot be
+        rebuilt from what the loader delivered (opportunistic windows, a
+        mixture, the rest of an epoch on another topology).
         """
         epoch = self.epoch
         while True:
@@ -1404,8 +1404,9 @@ class Loader:
                 self._sampler_state, self._skip, self._unresolved = kept or None, None, False
         if self._unresolved or self.reconnect <= 0:
             if self._unresolved:
-                gone.args = (f"{gone}; this loader's order kept its state in the daemon, which went with it (an "
-                             "opportunistic window's, a mixture's or the rest of an epoch's): resume from a checkpoint "
+                gone.args = (f"{gone}; this loader's shared order kept its state in the daemon, which went with it "
+                             "(a shared order's opportunistic windows, mixture or rest of an epoch on another topology "
+                             "are not rebuilt from what the loader delivered): resume from a checkpoint "
                              "(load_state_dict) to go on",)
             return False
         deadline = time.monotonic() + self.reconnect
