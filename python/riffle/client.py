@@ -1165,13 +1165,20 @@ class Loader:
 
     def _resolve(self) -> None:
         # The place came with a batch of a job whose sampler state stays in
-        # the daemon: fetch it while the job still has it.
+        # the daemon: fetch it while the job still has it, or rebuild it
+        # from what this loader kept (its job closed, its daemon killed).
         j = self._job
-        if j is None or os.getpid() != j.conn.pid:
-            raise RiffleError(
-                "this loader's sampler state is kept by its job, which is closed: "
-                "call state_dict() while iterating (or before close())")
-        st = j.state(self.epoch, self._batch)
+        try:
+            if j is None or os.getpid() != j.conn.pid:
+                raise RiffleError(
+                    "this loader's sampler state is kept by its job, which is closed: "
+                    "call state_dict() while iterating (or before close())")
+            st = j.state(self.epoch, self._batch)
+        except RiffleError:
+            kept = self._kept()
+            if kept is None:
+                raise
+            st = {"sampler_state": base64.b64encode(kept).decode() if kept else None}
         ss = st.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = st.get("skip") or None

@@ -4,6 +4,7 @@ refusing a socket directory or daemon that is not this user's."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -43,18 +44,24 @@ def test_resume_is_exact_for_every_sampler(daemon, fixed_file, kw):
         assert head + batches(again) == whole, f"stopped after {stop}"
 
 
-@pytest.mark.parametrize("ask", ["iterating", "after break"])
+@pytest.mark.parametrize("ask", ["iterating", "after break", "after close"])
 def test_shared_job_resumes_exactly_once(daemon, fixed_file, ask):
     # A shared job's sampler state (its delivered set) stays in the daemon
     # until a checkpoint asks for it: while iterating, or after the loop
-    # broke off, which closes the job.
+    # broke off, which closes the job; asked after the loader closed its
+    # job, it is the one the loader kept of what it delivered.
     ld = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=8, share=True)
     seen = []
-    for b in ld:
+    it = iter(ld)
+    for b in it:
         seen += b.ids.tolist()
         if len(seen) == 5 * 64:
             if ask == "iterating":
                 state = json.loads(json.dumps(ld.state_dict()))
+            elif ask == "after close":
+                ld.close()
+                state = json.loads(json.dumps(ld.state_dict()))
+                assert base64.b64decode(state["sampler_state"]).startswith(b"RFBIT1")
             break
     if ask == "after break":
         state = json.loads(json.dumps(ld.state_dict()))
