@@ -140,6 +140,19 @@ def main() -> None:
     print(json.dumps(res))
 
 
+def delivered(state: bytes) -> int:
+    """How many records a shared member's state says it delivered (share.Delivered's formats): RFSHR2's position
+    less its tail, RFSHR1's position, or, kept by a client whose daemon went (RFBIT1), the records of the state it
+    opened from and a bit a record since."""
+    magic, rest = state.split(b"\0", 1)
+    head, body = rest.split(b"\n", 1)
+    f = [int(x) for x in head.split()]
+    if magic == b"RFBIT1":
+        n = f[2]
+        return (delivered(body[:n]) if n else 0) + sum(bin(c).count("1") for c in body[n:])
+    return f[1] - (f[3] if magic == b"RFSHR2" else 0)
+
+
 def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log=lambda *a: None,
         workdir: str | None = None, step_s: float = 0.002, kill_after: float = 3.0, keep: bool = False,
         order: str = "global") -> dict:
@@ -444,10 +457,7 @@ def placed(state: dict, order: str, deals: dict[int, tuple[int, int]], batch: in
         m, world = deals[epoch]
         skip = len(role.get("skip") or [])
         if order == "shared":
-            took = 0
-            if role.get("sampler_state"):
-                _, pos, _, tail = base64.b64decode(role["sampler_state"]).split(b"\n", 1)[0].split(b"\0")[1].split()
-                took = int(pos) - int(tail) + skip
+            took = delivered(base64.b64decode(role["sampler_state"])) + skip if role.get("sampler_state") else 0
         else:
             b = int(role.get("batch", 0))
             took = sum(window_records(m, world, t) for t in range(w, b // window, k)) + (skip if b % window else 0)

@@ -700,8 +700,8 @@ func TestBatchWithNothingToRead(t *testing.T) {
 }
 
 // Lines read in order are one read a batch: a line's newline is a gap of
-// a byte between records, which the coalescing gap of a local file spans.
-// With no gap each line was a read of its own (2M preadv2 for 2M lines),
+// a byte between neighbouring records, which a read spans (neighbourGap).
+// Without it each line was a read of its own (2M preadv2 for 2M lines),
 // the sequential order 3-4x slower than the device. A global shuffle of
 // the same lines still reads each alone, and every record is its bytes.
 func TestLinesInOrderAreOneReadABatch(t *testing.T) {

@@ -30,11 +30,10 @@ type Hinter interface {
 // shallow costs rate, and from 256 a fast NVMe (about 200 at its knee) or
 // a disk whose rate still grows there reaches its rate at once, while a
 // device that needs fewer is searched down without losing rate on the way.
-// Its gap spans a line's newline or a TFRecord's frame between records, so
-// records read in order are one read however they are framed (with none,
-// a sequential epoch of lines was a pread a line, 3-4x slower); reads it
-// merges in a shuffle are of neighbours, whose page is read once anyway.
-var DefaultHints = Hints{Depth: 256, CoalesceGap: 64, BlockSize: 4096, Align: 1}
+// Its gap is 0: a read of another record's bytes leaves a hole in the
+// batch, which is then not one array (the loader spans the few bytes that
+// frame neighbouring records instead: loader.neighbourGap).
+var DefaultHints = Hints{Depth: 256, CoalesceGap: 0, BlockSize: 4096, Align: 1}
 
 // HintsOf returns r's hints, with DefaultHints for what r does not say.
 func HintsOf(r Reader) Hints {
