@@ -1,4 +1,4 @@
-package job_test
+package job
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/riffle-ml/riffle/internal/synth"
-	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -42,7 +41,7 @@ func restRuns(t *testing.T, set func(*wire.JobSpec)) {
 	if err := synth.WriteFixed(path, n, 64, 0); err != nil {
 		t.Fatal(err)
 	}
-	env, err := job.NewEnv(job.EnvOptions{})
+	env, err := NewEnv(EnvOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +57,7 @@ func restRuns(t *testing.T, set func(*wire.JobSpec)) {
 	// a rest, what it was opened from, which its places carry.
 	read := func(t *testing.T, s *wire.JobSpec, stop int, seen map[int]int) (wire.State, []byte) {
 		t.Helper()
-		j := openChecked(t, env, s)
+		j := openJob(t, env, s)
 		defer j.Close()
 		takeChecked(t, j, stop, seen)
 		st := j.State()
@@ -144,14 +143,14 @@ func TestSharedRestRefusals(t *testing.T) {
 	if err := synth.WriteFixed(big, 1000, 64, 0); err != nil {
 		t.Fatal(err)
 	}
-	env, err := job.NewEnv(job.EnvOptions{})
+	env, err := NewEnv(EnvOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer env.Close()
 	yes := true
 	// A place 30 batches into an epoch of the larger file.
-	plan, err := job.Check(&wire.JobSpec{Paths: []string{big}, RecordSize: 64, BatchSize: 10, Shuffle: true, Share: &yes, Epochs: 1})
+	plan, err := Check(&wire.JobSpec{Paths: []string{big}, RecordSize: 64, BatchSize: 10, Shuffle: true, Share: &yes, Epochs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,14 +186,14 @@ func TestSharedRestRefusals(t *testing.T) {
 		if s.Share == nil {
 			s.Share = &yes
 		}
-		plan, err := job.Check(&s)
+		plan, err := Check(&s)
 		if err == nil {
-			var j *job.Job
+			var j *Job
 			if j, err = env.Open(context.Background(), plan, nil); err == nil {
 				j.Close()
 			}
 		}
-		if !errors.Is(err, job.ErrSpec) {
+		if !errors.Is(err, ErrSpec) {
 			t.Errorf("%s: %v, want a spec error", c.name, err)
 		} else {
 			t.Logf("%s: %v", c.name, err)
@@ -210,7 +209,7 @@ func TestOpportunisticRestRefusals(t *testing.T) {
 	if err := synth.WriteFixed(path, 1000, 64, 0); err != nil {
 		t.Fatal(err)
 	}
-	env, err := job.NewEnv(job.EnvOptions{})
+	env, err := NewEnv(EnvOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,14 +226,14 @@ func TestOpportunisticRestRefusals(t *testing.T) {
 		"given twice":        {{Epoch: 0, Batch: 2, Part: part(0)}, {Epoch: 0, Batch: 4, Part: part(0)}, {Epoch: 0, Batch: 2, Part: part(1)}},
 	} {
 		s := wire.JobSpec{Paths: []string{path}, RecordSize: 64, BatchSize: 10, Shuffle: true, Opportunistic: 2, Epochs: 1, Delivered: places}
-		plan, err := job.Check(&s)
+		plan, err := Check(&s)
 		if err == nil {
-			var j *job.Job
+			var j *Job
 			if j, err = env.Open(context.Background(), plan, nil); err == nil {
 				j.Close()
 			}
 		}
-		if !errors.Is(err, job.ErrSpec) {
+		if !errors.Is(err, ErrSpec) {
 			t.Errorf("%s: %v, want a spec error", name, err)
 		} else {
 			t.Logf("%s: %v", name, err)
@@ -251,17 +250,17 @@ func TestOpportunisticRestReopens(t *testing.T) {
 	if err := synth.WriteFixed(path, n, 64, 0); err != nil {
 		t.Fatal(err)
 	}
-	env, err := job.NewEnv(job.EnvOptions{})
+	env, err := NewEnv(EnvOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer env.Close()
 	seen := map[int]int{}
-	open := func(s wire.JobSpec) *job.Job {
+	open := func(s wire.JobSpec) *Job {
 		s.Paths, s.RecordSize, s.BatchSize, s.Shuffle, s.Seed, s.Opportunistic = []string{path}, 64, 20, true, 7, 2
-		return openChecked(t, env, &s)
+		return openJob(t, env, &s)
 	}
-	take := func(j *job.Job, stop int) { takeChecked(t, j, stop, seen) }
+	take := func(j *Job, stop int) { takeChecked(t, j, stop, seen) }
 	var places []wire.State
 	for r := range 2 {
 		j := open(wire.JobSpec{Rank: r, World: 2, Epochs: 1})
@@ -291,23 +290,9 @@ func TestOpportunisticRestReopens(t *testing.T) {
 	}
 }
 
-// openChecked checks spec and opens its job in env; close it before env.
-func openChecked(t *testing.T, env *job.Env, spec *wire.JobSpec) *job.Job {
-	t.Helper()
-	plan, err := job.Check(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := env.Open(context.Background(), plan, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
-}
-
 // takeChecked takes up to stop batches of j (all, if negative), checking
 // each record's bytes and counting it in seen.
-func takeChecked(t *testing.T, j *job.Job, stop int, seen map[int]int) {
+func takeChecked(t *testing.T, j *Job, stop int, seen map[int]int) {
 	t.Helper()
 	for k := 0; stop < 0 || k < stop; k++ {
 		b, err := j.Next(context.Background())
