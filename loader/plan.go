@@ -307,9 +307,12 @@ const neighbourGap = 64
 func (l *Loader) layout(j *load) {
 	j.units = j.units[:0]
 	a := int64(l.align)
-	gap := int64(l.opts.CoalesceGap)
+	gap, near := int64(l.opts.CoalesceGap), int64(neighbourGap)
 	if a > 1 {
-		gap = 0
+		gap, near = 0, 0
+	}
+	if l.rows != nil {
+		near = 0 // a row's cells lie in column chunks apart
 	}
 	for k := range j.ents {
 		en := &j.ents[k]
@@ -323,8 +326,7 @@ func (l *Loader) layout(j *load) {
 		if m := len(j.units) - 1; m >= 0 && read {
 			cur := &j.units[m]
 			curEnd := cur.off + int64(cur.n)
-			prev := &j.ents[cur.hi-1]
-			neighbour := l.rows == nil && en.id == prev.id+1 && as <= curEnd+neighbourGap && a == 1
+			neighbour := en.id == j.ents[cur.hi-1].id+1 && as <= curEnd+near
 			if cur.read && en.obj == cur.obj && as >= cur.off && (as <= curEnd+gap || neighbour || l.oneBlock(j, &j.ents[cur.lo], en)) {
 				cur.n = int(max(curEnd, ae) - cur.off)
 				cur.hi = k + 1

@@ -595,8 +595,8 @@ func bitsDelivered(b []byte) (Saved, error) {
 	}
 	for i, c := range set {
 		for ; c != 0; c &= c - 1 {
-			if !done.CheckedAdd(uint32(i*8 + bits.TrailingZeros8(c))) {
-				return s, fmt.Errorf("shared sampler: %w (record %d delivered twice)", sampler.ErrState, i*8+bits.TrailingZeros8(c))
+			if e := i*8 + bits.TrailingZeros8(c); !done.CheckedAdd(uint32(e)) {
+				return s, fmt.Errorf("shared sampler: %w (record %d delivered twice)", sampler.ErrState, e)
 			}
 		}
 	}
