@@ -1175,10 +1175,9 @@ class Loader:
                     "call state_dict() while iterating (or before close())")
             st = j.state(self.epoch, self._batch)
         except RiffleError:
-            kept = self._kept()
-            if kept is None:
+            if not self._take_kept():
                 raise
-            st = {"sampler_state": base64.b64encode(kept).decode() if kept else None}
+            return
         ss = st.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = st.get("skip") or None
@@ -1406,9 +1405,7 @@ class Loader:
         """Reconnect after the daemon went; False if this loader cannot go on exactly."""
         self._job = None
         if self._unresolved and self.reconnect > 0:
-            kept = self._kept()
-            if kept is not None:
-                self._sampler_state, self._skip, self._unresolved = kept or None, None, False
+            self._take_kept()
         if self._unresolved or self.reconnect <= 0:
             if self._unresolved:
                 gone.args = (f"{gone}; this loader's shared order kept its state in the daemon, which went with it "
@@ -1433,16 +1430,24 @@ class Loader:
         return (_shared(self.spec) and int(self.spec.get("opportunistic") or 1) <= 1 and not self.spec.get("mixture")
                 and not self._delivered and not self._start)
 
-    def _kept(self, taken: _Taken | None = None, n: int | None = None) -> bytes | None:
-        """The shared job's state at this place (or after the first n batches of taken), as the loader kept it;
-        b"" at an epoch's start; None if it kept none of the place."""
-        positions = int((self._meta or {}).get("positions") or 0)  # the job's records an epoch: its member's
+    def _kept(self, taken: _Taken | None = None, n: int = 0, epoch: int = 0) -> bytes | None:
+        """The shared job's state at this place (or after the first n batches of taken, a place of epoch), as the
+        loader kept it; b"" at an epoch's start; None if it kept none of the place."""
         if taken is None:
-            taken = self._taken
-            if taken is None or taken.epoch != self.epoch:
-                return None
-            n = taken.count
-        return taken.state(positions, n) if positions else None
+            taken, epoch = self._taken, self.epoch
+            n = taken.count if taken is not None else 0
+        positions = int((self._meta or {}).get("positions") or 0)  # the job's records an epoch: its member's
+        if taken is None or taken.epoch != epoch or not positions:
+            return None
+        return taken.state(positions, n)
+
+    def _take_kept(self) -> bool:
+        """Make this place's state the one the loader kept (its daemon, or its job, went); False if it kept none."""
+        kept = self._kept()
+        if kept is None:
+            return False
+        self._sampler_state, self._skip, self._unresolved = kept or None, None, False
+        return True
 
     def _batches(self) -> Iterator[Batch]:
         j = self._open()
@@ -1564,7 +1569,7 @@ class Loader:
                 st = j.state(place["epoch"], place["batch"])
             except DaemonGone:
                 # The daemon went with the job's state: the one kept here.
-                kept = self._kept(taken, n) if taken is not None and taken.epoch == place["epoch"] else None
+                kept = self._kept(taken, n, place["epoch"]) if taken is not None else None
                 if kept is None:
                     raise
                 st = {"sampler_state": base64.b64encode(kept).decode() if kept else None}
