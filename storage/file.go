@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -25,9 +27,17 @@ type FileOptions struct {
 const DirectAlign = 4096
 
 // File is a local file read with pread(2). It is safe for concurrent use.
+//
+// It holds the descriptor itself, not an *os.File: a file opened
+// O_NONBLOCK (so that a FIFO's open does not wait for a writer) is one
+// os.NewFile asks the kernel about (fcntl) and offers to the poller
+// (epoll_ctl, refused for a regular file), two system calls an open that
+// reads are plain preads never uses. With a file a record (an image
+// tree) they were two of the seven calls an image cost.
 type File struct {
-	f       *os.File
+	name    string
 	fd      int
+	closed  *atomic.Bool // its own allocation: the cleanup must not hold f
 	size    int64
 	direct  bool // O_DIRECT is on
 	pad     bool // reads are aligned and may run past the end
@@ -45,17 +55,25 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 // caller asked for it, so reads are aligned and may run past the end even
 // where the file system refused O_DIRECT (tmpfs): the loader's layout does
 // not depend on what the file system under it allows.
-func newFile(f *os.File, size int64, direct, pad bool) *File {
+func newFile(fd int, name string, size int64, direct, pad bool) *File {
 	if !direct {
 		// The loader's reads are random; the kernel's readahead would only
 		// read bytes nobody asked for.
-		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
+		_ = unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM)
 	}
-	return &File{f: f, fd: int(f.Fd()), size: size, direct: direct, pad: direct || pad}
+	f := &File{name: name, fd: fd, closed: new(atomic.Bool), size: size, direct: direct, pad: direct || pad}
+	// As an *os.File would: a File dropped unclosed does not keep its
+	// descriptor.
+	runtime.AddCleanup(f, func(c *atomic.Bool) {
+		if !c.Load() {
+			unix.Close(fd)
+		}
+	}, f.closed)
+	return f
 }
 
 // Name returns the file's path.
-func (f *File) Name() string { return f.f.Name() }
+func (f *File) Name() string { return f.name }
 
 // Size returns the file's size when it was opened.
 func (f *File) Size() int64 { return f.size }
@@ -69,8 +87,17 @@ func (f *File) Alignment() int {
 	return 1
 }
 
-// Close closes the file.
-func (f *File) Close() error { return f.f.Close() }
+// Close closes the file; a second Close is an error, never a close of
+// whatever file has the descriptor by then.
+func (f *File) Close() error {
+	if f.closed.Swap(true) {
+		return &Error{Op: "close", Object: f.name, Err: os.ErrClosed}
+	}
+	if err := unix.Close(f.fd); err != nil {
+		return &Error{Op: "close", Object: f.name, Err: err}
+	}
+	return nil
+}
 
 // ReadAt reads len(p) bytes at off with as many pread calls as it takes.
 // With O_DIRECT, a read may run past Size up to the next aligned boundary;

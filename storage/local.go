@@ -189,7 +189,7 @@ func (l *Local) OpenFile(name string) (*File, error) {
 		unix.Close(fd)
 		return nil, &Error{Op: "open", Object: name, Err: ErrNotRegular}
 	}
-	f := newFile(os.NewFile(uintptr(fd), name), st.Size, direct, l.direct)
+	f := newFile(fd, name, st.Size, direct, l.direct)
 	info, _ := statInfo(name, &st)
 	f.version = info.Version
 	f.dev = uint64(st.Dev)

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // confined makes a root with one file inside, a secret outside and links
@@ -245,5 +249,60 @@ func TestWriteFileParentsPrivate(t *testing.T) {
 		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
 			t.Fatalf("%s: %v %v, want mode 0700", d, st.Mode(), err)
 		}
+	}
+}
+
+// A File holds its descriptor itself: a second Close must not close
+// whatever file the number belongs to by then, and a File dropped unclosed
+// gives its descriptor back, as an *os.File does.
+func TestFileDescriptorClosedOnce(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	os.WriteFile(a, []byte("aaaa"), 0o644)
+	os.WriteFile(b, []byte("bbbb"), 0o644)
+	fa, err := OpenFile(a, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := fa.fd
+	if err := fa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// b at a's old number, as the next open would have it.
+	raw, err := unix.Open(b, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw != fd {
+		if err := unix.Dup3(raw, fd, unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(raw)
+	}
+	defer unix.Close(fd)
+	if err := fa.Close(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("second Close: %v, want os.ErrClosed", err)
+	}
+	p := make([]byte, 4)
+	if n, err := unix.Pread(fd, p, 0); err != nil || n != 4 || string(p) != "bbbb" {
+		t.Fatalf("b after a's second Close: %q, %v", p, err)
+	}
+
+	// Dropped unclosed: its descriptor is closed once the File is gone.
+	fc, err := OpenFile(a, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join("/proc/self/fd", fmt.Sprint(fc.fd))
+	fc = nil
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		runtime.GC()
+		if target, err := os.Readlink(link); err != nil || target != a {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a File dropped unclosed kept its descriptor")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
