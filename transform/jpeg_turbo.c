@@ -173,23 +173,40 @@ __attribute__((target("sse4.1"))) static void hpass_sse41(const unsigned char *r
 	}
 }
 
-// hpass with AVX2: two output pixels a vector, their taps side by side
-// (the pixel with fewer taps multiplies the extra ones by the zero weights
-// its kernel row is padded with), each tap's weights for the pair made
-// once for all rows (wv: n[p] taps of 8 lanes for pair p), and two pairs
+// hpass with AVX2: two output pixels a vector, and two taps a multiply.
+// A 22-bit weight does not fit vpmaddwd's 16-bit lanes, so each is split
+// as w = hi * 2^11 + lo (hi at most 2^11, lo below it) and the pass sums
+// Σ p*hi and Σ p*lo, each over a pair of taps a vpmaddwd, as
+// (Σ p*hi << 11) + Σ p*lo: Σ p*w to the bit, Pillow's sum. (One vpmulld,
+// two micro-ops of ten cycles' latency, a tap and channel was the pass's
+// cost before: 14% of a daemon's CPU on JPEGs.) A pixel's channels and
+// the byte after them are lanes of 16 bits, a tap and the next side by
+// side: R R' G G' B B' x x' for the first output pixel, the same for the
+// second. The pixel with fewer taps, and an odd count's last pair,
+// multiply by zero weights; each pair's weights are laid out once for all
+// rows (wv: for tap pair q, 16 lanes of hi and 16 of lo). Two pairs are
 // summed at once so one's multiplies wait on the other's adds. A pair
-// whose taps would reach past the row's sw pixels goes one pixel at a time.
+// whose taps would reach past the row's sw pixels goes one pixel at a
+// time.
 __attribute__((target("avx2"))) static __m256i pair_avx2(const unsigned char *row, const int *xfirst, int x,
-                                                          const int *wv, int n) {
+                                                          const short *wv, int nq) {
 	const unsigned char *p0 = row + (size_t)xfirst[x] * 3, *p1 = row + (size_t)xfirst[x + 1] * 3;
-	__m256i acc = _mm256_set1_epi32(1 << (RF_PRECISION - 1));
-	for (int i = 0; i < n; i++) {
-		int v0, v1;
-		memcpy(&v0, p0 + i * 3, 4);
-		memcpy(&v1, p1 + i * 3, 4);
-		__m256i px = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, v1, v0));
-		acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, _mm256_loadu_si256((const __m256i *)(wv + i * 8))));
+	__m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+	for (int q = 0; q < nq; q++, p0 += 6, p1 += 6) {
+		int a0, b0, a1, b1;
+		memcpy(&a0, p0, 4);
+		memcpy(&b0, p0 + 3, 4);
+		memcpy(&a1, p1, 4);
+		memcpy(&b1, p1 + 3, 4);
+		__m128i i0 = _mm_unpacklo_epi8(_mm_cvtsi32_si128(a0), _mm_cvtsi32_si128(b0));
+		__m128i i1 = _mm_unpacklo_epi8(_mm_cvtsi32_si128(a1), _mm_cvtsi32_si128(b1));
+		__m256i px = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(i0, i1));
+		const __m256i *w = (const __m256i *)(wv + (size_t)q * 32);
+		hi = _mm256_add_epi32(hi, _mm256_madd_epi16(px, _mm256_loadu_si256(w)));
+		lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256(w + 1)));
 	}
+	__m256i acc = _mm256_add_epi32(_mm256_slli_epi32(hi, RF_SPLIT), lo);
+	acc = _mm256_add_epi32(acc, _mm256_set1_epi32(1 << (RF_PRECISION - 1)));
 	return _mm256_srai_epi32(acc, RF_PRECISION);
 }
 
@@ -201,43 +218,60 @@ __attribute__((target("avx2"))) static void store_pair(unsigned char *t, __m256i
 	memcpy(t + 3, &o1, 4);
 }
 
+// fits says a pair whose first pixels are at f0 and f1 can read nq tap
+// pairs (a byte past the last) inside a row of sw pixels.
+static inline int fits(int f0, int f1, int nq, int sw) { return f0 + 2 * nq <= sw && f1 + 2 * nq <= sw; }
+
 __attribute__((target("avx2"))) static void hpass_avx2(const unsigned char *row, int sw, int ow, const int *xfirst,
-                                                        const int *xtaps, const int *xw, int xk, const int *wv,
+                                                        const int *xtaps, const int *xw, int xk, const short *wv,
                                                         const int *wn, unsigned char *t) {
-	int x = 0, pairs = ow / 2;
+	int x = 0, pairs = ow / 2, xq = (xk + 1) / 2;
 	for (int p = 0; p < pairs; p++, x += 2) {
-		int n = wn[p];
-		if (n < 0 || xfirst[x] + n > sw || xfirst[x + 1] + n > sw) {
+		int nq = wn[p];
+		if (nq < 0 || !fits(xfirst[x], xfirst[x + 1], nq, sw)) {
 			hpass_sse41(row, 2, xfirst + x, xtaps + x, xw + (size_t)x * xk, xk, t + x * 3);
 			continue;
 		}
-		const int *w = wv + (size_t)p * xk * 8;
-		if (p + 1 < pairs && wn[p + 1] == n && xfirst[x + 2] + n <= sw && xfirst[x + 3] + n <= sw) {
-			__m256i a = pair_avx2(row, xfirst, x, w, n), b = pair_avx2(row, xfirst, x + 2, w + xk * 8, n);
+		const short *w = wv + (size_t)p * xq * 32;
+		if (p + 1 < pairs && wn[p + 1] == nq && fits(xfirst[x + 2], xfirst[x + 3], nq, sw)) {
+			__m256i a = pair_avx2(row, xfirst, x, w, nq), b = pair_avx2(row, xfirst, x + 2, w + xq * 32, nq);
 			store_pair(t + x * 3, a);
 			store_pair(t + x * 3 + 6, b);
 			p++, x += 2;
 			continue;
 		}
-		store_pair(t + x * 3, pair_avx2(row, xfirst, x, w, n));
+		store_pair(t + x * 3, pair_avx2(row, xfirst, x, w, nq));
 	}
 	if (x < ow) {
 		hpass_sse41(row, ow - x, xfirst + x, xtaps + x, xw + (size_t)x * xk, xk, t + x * 3);
 	}
 }
 
-// pair_weights lays each pair of output pixels' tap weights out as AVX2
-// lanes (wv) and their tap count (wn; -1 past xk), once for all rows.
-static void pair_weights(int ow, const int *xtaps, const int *xw, int xk, int *wv, int *wn) {
+// pair_weights lays each pair of output pixels' tap weights out as
+// hpass_avx2's lanes (wv), split into hi and lo, and their count of tap
+// pairs (wn; -1 if a weight does not split into 16-bit halves), once for
+// all rows.
+static void pair_weights(int ow, const int *xtaps, const int *xw, int xk, short *wv, int *wn) {
+	int xq = (xk + 1) / 2;
+	const int lomask = (1 << RF_SPLIT) - 1;
 	for (int p = 0; p < ow / 2; p++) {
 		int x = 2 * p, n = xtaps[x] > xtaps[x + 1] ? xtaps[x] : xtaps[x + 1];
-		wn[p] = n > xk ? -1 : n;
-		const int *w0 = xw + (size_t)x * xk, *w1 = w0 + xk;
-		int *v = wv + (size_t)p * xk * 8;
-		for (int i = 0; i < xk; i++) {
-			for (int c = 0; c < 4; c++) {
-				v[i * 8 + c] = w0[i];
-				v[i * 8 + 4 + c] = w1[i];
+		wn[p] = (n + 1) / 2;
+		const int *w[2] = {xw + (size_t)x * xk, xw + (size_t)(x + 1) * xk};
+		short *v = wv + (size_t)p * xq * 32;
+		for (int q = 0; q < xq; q++) {
+			for (int tap = 0; tap < 2; tap++) {
+				int i = 2 * q + tap;
+				for (int o = 0; o < 2; o++) {
+					int wi = i < xk ? w[o][i] : 0, hi = wi >> RF_SPLIT;
+					if (hi > 32767 || hi < -32768) {
+						wn[p] = -1;
+					}
+					for (int c = 0; c < 4; c++) {
+						v[q * 32 + o * 8 + c * 2 + tap] = (short)hi;
+						v[q * 32 + 16 + o * 8 + c * 2 + tap] = (short)(wi & lomask);
+					}
+				}
 			}
 		}
 	}
@@ -278,14 +312,15 @@ void rf_resample(const unsigned char *src, int ss, int ow, const int *xfirst, co
 #if defined(__x86_64__) || defined(__i386__)
 	simd = __builtin_cpu_supports("avx2") ? 2 : __builtin_cpu_supports("sse4.1") ? 1 : 0;
 #endif
-	int *wv = NULL, *wn = NULL;
+	short *wv = NULL;
+	int *wn = NULL;
 #if defined(__x86_64__) || defined(__i386__)
 	if (simd == 2) {
-		wv = malloc(sizeof(int) * (size_t)(ow / 2 + 1) * xk * 8);
+		wv = malloc(sizeof(short) * (size_t)(ow / 2 + 1) * ((xk + 1) / 2) * 32);
 		wn = malloc(sizeof(int) * (size_t)(ow / 2 + 1));
 		if (wv == NULL || wn == NULL) {
 			free(wv), free(wn);
-			wv = wn = NULL;
+			wv = NULL, wn = NULL;
 			simd = 1;
 		} else {
 			pair_weights(ow, xtaps, xw, xk, wv, wn);

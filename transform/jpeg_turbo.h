@@ -3,6 +3,7 @@
 #define RIFFLE_JPEG_TURBO_H
 
 #define RF_PRECISION 22 // transform/resample.go's precisionBits
+#define RF_SPLIT 11     // hpass_avx2 splits a weight into 16-bit halves at this bit
 
 typedef struct rf_dec rf_dec;
 
