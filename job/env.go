@@ -28,13 +28,6 @@ type EnvOptions struct {
 	// fair share of its budget for jobs, so that several default jobs fit
 	// at once. 0 leaves the default at 64 MiB or 16 batches.
 	JobMemory int64
-	// Workers is how many goroutines run the jobs' transforms; default
-	// GOMAXPROCS.
-	Workers int
-	// Transforming, if set, is told when the first job with a transform
-	// opens (true) and when the last closes (false): a daemon gives the
-	// Go scheduler a spare P while C decodes hold theirs.
-	Transforming func(bool)
 	// IndexDir is where indexes go when a dataset's own directory is
 	// read-only; IndexInDirOnly keeps them there always.
 	IndexDir       string
@@ -71,11 +64,6 @@ type Env struct {
 	outputs *sources
 	groups  *groups
 	workers *loader.Workers
-	// transforming counts the open jobs with a transform (opts.Transforming).
-	transforming struct {
-		sync.Mutex
-		n int
-	}
 	engMu   sync.Mutex
 	engines map[uint64]*storage.Engine
 	seq     atomic.Int64
@@ -120,28 +108,9 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 		}
 		e.outputs = newSources(out, dataset.Options{IndexDir: opts.IndexDir, IndexInDirOnly: true}, open)
 	}
-	e.workers = loader.NewWorkers(opts.Workers)
+	e.workers = loader.NewWorkers(0)
 	return e, nil
 }
-
-// transformingJobs adds d to the open jobs with a transform, telling
-// opts.Transforming when there come to be some or none.
-func (e *Env) transformingJobs(d int) {
-	if e.opts.Transforming == nil {
-		return
-	}
-	t := &e.transforming
-	t.Lock()
-	defer t.Unlock()
-	was := t.n > 0
-	t.n += d
-	if now := t.n > 0; now != was {
-		e.opts.Transforming(now)
-	}
-}
-
-// Workers are the goroutines that run the jobs' transforms.
-func (e *Env) Workers() *loader.Workers { return e.workers }
 
 // Cache is the record cache the Env's jobs share.
 func (e *Env) Cache() *cache.Cache { return e.cache }

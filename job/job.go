@@ -154,9 +154,6 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	if j.l, err = loader.New(context.Background(), ds, j.smp, lopts); err != nil {
 		return fail(fmt.Errorf("%w: %w", errSpec, err))
 	}
-	if j.tf != nil {
-		env.transformingJobs(1)
-	}
 	if env.opts.Tier != nil {
 		if t := env.opts.Tier(); t != nil {
 			j.objects = map[string]int{}
@@ -407,9 +404,6 @@ func (j *Job) Close() {
 		delete(j.env.jobs, j)
 		j.env.jobsMu.Unlock()
 		j.l.Close()
-		if j.tf != nil {
-			j.env.transformingJobs(-1)
-		}
 		if j.unfuture != nil {
 			j.unfuture()
 		}

@@ -139,7 +139,6 @@ type SharedTransform interface {
 // Workers is a set of goroutines that run CPU work (transforms) for
 // loaders; its zero value is unusable: use NewWorkers.
 type Workers struct {
-	n     int
 	tasks chan func()
 	done  chan struct{}
 	once  sync.Once
@@ -151,7 +150,7 @@ func NewWorkers(n int) *Workers {
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
-	w := &Workers{n: n, tasks: make(chan func(), 4*n), done: make(chan struct{})}
+	w := &Workers{tasks: make(chan func(), 4*n), done: make(chan struct{})}
 	for range n {
 		w.wg.Add(1)
 		go func() {
@@ -163,9 +162,6 @@ func NewWorkers(n int) *Workers {
 	}
 	return w
 }
-
-// Len is how many goroutines run the work.
-func (w *Workers) Len() int { return w.n }
 
 // Go runs f on one of the workers.
 func (w *Workers) Go(f func()) { w.tasks <- f }

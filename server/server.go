@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -68,19 +67,6 @@ type Server struct {
 	// (runtime/debug.SetMemoryLimit, a process-wide setting: a command
 	// sets it, not a library) at what the jobs' reservations leave.
 	HeapLimit bool
-	// SpareP runs the Go scheduler with one P more than its default (a
-	// P a core) while a job with a transform is open, the transform
-	// workers staying one a core (again a process-wide setting a command
-	// makes). The workers' time is C (libjpeg, the resampler): a goroutine
-	// in a C call holds its P until sysmon takes it back, 20 µs to 10 ms
-	// later, so with every P in a decode the reads, the frames and the
-	// socket waited for one. Warm, 2,000 JPEGs through the image
-	// transform on 2 cores: 1,131 images/s against 1,012 (four
-	// interleaved runs each), the CPU an image the same; a worker a P
-	// more ran slower (three decodes on two cores). Only then: without C
-	// work the spare P cost 4 KiB records 17% of their rate (600k
-	// against 720k records/s warm), the scheduler spinning a third thread.
-	SpareP bool
 	// IndexDir is where indexes are kept; default $XDG_CACHE_HOME/riffle.
 	IndexDir string
 	// S3 configures the object store s3:// paths are read from (by default
@@ -270,19 +256,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer own.Close()
 	// A default job's memory is at most a 32nd of the jobs' budget (its
 	// arena twice that): sixteen default jobs fit at once.
-	workers, transforming := 0, func(bool) {} // a worker a P
-	if s.SpareP {
-		workers = runtime.GOMAXPROCS(0)
-		transforming = func(on bool) {
-			if on {
-				runtime.GOMAXPROCS(workers + 1)
-			} else {
-				runtime.GOMAXPROCS(workers)
-			}
-		}
-	}
-	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: sp.cache, JobMemory: sp.jobs / 32,
-		Workers: workers, Transforming: transforming, IndexDir: s.IndexDir,
+	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: sp.cache, JobMemory: sp.jobs / 32, IndexDir: s.IndexDir,
 		IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.tier.Load, Open: s.opener})
 	if err != nil {
 		return err

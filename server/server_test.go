@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -462,37 +461,5 @@ func TestMetricsHidePaths(t *testing.T) {
 	}
 	if code, body = scrape("Bearer guess"); code != http.StatusUnauthorized || strings.Contains(body, data) {
 		t.Fatalf("metrics with a wrong token (%d):\n%s", code, body)
-	}
-}
-
-// A daemon with SpareP runs one P more than the cores while a job with a
-// transform is open, and one transform worker a core: a worker in a C
-// decode holds its P, and the reads and the socket need one beside them.
-func TestSparePWhileJobsTransform(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	dir := t.TempDir()
-	data := filepath.Join(dir, "d.svm")
-	os.WriteFile(data, []byte("1 1:0.5\n0 2:1\n1 3:2\n"), 0o644)
-	s := &Server{Socket: sockPath(t), SpareP: true}
-	stop := serve(t, s)
-	defer stop()
-	if p, w := runtime.GOMAXPROCS(0), s.env.Workers().Len(); p != 2 || w != 2 {
-		t.Fatalf("no job open: GOMAXPROCS %d and %d transform workers, want 2 and 2", p, w)
-	}
-	cl := dial(t, s.Socket)
-	op := cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{data}, BatchSize: 2, World: 1,
-		Transform: "libsvm_dense:n_features=4"}})
-	if op.Op != wire.OpOpened {
-		t.Fatalf("open: %+v", op)
-	}
-	unix.Close(cl.fd)
-	if p := runtime.GOMAXPROCS(0); p != 3 {
-		t.Fatalf("a transforming job open: GOMAXPROCS %d, want 3", p)
-	}
-	if r := cl.req(t, &wire.Msg{Op: wire.OpClose, Job: op.Job}); r.Op != wire.OpClosed {
-		t.Fatalf("close: %+v", r)
-	}
-	if p := runtime.GOMAXPROCS(0); p != 2 {
-		t.Fatalf("after it closed: GOMAXPROCS %d, want 2", p)
 	}
 }

@@ -78,9 +78,6 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 			// The daemon keeps the Go heap's limit at what its jobs' shared
 			// memory leaves, unless the user set one.
 			s.HeapLimit = os.Getenv("GOMEMLIMIT") == ""
-			// And a spare P for the goroutines beside the C decodes,
-			// unless the user chose the Ps.
-			s.SpareP = os.Getenv("GOMAXPROCS") == ""
 			if path := os.Getenv("RIFFLE_CPUPROFILE"); path != "" {
 				// For finding where the daemon spends its time.
 				f, err := os.Create(path)
