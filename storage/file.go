@@ -103,6 +103,9 @@ func (f *File) Close() error {
 // With O_DIRECT, a read may run past Size up to the next aligned boundary;
 // the bytes past Size are left as they were.
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) error {
+	// f's cleanup closes the descriptor once f is unreachable, which a
+	// caller's last use of f can make it while a pread runs.
+	defer runtime.KeepAlive(f)
 	want := len(p)
 	if f.pad && off+int64(len(p)) > f.size && off < f.size {
 		want = int(f.size - off)
