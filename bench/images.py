@@ -5,9 +5,11 @@ same JPEGs, in one run (issue 27's per-core target).
    (the baseline), the `image` transform (Resize(256) + CenterCrop(224))
    and `random_resized_crop` (RandomResizedCrop(224) + flip); `go test
    -bench Dir ./transform`.
-2. The daemon on the same files, cold (page cache dropped) and warm,
-   through riffle.Loader: images/s on the machine's cores, and images per
-   CPU second of the daemon (per core), against (1)'s decode.
+2. The daemon on the same files, warm, through riffle.Loader: images/s
+   on the machine's cores, and images per CPU second of the daemon (per
+   core), against (1)'s decode. (1) and (2) alternate for --rounds, each
+   round's ratio over its own (1); then one cold epoch (page cache
+   dropped) per transform.
 
     make build && .venv/bin/python bench/images.py --images 2000 --rounds 5
 """
