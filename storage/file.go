@@ -168,6 +168,7 @@ func (f *File) TryReadAt(p []byte, off int64) bool {
 	iov := unix.Iovec{Base: &p[0]}
 	iov.SetLen(len(p))
 	n, _, errno := unix.Syscall6(unix.SYS_PREADV2, uintptr(f.fd), uintptr(unsafe.Pointer(&iov)), 1, uintptr(off), 0, unix.RWF_NOWAIT)
+	runtime.KeepAlive(f) // as in ReadAt: not closed by its cleanup under the read
 	return errno == 0 && int(n) == len(p)
 }
 
