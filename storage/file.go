@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/internal/alignbuf"
 )
 
 // FileOptions configures how a local file is read. The zero value reads
@@ -100,12 +103,17 @@ func (f *File) Close() error {
 }
 
 // ReadAt reads len(p) bytes at off with as many pread calls as it takes.
-// With O_DIRECT, a read may run past Size up to the next aligned boundary;
-// the bytes past Size are left as they were.
+// With O_DIRECT, an aligned read may run past Size up to the next aligned
+// boundary; the bytes past Size are left as they were. An unaligned one
+// (a footer, a page of a dataset of rows) is read through an aligned
+// buffer of its own, which the kernel would otherwise refuse (EINVAL).
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) error {
 	// f's cleanup closes the descriptor once f is unreachable, which a
 	// caller's last use of f can make it while a pread runs.
 	defer runtime.KeepAlive(f)
+	if f.direct && (off%DirectAlign != 0 || len(p)%DirectAlign != 0 || !alignbuf.Aligned(p, DirectAlign)) {
+		return f.readBounced(ctx, p, off)
+	}
 	want := len(p)
 	if f.pad && off+int64(len(p)) > f.size && off < f.size {
 		want = int(f.size - off)
@@ -127,6 +135,25 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) error {
 			return ctx.Err()
 		}
 	}
+	return nil
+}
+
+// readBounced reads p at off through an aligned buffer spanning it.
+func (f *File) readBounced(ctx context.Context, p []byte, off int64) error {
+	if off+int64(len(p)) > f.size {
+		return &Error{Op: "read", Object: f.Name(), Offset: off, Len: len(p), Err: f.endError(off, len(p), int(max(0, f.size-off)))}
+	}
+	lo := off &^ (DirectAlign - 1)
+	hi := (off + int64(len(p)) + DirectAlign - 1) &^ (DirectAlign - 1)
+	buf := alignbuf.Make(int(hi-lo), DirectAlign)
+	if err := f.ReadAt(ctx, buf, lo); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Offset, e.Len = off, len(p) // the read asked for, not its aligned span
+		}
+		return err
+	}
+	copy(p, buf[off-lo:])
 	return nil
 }
 

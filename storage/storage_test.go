@@ -68,6 +68,35 @@ func TestDirectTail(t *testing.T) {
 	}
 }
 
+// An unaligned ReadAt of a file opened with O_DIRECT (as a Parquet
+// footer's) gives the bytes, not EINVAL; one past the end is the error a
+// buffered read's is, at the offset asked.
+func TestDirectUnaligned(t *testing.T) {
+	p, want := testFile(t, 3*DirectAlign+100)
+	f, err := OpenFile(p, FileOptions{Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !f.Direct() {
+		t.Skip("file system refused O_DIRECT")
+	}
+	for _, c := range []struct{ off, n int }{{1, 8}, {DirectAlign - 3, 10}, {0, 100}, {2*DirectAlign + 7, DirectAlign + 93}, {3 * DirectAlign, 100}} {
+		got := make([]byte, c.n+1)[1:] // unaligned memory too
+		if err := f.ReadAt(context.Background(), got, int64(c.off)); err != nil {
+			t.Fatalf("%d bytes at %d: %v", c.n, c.off, err)
+		}
+		if !bytes.Equal(got, want[c.off:c.off+c.n]) {
+			t.Fatalf("%d bytes at %d differ", c.n, c.off)
+		}
+	}
+	err = f.ReadAt(context.Background(), make([]byte, 10), 3*DirectAlign+95)
+	var se *Error
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !errors.As(err, &se) || se.Offset != 3*DirectAlign+95 {
+		t.Fatalf("read past the end: %v", err)
+	}
+}
+
 // Async reads give the same bytes as ReadAt, and the same errors.
 func TestAsync(t *testing.T) {
 	p, want := testFile(t, 1<<20)
