@@ -271,7 +271,7 @@ func (d *direct) Close() error { return nil }
 // within the job's memory, or the one chosen before (auto_order), and the
 // choice.
 func (j *Job) autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Dataset) (sampler.Config, *Auto, error) {
-	cached := AvailableMemory() / 2 // what the page cache may keep
+	cached := j.env.pageCacheBytes()
 	var a Auto
 	if o := j.plan.AutoOrder; o != nil {
 		// Read again as chosen, not measured again: its level is the

@@ -210,7 +210,13 @@ func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	src, err := env.sets.get(ctx, paths, plan.Dataset)
+	opts := plan.Dataset
+	opts.Direct = opts.Direct || readsDirect(plan, paths, env.pageCacheBytes())
+	src, err := env.sets.get(ctx, paths, opts)
+	if err == nil && opts.Direct && !plan.Dataset.Direct && !chosenDirect(src.ds) {
+		env.sets.put(src)
+		src, err = env.sets.get(ctx, paths, plan.Dataset)
+	}
 	return src, 0, err
 }
 
@@ -288,6 +294,10 @@ func (j *Job) StateAt(epoch, batch int) (loader.State, error) {
 	return j.l.StateAt(epoch, batch)
 }
 
+// Depth is the reads in flight the job's engine has chosen (or its
+// depth, if the plan pinned one).
+func (j *Job) Depth() int { return j.l.Depth() }
+
 // Stats are the job's loader's counts.
 func (j *Job) Stats() loader.Stats { return j.l.Stats() }
 
@@ -343,6 +353,8 @@ type Description struct {
 	Generations int
 	// Auto is the order sampler auto chose.
 	Auto *Auto
+	// Direct says the job reads its files with O_DIRECT (job/direct.go).
+	Direct bool
 	// Delivered, for the rest of a shared order's epoch, is what the
 	// places it was opened with delivered, as one state.
 	Delivered []byte
@@ -362,7 +374,7 @@ func (j *Job) Describe() Description {
 	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
 		d.Offsets = c.Offsets()
 	}
-	d.Generations, d.Auto, d.Delivered = j.generations, j.auto, j.delivered
+	d.Generations, d.Auto, d.Delivered, d.Direct = j.generations, j.auto, j.delivered, j.src.key.direct
 	if schema, cols := j.l.RowsOutput(); schema != nil {
 		// A transform of rows puts its outputs in its column's place.
 		d.Info.Schema, d.Info.Columns, d.Columns = schema, cols, cols
@@ -384,6 +396,7 @@ type Status struct {
 	Shared     bool
 	Records    int
 	Auto       *Auto // the order sampler auto chose
+	Direct     bool  // reads with O_DIRECT
 }
 
 // Status describes the job now; records is how many it delivered.
@@ -392,7 +405,7 @@ func (j *Job) Status(records int64) Status {
 	el := time.Since(j.started).Seconds()
 	return Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
 		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len(),
-		Auto: j.auto}
+		Auto: j.auto, Direct: j.src.key.direct}
 }
 
 // Close stops the job's loader and leaves its group. The loader's reads

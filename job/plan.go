@@ -96,7 +96,8 @@ var Options = []Option{
 	{Name: "csv_header", Kind: "bool", Group: "dataset", Default: "false", Doc: "a CSV's first line is its header"},
 	{Name: "skip_crc", Kind: "bool", Group: "dataset", Default: "false", Doc: "skip TFRecord data CRCs on read"},
 	{Name: "drop_partial", Kind: "bool", Group: "dataset", Default: "false", Doc: "drop a fixed-size file's partial last record instead of refusing the file"},
-	{Name: "direct", Kind: "bool", Group: "dataset", Default: "false", Doc: "read with O_DIRECT, past the page cache"},
+	{Name: "direct", Kind: "bool", Group: "dataset", Default: "true for a shuffle (global or auto) of local files larger than the page cache keeps (half the memory, or riffle serve --page-cache); else false",
+		Doc: "read with O_DIRECT, past the page cache"},
 	{Name: "columns", Kind: "strings", Group: "dataset", Max: maxColumns, Default: "every column", Doc: "the columns of a rows dataset (Arrow, Parquet, Hugging Face) to read"},
 	{Name: "split", Kind: "string", Group: "dataset", Default: "the only one", Doc: "the split of a Hugging Face DatasetDict"},
 	{Name: "extensions", Kind: "strings", Group: "dataset", Max: maxColumns, Default: "every file (riffle.torch with decode=\"image\": torchvision's IMG_EXTENSIONS)",
@@ -191,6 +192,8 @@ type Plan struct {
 	// AutoOrder, the order it chose before, read again.
 	MinRandomness float64
 	AutoOrder     *wire.AutoOrder
+	// DirectUnset: the spec left direct to the job (Open's readsDirect).
+	DirectUnset bool
 	// Delivered are the places of the parts of a shared order's run in
 	// the epoch the job opens at: the job is that epoch's rest.
 	Delivered []wire.State
@@ -373,9 +376,10 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		}
 	}
 	c.Paths = spec.Paths
+	c.DirectUnset = spec.Direct == nil
 	c.Dataset = dataset.Options{
 		Format: spec.Format, RecordSize: spec.RecordSize, HeaderBytes: spec.HeaderBytes, CSVHeader: spec.CSVHeader,
-		SkipCRC: spec.SkipCRC, DropPartialTail: spec.DropPartial, Direct: spec.Direct,
+		SkipCRC: spec.SkipCRC, DropPartialTail: spec.DropPartial, Direct: spec.Direct != nil && *spec.Direct,
 		Columns: spec.Columns, Split: spec.Split, Extensions: spec.Extensions,
 	}
 	c.Sampler = sampler.Config{Kind: kind, Seed: spec.Seed, BlockSize: spec.BlockSize, Window: spec.Window,

@@ -41,9 +41,12 @@ type sources struct {
 
 // sourceKey is a source's identity: its files and every option that
 // decides its records' bytes. A struct, not a string to parse back.
+// direct is how they are read: sources apart, the same records (one
+// String, so one cache space and one share group).
 type sourceKey struct {
-	paths string // the files, quoted
-	opts  string // the options
+	paths  string // the files, quoted
+	opts   string // the options
+	direct bool
 }
 
 // String is the whole identity, for naming the source's records.
@@ -83,8 +86,8 @@ func newSources(store storage.Store, opts dataset.Options, open func(context.Con
 
 func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options) (*source, error) {
 	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
-	key := sourceKey{paths: fmt.Sprintf("%q", paths), opts: fmt.Sprintf("%s %d %d %v %v %v %v %q %q %q", opts.Format, opts.RecordSize,
-		opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Direct, opts.Columns, opts.Split, opts.Extensions)}
+	key := sourceKey{paths: fmt.Sprintf("%q", paths), opts: fmt.Sprintf("%s %d %d %v %v %v %q %q %q", opts.Format, opts.RecordSize,
+		opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Columns, opts.Split, opts.Extensions), direct: opts.Direct}
 	if opts.Only != nil {
 		h := fnv.New64a()
 		fmt.Fprintf(h, "%q", opts.Only)

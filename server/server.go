@@ -63,6 +63,11 @@ type Server struct {
 	// refused with job.ErrMemory.
 	MemoryBytes int64
 	MemoryWait  time.Duration
+	// PageCacheBytes is what the page cache may keep of the jobs' files:
+	// a shuffle of larger files is read with O_DIRECT unless its spec
+	// says (job.EnvOptions.PageCacheBytes). Default half the memory the
+	// process may use: the machine's, or its cgroup's limit.
+	PageCacheBytes int64
 	// HeapLimit keeps the Go runtime's memory limit
 	// (runtime/debug.SetMemoryLimit, a process-wide setting: a command
 	// sets it, not a library) at what the jobs' reservations leave.
@@ -257,7 +262,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// A default job's memory is at most a 32nd of the jobs' budget (its
 	// arena twice that): sixteen default jobs fit at once.
 	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: sp.cache, JobMemory: sp.jobs / 32, IndexDir: s.IndexDir,
-		IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.tier.Load, Open: s.opener})
+		PageCacheBytes: s.PageCacheBytes, IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.tier.Load, Open: s.opener})
 	if err != nil {
 		return err
 	}

@@ -106,7 +106,7 @@ func (s *Server) groupStatus() []wire.GroupStatus {
 // the memory its handle reserved.
 func (h *handle) status(st job.Status) wire.JobStatus {
 	return wire.JobStatus{ID: fmt.Sprint(st.ID), Subset: st.Subset, Epoch: st.Epoch, Position: st.Position,
-		SamplesSec: st.SamplesSec, Transform: st.Transform, Memory: h.reserved, Auto: st.Auto}
+		SamplesSec: st.SamplesSec, Transform: st.Transform, Memory: h.reserved, Auto: st.Auto, Direct: st.Direct}
 }
 
 // goMemory is the Go runtime's memory limit and its heap's objects, live

@@ -100,6 +100,9 @@ type Msg struct {
 	Generations int `json:"generations,omitempty"`
 	// Auto is the order sampler "auto" chose.
 	Auto *AutoOrder `json:"auto,omitempty"`
+	// Direct says the job reads its files with O_DIRECT, past the page
+	// cache (asked, or chosen for a shuffle of files it cannot keep).
+	Direct bool `json:"direct,omitempty"`
 	// Delivered, for the rest of a shared order's epoch, is every record
 	// its spec's states delivered, as one state: the rest's own states
 	// carry it instead of theirs.
@@ -166,9 +169,11 @@ type JobSpec struct {
 	CSVHeader   bool     `json:"csv_header,omitempty"`
 	SkipCRC     bool     `json:"skip_crc,omitempty"`
 	DropPartial bool     `json:"drop_partial,omitempty"`
-	Direct      bool     `json:"direct,omitempty"`
-	Columns     []string `json:"columns,omitempty"`
-	Split       string   `json:"split,omitempty"`
+	// Direct reads with O_DIRECT, past the page cache; unset, the job
+	// does so for a global shuffle of files the page cache cannot keep.
+	Direct  *bool    `json:"direct,omitempty"`
+	Columns []string `json:"columns,omitempty"`
+	Split   string   `json:"split,omitempty"`
 	// Extensions are the only file endings a directory dataset takes.
 	Extensions []string `json:"extensions,omitempty"`
 	// Subset, if set, is the part of the dataset the job reads.
@@ -435,6 +440,9 @@ type JobStatus struct {
 	Memory     int64   `json:"memory,omitempty"` // its shared memory, reserved from the daemon's budget
 	// Auto is the order sampler "auto" chose.
 	Auto *AutoOrder `json:"auto,omitempty"`
+	// Direct says the job reads its files with O_DIRECT, past the page
+	// cache (asked, or chosen for a shuffle of files it cannot keep).
+	Direct bool `json:"direct,omitempty"`
 }
 
 // CacheStatus is the daemon's record cache.

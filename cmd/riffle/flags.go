@@ -29,7 +29,7 @@ func (f *datasetFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.opts.SkipCRC, "skip-crc", false, "do not check TFRecord CRCs on read")
 	fl.BoolVar(&f.opts.DropPartialTail, "drop-partial", false, "drop a partial record at the end of a file instead of failing")
 	fl.StringVar(&f.opts.IndexDir, "index-dir", "", "where to keep indexes of read-only data (default $XDG_CACHE_HOME/riffle)")
-	fl.BoolVar(&f.opts.Direct, "direct", false, "read with O_DIRECT, bypassing the page cache")
+	fl.BoolVar(&f.opts.Direct, "direct", false, "read with O_DIRECT, bypassing the page cache (a job's default: when it shuffles files larger than the page cache can keep)")
 	fl.StringSliceVar(&f.opts.Columns, "columns", nil, "the columns to read of Arrow, Hugging Face and Parquet data (default all)")
 	fl.StringVar(&f.opts.Split, "split", "", "the split of a Hugging Face DatasetDict directory")
 	fl.StringSliceVar(&f.opts.Extensions, "extensions", nil, "the only file endings a directory dataset takes as records (default every file)")
@@ -50,6 +50,16 @@ func (f *datasetFlags) open(ctx context.Context, paths []string) (dataset.Datase
 		}
 	}
 	return dataset.Open(ctx, opts, paths...)
+}
+
+// direct is --direct for a job's spec: nil unless given, so that the job
+// chooses (job.Plan.DirectUnset).
+func (f *datasetFlags) direct(cmd *cobra.Command) *bool {
+	if !cmd.Flags().Changed("direct") {
+		return nil
+	}
+	d := f.opts.Direct
+	return &d
 }
 
 func isTerminal() bool { return term.IsTerminal(int(os.Stdout.Fd())) }

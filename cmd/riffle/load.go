@@ -62,7 +62,7 @@ mixture, each source's samples and share against its weight's.`,
 		Example: "  riffle load --mixture 'web/*.jsonl=0.7' --mixture 'code/*.jsonl=0.3' --epochs 2\n  riffle load train.npy --ids keep.npy --dedup",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := &wire.JobSpec{Paths: args, Format: df.opts.Format, RecordSize: df.opts.RecordSize, HeaderBytes: df.opts.HeaderBytes,
-				CSVHeader: df.opts.CSVHeader, SkipCRC: df.opts.SkipCRC, DropPartial: df.opts.DropPartialTail, Direct: df.opts.Direct,
+				CSVHeader: df.opts.CSVHeader, SkipCRC: df.opts.SkipCRC, DropPartial: df.opts.DropPartialTail, Direct: df.direct(cmd),
 				Columns: df.opts.Columns, Split: df.opts.Split, Extensions: df.opts.Extensions,
 				Shuffle: sampler != "sequential", Sampler: sampler, Seed: seed, BatchSize: batch, Epochs: epochs, Epoch: epoch,
 				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered, MinRandomness: minRL, MemoryBytes: memory,

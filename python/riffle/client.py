@@ -979,7 +979,7 @@ class Loader:
                  mixture: Sequence | None = None, mixture_stop: str | None = None, mixture_history: Sequence[dict] | None = None,
                  shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
                  header_bytes: int | None = None, csv_header: bool = False, skip_crc: bool = False,
-                 drop_partial: bool = False, direct: bool = False, columns: Sequence[str] | None = None,
+                 drop_partial: bool = False, direct: bool | None = None, columns: Sequence[str] | None = None,
                  split: str | None = None, extensions: Sequence[str] | None = None, subset: dict | None = None,
                  transform: str | None = None,
                  rank: int = 0, world_size: int = 1, drop_last: bool = False, rank_drop_last: bool = False,
@@ -1032,7 +1032,8 @@ class Loader:
             self.spec["mixture"] = mixture
             if mixture_stop is not None:
                 self.spec["mixture_stop"] = mixture_stop
-        self.spec.update({k: v for k, v in given.items() if v is not None and v is not False})
+        # None is unset; False is sent where the default may be true (direct, ordered).
+        self.spec.update({k: v for k, v in given.items() if v is not None and not (v is False and spec.OPTIONS[k][4] == "false")})
         # A mixture's weights from each epoch on (set_weights adds to them).
         self._weights = _segments(mixture, mixture_history) if mixture is not None else None
         self._weights_gen = 0
@@ -1046,6 +1047,7 @@ class Loader:
         self._records: int | None = None
         # The order sampler="auto" chose, once the daemon has said.
         self.auto: dict | None = None
+        self.direct = False  # the daemon reads the files with O_DIRECT: known once it has said
         if sampler == "auto" and int(world_size or 1) > 1 and auto_order is None:
             raise ValueError("sampler='auto' with world_size > 1: ranks on other nodes measure other devices and could "
                              "choose other orders. riffle.torch agrees on rank 0's choice through torch.distributed; "
@@ -1268,6 +1270,8 @@ class Loader:
         # The loader is bound to the data as it was when it was built.
         self._version = reply.get("dataset_version")
         self._records = reply.get("records")
+        # Whether the daemon reads the files with O_DIRECT: asked, or chosen for a shuffle of more than the page cache keeps.
+        self.direct = bool(reply.get("direct"))
         if reply.get("auto") and self.spec.get("sampler") == "auto":
             # The order is chosen once, here: every epoch, and a resume from
             # this loader's state, reads the same one.

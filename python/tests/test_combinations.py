@@ -6,7 +6,8 @@ number of ranks (elastic: from rank 0's state, or, for a shared order, from
 every rank's, gathered by state_dict(all_ranks=True) under mp.spawn and by
 riffle.merge_states otherwise) x transform (libsvm_dense; over JPEGs the
 image transform and random_resized_crop, whose crops are functions of
-seed, epoch and record), runs each as a user would (real
+seed, epoch and record) x direct= (unset: read with O_DIRECT when shuffled,
+by this module's daemon's rule; asked; refused), runs each as a user would (real
 processes, the real daemon), and checks that every delivered record's bytes
 equal a solo read's and that every epoch is exactly once across the ranks.
 
@@ -31,7 +32,7 @@ import numpy as np
 import pytest
 
 import riffle
-from conftest import REPO, free_port
+from conftest import REPO, Daemon, free_port
 
 N = 600  # records: a multiple of every world size drawn, so no rank is padded
 EPOCHS = 2
@@ -41,6 +42,9 @@ FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixtur
 SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic", "auto")
 # Orders that are functions of (seed, epoch, position): they resume on any number of workers.
 POSITIONAL = ("global", "block", "sequential", "buffered", "reservoir", "auto")
+# direct= as a user gives it: unset (the module's daemon keeps 16 KiB of a job's files in the page cache, so a
+# shuffle of any file but the smallest reads with O_DIRECT: job/direct.go), asked, or refused.
+DIRECT = (None, True, False)
 # The transforms drawn for a format (None: none).
 TRANSFORMS = {"libsvm": "libsvm_dense:n_features=20", "jpeg": ("image:size=40,crop=32", "random_resized_crop:size=32")}
 
@@ -77,6 +81,9 @@ def draw(rng: random.Random) -> dict:
             c["jobs"] = 1
         if c["jobs"] * max(c["world"], c["resume_world"]) > 4:
             continue  # two cores
+        # Drawn from the case, not from rng: the draws before this
+        # dimension came stay as they were.
+        c["direct"] = random.Random(json.dumps(c, sort_keys=True)).choice(DIRECT)
         return c
 
 
@@ -205,6 +212,8 @@ def options(c: dict) -> dict:
         kw["sampler"] = s
     if c["share"]:
         kw["share"] = True
+    if c.get("direct") is not None:
+        kw["direct"] = c["direct"]
     return kw
 
 
@@ -381,6 +390,15 @@ def cases() -> list[dict]:
     return kept + [draw(rng) for _ in range(int(os.environ.get("RIFFLE_COMBINATIONS", "8")))]
 
 
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory, bin_path):
+    """This module's daemon: it counts 16 KiB of a job's files as what the page cache keeps, so that a job leaving
+    direct= unset reads a shuffled file with O_DIRECT as it would one larger than memory."""
+    d = Daemon(str(tmp_path_factory.mktemp("sock") / "riffle.sock"), "--page-cache", "16KiB")
+    yield d
+    d.stop()
+
+
 @pytest.mark.parametrize("case", cases(), ids=lambda c: "-".join(f"{v}" for v in c.values()))
 def test_combination(daemon, tmp_path, case):
     try:
@@ -390,6 +408,18 @@ def test_combination(daemon, tmp_path, case):
         if case not in kept and not os.environ.get("CI"):
             REGRESSIONS.write_text(json.dumps(kept + [case], indent=1) + "\n")
         raise
+
+
+def test_direct_is_the_daemons_choice(daemon, tmp_path):
+    """With direct= unset the daemon decides, and says so: a shuffle of a file larger than what it counts the page
+    cache keeping is read with O_DIRECT; file order, a small file, and direct=False are read through the cache."""
+    from conftest import write_fixed
+    big, small = write_fixed(tmp_path / "big.bin", 1000, 64), write_fixed(tmp_path / "small.bin", 100, 64)
+    assert riffle.Loader(str(big), 64, record_size=64).direct is True
+    assert riffle.Loader(str(big), 64, record_size=64, direct=False).direct is False
+    assert riffle.Loader(str(big), 64, record_size=64, shuffle=False).direct is False
+    assert riffle.Loader(str(small), 64, record_size=64).direct is False
+    assert riffle.Loader(str(small), 64, record_size=64, shuffle=False, direct=True).direct is True
 
 
 def test_draws_cover_every_value():
@@ -404,3 +434,4 @@ def test_draws_cover_every_value():
     assert seen["resume_world"] == {1, 2, 3}
     assert seen["share"] == {True, False} and seen["launch"] == {"env", "spawn"}
     assert seen["transform"] == {True, False, *TRANSFORMS["jpeg"]}
+    assert seen["direct"] == set(DIRECT)
