@@ -64,6 +64,8 @@ type Result struct {
 	// Depth is the reads in flight: fio's queue depth, or the depth
 	// riffle's engine had chosen at the end.
 	Depth int `json:"depth,omitempty"`
+	// Direct says riffle read with O_DIRECT (a job's choice, or asked).
+	Direct bool `json:"direct,omitempty"`
 }
 
 // CoresPerMIOPS is the CPU the reads cost in cores per million reads/s

@@ -16,6 +16,7 @@ import (
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 // BenchmarkShuffle compares, in one run on one warm file, riffle's global
@@ -161,5 +162,40 @@ func TestFioShowsItsErrors(t *testing.T) {
 	_, err := bench.Fio(context.Background(), []string{p}, 61, 4, time.Second) // no O_DIRECT size
 	if err == nil || !strings.Contains(err.Error(), "Invalid argument") {
 		t.Fatalf("fio at an unaligned block size: %v", err)
+	}
+}
+
+// The depth benchmark's riffle side is a job with only the dataset named:
+// it reads, and reports how, the job's own choice (here the page cache,
+// for a file it keeps), or what the spec asked.
+func TestDepthRunsAJob(t *testing.T) {
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("no fio")
+	}
+	if bench.DropCaches() != nil {
+		t.Skip("dropping the page cache needs root")
+	}
+	p := filepath.Join(t.TempDir(), "d.bin")
+	const n = 1024
+	if err := synth.WriteFixed(p, n, 4096, 0); err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	for _, direct := range []*bool{nil, &yes} {
+		cfg := bench.DepthConfig{
+			Open: func() (dataset.Dataset, error) {
+				return dataset.Open(context.Background(), dataset.Options{RecordSize: 4096}, p)
+			},
+			Spec:   wire.JobSpec{Paths: []string{p}, RecordSize: 4096, Direct: direct},
+			Depths: []int{4}, Rounds: 1, Time: time.Second, Seed: 1,
+		}
+		rs, err := bench.Depth(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rs[0].Riffle
+		if r.Records != n || r.Reads == 0 || r.Direct != (direct != nil) {
+			t.Fatalf("direct %v: riffle's run %+v: want an epoch of %d records, read with O_DIRECT %v", direct != nil, r, n, direct != nil)
+		}
 	}
 }

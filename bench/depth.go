@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"io"
 	"slices"
 	"time"
 
 	"github.com/riffle-ml/riffle/dataset"
-	"github.com/riffle-ml/riffle/loader"
-	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/job"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 // DepthRound is one round of the depth benchmark: fio's random reads at
@@ -33,9 +35,13 @@ func (r DepthRound) BestFio() Result {
 
 // DepthConfig says what the depth benchmark reads and how long.
 type DepthConfig struct {
-	// Open opens the dataset afresh for each riffle run (4 KiB records:
-	// fio reads blocks of the mean record size, FioBlockSize).
-	Open   func() (dataset.Dataset, error)
+	// Open opens the dataset, for fio's files and block size (4 KiB
+	// records: fio reads blocks of the mean record size, FioBlockSize).
+	Open func() (dataset.Dataset, error)
+	// Spec is riffle's side: a job of these paths and dataset options,
+	// whose every other option is left to the job (its order, its depth,
+	// whether it reads past the page cache), as a user's would be.
+	Spec   wire.JobSpec
 	Depths []int         // fio's queue depths; default 16, 32, 64, 128, 256
 	Rounds int           // default 3
 	Time   time.Duration // per run; default 10 s (riffle's at most an epoch)
@@ -103,12 +109,48 @@ func Depth(ctx context.Context, cfg DepthConfig) ([]DepthRound, error) {
 	return out, nil
 }
 
-// depthRiffle is one cold riffle run at its defaults over at most an epoch.
+// depthRiffle is one cold riffle run at its defaults over at most an
+// epoch: a job in an Env of its own, so that its engine's depth search
+// starts afresh as a new daemon's would.
 func depthRiffle(ctx context.Context, cfg DepthConfig, n int) (Result, error) {
-	ds, err := cfg.Open()
+	spec := cfg.Spec
+	spec.Shuffle, spec.Seed, spec.Epochs, spec.BatchSize = true, cfg.Seed, 1, job.DefaultBatchSize
+	plan, err := job.Check(&spec)
 	if err != nil {
 		return Result{}, err
 	}
-	defer ds.Close()
-	return Riffle(ctx, ds, sampler.Global{N: n, Seed: cfg.Seed}, loader.Options{}, Limit{Records: n, Duration: cfg.Time})
+	env, err := job.NewEnv(job.EnvOptions{})
+	if err != nil {
+		return Result{}, err
+	}
+	defer env.Close()
+	meter := MeterOf(Store(), spec.Paths[0])
+	before := meter.Bytes()
+	start, cpu := time.Now(), cpuSelf()
+	j, err := env.Open(ctx, plan, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	defer j.Close()
+	r := Result{Name: "riffle", Meter: meter.What, Direct: j.Describe().Direct}
+	lim := Limit{Records: n, Duration: cfg.Time}
+	for !lim.done(int(r.Records), start) {
+		b, err := j.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return r, err
+		}
+		r.Records += int64(len(b.IDs))
+		b.Release()
+	}
+	st := j.Stats()
+	r.Seconds = time.Since(start).Seconds()
+	r.CPU = cpuSelf() - cpu
+	r.Depth = j.Depth()
+	r.Reads = st.Reads
+	r.Bytes = st.Bytes + st.Staged
+	r.DevBytes = meter.Since(before)
+	return r, nil
 }

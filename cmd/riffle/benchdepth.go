@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/riffle-ml/riffle/bench"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 func benchDepthCmd() *cobra.Command {
@@ -24,6 +27,7 @@ func benchDepthCmd() *cobra.Command {
 		rounds     int
 		dur        time.Duration
 		jsonOut    bool
+		memory     int64
 	)
 	cmd := &cobra.Command{
 		Use:   "depth PATH",
@@ -38,6 +42,13 @@ reads/s, riffle over the round's best fio, the depth riffle's engine ended
 at, and CPU per 1M reads/s (CPU seconds per million reads: the cores a
 1M reads/s device would take). Cold needs root: the page cache is dropped
 before every run.
+
+riffle's side is a job (the Go library's, as the daemon runs one) naming
+only the dataset: what it leaves unset the job chooses, among it whether
+to read past the page cache, which it does for a shuffle of files larger
+than half the memory it may use. --memory runs the whole benchmark in a
+memory cgroup of that limit, so that a file smaller than the machine's
+memory is larger than riffle's, as a dataset larger than memory is.
 
 With --create SIZE and a PATH that does not exist, a file of fixed-size
 records (--record-size, default 4096) is written first.`,
@@ -60,8 +71,17 @@ records (--record-size, default 4096) is written first.`,
 				}
 			}
 			w := cmd.OutOrStdout()
+			if memory > 0 {
+				leave, err := intoMemoryCgroup(memory)
+				if err != nil {
+					return err
+				}
+				defer leave()
+			}
 			cfg := bench.DepthConfig{
-				Open:   func() (dataset.Dataset, error) { return df.open(cmd.Context(), args) },
+				Open: func() (dataset.Dataset, error) { return df.open(cmd.Context(), args) },
+				Spec: wire.JobSpec{Paths: args, Format: df.opts.Format, RecordSize: df.opts.RecordSize, HeaderBytes: df.opts.HeaderBytes,
+					DropPartial: df.opts.DropPartialTail, Direct: df.direct(cmd)},
 				Depths: depths, Rounds: rounds, Time: dur, Seed: 1,
 			}
 			if !jsonOut {
@@ -89,6 +109,7 @@ records (--record-size, default 4096) is written first.`,
 	fl.IntVar(&rounds, "rounds", 3, "rounds of every run")
 	fl.DurationVar(&dur, "duration", 10*time.Second, "time per run (riffle's at most an epoch)")
 	fl.BoolVar(&jsonOut, "json", false, "print the rounds as JSON")
+	fl.Var(sizeFlag{&memory}, "memory", "run in a memory cgroup (v1) limited to this, like 1GiB: riffle then has less memory than the file (root)")
 	return cmd
 }
 
@@ -97,7 +118,7 @@ func printDepth(w io.Writer, path string, rs []bench.DepthRound) {
 	for _, f := range rs[0].Fio {
 		fmt.Fprintf(w, " %9s", fmt.Sprintf("fio qd%d", f.Depth))
 	}
-	fmt.Fprintf(w, " %9s %6s %12s\n", "riffle", "depth", "riffle/best")
+	fmt.Fprintf(w, " %9s %6s %12s %6s\n", "riffle", "depth", "riffle/best", "direct")
 	var ratios []float64
 	for i, r := range rs {
 		fmt.Fprintf(w, "%-6d", i+1)
@@ -106,7 +127,7 @@ func printDepth(w io.Writer, path string, rs []bench.DepthRound) {
 		}
 		best := r.BestFio()
 		ratios = append(ratios, r.Riffle.IOPS()/best.IOPS())
-		fmt.Fprintf(w, " %9.0f %6d %12s\n", r.Riffle.IOPS(), r.Riffle.Depth, ratio(r.Riffle.IOPS(), best.IOPS()))
+		fmt.Fprintf(w, " %9.0f %6d %12s %6v\n", r.Riffle.IOPS(), r.Riffle.Depth, ratio(r.Riffle.IOPS(), best.IOPS()), r.Riffle.Direct)
 	}
 	// Across rounds: each fio depth's median, riffle's median over the best
 	// of those, and the spread of the per-round ratios.
@@ -143,4 +164,29 @@ func printDepth(w io.Writer, path string, rs []bench.DepthRound) {
 	fmt.Fprintf(w, "CPU per 1M reads/s (cores): riffle %s (rounds %s); fio at its best depth %.2f\n",
 		fmt.Sprintf("%.2f", med(func(r bench.DepthRound) float64 { return r.Riffle.CoresPerMIOPS() })), strings.Join(parts, ", "),
 		med(func(r bench.DepthRound) float64 { return r.BestFio().CoresPerMIOPS() }))
+}
+
+// intoMemoryCgroup moves this process (and what it starts after) into a
+// memory cgroup (v1) of its own limited to limit bytes, and returns what
+// moves it back and removes the cgroup.
+func intoMemoryCgroup(limit int64) (func(), error) {
+	const root = "/sys/fs/cgroup/memory"
+	dir := filepath.Join(root, fmt.Sprintf("riffle-bench-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("--memory needs root and a v1 memory hierarchy at %s: %w", root, err)
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	leave := func() {
+		os.WriteFile(filepath.Join(root, "cgroup.procs"), pid, 0)
+		os.Remove(dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		os.Remove(dir)
+		return nil, fmt.Errorf("--memory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0); err != nil {
+		leave()
+		return nil, fmt.Errorf("--memory: %w", err)
+	}
+	return leave, nil
 }
