@@ -1,35 +1,76 @@
 package job
 
 import (
+	"math"
 	"os"
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/storage"
 )
 
-// Reads past the page cache, when nothing comes of passing through it.
+// Reads past the page cache, when little comes of passing through it.
 //
-// A shuffle (global, or the order auto picks) of files the page cache
-// cannot keep reads them cold every epoch: a record read once is evicted
-// before the epoch comes back to it, a random read finds the page of
-// another, and a hit is as likely as the cache is small beside the data.
-// Through the cache each cold 4 KiB read costs the kernel ~40% more CPU
+// Through the page cache a cold 4 KiB read costs the kernel ~40% more CPU
 // than an O_DIRECT one (page insertion, memcg charge: BENCHMARKS.md, the
-// depth section), and on a device that CPU limits (a fast NVMe, the RAM
-// device there) that is the rate lost. It also pushes out what the cache
-// held for others. So a job whose spec leaves direct unset reads such
-// files with O_DIRECT; jobs sharing the records find them in riffle's own
-// cache (the share group's), not the page cache. Files the cache can keep
-// are read through it: from the second epoch every read is a hit.
+// depth section); on a device that CPU limits (a fast NVMe, the RAM
+// device there) that is the rate lost, and what a shuffle reads pushes
+// out what the cache held for others. What the cache gives back is hits,
+// and in a shuffle of files many times its size they are few. So a job whose
+// spec leaves direct unset reads with O_DIRECT when a shuffle (global, or
+// the order auto picks) of local files would find under 1/8 of its page
+// reads in the page cache (pageCacheHits); jobs sharing records find them
+// in riffle's own cache, the share group's, either way.
 //
-// "Cannot keep" is the rule sampler auto prices orders by: more than half
-// the memory the process may use (its cgroup's limit if lower), the other
-// half being the jobs' and the daemon's own. The orders are those that
-// read records at random: a sequential or buffered order reads file
-// order, which the kernel's readahead turns into large reads, and a block
-// order named by the user reads blocks its own way. Only local files are
-// read with O_DIRECT (a directory's many small files, object stores and
-// datasets of rows are read as before).
+// The cache is taken to keep keep bytes of the files (a share c of
+// them): half the memory the process may use (its cgroup's limit if
+// lower), the rule sampler auto prices orders by, the other half being the
+// jobs' and the daemon's own. Orders that read file order (sequential,
+// buffered) gain the kernel's readahead, and a block order named by the
+// user reads its blocks its own way: they read through the cache. So do a
+// directory's many small files, object stores and datasets of rows.
+
+// directBelow is the share of a shuffle's page reads the page cache must
+// answer for a job to read through it. Below it, a device the reads keep
+// busy (a disk) serves at most 1/8 more reads past the cache, where one
+// the CPU limits gains the ~40% of CPU per read the cache costs (the
+// break-even of CPU alone is near 30% hits).
+const directBelow = 1.0 / 8
+
+// pageCacheHits is the share of a shuffle's page reads an LRU page cache
+// keeping a share c of the files answers, for records of mean bytes (0:
+// unknown) that never straddle more pages than they fill (aligned) or
+// that start anywhere.
+//
+// A page read again within an epoch (another record on it: records
+// smaller than a page, or the page two unaligned records straddle) is a
+// hit as often as the cache holds a page drawn at random, c. A page's
+// first read of an epoch was last read an epoch ago, at uniform places u
+// and v of the two permutations; between them the other pages read are
+// those after u in one epoch or before v in the next, a share
+// 1-(1-u)(1-v), and LRU keeps the page if that is under c: probability
+// c + (1-c)ln(1-c) (≈ c²/2 for small c). The share of page reads that are
+// a page's first: min(1, m/page) for aligned records of m bytes; for
+// records starting anywhere, which span 1 + (m-1)/page pages on average,
+// m/(page+m-1); taken as 0 (many records a page: the most hits) when the
+// mean is not known before the files are opened, so that only files many
+// times the cache go past it. TestPageCacheHits holds this to a simulated
+// LRU.
+func pageCacheHits(c float64, mean int64, aligned bool) float64 {
+	c = min(1, max(0, c))
+	page := float64(storage.DirectAlign)
+	first := 0.0
+	switch m := float64(mean); {
+	case mean > 0 && aligned:
+		first = min(1, m/page)
+	case mean > 0:
+		first = m / (page + m - 1)
+	}
+	again := c + (1-c)*math.Log1p(-c)
+	if c >= 1 {
+		again = 1
+	}
+	return (1-first)*c + first*again
+}
 
 // pageCacheBytes is what the page cache may keep of a job's files.
 func (env *Env) pageCacheBytes() int64 {
@@ -41,7 +82,8 @@ func (env *Env) pageCacheBytes() int64 {
 
 // readsDirect says whether a job of plan over paths reads them with
 // O_DIRECT: its spec leaves it to the job, its order reads records at
-// random, and paths are local files larger together than keep.
+// random, paths are local files, and the page cache, keeping keep bytes
+// of them, would answer under directBelow of the reads.
 func readsDirect(plan Plan, paths []string, keep int64) bool {
 	if !plan.DirectUnset || plan.Refresh || plan.Mixture != nil {
 		return false
@@ -60,7 +102,14 @@ func readsDirect(plan Plan, paths []string, keep int64) bool {
 		}
 		total += st.Size()
 	}
-	return total > keep
+	if total == 0 {
+		return false
+	}
+	// Only a fixed-size file's record is known before it is opened.
+	o := plan.Dataset
+	mean := int64(o.RecordSize)
+	aligned := mean > 0 && o.HeaderBytes%storage.DirectAlign == 0 && (mean%storage.DirectAlign == 0 || storage.DirectAlign%mean == 0)
+	return pageCacheHits(float64(keep)/float64(total), mean, aligned) < directBelow
 }
 
 // chosenDirect says whether ds's records may be read with O_DIRECT as chosen:

@@ -1,10 +1,12 @@
 package job
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -29,28 +31,103 @@ func writeLines(t *testing.T, p string, n int) {
 	}
 }
 
+// pageCacheHits against an LRU cache of pages fed three epochs of
+// shuffled records: pages of one aligned record, of four records, and of
+// records at any offset.
+func TestPageCacheHits(t *testing.T) {
+	const pages = 4000
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, c := range []float64{0.1, 0.3, 0.5, 0.8} {
+		for _, k := range []struct {
+			name    string
+			mean    int64
+			aligned bool
+			spans   func(id int) (lo, hi int) // pages of record id
+			n       int
+		}{
+			{"a page a record", 4096, true, func(id int) (int, int) { return id, id }, pages},
+			{"four records a page", 1024, true, func(id int) (int, int) { return id / 4, id / 4 }, 4 * pages},
+			{"records at any offset", 3000, false, func(id int) (int, int) { return id * 3000 / 4096, (id*3000 + 2999) / 4096 }, pages * 4096 / 3000},
+		} {
+			lru := newLRU(int(c * pages))
+			hits, reads := 0, 0
+			for e := range 3 {
+				for _, id := range r.Perm(k.n) {
+					lo, hi := k.spans(id)
+					for pg := lo; pg <= hi; pg++ {
+						hit := lru.touch(pg)
+						if e > 0 {
+							reads++
+							if hit {
+								hits++
+							}
+						}
+					}
+				}
+			}
+			got, want := float64(hits)/float64(reads), pageCacheHits(c, k.mean, k.aligned)
+			if math.Abs(got-want) > 0.03 {
+				t.Errorf("c %.1f, %s: an LRU answered %.3f of the page reads, the model says %.3f", c, k.name, got, want)
+			}
+		}
+	}
+}
+
+// lru is a cache of n pages, least recently used out first.
+type lru struct {
+	n     int
+	at    map[int]*list.Element
+	order *list.List
+}
+
+func newLRU(n int) *lru { return &lru{n: n, at: map[int]*list.Element{}, order: list.New()} }
+
+// touch reads page p and says whether the cache had it.
+func (l *lru) touch(p int) bool {
+	if e, ok := l.at[p]; ok {
+		l.order.MoveToFront(e)
+		return true
+	}
+	l.at[p] = l.order.PushFront(p)
+	if l.order.Len() > l.n {
+		delete(l.at, l.order.Remove(l.order.Back()).(int))
+	}
+	return false
+}
+
 func TestReadsDirect(t *testing.T) {
 	dir := t.TempDir()
 	big, small := filepath.Join(dir, "big.jsonl"), filepath.Join(dir, "small.jsonl")
-	writeLines(t, big, 2000)
+	writeLines(t, big, 2000) // ~300 KB: 20x the cache below
 	writeLines(t, small, 10)
+	// 64 records of a page, 256 KiB.
+	pages := filepath.Join(dir, "pages.bin")
+	if err := os.WriteFile(pages, make([]byte, 64*4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	no := false
 	for _, c := range []struct {
 		name  string
 		spec  wire.JobSpec
 		paths []string
 		want  bool
+		keep  int64 // what the page cache keeps; 16 KiB if 0
 	}{
-		{"a global shuffle of more than the cache keeps", wire.JobSpec{Shuffle: true}, []string{big}, true},
-		{"auto's order", wire.JobSpec{Sampler: "auto"}, []string{big}, true},
-		{"two files, more together", wire.JobSpec{Shuffle: true}, []string{small, big}, true},
-		{"what the cache keeps", wire.JobSpec{Shuffle: true}, []string{small}, false},
-		{"direct=false asked", wire.JobSpec{Shuffle: true, Direct: &no}, []string{big}, false},
-		{"file order", wire.JobSpec{}, []string{big}, false},
-		{"a buffer's order, read in file order", wire.JobSpec{Sampler: "buffered", Buffer: 64}, []string{big}, false},
-		{"a block order named", wire.JobSpec{Sampler: "block"}, []string{big}, false},
-		{"a directory's files", wire.JobSpec{Shuffle: true}, []string{dir}, false},
-		{"an object store", wire.JobSpec{Shuffle: true}, []string{"s3://b/big.jsonl"}, false},
+		{"a global shuffle of more than the cache keeps", wire.JobSpec{Shuffle: true}, []string{big}, true, 0},
+		{"auto's order", wire.JobSpec{Sampler: "auto"}, []string{big}, true, 0},
+		{"two files, more together", wire.JobSpec{Shuffle: true}, []string{small, big}, true, 0},
+		{"what the cache keeps", wire.JobSpec{Shuffle: true}, []string{small}, false, 0},
+		{"records of a page, 4x the cache: few hits", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, true, 64 << 10},
+		{"records of a page, twice the cache: 15% hits", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, false, 128 << 10},
+		{"lines, 2.5x the cache: a page's lines hit", wire.JobSpec{Shuffle: true}, []string{big}, false, 128 << 10},
+		{"records of a page, the cache's size", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, false, 256 << 10},
+		{"a quarter-page record each, 4x the cache", wire.JobSpec{Shuffle: true, RecordSize: 1024}, []string{pages}, false, 64 << 10},
+		{"direct=false asked", wire.JobSpec{Shuffle: true, Direct: &no}, []string{big}, false, 0},
+		{"file order", wire.JobSpec{}, []string{big}, false, 0},
+		{"a buffer's order, read in file order", wire.JobSpec{Sampler: "buffered", Buffer: 64}, []string{big}, false, 0},
+		{"a block order named", wire.JobSpec{Sampler: "block"}, []string{big}, false, 0},
+		{"a directory's files", wire.JobSpec{Shuffle: true}, []string{dir}, false, 0},
+		{"an object store", wire.JobSpec{Shuffle: true}, []string{"s3://b/big.jsonl"}, false, 0},
 	} {
 		spec := c.spec
 		spec.Paths, spec.BatchSize = c.paths, 64
@@ -58,13 +135,17 @@ func TestReadsDirect(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if got := readsDirect(plan, c.paths, 64<<10); got != c.want {
+		keep := c.keep
+		if keep == 0 {
+			keep = 16 << 10
+		}
+		if got := readsDirect(plan, c.paths, keep); got != c.want {
 			t.Errorf("%s: reads direct %v, want %v", c.name, got, c.want)
 		}
 	}
 }
 
-// Jobs that leave direct unset over files the page cache cannot keep
+// Jobs that leave direct unset over files many times what the page cache keeps
 // read them with O_DIRECT, and every record is a buffered solo read's:
 // alone, split over ranks, and sharing a group with a job reading through
 // the page cache (direct=false), the two taking turns. Each is every
@@ -73,7 +154,7 @@ func TestDirectJobsExact(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "lines.jsonl")
 	const n = 3000
 	writeLines(t, p, n)
-	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: 64 << 10, CacheBytes: 4 << 20})
+	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: 16 << 10, CacheBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

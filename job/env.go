@@ -41,8 +41,9 @@ type EnvOptions struct {
 	// job tells it when it next reads each block.
 	Tier func() *tier.Tier
 	// PageCacheBytes is what the page cache may keep of a job's files:
-	// a shuffle of more is read with O_DIRECT when its spec leaves direct
-	// unset (job/direct.go). Default half the memory the process may use.
+	// a shuffle it would answer few reads of reads with O_DIRECT when its
+	// spec leaves direct unset (job/direct.go). Default half the memory
+	// the process may use.
 	PageCacheBytes int64
 	// Open opens a dataset; default dataset.Open (a test holds an open
 	// with its own).

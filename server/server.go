@@ -64,7 +64,8 @@ type Server struct {
 	MemoryBytes int64
 	MemoryWait  time.Duration
 	// PageCacheBytes is what the page cache may keep of the jobs' files:
-	// a shuffle of larger files is read with O_DIRECT unless its spec
+	// a shuffle that would find few of its reads there reads the files
+	// with O_DIRECT unless its spec
 	// says (job.EnvOptions.PageCacheBytes). Default half the memory the
 	// process may use: the machine's, or its cgroup's limit.
 	PageCacheBytes int64

@@ -101,7 +101,7 @@ type Msg struct {
 	// Auto is the order sampler "auto" chose.
 	Auto *AutoOrder `json:"auto,omitempty"`
 	// Direct says the job reads its files with O_DIRECT, past the page
-	// cache (asked, or chosen for a shuffle of files it cannot keep).
+	// cache (asked, or chosen for a shuffle it would answer few reads of).
 	Direct bool `json:"direct,omitempty"`
 	// Delivered, for the rest of a shared order's epoch, is every record
 	// its spec's states delivered, as one state: the rest's own states
@@ -170,7 +170,7 @@ type JobSpec struct {
 	SkipCRC     bool     `json:"skip_crc,omitempty"`
 	DropPartial bool     `json:"drop_partial,omitempty"`
 	// Direct reads with O_DIRECT, past the page cache; unset, the job
-	// does so for a global shuffle of files the page cache cannot keep.
+	// does so for a shuffle whose reads the page cache would seldom answer.
 	Direct  *bool    `json:"direct,omitempty"`
 	Columns []string `json:"columns,omitempty"`
 	Split   string   `json:"split,omitempty"`
@@ -441,7 +441,7 @@ type JobStatus struct {
 	// Auto is the order sampler "auto" chose.
 	Auto *AutoOrder `json:"auto,omitempty"`
 	// Direct says the job reads its files with O_DIRECT, past the page
-	// cache (asked, or chosen for a shuffle of files it cannot keep).
+	// cache (asked, or chosen for a shuffle it would answer few reads of).
 	Direct bool `json:"direct,omitempty"`
 }
 

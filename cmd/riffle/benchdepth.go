@@ -45,10 +45,12 @@ before every run.
 
 riffle's side is a job (the Go library's, as the daemon runs one) naming
 only the dataset: what it leaves unset the job chooses, among it whether
-to read past the page cache, which it does for a shuffle of files larger
-than half the memory it may use. --memory runs the whole benchmark in a
-memory cgroup of that limit, so that a file smaller than the machine's
-memory is larger than riffle's, as a dataset larger than memory is.
+to read past the page cache, which it does for a shuffle of files of
+which the page cache, keeping half the memory riffle may use, would
+answer under 1 in 8 reads (4 KiB records: files over 2.2x that half).
+--memory runs the whole benchmark in a memory cgroup of that limit, so
+that a file smaller than the machine's memory is larger than riffle's,
+as a dataset larger than memory is.
 
 With --create SIZE and a PATH that does not exist, a file of fixed-size
 records (--record-size, default 4096) is written first.`,

@@ -29,7 +29,7 @@ func (f *datasetFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.opts.SkipCRC, "skip-crc", false, "do not check TFRecord CRCs on read")
 	fl.BoolVar(&f.opts.DropPartialTail, "drop-partial", false, "drop a partial record at the end of a file instead of failing")
 	fl.StringVar(&f.opts.IndexDir, "index-dir", "", "where to keep indexes of read-only data (default $XDG_CACHE_HOME/riffle)")
-	fl.BoolVar(&f.opts.Direct, "direct", false, "read with O_DIRECT, bypassing the page cache (a job's default: when it shuffles files larger than the page cache can keep)")
+	fl.BoolVar(&f.opts.Direct, "direct", false, "read with O_DIRECT, bypassing the page cache (a job's default: when it shuffles files of which the page cache would answer few reads)")
 	fl.StringSliceVar(&f.opts.Columns, "columns", nil, "the columns to read of Arrow, Hugging Face and Parquet data (default all)")
 	fl.StringVar(&f.opts.Split, "split", "", "the split of a Hugging Face DatasetDict directory")
 	fl.StringSliceVar(&f.opts.Extensions, "extensions", nil, "the only file endings a directory dataset takes as records (default every file)")

@@ -42,8 +42,8 @@ FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixtur
 SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic", "auto")
 # Orders that are functions of (seed, epoch, position): they resume on any number of workers.
 POSITIONAL = ("global", "block", "sequential", "buffered", "reservoir", "auto")
-# direct= as a user gives it: unset (the module's daemon keeps 16 KiB of a job's files in the page cache, so a
-# shuffle of any file but the smallest reads with O_DIRECT: job/direct.go), asked, or refused.
+# direct= as a user gives it: unset (the module's daemon counts 1 KiB of a job's files as kept in the page cache, so
+# a shuffle of any file but the smallest reads with O_DIRECT: job/direct.go), asked, or refused.
 DIRECT = (None, True, False)
 # The transforms drawn for a format (None: none).
 TRANSFORMS = {"libsvm": "libsvm_dense:n_features=20", "jpeg": ("image:size=40,crop=32", "random_resized_crop:size=32")}
@@ -392,9 +392,9 @@ def cases() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory, bin_path):
-    """This module's daemon: it counts 16 KiB of a job's files as what the page cache keeps, so that a job leaving
-    direct= unset reads a shuffled file with O_DIRECT as it would one larger than memory."""
-    d = Daemon(str(tmp_path_factory.mktemp("sock") / "riffle.sock"), "--page-cache", "16KiB")
+    """This module's daemon: it counts 1 KiB of a job's files as what the page cache keeps, so that a job leaving
+    direct= unset reads a shuffled file with O_DIRECT as it would one many times larger than memory."""
+    d = Daemon(str(tmp_path_factory.mktemp("sock") / "riffle.sock"), "--page-cache", "1KiB")
     yield d
     d.stop()
 
@@ -411,8 +411,9 @@ def test_combination(daemon, tmp_path, case):
 
 
 def test_direct_is_the_daemons_choice(daemon, tmp_path):
-    """With direct= unset the daemon decides, and says so: a shuffle of a file larger than what it counts the page
-    cache keeping is read with O_DIRECT; file order, a small file, and direct=False are read through the cache."""
+    """With direct= unset the daemon decides, and says so: a shuffle of a file many times what it counts the page
+    cache keeping (64x) is read with O_DIRECT; file order, a file of 6x (whose pages, of 64 records each, the cache
+    would answer 1 read in 6), and direct=False are read through the cache."""
     from conftest import write_fixed
     big, small = write_fixed(tmp_path / "big.bin", 1000, 64), write_fixed(tmp_path / "small.bin", 100, 64)
     assert riffle.Loader(str(big), 64, record_size=64).direct is True
