@@ -110,6 +110,9 @@ mixture, each source's samples and share against its weight's.`,
 				if d.Generations > 0 {
 					fmt.Fprintf(cmd.OutOrStdout(), " (%d generations of files)", d.Generations)
 				}
+				if d.Direct {
+					fmt.Fprint(cmd.OutOrStdout(), "; reading past the page cache (O_DIRECT)")
+				}
 				if a := d.Auto; a != nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "; auto chose %s (block_size %d, window %d): RL %.3f, expected %.0f records/s, a sequential read %.0f",
 						a.Sampler, a.BlockSize, a.Window, a.RL, a.Rate, a.Sequential)

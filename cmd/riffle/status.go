@@ -59,9 +59,13 @@ whatever a transform made of it).`,
 					fmt.Fprintf(out, ", %d jobs sharing, %d records read once for several, %d reads avoided", len(g.Jobs), g.Shared, g.Saved)
 				}
 				fmt.Fprintln(out, ")")
-				fmt.Fprintf(out, "  %-6s %10s %6s %10s %12s %10s  %s\n", "job", "subset", "epoch", "position", "samples/s", "memory", "transform")
+				fmt.Fprintf(out, "  %-6s %10s %6s %10s %12s %10s %8s  %s\n", "job", "subset", "epoch", "position", "samples/s", "memory", "reads", "transform")
 				for _, j := range g.Jobs {
-					fmt.Fprintf(out, "  %-6s %10d %6d %10d %12.0f %10s  %s\n", j.ID, j.Subset, j.Epoch, j.Position, j.SamplesSec, human(float64(j.Memory)), j.Transform)
+					reads := "cached" // through the page cache
+					if j.Direct {
+						reads = "direct"
+					}
+					fmt.Fprintf(out, "  %-6s %10d %6d %10d %12.0f %10s %8s  %s\n", j.ID, j.Subset, j.Epoch, j.Position, j.SamplesSec, human(float64(j.Memory)), reads, j.Transform)
 				}
 			}
 			return nil

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 import riffle
-from conftest import REPO, Daemon, free_port
+from conftest import REPO, Daemon, free_port, status
 
 N = 600  # records: a multiple of every world size drawn, so no rank is padded
 EPOCHS = 2
@@ -416,7 +416,13 @@ def test_direct_is_the_daemons_choice(daemon, tmp_path):
     would answer 1 read in 6), and direct=False are read through the cache."""
     from conftest import write_fixed
     big, small = write_fixed(tmp_path / "big.bin", 1000, 64), write_fixed(tmp_path / "small.bin", 100, 64)
-    assert riffle.Loader(str(big), 64, record_size=64).direct is True
+    ld = riffle.Loader(str(big), 64, record_size=64)
+    assert ld.direct is True
+    it = iter(ld)
+    next(it)  # the job is open: status says how it reads
+    jobs = [j for g in status(daemon.sock).get("groups") or [] if str(big) in g["source"] for j in g["jobs"]]
+    assert [j.get("direct") for j in jobs] == [True], jobs
+    del it
     assert riffle.Loader(str(big), 64, record_size=64, direct=False).direct is False
     assert riffle.Loader(str(big), 64, record_size=64, shuffle=False).direct is False
     assert riffle.Loader(str(small), 64, record_size=64).direct is False
