@@ -1,0 +1,72 @@
+"""A dataset larger than memory is read past the page cache when ``direct=`` is left unset: a daemon in a 256 MiB
+memory cgroup (v1) shuffles 320 MiB of 4 KiB records, whose page reads a cache of half its memory would answer 1 in
+11 of. It chooses O_DIRECT from the cgroup's limit alone (no option), every record comes back once with its bytes,
+and the cgroup's page cache stays as it was; ``direct=False`` reads the same epoch through the cache, which the
+cgroup is then charged for. Needs root and a v1 memory hierarchy (as test_budget.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import riffle
+from conftest import Daemon, MemoryCgroup, record, write_fixed
+
+pytestmark = pytest.mark.skipif(not MemoryCgroup.available(), reason="needs root and a v1 memory cgroup hierarchy")
+
+LIMIT = 256 << 20
+N, SIZE = 80_000, 4096  # 328 MB
+
+
+def page_cache(cg: MemoryCgroup) -> int:
+    """The files' pages the cgroup is charged for: memory.stat's cache, less its shmem (the daemon's shared-memory
+    arenas, which count as cache)."""
+    stat = dict(line.split(" ") for line in cg._read("memory.stat").splitlines())
+    return int(stat["cache"]) - int(stat["shmem"])
+
+
+def drop_caches() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def epoch(ld) -> set[int]:
+    """One epoch's ids; each record's bytes are its writer's, and no id comes twice."""
+    seen: set[int] = set()
+    for b in ld:
+        for k, i in enumerate(b.ids):
+            i = int(i)
+            assert i not in seen, f"record {i} twice in an epoch"
+            seen.add(i)
+            if i % 97 == 0:  # a sample of the bytes: record() builds each one in numpy
+                assert bytes(b.record(k)) == record(i, SIZE), f"record {i}'s bytes differ from its writer's"
+    return seen
+
+
+def test_larger_than_memory_reads_past_the_page_cache(tmp_path):
+    big = write_fixed(tmp_path / "big.bin", N, SIZE)
+    cg = MemoryCgroup("riffle-test-direct", LIMIT)
+    sock = str(tmp_path / "run" / "riffle.sock")
+    os.makedirs(os.path.dirname(sock), mode=0o700)
+    d = Daemon(sock, cgroup=cg)
+    try:
+        drop_caches()
+        before = page_cache(cg)
+        ld = riffle.Loader(str(big), 1024, record_size=SIZE, seed=1, socket=sock)
+        assert ld.direct is True, "a shuffle of twice the memory, direct= unset, is read through the page cache"
+        assert epoch(ld) == set(range(N))
+        grown = page_cache(cg) - before
+        assert grown < 16 << 20, f"reading past the page cache, the cgroup's page cache grew by {grown >> 20} MiB"
+
+        drop_caches()
+        before = page_cache(cg)
+        ld = riffle.Loader(str(big), 1024, record_size=SIZE, seed=1, socket=sock, direct=False)
+        assert ld.direct is False
+        assert epoch(ld) == set(range(N))
+        grown = page_cache(cg) - before
+        assert grown > 64 << 20, f"through the page cache, the cgroup's page cache grew by only {grown >> 20} MiB"
+    finally:
+        d.stop()
+        cg.remove()
