@@ -27,7 +27,8 @@ import (
 // jobs' and the daemon's own. Orders that read file order (sequential,
 // buffered) gain the kernel's readahead, and a block order named by the
 // user reads its blocks its own way: they read through the cache. So do a
-// directory's many small files, object stores and datasets of rows.
+// directory's many small files, object stores, datasets of rows, and a
+// subset, whose size is not known before the files are opened.
 
 // directBelow is the share of a shuffle's page reads the page cache must
 // answer for a job to read through it. Below it, a device the reads keep
@@ -85,7 +86,9 @@ func (env *Env) pageCacheBytes() int64 {
 // random, paths are local files, and the page cache, keeping keep bytes
 // of them, would answer under directBelow of the reads.
 func readsDirect(plan Plan, paths []string, keep int64) bool {
-	if !plan.DirectUnset || plan.Refresh || plan.Mixture != nil {
+	if !plan.DirectUnset || plan.Refresh || plan.Mixture != nil || plan.Subset != nil || plan.Filter != nil || plan.Dedup {
+		// Part of the files, whose size is not known yet, may be what
+		// the cache keeps: read through it, as before.
 		return false
 	}
 	if k := plan.Sampler.Kind; k != "" && k != "global" && k != "auto" {
@@ -105,9 +108,15 @@ func readsDirect(plan Plan, paths []string, keep int64) bool {
 	if total == 0 {
 		return false
 	}
-	// Only a fixed-size file's record is known before it is opened.
+	// Only a fixed-size file's record is known before it is opened. A
+	// rank on a node of its own reads a random part of each epoch, whose
+	// pages the cache answers as it would random reads (c) rather than a
+	// permutation's: as if the mean were not known.
 	o := plan.Dataset
 	mean := int64(o.RecordSize)
+	if plan.Sampler.World > 1 {
+		mean = 0
+	}
 	aligned := mean > 0 && o.HeaderBytes%storage.DirectAlign == 0 && (mean%storage.DirectAlign == 0 || storage.DirectAlign%mean == 0)
 	return pageCacheHits(float64(keep)/float64(total), mean, aligned) < directBelow
 }

@@ -122,6 +122,8 @@ func TestReadsDirect(t *testing.T) {
 		{"lines, 2.5x the cache: a page's lines hit", wire.JobSpec{Shuffle: true}, []string{big}, false, 128 << 10},
 		{"records of a page, the cache's size", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, false, 256 << 10},
 		{"a quarter-page record each, 4x the cache", wire.JobSpec{Shuffle: true, RecordSize: 1024}, []string{pages}, false, 64 << 10},
+		{"records of a page over ranks, 4x the cache: a rank's reads are random", wire.JobSpec{Shuffle: true, RecordSize: 4096, World: 2}, []string{pages}, false, 64 << 10},
+		{"a subset", wire.JobSpec{Shuffle: true, Subset: &wire.Subset{Ranges: [][2]int{{0, 10}}}}, []string{big}, false, 0},
 		{"direct=false asked", wire.JobSpec{Shuffle: true, Direct: &no}, []string{big}, false, 0},
 		{"file order", wire.JobSpec{}, []string{big}, false, 0},
 		{"a buffer's order, read in file order", wire.JobSpec{Sampler: "buffered", Buffer: 64}, []string{big}, false, 0},
