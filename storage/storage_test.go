@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/riffle-ml/riffle/internal/alignbuf"
@@ -200,6 +201,45 @@ func TestFileSetBoundsOpenFiles(t *testing.T) {
 	if err := s.Object(0).ReadAt(context.Background(), make([]byte, 200), 0); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("read past a file's end: %v", err)
 	}
+	// The least recently used idle file is the one closed; a file a read
+	// holds is never closed under it.
+	read := func(i int) {
+		t.Helper()
+		if err := s.Object(i).ReadAt(context.Background(), make([]byte, 100), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openNow := func() []int {
+		var out []int
+		for i := range 10 {
+			if _, ok := s.open[i]; ok {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	read(7)
+	read(8)
+	read(9)
+	read(7)
+	read(1) // closes 8, the least recently used
+	if got := openNow(); !slices.Equal(got, []int{1, 7, 9}) {
+		t.Fatalf("open after reading 7 8 9 7 1: %v, want [1 7 9]", got)
+	}
+	held, done, err := s.Object(9).(setFile).ringFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		read(i)
+	}
+	if _, ok := s.open[9]; !ok {
+		t.Fatal("a held file was closed")
+	}
+	if err := held.ReadAt(context.Background(), make([]byte, 100), 0); err != nil {
+		t.Fatalf("a read of the held file: %v", err)
+	}
+	done()
 }
 
 func TestFaulty(t *testing.T) {
