@@ -266,3 +266,36 @@ func TestFaulty(t *testing.T) {
 		t.Fatalf("injected error: %v", err)
 	}
 }
+
+// BenchmarkFileSetRead reads small files of a tree at random through a
+// FileSet holding at most 256 open, as a daemon reads an ImageFolder.
+func BenchmarkFileSetRead(b *testing.B) {
+	dir := b.TempDir()
+	const files = 2048
+	var paths []string
+	var sizes []int64
+	for i := range files {
+		p := filepath.Join(dir, fmt.Sprint(i))
+		if err := os.WriteFile(p, make([]byte, 512), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		paths, sizes = append(paths, p), append(sizes, 512)
+	}
+	s := NewFileSet(&Local{}, paths, sizes, 256)
+	defer s.Close()
+	r := rand.New(rand.NewPCG(1, 1))
+	buf := make([]byte, 512)
+	// Mostly the files open now, as a batch's reads of files its
+	// neighbours just opened: the lookups and the eviction, not the opens.
+	hot := r.Perm(files)[:240]
+	b.ResetTimer()
+	for i := range b.N {
+		f := hot[i%len(hot)]
+		if i%16 == 0 {
+			f = r.IntN(files)
+		}
+		if err := s.Object(f).ReadAt(context.Background(), buf, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
