@@ -22,6 +22,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -124,19 +125,49 @@ func Objects(ds dataset.Dataset) []string {
 // Riffle loads ds in the order of s with opts until lim.
 func Riffle(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts loader.Options, lim Limit) (Result, error) {
 	opts.Epochs = -1
-	meter := MeterOf(Store(), ds.Info().Paths[0])
-	before := meter.Bytes()
-	start, cpu := time.Now(), cpuSelf()
+	m := startMeasure(ds.Info().Paths[0])
 	l, err := loader.New(ctx, ds, s, opts)
 	if err != nil {
 		return Result{}, err
 	}
 	defer l.Close()
-	r := Result{Name: "riffle", Meter: meter.What}
-	for !lim.done(int(r.Records), start) {
-		b, err := l.Next(ctx)
+	r := Result{Name: "riffle", Meter: m.meter.What}
+	err = m.take(ctx, l, &r, lim)
+	return r, err
+}
+
+// batches are a loader's or a job's.
+type batches interface {
+	Next(context.Context) (*loader.Batch, error)
+	Stats() loader.Stats
+	Depth() int
+}
+
+// measure is a riffle run's start: the clock, the CPU and the device's
+// bytes read.
+type measure struct {
+	meter  Meter
+	before int64
+	start  time.Time
+	cpu    float64
+}
+
+func startMeasure(path string) measure {
+	m := measure{meter: MeterOf(Store(), path)}
+	m.before, m.start, m.cpu = m.meter.Bytes(), time.Now(), cpuSelf()
+	return m
+}
+
+// take takes src's batches until lim or their end, and fills r with what
+// was read since the start.
+func (m measure) take(ctx context.Context, src batches, r *Result, lim Limit) error {
+	for !lim.done(int(r.Records), m.start) {
+		b, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
-			return r, err
+			return err
 		}
 		r.Records += int64(len(b.IDs))
 		b.Release()
@@ -144,14 +175,14 @@ func Riffle(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts loa
 	// What the loader read, not the batches' payload: a batch of rows has
 	// no per-record lengths, and the bytes read (alignment and the
 	// batches read ahead included) are what the device served.
-	st := l.Stats()
-	r.Seconds = time.Since(start).Seconds()
-	r.CPU = cpuSelf() - cpu
-	r.Depth = l.Depth()
+	st := src.Stats()
+	r.Seconds = time.Since(m.start).Seconds()
+	r.CPU = cpuSelf() - m.cpu
+	r.Depth = src.Depth()
 	r.Reads = st.Reads
 	r.Bytes = st.Bytes + st.Staged
-	r.DevBytes = meter.Since(before)
-	return r, nil
+	r.DevBytes = m.meter.Since(m.before)
+	return nil
 }
 
 // Pread reads the same global permutation one record at a time with one

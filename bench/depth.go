@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"io"
 	"slices"
 	"time"
 
@@ -124,33 +122,13 @@ func depthRiffle(ctx context.Context, cfg DepthConfig, n int) (Result, error) {
 		return Result{}, err
 	}
 	defer env.Close()
-	meter := MeterOf(Store(), spec.Paths[0])
-	before := meter.Bytes()
-	start, cpu := time.Now(), cpuSelf()
+	m := startMeasure(spec.Paths[0])
 	j, err := env.Open(ctx, plan, nil)
 	if err != nil {
 		return Result{}, err
 	}
 	defer j.Close()
-	r := Result{Name: "riffle", Meter: meter.What, Direct: j.Describe().Direct}
-	lim := Limit{Records: n, Duration: cfg.Time}
-	for !lim.done(int(r.Records), start) {
-		b, err := j.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return r, err
-		}
-		r.Records += int64(len(b.IDs))
-		b.Release()
-	}
-	st := j.Stats()
-	r.Seconds = time.Since(start).Seconds()
-	r.CPU = cpuSelf() - cpu
-	r.Depth = j.Depth()
-	r.Reads = st.Reads
-	r.Bytes = st.Bytes + st.Staged
-	r.DevBytes = meter.Since(before)
-	return r, nil
+	r := Result{Name: "riffle", Meter: m.meter.What, Direct: j.Describe().Direct}
+	err = m.take(ctx, j, &r, Limit{Records: n, Duration: cfg.Time})
+	return r, err
 }
