@@ -36,6 +36,17 @@ def test_spec_sends_the_table_names(daemon, fixed_file):
     assert set(ld.spec) <= set(spec.OPTIONS)
 
 
+def test_false_is_sent_where_the_default_may_be_true(daemon, fixed_file):
+    """A keyword left out is unset (the daemon's default); False is sent only where that default is not false:
+    ordered=False over file order (whose default is ordered), direct=False (whose default may be O_DIRECT)."""
+    ld = riffle.Loader(fixed_file, 10, record_size=64, shuffle=False, ordered=False, direct=False, csv_header=False)
+    assert ld.spec.get("ordered") is False and ld.spec.get("direct") is False and "csv_header" not in ld.spec
+    assert "ordered" not in riffle.Loader(fixed_file, 10, record_size=64, shuffle=False).spec
+    ids = [int(i) for b in ld for i in b.ids]
+    # Each batch its file-order part, in whatever order its reads came in.
+    assert all(sorted(ids[k:k + 10]) == list(range(k, k + 10)) for k in range(0, 1000, 10))
+
+
 def test_shard_drop_last_is_rank_drop_last_old_name(daemon, tmp_path):
     """One noun, one idea: a rank's split of an epoch is its part, a shard a pack's file; the old keyword warns and works."""
     import numpy as np
