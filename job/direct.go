@@ -1,6 +1,7 @@
 package job
 
 import (
+	"fmt"
 	"math"
 	"os"
 
@@ -18,8 +19,10 @@ import (
 // and in a shuffle of files many times its size they are few. So a job whose
 // spec leaves direct unset reads with O_DIRECT when a shuffle (global, or
 // the order auto picks) of local files would find under 1/8 of its page
-// reads in the page cache (pageCacheHits); jobs sharing records find them
-// in riffle's own cache, the share group's, either way.
+// reads in the page cache (pageCacheHits). Pages other orders read too
+// (a share group's jobs, a sweep's on one dataset, a rank's part) hit
+// more often, as random reads do: the rule counts them so, and a sweep
+// keeps the cache its jobs find each other in.
 //
 // The cache is taken to keep keep bytes of the files (a share c of
 // them): half the memory the process may use (its cgroup's limit if
@@ -73,6 +76,30 @@ func pageCacheHits(c float64, mean int64, aligned bool) float64 {
 	return (1-first)*c + first*again
 }
 
+// readingNow says whether a job open in env reads the files of paths in
+// an order of its own: not another part (a DataLoader worker's batches, a
+// rank's) of plan's, which reads each page once an epoch with it.
+func (env *Env) readingNow(paths []string, plan Plan) bool {
+	key := fmt.Sprintf("%q", paths)
+	env.jobsMu.Lock()
+	defer env.jobsMu.Unlock()
+	for j := range env.jobs {
+		if j.src.key.paths == key && !partsOfOne(j.plan, plan) {
+			return true
+		}
+	}
+	return false
+}
+
+// partsOfOne says a and b are two parts of one order: the same seed and
+// sampler, cut into the same number of workers' and ranks' parts, at other
+// places.
+func partsOfOne(a, b Plan) bool {
+	return a.Sampler.Seed == b.Sampler.Seed && a.Sampler.Kind == b.Sampler.Kind &&
+		a.Loader.BatchStride == b.Loader.BatchStride && a.Sampler.World == b.Sampler.World &&
+		(a.Loader.BatchOffset != b.Loader.BatchOffset || a.Sampler.Rank != b.Sampler.Rank)
+}
+
 // pageCacheBytes is what the page cache may keep of a job's files.
 func (env *Env) pageCacheBytes() int64 {
 	if env.opts.PageCacheBytes > 0 {
@@ -84,8 +111,9 @@ func (env *Env) pageCacheBytes() int64 {
 // readsDirect says whether a job of plan over paths reads them with
 // O_DIRECT: its spec leaves it to the job, its order reads records at
 // random, paths are local files, and the page cache, keeping keep bytes
-// of them, would answer under directBelow of the reads.
-func readsDirect(plan Plan, paths []string, keep int64) bool {
+// of them, would answer under directBelow of the reads. others says
+// other jobs read the same files now.
+func readsDirect(plan Plan, paths []string, keep int64, others bool) bool {
 	if !plan.DirectUnset || plan.Refresh || plan.Mixture != nil || plan.Subset != nil || plan.Filter != nil || plan.Dedup {
 		// Part of the files, whose size is not known yet, may be what
 		// the cache keeps: read through it, as before.
@@ -108,13 +136,16 @@ func readsDirect(plan Plan, paths []string, keep int64) bool {
 	if total == 0 {
 		return false
 	}
-	// Only a fixed-size file's record is known before it is opened. A
-	// rank on a node of its own reads a random part of each epoch, whose
-	// pages the cache answers as it would random reads (c) rather than a
-	// permutation's: as if the mean were not known.
+	// Only a fixed-size file's record is known before it is opened. Where
+	// the pages are read by more than one permutation (a rank on a node
+	// of its own reads a random part of each epoch; jobs that share, or
+	// others on these files, read them too) a page's last read is nearer
+	// than the job's own last epoch: the cache answers them about as it
+	// would random reads, c, as if the mean were not known. So a sweep's
+	// jobs on one dataset keep the page cache they find each other in.
 	o := plan.Dataset
 	mean := int64(o.RecordSize)
-	if plan.Sampler.World > 1 {
+	if plan.Sampler.World > 1 || plan.Share || others {
 		mean = 0
 	}
 	aligned := mean > 0 && o.HeaderBytes%storage.DirectAlign == 0 && (mean%storage.DirectAlign == 0 || storage.DirectAlign%mean == 0)

@@ -105,31 +105,36 @@ func TestReadsDirect(t *testing.T) {
 	if err := os.WriteFile(pages, make([]byte, 64*4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	no := false
+	no, yes := false, true
 	for _, c := range []struct {
 		name  string
 		spec  wire.JobSpec
 		paths []string
 		want  bool
 		keep  int64 // what the page cache keeps; 16 KiB if 0
+		// others: other jobs read the files now
+		others bool
 	}{
-		{"a global shuffle of more than the cache keeps", wire.JobSpec{Shuffle: true}, []string{big}, true, 0},
-		{"auto's order", wire.JobSpec{Sampler: "auto"}, []string{big}, true, 0},
-		{"two files, more together", wire.JobSpec{Shuffle: true}, []string{small, big}, true, 0},
-		{"what the cache keeps", wire.JobSpec{Shuffle: true}, []string{small}, false, 0},
-		{"records of a page, 4x the cache: few hits", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, true, 64 << 10},
-		{"records of a page, twice the cache: 15% hits", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, false, 128 << 10},
-		{"lines, 2.5x the cache: a page's lines hit", wire.JobSpec{Shuffle: true}, []string{big}, false, 128 << 10},
-		{"records of a page, the cache's size", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, false, 256 << 10},
-		{"a quarter-page record each, 4x the cache", wire.JobSpec{Shuffle: true, RecordSize: 1024}, []string{pages}, false, 64 << 10},
-		{"records of a page over ranks, 4x the cache: a rank's reads are random", wire.JobSpec{Shuffle: true, RecordSize: 4096, World: 2}, []string{pages}, false, 64 << 10},
-		{"a subset", wire.JobSpec{Shuffle: true, Subset: &wire.Subset{Ranges: [][2]int{{0, 10}}}}, []string{big}, false, 0},
-		{"direct=false asked", wire.JobSpec{Shuffle: true, Direct: &no}, []string{big}, false, 0},
-		{"file order", wire.JobSpec{}, []string{big}, false, 0},
-		{"a buffer's order, read in file order", wire.JobSpec{Sampler: "buffered", Buffer: 64}, []string{big}, false, 0},
-		{"a block order named", wire.JobSpec{Sampler: "block"}, []string{big}, false, 0},
-		{"a directory's files", wire.JobSpec{Shuffle: true}, []string{dir}, false, 0},
-		{"an object store", wire.JobSpec{Shuffle: true}, []string{"s3://b/big.jsonl"}, false, 0},
+		{"a global shuffle of more than the cache keeps", wire.JobSpec{Shuffle: true}, []string{big}, true, 0, false},
+		{"auto's order", wire.JobSpec{Sampler: "auto"}, []string{big}, true, 0, false},
+		{"two files, more together", wire.JobSpec{Shuffle: true}, []string{small, big}, true, 0, false},
+		{"what the cache keeps", wire.JobSpec{Shuffle: true}, []string{small}, false, 0, false},
+		{"records of a page, 4x the cache: few hits", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, true, 64 << 10, false},
+		{"records of a page, twice the cache: 15% hits", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, false, 128 << 10, false},
+		{"lines, 2.5x the cache: a page's lines hit", wire.JobSpec{Shuffle: true}, []string{big}, false, 128 << 10, false},
+		{"records of a page, the cache's size", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, false, 256 << 10, false},
+		{"a quarter-page record each, 4x the cache", wire.JobSpec{Shuffle: true, RecordSize: 1024}, []string{pages}, false, 64 << 10, false},
+		{"records of a page over ranks, 4x the cache: a rank's reads are random", wire.JobSpec{Shuffle: true, RecordSize: 4096, World: 2}, []string{pages}, false, 64 << 10, false},
+		{"records of a page, 4x the cache, sharing", wire.JobSpec{Shuffle: true, RecordSize: 4096, Share: &yes}, []string{pages}, false, 64 << 10, false},
+		{"records of a page, 4x the cache, another job on them", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, false, 64 << 10, true},
+		{"records of a page, 16x the cache, another job on them", wire.JobSpec{Shuffle: true, RecordSize: 4096}, []string{pages}, true, 16 << 10, true},
+		{"a subset", wire.JobSpec{Shuffle: true, Subset: &wire.Subset{Ranges: [][2]int{{0, 10}}}}, []string{big}, false, 0, false},
+		{"direct=false asked", wire.JobSpec{Shuffle: true, Direct: &no}, []string{big}, false, 0, false},
+		{"file order", wire.JobSpec{}, []string{big}, false, 0, false},
+		{"a buffer's order, read in file order", wire.JobSpec{Sampler: "buffered", Buffer: 64}, []string{big}, false, 0, false},
+		{"a block order named", wire.JobSpec{Sampler: "block"}, []string{big}, false, 0, false},
+		{"a directory's files", wire.JobSpec{Shuffle: true}, []string{dir}, false, 0, false},
+		{"an object store", wire.JobSpec{Shuffle: true}, []string{"s3://b/big.jsonl"}, false, 0, false},
 	} {
 		spec := c.spec
 		spec.Paths, spec.BatchSize = c.paths, 64
@@ -141,7 +146,7 @@ func TestReadsDirect(t *testing.T) {
 		if keep == 0 {
 			keep = 16 << 10
 		}
-		if got := readsDirect(plan, c.paths, keep); got != c.want {
+		if got := readsDirect(plan, c.paths, keep, c.others); got != c.want {
 			t.Errorf("%s: reads direct %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -242,6 +247,39 @@ func TestDirectJobsExact(t *testing.T) {
 	check("sharing", []*Job{a, b}, []string{"direct", "cached"})
 	a.Close()
 	b.Close()
+
+	// A second job on files a first one reads now finds the pages that
+	// one reads in the page cache: it reads through it (records of a page,
+	// 4x what the cache keeps: alone, past it).
+	pages := filepath.Join(t.TempDir(), "pages.bin")
+	if err := os.WriteFile(pages, make([]byte, 64*4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sweep, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sweep.Close()
+	first := openJob(t, sweep, &wire.JobSpec{Paths: []string{pages}, RecordSize: 4096, Shuffle: true, BatchSize: 8, Epochs: 1})
+	second := openJob(t, sweep, &wire.JobSpec{Paths: []string{pages}, RecordSize: 4096, Shuffle: true, BatchSize: 8, Epochs: 1, Seed: 1})
+	if !first.Describe().Direct || second.Describe().Direct {
+		t.Fatalf("a job alone and one beside it on the same files: direct %v and %v, want true and false",
+			first.Describe().Direct, second.Describe().Direct)
+	}
+	first.Close()
+	second.Close()
+	// Two DataLoader workers' parts of one order read each page once an
+	// epoch between them: both past the cache.
+	var workers []*Job
+	for off := range 2 {
+		w := openJob(t, sweep, &wire.JobSpec{Paths: []string{pages}, RecordSize: 4096, Shuffle: true, BatchSize: 8, Epochs: 1,
+			Seed: 5, BatchStride: 2, BatchOffset: off})
+		defer w.Close()
+		workers = append(workers, w)
+	}
+	if !workers[0].Describe().Direct || !workers[1].Describe().Direct {
+		t.Fatal("a DataLoader worker's part reads through the cache beside another part of its order")
+	}
 
 	// Where the page cache keeps the file, it is read through it.
 	keep, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: 1 << 30})

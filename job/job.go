@@ -211,7 +211,7 @@ func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 		return nil, 0, err
 	}
 	opts := plan.Dataset
-	opts.Direct = opts.Direct || readsDirect(plan, paths, env.pageCacheBytes())
+	opts.Direct = opts.Direct || readsDirect(plan, paths, env.pageCacheBytes(), env.readingNow(paths, plan))
 	src, err := env.sets.get(ctx, paths, opts)
 	if err == nil && opts.Direct && !plan.Dataset.Direct && !chosenDirect(src.ds) {
 		env.sets.put(src)
