@@ -2,10 +2,7 @@ package job
 
 import (
 	"container/list"
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -13,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
 )
@@ -182,29 +180,17 @@ func TestDirectJobsExact(t *testing.T) {
 	check := func(name string, jobs []*Job, names []string) {
 		t.Helper()
 		seen := map[string][]map[int]int{}
-		for done := 0; done < len(jobs); {
-			done = 0
-			for k, j := range jobs {
-				b, err := j.Next(context.Background())
-				if errors.Is(err, io.EOF) {
-					done++
-					continue
-				}
-				if err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				for len(seen[names[k]]) <= b.Epoch {
-					seen[names[k]] = append(seen[names[k]], map[int]int{})
-				}
-				for i, id := range b.IDs {
-					if got := string(b.Record(i)); got != want[id] {
-						t.Fatalf("%s: record %d is %q, a solo read's is %q", name, id, got, want[id])
-					}
-					seen[names[k]][b.Epoch][id]++
-				}
-				b.Release()
+		inTurn(t, jobs, func(k int, b *loader.Batch) {
+			for len(seen[names[k]]) <= b.Epoch {
+				seen[names[k]] = append(seen[names[k]], map[int]int{})
 			}
-		}
+			for i, id := range b.IDs {
+				if got := string(b.Record(i)); got != want[id] {
+					t.Fatalf("%s: record %d is %q, a solo read's is %q", name, id, got, want[id])
+				}
+				seen[names[k]][b.Epoch][id]++
+			}
+		})
 		for who, es := range seen {
 			if len(es) != epochs {
 				t.Fatalf("%s: %s read %d epochs, want %d", name, who, len(es), epochs)

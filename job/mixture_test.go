@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -73,6 +74,27 @@ func openJob(t testing.TB, env *Env, spec *wire.JobSpec) *Job {
 		t.Fatal(err)
 	}
 	return j
+}
+
+// inTurn reads jobs to their end, a batch of each in turn (as trainers
+// at one pace), giving each batch to take before its release.
+func inTurn(t *testing.T, jobs []*Job, take func(k int, b *loader.Batch)) {
+	t.Helper()
+	for done := 0; done < len(jobs); {
+		done = 0
+		for k, j := range jobs {
+			b, err := j.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				done++
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			take(k, b)
+			b.Release()
+		}
+	}
 }
 
 // batches loads spec's batches, each as its records' bytes.
@@ -276,23 +298,11 @@ func TestSharedMixtures(t *testing.T) {
 	}
 	// The two jobs take turns, a batch each, as two trainers at one pace.
 	got := make([][]string, 2)
-	for done := 0; done < 2; {
-		done = 0
-		for k, j := range jobs {
-			b, err := j.Next(context.Background())
-			if errors.Is(err, io.EOF) {
-				done++
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range b.IDs {
-				got[k] = append(got[k], string(b.Record(i)))
-			}
-			b.Release()
+	inTurn(t, jobs, func(k int, b *loader.Batch) {
+		for i := range b.IDs {
+			got[k] = append(got[k], string(b.Record(i)))
 		}
-	}
+	})
 	for k, recs := range got {
 		// Each source's records, in the order taken: its own epochs in
 		// turn, each every record once.
