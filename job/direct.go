@@ -1,11 +1,9 @@
 package job
 
 import (
-	"fmt"
 	"math"
 	"os"
 
-	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -80,7 +78,7 @@ func pageCacheHits(c float64, mean int64, aligned bool) float64 {
 // an order of its own: not another part (a DataLoader worker's batches, a
 // rank's) of plan's, which reads each page once an epoch with it.
 func (env *Env) readingNow(paths []string, plan Plan) bool {
-	key := fmt.Sprintf("%q", paths)
+	key := pathsKey(paths)
 	env.jobsMu.Lock()
 	defer env.jobsMu.Unlock()
 	for j := range env.jobs {
@@ -150,11 +148,4 @@ func readsDirect(plan Plan, paths []string, keep int64, others bool) bool {
 	}
 	aligned := mean > 0 && o.HeaderBytes%storage.DirectAlign == 0 && (mean%storage.DirectAlign == 0 || storage.DirectAlign%mean == 0)
 	return pageCacheHits(float64(keep)/float64(total), mean, aligned) < directBelow
-}
-
-// chosenDirect says whether ds's records may be read with O_DIRECT as chosen:
-// not a dataset of rows, whose pages go through their own readers.
-func chosenDirect(ds dataset.Dataset) bool {
-	_, rows := ds.(dataset.Rows)
-	return !rows
 }

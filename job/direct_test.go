@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
@@ -266,6 +268,29 @@ func TestDirectJobsExact(t *testing.T) {
 	if !workers[0].Describe().Direct || !workers[1].Describe().Direct {
 		t.Fatal("a DataLoader worker's part reads through the cache beside another part of its order")
 	}
+
+	// Arrow files many times what the cache keeps are rows: chosen past
+	// the cache before the open, read through it after (their pages have
+	// readers of their own), every row once.
+	hf := filepath.Join(t.TempDir(), "hf")
+	writeHFDir(t, hf, 0, 9000, 2, arrow.PrimitiveTypes.Int64)
+	arrows, err := filepath.Glob(filepath.Join(hf, "*.arrow"))
+	if err != nil || len(arrows) != 2 {
+		t.Fatalf("arrow files %v: %v", arrows, err)
+	}
+	rspec := &wire.JobSpec{Paths: arrows, BatchSize: 32, Shuffle: true, Seed: 2}
+	if plan, err := Check(rspec); err != nil || !readsDirect(plan, arrows, env.pageCacheBytes(), false) {
+		t.Fatalf("the arrow files are not chosen past the cache before the open (%v)", err)
+	}
+	rj := openJob(t, env, rspec)
+	if rj.Describe().Direct {
+		t.Fatal("a dataset of rows reads with O_DIRECT")
+	}
+	rows, err := rowsOf(rj)
+	if err != nil || len(rows) != 1 || len(rows[0]) != 9000 {
+		t.Fatalf("rows past a refused O_DIRECT: %d epochs, %v", len(rows), err)
+	}
+	rj.Close()
 
 	// Where the page cache keeps the file, it is read through it.
 	keep, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: 1 << 30})

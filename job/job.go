@@ -213,9 +213,13 @@ func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 	opts := plan.Dataset
 	opts.Direct = opts.Direct || readsDirect(plan, paths, env.pageCacheBytes(), env.readingNow(paths, plan))
 	src, err := env.sets.get(ctx, paths, opts)
-	if err == nil && opts.Direct && !plan.Dataset.Direct && !chosenDirect(src.ds) {
-		env.sets.put(src)
-		src, err = env.sets.get(ctx, paths, plan.Dataset)
+	if err == nil && opts.Direct && !plan.Dataset.Direct {
+		// Chosen before the open, which says what they are: a dataset of
+		// rows reads its pages through readers of its own (job/direct.go).
+		if _, rows := src.ds.(dataset.Rows); rows {
+			env.sets.put(src)
+			src, err = env.sets.get(ctx, paths, plan.Dataset)
+		}
 	}
 	return src, 0, err
 }

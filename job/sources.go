@@ -49,6 +49,9 @@ type sourceKey struct {
 	direct bool
 }
 
+// pathsKey is a source key's files.
+func pathsKey(paths []string) string { return fmt.Sprintf("%q", paths) }
+
 // String is the whole identity, for naming the source's records.
 func (k sourceKey) String() string { return k.paths + " " + k.opts }
 
@@ -86,7 +89,7 @@ func newSources(store storage.Store, opts dataset.Options, open func(context.Con
 
 func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options) (*source, error) {
 	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
-	key := sourceKey{paths: fmt.Sprintf("%q", paths), opts: fmt.Sprintf("%s %d %d %v %v %v %q %q %q", opts.Format, opts.RecordSize,
+	key := sourceKey{paths: pathsKey(paths), opts: fmt.Sprintf("%s %d %d %v %v %v %q %q %q", opts.Format, opts.RecordSize,
 		opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Columns, opts.Split, opts.Extensions), direct: opts.Direct}
 	if opts.Only != nil {
 		h := fnv.New64a()

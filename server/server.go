@@ -65,9 +65,9 @@ type Server struct {
 	MemoryWait  time.Duration
 	// PageCacheBytes is what the page cache may keep of the jobs' files:
 	// a shuffle that would find few of its reads there reads the files
-	// with O_DIRECT unless its spec
-	// says (job.EnvOptions.PageCacheBytes). Default half the memory the
-	// process may use: the machine's, or its cgroup's limit.
+	// with O_DIRECT unless its spec says (job.EnvOptions.PageCacheBytes).
+	// Default half the memory the process may use: the machine's, or its
+	// cgroup's limit.
 	PageCacheBytes int64
 	// HeapLimit keeps the Go runtime's memory limit
 	// (runtime/debug.SetMemoryLimit, a process-wide setting: a command
