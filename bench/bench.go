@@ -434,7 +434,12 @@ func Fio(ctx context.Context, paths []string, bs, iodepth int, d time.Duration) 
 	var stderr strings.Builder
 	cmd := exec.CommandContext(ctx, "fio", "--name=randread", "--filename="+strings.Join(files, ":"), "--rw=randread",
 		"--bs="+strconv.Itoa(bs), "--direct=1", "--ioengine=libaio", "--iodepth="+strconv.Itoa(iodepth),
-		"--time_based", fmt.Sprintf("--runtime=%.0fs", max(1, d.Seconds())), "--readonly", "--output-format=json")
+		"--time_based", fmt.Sprintf("--runtime=%.0fs", max(1, d.Seconds())), "--readonly", "--output-format=json",
+		// fio's offsets repeat from run to run unless told otherwise, and a
+		// virtual disk's host keeps what was read before in its memory: a
+		// repeated sequence measured the host's cache (60k reads/s on this
+		// VM where fresh offsets read 8k), not the device.
+		"--randrepeat=0")
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -187,7 +187,7 @@ func TestDepthRunsAJob(t *testing.T) {
 				return dataset.Open(context.Background(), dataset.Options{RecordSize: 4096}, p)
 			},
 			Spec:   wire.JobSpec{Paths: []string{p}, RecordSize: 4096, Direct: direct},
-			Depths: []int{4}, Rounds: 1, Time: time.Second, Seed: 1,
+			Depths: []int{4}, Rounds: 1, Time: time.Second,
 		}
 		rs, err := bench.Depth(context.Background(), cfg)
 		if err != nil {

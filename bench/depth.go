@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -43,7 +44,6 @@ type DepthConfig struct {
 	Depths []int         // fio's queue depths; default 16, 32, 64, 128, 256
 	Rounds int           // default 3
 	Time   time.Duration // per run; default 10 s (riffle's at most an epoch)
-	Seed   uint64
 	// Each, if set, is called after every run.
 	Each func(round int, r Result)
 }
@@ -112,7 +112,10 @@ func Depth(ctx context.Context, cfg DepthConfig) ([]DepthRound, error) {
 // starts afresh as a new daemon's would.
 func depthRiffle(ctx context.Context, cfg DepthConfig, n int) (Result, error) {
 	spec := cfg.Spec
-	spec.Shuffle, spec.Seed, spec.Epochs, spec.BatchSize = true, cfg.Seed, 1, job.DefaultBatchSize
+	// A seed of its own each run, as fio reads fresh offsets each run
+	// (Fio): an order read before would be read from a virtual disk's host
+	// cache.
+	spec.Shuffle, spec.Seed, spec.Epochs, spec.BatchSize = true, rand.Uint64(), 1, job.DefaultBatchSize
 	plan, err := job.Check(&spec)
 	if err != nil {
 		return Result{}, err

@@ -135,8 +135,19 @@ records (--record-size, default 4096) is written first.`,
 				if b, ok := ds.(dataset.Blocker); ok && !cmd.Flags().Changed("block-size") {
 					sf.Bounds = b.Blocks() // the dataset's own blocks (Parquet pages, compressed Arrow record batches), as a job's block order takes them
 				}
+				// seed is the next run's: cold, each run reads an order
+				// of its own, since a virtual disk's host keeps in its
+				// memory what an earlier run read (Fio).
+				seed := func() uint64 {
+					if mode == "cold" {
+						return sf.Seed + uint64(len(rs))
+					}
+					return sf.Seed
+				}
 				for _, k := range sf.list() {
-					s, name, err := sf.build(k, ds.Len(), dataset.Locator(ds))
+					c := sf
+					c.Seed = seed()
+					s, name, err := c.build(k, ds.Len(), dataset.Locator(ds))
 					if err != nil {
 						return err
 					}
@@ -150,7 +161,7 @@ records (--record-size, default 4096) is written first.`,
 						return err
 					}
 				}
-				if err := runOpen(func(ds dataset.Dataset) (bench.Result, error) { return bench.Pread(ctx, ds, sf.Seed, lim) }); err != nil {
+				if err := runOpen(func(ds dataset.Dataset) (bench.Result, error) { return bench.Pread(ctx, ds, seed(), lim) }); err != nil {
 					return err
 				}
 				if err := run(func() (bench.Result, error) { return bench.Sequential(ctx, objs, recSize, lim) }); err != nil {

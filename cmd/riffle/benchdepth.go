@@ -84,7 +84,7 @@ records (--record-size, default 4096) is written first.`,
 				Open: func() (dataset.Dataset, error) { return df.open(cmd.Context(), args) },
 				Spec: wire.JobSpec{Paths: args, Format: df.opts.Format, RecordSize: df.opts.RecordSize, HeaderBytes: df.opts.HeaderBytes,
 					DropPartial: df.opts.DropPartialTail, Direct: df.direct(cmd)},
-				Depths: depths, Rounds: rounds, Time: dur, Seed: 1,
+				Depths: depths, Rounds: rounds, Time: dur,
 			}
 			if !jsonOut {
 				cfg.Each = func(round int, r bench.Result) {
