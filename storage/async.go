@@ -75,7 +75,7 @@ func (a *Async) AddFirst(f *File, p []byte, off int64, tag uint64, first int) bo
 // Wait submits what was added, waits for at least one read to finish and
 // calls done for every read that finished, with nil or an *Error.
 func (a *Async) Wait(done func(tag uint64, err error)) error {
-	if err := a.ring.Submit(1); err != nil {
+	if err := a.ring.Wait(); err != nil {
 		return err
 	}
 	a.ring.Reap(func(i uint64, res int32) {

@@ -98,12 +98,14 @@ func TestDirectUnaligned(t *testing.T) {
 	}
 }
 
-// Async reads give the same bytes as ReadAt, and the same errors.
+// Async reads give the same bytes as ReadAt, and the same errors, whether
+// the ring waits for completions parked in Go's poller (its eventfd) or
+// blocked in io_uring_enter (where no eventfd could be registered).
 func TestAsync(t *testing.T) {
 	p, want := testFile(t, 1<<20)
-	for _, direct := range []bool{false, true} {
-		t.Run(fmt.Sprint("direct=", direct), func(t *testing.T) {
-			f, err := OpenFile(p, FileOptions{Direct: direct})
+	for _, tc := range []struct{ direct, poller bool }{{false, true}, {true, true}, {false, false}, {true, false}} {
+		t.Run(fmt.Sprintf("direct=%v,poller=%v", tc.direct, tc.poller), func(t *testing.T) {
+			f, err := OpenFile(p, FileOptions{Direct: tc.direct})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,6 +115,13 @@ func TestAsync(t *testing.T) {
 				t.Skipf("io_uring unavailable here: %v", err)
 			}
 			defer a.Close()
+			if a.ring.wake == nil {
+				t.Fatal("no eventfd registered with the ring: completions are waited for blocked in io_uring_enter")
+			}
+			if !tc.poller {
+				a.ring.wake.Close()
+				a.ring.wake = nil
+			}
 			r := rand.New(rand.NewPCG(3, 4))
 			type req struct {
 				off int64
