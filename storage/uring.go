@@ -172,9 +172,13 @@ func (r *Ring) Submit(wait int) error {
 // io_uring_enter: a goroutine blocked in a system call holds its P until
 // the runtime's monitor takes it away, and then waits for a P again when
 // the call returns, so each round of a busy loader's ring paid a hand-off
-// both ways (10% of the daemon's samples were the monitor's polling; the
+// both ways (10% of a job's samples were the monitor's polling; the
 // ring's reads took ~12% longer than fio's at the same depth on the
-// disk). Where no eventfd could be registered it blocks in the call.
+// disk). The kernel posts a read's completion from task work of the
+// thread that submitted it, which it interrupts or wakes for that (the
+// ring is set up without COOP_TASKRUN or DEFER_TASKRUN), so the thread
+// need not be the one waiting. Where no eventfd could be registered it
+// blocks in the call.
 func (r *Ring) Wait() error {
 	if r.wake == nil {
 		return r.Submit(1)
