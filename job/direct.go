@@ -1,9 +1,12 @@
 package job
 
 import (
+	"context"
+	"log/slog"
 	"math"
 	"os"
 
+	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -28,8 +31,10 @@ import (
 // jobs' and the daemon's own. Orders that read file order (sequential,
 // buffered) gain the kernel's readahead, and a block order named by the
 // user reads its blocks its own way: they read through the cache. So do a
-// directory's many small files, object stores, datasets of rows, and a
-// subset, whose size is not known before the files are opened.
+// directory's many small files, object stores, datasets of rows and
+// mixtures. A subset (or a filter, or dedup) is decided once the files
+// are open and its size known, and the files are then opened anew past
+// the cache if it misses.
 
 // directBelow is the share of a shuffle's page reads the page cache must
 // answer for a job to read through it. Below it, a device the reads keep
@@ -110,30 +115,45 @@ func (env *Env) pageCacheBytes() int64 {
 // O_DIRECT: its spec leaves it to the job, its order reads records at
 // random, paths are local files, and the page cache, keeping keep bytes
 // of them, would answer under directBelow of the reads. others says
-// other jobs read the same files now.
+// other jobs read the same files now. A job of part of the files (a
+// subset, a filter, dedup) is decided once they are open (subsetDirect).
 func readsDirect(plan Plan, paths []string, keep int64, others bool) bool {
-	if !plan.DirectUnset || plan.Refresh || plan.Mixture != nil || plan.Subset != nil || plan.Filter != nil || plan.Dedup {
-		// Part of the files, whose size is not known yet, may be what
-		// the cache keeps: read through it, as before.
+	if plan.Subset != nil || plan.Filter != nil || plan.Dedup {
 		return false
 	}
+	total, ok := directFiles(plan, paths)
+	return ok && missesCache(plan, total, keep, others)
+}
+
+// directFiles says whether a job of plan may read paths past the page
+// cache, and how many bytes they hold.
+func directFiles(plan Plan, paths []string) (int64, bool) {
+	if !plan.DirectUnset || plan.Refresh || plan.Mixture != nil {
+		// A mixture's part of each source is known only once its sources
+		// are open; a growing dataset's files change: through the cache.
+		return 0, false
+	}
 	if k := plan.Sampler.Kind; k != "" && k != "global" && k != "auto" {
-		return false
+		return 0, false
 	}
 	var total int64
 	for _, p := range paths {
 		if storage.IsS3(p) {
-			return false
+			return 0, false
 		}
 		st, err := os.Stat(p)
 		if err != nil || !st.Mode().IsRegular() {
-			return false // a directory's files, or an open that will say what is wrong
+			return 0, false // a directory's files, or an open that will say what is wrong
 		}
 		total += st.Size()
 	}
-	if total == 0 {
-		return false
-	}
+	return total, total > 0
+}
+
+// missesCache says a shuffle of plan's records over bytes of its files
+// would find under directBelow of its page reads in a page cache keeping
+// keep bytes.
+func missesCache(plan Plan, bytes, keep int64, others bool) bool {
 	// Only a fixed-size file's record is known before it is opened. Where
 	// the pages are read by more than one permutation (a rank on a node
 	// of its own reads a random part of each epoch; jobs that share, or
@@ -147,5 +167,44 @@ func readsDirect(plan Plan, paths []string, keep int64, others bool) bool {
 		mean = 0
 	}
 	aligned := mean > 0 && o.HeaderBytes%storage.DirectAlign == 0 && (mean%storage.DirectAlign == 0 || storage.DirectAlign%mean == 0)
-	return pageCacheHits(float64(keep)/float64(total), mean, aligned) < directBelow
+	return pageCacheHits(float64(keep)/float64(bytes), mean, aligned) < directBelow
+}
+
+// subsetDirect is readsDirect for a job of part of its files' records (a
+// subset, a filter, dedup), decided once the files are open and the part
+// is known: n records of src, whose pages a shuffle of them reads. It
+// returns the source to read, src itself or its files opened anew past
+// the page cache (src given back to the registry).
+func (env *Env) subsetDirect(ctx context.Context, plan Plan, src *source, n int) *source {
+	if plan.Dataset.Direct || src.key.direct || src.parts != nil {
+		return src
+	}
+	if _, rows := src.ds.(dataset.Rows); rows {
+		return src // a dataset of rows reads its pages through readers of its own
+	}
+	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
+	if err != nil {
+		return src
+	}
+	if _, ok := directFiles(plan, paths); !ok {
+		return src
+	}
+	inf := src.ds.Info()
+	mean := int64(inf.RecordSize)
+	if mean == 0 {
+		mean = inf.Bytes / int64(max(1, src.ds.Len()))
+	}
+	if mean <= 0 || !missesCache(plan, int64(n)*mean, env.pageCacheBytes(), env.readingNow(paths, plan)) {
+		return src
+	}
+	opts := plan.Dataset
+	opts.Direct = true
+	d, err := env.sets.get(ctx, paths, opts)
+	if err != nil {
+		// Buffered reads of these files worked a moment ago: keep them.
+		slog.Warn("a subset's files not reopened past the page cache", "paths", len(paths), "err", err)
+		return src
+	}
+	env.sets.put(src)
+	return d
 }

@@ -178,8 +178,9 @@ func TestDirectJobsExact(t *testing.T) {
 
 	const epochs = 2
 	// check reads jobs to their end, a batch each in turn, and holds each
-	// job's epochs (over its ranks: jobs of one name) to every record once.
-	check := func(name string, jobs []*Job, names []string) {
+	// job's epochs (over its ranks: jobs of one name) to every record below
+	// upTo once, and no other.
+	check := func(name string, jobs []*Job, names []string, upTo int) {
 		t.Helper()
 		seen := map[string][]map[int]int{}
 		inTurn(t, jobs, func(k int, b *loader.Batch) {
@@ -198,7 +199,10 @@ func TestDirectJobsExact(t *testing.T) {
 				t.Fatalf("%s: %s read %d epochs, want %d", name, who, len(es), epochs)
 			}
 			for e, ids := range es {
-				for id := range n {
+				if len(ids) != upTo {
+					t.Fatalf("%s: %s's epoch %d has %d records, want %d", name, who, e, len(ids), upTo)
+				}
+				for id := range upTo {
 					if ids[id] != 1 {
 						t.Fatalf("%s: %s's epoch %d has record %d %d times", name, who, e, id, ids[id])
 					}
@@ -220,11 +224,11 @@ func TestDirectJobsExact(t *testing.T) {
 	}
 
 	j := open(wire.JobSpec{Seed: 1}, true)
-	check("alone", []*Job{j}, []string{"alone"})
+	check("alone", []*Job{j}, []string{"alone"}, n)
 	j.Close()
 
 	r0, r1 := open(wire.JobSpec{Seed: 2, Rank: 0, World: 2}, true), open(wire.JobSpec{Seed: 2, Rank: 1, World: 2}, true)
-	check("two ranks", []*Job{r0, r1}, []string{"ranks", "ranks"})
+	check("two ranks", []*Job{r0, r1}, []string{"ranks", "ranks"}, n)
 	r0.Close()
 	r1.Close()
 
@@ -232,7 +236,18 @@ func TestDirectJobsExact(t *testing.T) {
 	if g := env.Groups(); len(g) != 1 {
 		t.Fatalf("a job reading with O_DIRECT and one through the page cache make %d share groups, want 1", len(g))
 	}
-	check("sharing", []*Job{a, b}, []string{"direct", "cached"})
+	check("sharing", []*Job{a, b}, []string{"direct", "cached"}, n)
+
+	// A subset is decided once the files are open: two thirds of the
+	// lines, 20x what the cache keeps, past it, each of them once; 50
+	// lines, which it keeps, through it.
+	sub := func(k int) *wire.Subset { return &wire.Subset{Ranges: [][2]int{{0, k}}} }
+	s := open(wire.JobSpec{Seed: 6, Subset: sub(2000)}, true)
+	check("a subset", []*Job{s}, []string{"subset"}, 2000)
+	s.Close()
+	s = open(wire.JobSpec{Seed: 7, Subset: sub(50)}, false)
+	check("a small subset", []*Job{s}, []string{"small subset"}, 50)
+	s.Close()
 	a.Close()
 	b.Close()
 

@@ -122,6 +122,12 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	j.subset = ds.Len()
 	if subset != nil {
 		j.subset = int(subset.GetCardinality())
+		if j.src == src {
+			// Not a transform's persisted outputs: the subset's records
+			// are what the shuffle reads.
+			j.src = env.subsetDirect(ctx, plan, src, j.subset)
+			ds, inf = j.src.ds, j.src.ds.Info()
+		}
 	}
 	key := cacheKey(j.src, j.cached())
 	if j.smp, err = j.order(ctx, subset, key); err != nil {
