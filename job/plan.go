@@ -96,7 +96,7 @@ var Options = []Option{
 	{Name: "csv_header", Kind: "bool", Group: "dataset", Default: "false", Doc: "a CSV's first line is its header"},
 	{Name: "skip_crc", Kind: "bool", Group: "dataset", Default: "false", Doc: "skip TFRecord data CRCs on read"},
 	{Name: "drop_partial", Kind: "bool", Group: "dataset", Default: "false", Doc: "drop a fixed-size file's partial last record instead of refusing the file"},
-	{Name: "direct", Kind: "bool", Group: "dataset", Default: "true for a shuffle (global or auto) of whole local files (no subset) whose reads the page cache, keeping half the memory (riffle serve --page-cache), would answer under 1 in 8 of; else false",
+	{Name: "direct", Kind: "bool", Group: "dataset", Default: "true for a shuffle (global or auto) of local files, or of a subset of their records (not a mixture), whose reads the page cache, keeping half the memory (riffle serve --page-cache), would answer under 1 in 8 of; else false",
 		Doc: "read with O_DIRECT, past the page cache"},
 	{Name: "columns", Kind: "strings", Group: "dataset", Max: maxColumns, Default: "every column", Doc: "the columns of a rows dataset (Arrow, Parquet, Hugging Face) to read"},
 	{Name: "split", Kind: "string", Group: "dataset", Default: "the only one", Doc: "the split of a Hugging Face DatasetDict"},

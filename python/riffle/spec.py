@@ -21,7 +21,7 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "csv_header": ("csv_header", "bool", None, None, "false", "a CSV's first line is its header"),
     "skip_crc": ("skip_crc", "bool", None, None, "false", "skip TFRecord data CRCs on read"),
     "drop_partial": ("drop_partial", "bool", None, None, "false", "drop a fixed-size file's partial last record instead of refusing the file"),
-    "direct": ("direct", "bool", None, None, "true for a shuffle (global or auto) of whole local files (no subset) whose reads the page cache, keeping half the memory (riffle serve --page-cache), would answer under 1 in 8 of; else false", "read with O_DIRECT, past the page cache"),
+    "direct": ("direct", "bool", None, None, "true for a shuffle (global or auto) of local files, or of a subset of their records (not a mixture), whose reads the page cache, keeping half the memory (riffle serve --page-cache), would answer under 1 in 8 of; else false", "read with O_DIRECT, past the page cache"),
     "columns": ("columns", "strings", None, None, "every column", "the columns of a rows dataset (Arrow, Parquet, Hugging Face) to read"),
     "split": ("split", "string", None, None, "the only one", "the split of a Hugging Face DatasetDict"),
     "extensions": ("extensions", "strings", None, None, "every file (riffle.torch with decode=\"image\": torchvision's IMG_EXTENSIONS)", "the only file endings a directory dataset takes as records, as ImageFolder's extensions"),
