@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/storage"
@@ -182,10 +183,9 @@ func (env *Env) subsetDirect(ctx context.Context, plan Plan, src *source, n int)
 	if _, rows := src.ds.(dataset.Rows); rows {
 		return src // a dataset of rows reads its pages through readers of its own
 	}
-	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
-	if err != nil {
-		return src
-	}
+	// The files src was opened with, not plan.Paths expanded again: a
+	// glob may match others by now, and the subset names src's records.
+	paths := src.paths
 	if _, ok := directFiles(plan, paths); !ok {
 		return src
 	}
@@ -203,6 +203,11 @@ func (env *Env) subsetDirect(ctx context.Context, plan Plan, src *source, n int)
 	if err != nil {
 		// Buffered reads of these files worked a moment ago: keep them.
 		slog.Warn("a subset's files not reopened past the page cache", "paths", len(paths), "err", err)
+		return src
+	}
+	if !slices.Equal(d.ds.Info().Versions, src.ds.Info().Versions) {
+		// Rewritten since: the subset names the records src holds.
+		env.sets.put(d)
 		return src
 	}
 	env.sets.put(src)

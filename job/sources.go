@@ -62,6 +62,7 @@ func (k sourceKey) Options() string { return k.opts }
 // source is one opened dataset and the jobs using it.
 type source struct {
 	key   sourceKey
+	paths []string // the files it was opened with (expanded)
 	ds    dataset.Dataset
 	err   error
 	ready chan struct{} // closed once the open finished
@@ -100,7 +101,7 @@ func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options)
 		d.mu.Lock()
 		e, ok := d.open[key]
 		if !ok {
-			e = &source{key: key, ready: make(chan struct{}), refs: 1}
+			e = &source{key: key, paths: paths, ready: make(chan struct{}), refs: 1}
 			d.open[key] = e
 			d.mu.Unlock()
 			e.ds, e.err = d.safeOpen(ctx, opts, paths)
