@@ -50,13 +50,21 @@ func TestReadAt(t *testing.T) {
 	}
 }
 
-func TestDirectTail(t *testing.T) {
+// directTestFile is a test file of 3 aligned blocks and 100 bytes, opened
+// asking for O_DIRECT, and its bytes.
+func directTestFile(t *testing.T) (*File, []byte) {
+	t.Helper()
 	p, want := testFile(t, 3*DirectAlign+100)
 	f, err := OpenFile(p, FileOptions{Direct: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
+	return f, want
+}
+
+func TestDirectTail(t *testing.T) {
+	f, want := directTestFile(t)
 	if f.Alignment() != DirectAlign {
 		t.Skip("file system refused O_DIRECT")
 	}
@@ -73,12 +81,7 @@ func TestDirectTail(t *testing.T) {
 // footer's) gives the bytes, not EINVAL; one past the end is the error a
 // buffered read's is, at the offset asked.
 func TestDirectUnaligned(t *testing.T) {
-	p, want := testFile(t, 3*DirectAlign+100)
-	f, err := OpenFile(p, FileOptions{Direct: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f, want := directTestFile(t)
 	if !f.Direct() {
 		t.Skip("file system refused O_DIRECT")
 	}
@@ -91,7 +94,7 @@ func TestDirectUnaligned(t *testing.T) {
 			t.Fatalf("%d bytes at %d differ", c.n, c.off)
 		}
 	}
-	err = f.ReadAt(context.Background(), make([]byte, 10), 3*DirectAlign+95)
+	err := f.ReadAt(context.Background(), make([]byte, 10), 3*DirectAlign+95)
 	var se *Error
 	if !errors.Is(err, io.ErrUnexpectedEOF) || !errors.As(err, &se) || se.Offset != 3*DirectAlign+95 {
 		t.Fatalf("read past the end: %v", err)
