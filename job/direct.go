@@ -177,9 +177,6 @@ func missesCache(plan Plan, bytes, keep int64, others bool) bool {
 // returns the source to read, src itself or its files opened anew past
 // the page cache (src given back to the registry).
 func (env *Env) subsetDirect(ctx context.Context, plan Plan, src *source, n int) *source {
-	if plan.Dataset.Direct || src.key.direct || src.parts != nil {
-		return src
-	}
 	if _, rows := src.ds.(dataset.Rows); rows {
 		return src // a dataset of rows reads its pages through readers of its own
 	}
