@@ -29,5 +29,8 @@
 // for another, and the records a job was given but has not read yet are
 // what the cache holds for it (the RefCnt cache, §3.2: each shared record
 // is reserved with the number of jobs that will read it, and dropped when
-// the last has).
+// the last has). Raw records of local files are not copied: the first
+// read leaves their pages in the page cache, and the group bounds the
+// pages its slow jobs wait for by the memory the page cache may keep
+// (Options.Hold), the same bound the RefCnt cache's budget sets.
 package share

@@ -29,8 +29,10 @@ var ErrFull = errors.New("share: the group is full")
 type Options struct {
 	// Records is the number of records of the source.
 	Records int
-	// Cache holds the records shared jobs will read; nil shares no reads
-	// (the order is still dependent, for tests).
+	// Cache holds the records shared jobs will read. With none the group
+	// reserves nothing: the records wait where the first job's read left
+	// them (the page cache, bounded by Hold), or the order alone is
+	// dependent.
 	Cache *cache.Cache
 	// Key names record id in the cache, Size its exact bytes there (the
 	// record's length, or its transform's output size): a shared record's
@@ -39,13 +41,19 @@ type Options struct {
 	Size func(id int) int
 	// QueueCap bounds the records a job was given but has not taken yet:
 	// a job whose queue is full sits out rounds. By default the bound is
-	// the group's bytes in the cache, not a count: the jobs behind the
-	// leader sit out while the records given to several jobs in one round
-	// (read once, kept in the cache until each has taken it) come to four
-	// fifths of the cache's budget, counted once however many jobs wait
-	// for one. A record given to one job alone is read when it takes it
-	// and costs its queue a few bytes.
+	// the group's bytes held, not a count: the jobs behind the leader sit
+	// out while the records given to several jobs in one round (read once,
+	// kept until each has taken it) come to four fifths of the cache's
+	// budget, or to Hold, counted once however many jobs wait for one. A
+	// record given to one job alone is read when it takes it and costs
+	// its queue a few bytes.
 	QueueCap int
+	// Hold, with no Cache, bounds the bytes of the records given to
+	// several jobs and not yet taken by each (as Size counts them): they
+	// wait in the page cache, where the first job's read put them, and
+	// the jobs behind the leader sit out while Hold is held, as they do
+	// at four fifths of a Cache's budget.
+	Hold int64
 	// Seed seeds the group's random source; 0 draws one.
 	Seed uint64
 }
@@ -327,10 +335,19 @@ func (g *Group) room(o *Member) bool {
 	if g.opts.QueueCap > 0 {
 		return len(o.queue) < g.opts.QueueCap
 	}
-	if c := g.opts.Cache; c != nil {
-		return len(o.queue) < 64 || g.held < c.Budget()*4/5
+	if hold := g.hold(); hold > 0 {
+		return len(o.queue) < 64 || g.held < hold
 	}
 	return len(o.queue) < 64
+}
+
+// hold is the bytes the group may hold for the jobs behind the leader:
+// four fifths of its cache's budget, or Hold.
+func (g *Group) hold() int64 {
+	if c := g.opts.Cache; c != nil {
+		return c.Budget() * 4 / 5
+	}
+	return g.opts.Hold
 }
 
 // taken counts q, given to several jobs, taken by one of them (or given
@@ -368,8 +385,11 @@ func (g *Group) run(m *Member) {
 		p := parts[i]
 		p.remaining--
 		q := given{id: int32(e), epoch: int32(p.give)}
-		if k := int32(popcount(clear[e])); g.opts.Cache != nil && k >= 2 {
-			q.size = int32(g.opts.Size(e)) + 64 // and the item's bookkeeping
+		if k := int32(popcount(clear[e])); g.hold() > 0 && k >= 2 {
+			q.size = int32(g.opts.Size(e))
+			if g.opts.Cache != nil {
+				q.size += 64 // the item's bookkeeping
+			}
 			if _, ok := g.waiting[q.id]; !ok {
 				g.held += int64(q.size)
 			}
