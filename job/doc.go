@@ -15,7 +15,9 @@
 //
 // Whoever holds the bytes states their size: a shared record's cache item
 // is the record's own length, or its transform's output size, and every
-// copy into or out of an item checks it (cache.Item.Put, CopyTo). A job
+// copy into or out of an item checks it (cache.Item.Put, CopyTo); a local
+// file's raw records wait in the page cache instead, counted by the pages
+// they lie in (Job.join). A job
 // in a group covers its rank's and DataLoader worker's part of every
 // epoch; Describe says how many batches that is, and a client counts by
 // that and never works it out again.

@@ -40,14 +40,14 @@ type membership struct {
 
 // join puts j in src's group (jobs on src naming j's transform), making
 // the group if need be.
-func (gs *groups) join(j *Job, src *source, c *cache.Cache, key func(int) cache.Key, size func(int) int, subset *roaring.Bitmap, epoch int) (*share.Member, error) {
+func (gs *groups) join(j *Job, src *source, c *cache.Cache, hold int64, key func(int) cache.Key, size func(int) int, subset *roaring.Bitmap, epoch int) (*share.Member, error) {
 	k := fmt.Sprintf("%s|%s", src.key, j.cached())
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	ge, ok := gs.all[k]
 	if !ok {
 		ge = &groupEntry{key: k, source: src.desc(), records: src.ds.Len(), jobs: map[*Job]bool{},
-			g: share.NewGroup(share.Options{Records: src.ds.Len(), Cache: c, Key: key, Size: size})}
+			g: share.NewGroup(share.Options{Records: src.ds.Len(), Cache: c, Hold: hold, Key: key, Size: size})}
 		gs.all[k] = ge
 	}
 	m, err := ge.g.Join(subset, epoch)
