@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -46,6 +47,16 @@ SHARER = textwrap.dedent("""
 """)
 
 
+def after_batches(p: subprocess.Popen, within: float) -> str | None:
+    """p's first line other than "batch", or None if none came within seconds."""
+    got = []
+    t = threading.Thread(target=lambda: got.append(next((s for s in (line.strip() for line in iter(p.stdout.readline, ""))
+                                                          if s != "batch"), "")), daemon=True)
+    t.start()
+    t.join(within)
+    return got[0] if got else None
+
+
 def test_sharing_jobs_across_processes(tmp_path):
     n = 20000
     path = str(write_fixed(tmp_path / "s.bin", n, 128))
@@ -75,10 +86,7 @@ def test_sharing_jobs_across_processes(tmp_path):
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         for p in procs[:3]:
-            line = "batch"
-            while line == "batch":
-                line = p.stdout.readline().strip()
-            assert line == "read", p.communicate(timeout=60)[1][-2000:]
+            assert after_batches(p, 300) == "read", p.communicate(timeout=60)[1][-2000:]
         # Every survivor has read its epochs and is still open: the group's
         # counts. Dependent sampling at one pace: a round gives the full
         # jobs one shared record, and the half-subset job the same one or
