@@ -81,6 +81,18 @@ func (f *File) Name() string { return f.name }
 // Size returns the file's size when it was opened.
 func (f *File) Size() int64 { return f.size }
 
+// Drop asks the kernel to drop the cached pages of n bytes at off: a
+// reader that knows which of its pages it will need again keeps those in
+// the page cache, not the ones the kernel's LRU would keep. The file's
+// bytes are untouched; a later read of them reads the device.
+func (f *File) Drop(off, n int64) error {
+	defer runtime.KeepAlive(f)
+	if err := unix.Fadvise(f.fd, off, n, unix.FADV_DONTNEED); err != nil {
+		return &Error{Op: "fadvise", Object: f.name, Offset: off, Len: int(n), Err: err}
+	}
+	return nil
+}
+
 // Alignment is the required alignment of buffers, offsets and lengths: 1
 // unless the file was opened with O_DIRECT.
 func (f *File) Alignment() int {

@@ -151,6 +151,21 @@ func (f setFile) ReadAt(ctx context.Context, p []byte, off int64) error {
 	return r.ReadAt(ctx, p, off)
 }
 
+// Drop drops the cached pages of n bytes at off of the file (File.Drop),
+// opening it if it is not open.
+func (f setFile) Drop(off, n int64) error {
+	r, err := f.s.acquire(context.Background(), f.i)
+	if err != nil {
+		return err
+	}
+	defer f.s.release(f.i)
+	d, ok := r.(Dropper)
+	if !ok {
+		return nil
+	}
+	return d.Drop(off, n)
+}
+
 func (f setFile) ringFile() (*File, func(), error) {
 	r, err := f.s.acquire(context.Background(), f.i)
 	if err != nil {
