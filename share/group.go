@@ -54,6 +54,9 @@ type Options struct {
 	// the jobs behind the leader sit out while Hold is held, as they do
 	// at four fifths of a Cache's budget.
 	Hold int64
+	// Pages, with no Cache, names the pages the records lie in: the group
+	// then keeps in the page cache the pages needed soonest (pages.go).
+	Pages *Pages
 	// Seed seeds the group's random source; 0 draws one.
 	Seed uint64
 }
@@ -69,6 +72,10 @@ type Group struct {
 	// to take it; held is those records' bytes in the cache.
 	waiting map[int32]int32
 	held    int64
+	// res is the pages the group keeps in the page cache (Options.Pages);
+	// takes counts every member's takes, the clock of their rates.
+	res   *resident
+	takes int64
 
 	rounds, given, shared, saved atomic.Int64
 }
@@ -79,8 +86,12 @@ func NewGroup(opts Options) *Group {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	return &Group{opts: opts, cl: newClasses(opts.Records), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	g := &Group{opts: opts, cl: newClasses(opts.Records), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		waiting: map[int32]int32{}}
+	if opts.Pages != nil && opts.Cache == nil {
+		g.res = newResident(*opts.Pages)
+	}
+	return g
 }
 
 // Stats are a group's counts: rounds run, records given to jobs, and
@@ -136,6 +147,10 @@ type Member struct {
 	active bool // give's records are in the classes
 	gone   bool
 	picked int // the record of the current round
+	// rate is the member's share of the group's takes, takes its own
+	// (Options.Pages: how soon it needs its records).
+	rate             float64
+	takes, lastTakes int64
 	// Last, if not negative, is the job's last epoch: it is not given
 	// records of later ones.
 	Last int
@@ -189,7 +204,7 @@ func (g *Group) Join(subset *roaring.Bitmap, epoch int) (*Member, error) {
 	defer g.mu.Unlock()
 	for i := range g.mem {
 		if g.mem[i] == nil {
-			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1, Last: -1}
+			m := &Member{g: g, bit: 1 << i, subset: subset, size: g.opts.Records, epoch: -1, Last: -1, rate: 1}
 			if subset != nil {
 				if subset.GetCardinality() > 0 && int(subset.Maximum()) >= g.opts.Records {
 					return nil, fmt.Errorf("share: subset names record %d of %d", subset.Maximum(), g.opts.Records)
@@ -281,7 +296,19 @@ func (m *Member) Len() int { return m.size }
 func (m *Member) Fill(epoch, pos int, dst []int) int {
 	g := m.g
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	n := m.fill(epoch, pos, dst)
+	var drops []int32
+	if g.res != nil {
+		drops = g.res.dropped()
+	}
+	g.mu.Unlock()
+	for _, pg := range drops {
+		g.res.p.Drop(int(pg), 1)
+	}
+	return n
+}
+
+func (m *Member) fill(epoch, pos int, dst []int) int {
 	if m.gone {
 		return 0
 	}
@@ -324,6 +351,10 @@ func (m *Member) take() int {
 	m.g.taken(q)
 	m.seq = append(m.seq, q.id)
 	m.done.Add(uint32(q.id))
+	if g := m.g; g.res != nil {
+		g.rates(m)
+		g.touch(m, int(q.id))
+	}
 	return int(q.id)
 }
 
