@@ -8,7 +8,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/share"
 )
 
@@ -39,15 +38,15 @@ type membership struct {
 }
 
 // join puts j in src's group (jobs on src naming j's transform), making
-// the group if need be.
-func (gs *groups) join(j *Job, src *source, c *cache.Cache, hold int64, key func(int) cache.Key, size func(int) int, subset *roaring.Bitmap, epoch int) (*share.Member, error) {
+// the group of opts if need be.
+func (gs *groups) join(j *Job, src *source, opts share.Options, subset *roaring.Bitmap, epoch int) (*share.Member, error) {
 	k := fmt.Sprintf("%s|%s", src.key, j.cached())
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	ge, ok := gs.all[k]
 	if !ok {
-		ge = &groupEntry{key: k, source: src.desc(), records: src.ds.Len(), jobs: map[*Job]bool{},
-			g: share.NewGroup(share.Options{Records: src.ds.Len(), Cache: c, Hold: hold, Key: key, Size: size})}
+		opts.Records = src.ds.Len()
+		ge = &groupEntry{key: k, source: src.desc(), records: src.ds.Len(), jobs: map[*Job]bool{}, g: share.NewGroup(opts)}
 		gs.all[k] = ge
 	}
 	m, err := ge.g.Join(subset, epoch)

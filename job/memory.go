@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"container/heap"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"strconv"
@@ -57,34 +58,52 @@ func cgroupLimit() (int64, bool) { return cgroupLimitIn(os.DirFS("/")) }
 
 // cgroupLimitIn is cgroupLimit over a file system rooted where / is.
 func cgroupLimitIn(fsys fs.FS) (int64, bool) {
+	limit, _, ok := cgroupMemoryIn(fsys)
+	return limit, ok
+}
+
+// cgroupMemoryIn reads the memory cgroups on the process's path from the
+// root (v1 or v2): the lowest limit, and the least room under a limit,
+// the limit less what the cgroup uses (the page cache of its files
+// included), where the usage could be read.
+func cgroupMemoryIn(fsys fs.FS) (limit, room int64, found bool) {
 	f, err := fsys.Open("proc/self/cgroup")
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	defer f.Close()
-	best, found := int64(0), false
+	room = math.MaxInt64
+	read := func(name string) (int64, bool) {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return v, err == nil
+	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
-		var root, file string
+		var root, file, usage string
 		switch {
 		case parts[1] == "memory" || strings.Contains(","+parts[1]+",", ",memory,"):
-			root, file = "sys/fs/cgroup/memory", "memory.limit_in_bytes"
+			root, file, usage = "sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
 		case parts[0] == "0" && parts[1] == "":
-			root, file = "sys/fs/cgroup", "memory.max"
+			root, file, usage = "sys/fs/cgroup", "memory.max", "memory.current"
 		default:
 			continue
 		}
 		for dir := path.Clean("/" + parts[2]); ; dir = path.Dir(dir) {
-			b, err := fs.ReadFile(fsys, path.Join(root, dir, file))
-			if err == nil {
-				v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-				// "max", or v1's "no limit" (a page short of MaxInt64), is none.
-				if err == nil && v > 0 && v < 1<<62 && (!found || v < best) {
-					best, found = v, true
+			// "max", or v1's "no limit" (a page short of MaxInt64), is none.
+			if v, ok := read(path.Join(root, dir, file)); ok && v > 0 && v < 1<<62 {
+				if !found || v < limit {
+					limit, found = v, true
+				}
+				if u, ok := read(path.Join(root, dir, usage)); ok {
+					room = min(room, v-u)
 				}
 			}
 			if dir == "/" {
@@ -92,7 +111,49 @@ func cgroupLimitIn(fsys fs.FS) (int64, bool) {
 			}
 		}
 	}
-	return best, found
+	if room == math.MaxInt64 {
+		room = limit
+	}
+	return limit, room, found
+}
+
+// memoryRoom is the bytes this process's page cache may still grow by
+// before the kernel reclaims any: under a memory cgroup's limit, what
+// the cgroup leaves less a thirty-second of it (the kernel reclaims at
+// the limit, and charges are batched per CPU); else the memory the
+// kernel says is available less held (the caller's own pages, which it
+// counts as available: it could reclaim them) and a thirty-second of
+// the machine's, above the watermarks at which it starts reclaiming.
+func memoryRoom(held int64) int64 {
+	if limit, room, ok := cgroupMemoryIn(os.DirFS("/")); ok {
+		return room - limit/32
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	total := int64(si.Totalram) * int64(si.Unit)
+	avail, ok := memAvailable()
+	if !ok {
+		return int64(si.Freeram)*int64(si.Unit) - total/32
+	}
+	return avail - held - total/32
+}
+
+// memAvailable reads MemAvailable from /proc/meminfo: free memory and
+// what the kernel can reclaim without swapping.
+func memAvailable() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
 }
 
 // metaBytes is the room for a batch's ids, offsets, lengths and labels:

@@ -51,3 +51,31 @@ func TestCgroupLimit(t *testing.T) {
 		}
 	}
 }
+
+// The room under a cgroup is the least of each limited cgroup's limit
+// less its usage on the path from the root.
+func TestCgroupRoom(t *testing.T) {
+	fsys := fstest.MapFS{
+		"proc/self/cgroup": {Data: []byte("4:memory:/a/b\n")},
+		"sys/fs/cgroup/memory/a/memory.limit_in_bytes":   {Data: []byte("1073741824\n")},
+		"sys/fs/cgroup/memory/a/memory.usage_in_bytes":   {Data: []byte("1000000000\n")},
+		"sys/fs/cgroup/memory/a/b/memory.limit_in_bytes": {Data: []byte("536870912\n")},
+		"sys/fs/cgroup/memory/a/b/memory.usage_in_bytes": {Data: []byte("36870912\n")},
+	}
+	limit, room, ok := cgroupMemoryIn(fsys)
+	if !ok || limit != 512<<20 || room != 1073741824-1000000000 {
+		t.Fatalf("limit %d, room %d, %v; want %d, %d (the parent's)", limit, room, ok, 512<<20, 1073741824-1000000000)
+	}
+	fsys["sys/fs/cgroup/memory/a/memory.usage_in_bytes"] = &fstest.MapFile{Data: []byte("1\n")}
+	if _, room, _ := cgroupMemoryIn(fsys); room != 500000000 {
+		t.Fatalf("room %d, want %d (the child's)", room, 500000000)
+	}
+	v2 := fstest.MapFS{
+		"proc/self/cgroup":                 {Data: []byte("0::/job\n")},
+		"sys/fs/cgroup/job/memory.max":     {Data: []byte("805306368\n")},
+		"sys/fs/cgroup/job/memory.current": {Data: []byte("5306368\n")},
+	}
+	if limit, room, ok := cgroupMemoryIn(v2); !ok || limit != 768<<20 || room != 800000000 {
+		t.Fatalf("v2: limit %d, room %d, %v", limit, room, ok)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"sort"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -155,8 +157,7 @@ func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, e
 		out := j.tf.Size()
 		size = func(int) int { return out }
 	}
-	c := j.env.cache
-	var hold int64
+	opts := share.Options{Cache: j.env.cache, Key: key}
 	_, rows := ds.(dataset.Rows)
 	switch {
 	case rows && j.cached() == "":
@@ -166,12 +167,70 @@ func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, e
 		// they take at the same time lie in. The group reserves no record
 		// items, which no loader of rows fills; a transform's outputs, one
 		// of its size a row, it does, as for records (loader/rowtf.go).
-		c = nil
+		opts.Cache = nil
 	case j.cached() == "" && pageCached(src):
-		c, hold = nil, j.env.pageCacheBytes()/2
+		opts.Cache, opts.Hold = nil, j.env.pageCacheBytes()/2
 		size = func(id int) int { l := ds.Locate(id); return pagesOf(l.Off, l.Len) }
+		opts.Pages = j.env.pages(ds)
 	}
-	return j.env.groups.join(j, src, c, hold, key, size, mine, epoch)
+	opts.Size = size
+	return j.env.groups.join(j, src, opts, mine, epoch)
+}
+
+// pages numbers the pages of ds's files for a share group to choose which
+// of them the page cache keeps (share.Pages), or is nil: ds's records do
+// not follow each other in its files, or the tables, 8 bytes a page,
+// would take more than a sixty-fourth of the memory (a dataset 64 times
+// larger than it; the kernel's order is kept).
+func (env *Env) pages(ds dataset.Dataset) *share.Pages {
+	const page = storage.DirectAlign
+	objs, ok := ds.(interface{ Objects() int })
+	if !ok || ds.Len() == 0 {
+		return nil
+	}
+	n := objs.Objects()
+	base := make([]int64, n+1) // each file's first page
+	for i := range n {
+		base[i+1] = base[i] + (ds.Object(i).Size()+page-1)/page
+	}
+	if base[n] >= math.MaxInt32 || base[n]*8 > AvailableMemory()/64 {
+		return nil
+	}
+	span := func(id int) (int, int) {
+		l := ds.Locate(id)
+		first := base[l.Object] + l.Off/page
+		if l.Len <= 0 {
+			return int(first), 0
+		}
+		return int(first), int((l.Off%page + int64(l.Len) + page - 1) / page)
+	}
+	for id, last := 0, -1; id < ds.Len(); id++ {
+		f, _ := span(id)
+		if f < last {
+			return nil
+		}
+		last = f
+	}
+	return &share.Pages{Count: int(base[n]), Span: span, Bytes: page, Room: env.pageRoom,
+		Drop: func(first, k int) {
+			i := sort.Search(n, func(i int) bool { return base[i+1] > int64(first) })
+			if d, ok := ds.Object(i).(storage.Dropper); ok {
+				// A failed drop leaves the pages cached: the kernel's
+				// order decides for them, and every byte is still read
+				// from its file.
+				_ = d.Drop((int64(first)-base[i])*page, int64(k)*page)
+			}
+		}}
+}
+
+// pageRoom is what the page cache may still take, given the bytes of
+// pages a share group keeps: a set PageCacheBytes less those, or the
+// memory left before the kernel reclaims (memoryRoom).
+func (env *Env) pageRoom(held int64) int64 {
+	if env.opts.PageCacheBytes > 0 {
+		return env.opts.PageCacheBytes - held
+	}
+	return memoryRoom(held)
 }
 
 // ownBlocks fits cfg to ds: its record size and device block, and, for a
