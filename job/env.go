@@ -43,7 +43,9 @@ type EnvOptions struct {
 	// PageCacheBytes is what the page cache may keep of a job's files:
 	// a shuffle it would answer few reads of reads with O_DIRECT when its
 	// spec leaves direct unset (job/direct.go). Default half the memory
-	// the process may use.
+	// the process may use. Set, it also bounds the pages a share group
+	// keeps in the page cache (share.Pages), which by default fill what
+	// the cgroup's limit, or the machine, leaves (memoryRoom).
 	PageCacheBytes int64
 	// Open opens a dataset; default dataset.Open (a test holds an open
 	// with its own).

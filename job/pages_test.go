@@ -115,6 +115,9 @@ func TestSharedPagesKeptWithinRoom(t *testing.T) {
 	if len(st) != 1 || st[0].Stats.Saved == 0 {
 		t.Fatalf("the three jobs shared nothing: %+v", st)
 	}
+	if ps := st[0].Stats; ps.PagesDropped < n-room/4096 || ps.PagesKept > room/4096+512 {
+		t.Fatalf("the group says it keeps %d pages and dropped %d, with room for %d of %d", ps.PagesKept, ps.PagesDropped, room/4096, n)
+	}
 	// The room, and what the group takes between two looks at it.
 	if r := residentPages(t, p); r*4096 > room+2<<20 {
 		t.Fatalf("%d pages (%d KiB) of the file are cached after the jobs, with room for %d KiB", r, r*4, room>>10)

@@ -91,7 +91,7 @@ func (s *Server) groupStatus() []wire.GroupStatus {
 	var out []wire.GroupStatus
 	for _, g := range s.env.Groups() {
 		gs := wire.GroupStatus{Source: g.Source, Records: g.Records, Shared: g.Stats.Shared, Rounds: g.Stats.Rounds,
-			Given: g.Stats.Given, Saved: g.Stats.Saved}
+			Given: g.Stats.Given, Saved: g.Stats.Saved, PagesKept: g.Stats.PagesKept, PagesDropped: g.Stats.PagesDropped}
 		for _, j := range g.Jobs {
 			if h, ok := handles[j]; ok { // open, not a check
 				gs.Jobs = append(gs.Jobs, h.status(j.Status(h.records.Load())))

@@ -102,6 +102,10 @@ type Stats struct {
 	// round count k-1. Given less Saved is what the jobs read.
 	Saved   int64
 	Members int
+	// PagesKept is the pages of the group's records it keeps in the page
+	// cache, PagesDropped those it has asked the kernel to drop
+	// (Options.Pages).
+	PagesKept, PagesDropped int64
 }
 
 func (g *Group) Stats() Stats {
@@ -112,8 +116,13 @@ func (g *Group) Stats() Stats {
 			n++
 		}
 	}
+	var kept, dropped int64
+	if g.res != nil {
+		kept, dropped = int64(len(g.res.pages)), g.res.dropCount
+	}
 	g.mu.Unlock()
-	return Stats{Rounds: g.rounds.Load(), Given: g.given.Load(), Shared: g.shared.Load(), Saved: g.saved.Load(), Members: n}
+	return Stats{Rounds: g.rounds.Load(), Given: g.given.Load(), Shared: g.shared.Load(), Saved: g.saved.Load(), Members: n,
+		PagesKept: kept, PagesDropped: dropped}
 }
 
 // Member is one job of a group, and its order: a Sampler whose epochs are

@@ -52,11 +52,12 @@ type resident struct {
 	first []int32 // page -> the first record on it, while it is held
 	// by and at are the member that last took a record on each page and
 	// its count of takes then (Pages.Fresh).
-	by    []uint8
-	at    []uint32
-	pages []int32
-	added int     // pages taken since Room was asked
-	drops []int32 // pages to drop once the lock is released
+	by        []uint8
+	at        []uint32
+	pages     []int32
+	added     int     // pages taken since Room was asked
+	drops     []int32 // pages to drop once the lock is released
+	dropCount int64
 }
 
 // checkEvery is how many pages the group takes between two looks at the
@@ -137,6 +138,7 @@ func (g *Group) evict(n int) {
 		r.pages = r.pages[:len(r.pages)-1]
 		r.place[victim] = -1
 		r.drops = append(r.drops, victim)
+		r.dropCount++
 	}
 }
 

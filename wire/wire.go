@@ -427,6 +427,10 @@ type GroupStatus struct {
 	Rounds  int64       `json:"rounds"` // rounds of dependent sampling
 	Given   int64       `json:"given"`  // records given to jobs
 	Saved   int64       `json:"saved"`  // reads sharing saved
+	// PagesKept and PagesDropped, for a group whose records wait in the
+	// page cache: its pages there, and those it had the kernel drop.
+	PagesKept    int64 `json:"pages_kept,omitempty"`
+	PagesDropped int64 `json:"pages_dropped,omitempty"`
 }
 
 // JobStatus is one job.

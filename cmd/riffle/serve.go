@@ -111,7 +111,7 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.Var(sizeFlag{&s.TierBytes}, "cache-dir-bytes", "the disk cache's budget, like 100GiB (default 64MiB)")
 	fl.Var(sizeFlag{&s.CacheBytes}, "cache-bytes", "the record cache's budget, like 8GiB (default a quarter of --memory)")
 	fl.Var(sizeFlag{&s.MemoryBytes}, "memory", "the memory the daemon may use, like 16GiB: the record cache, the Go heap and every job's shared memory (default its memory cgroup's limit, or the machine's memory)")
-	fl.Var(sizeFlag{&s.PageCacheBytes}, "page-cache", "what the page cache may keep of the jobs' files, like 8GiB: a shuffle that would find under 1 in 8 of its reads there reads with O_DIRECT unless its spec says (default half the machine's memory, or of the cgroup's limit)")
+	fl.Var(sizeFlag{&s.PageCacheBytes}, "page-cache", "what the page cache may keep of the jobs' files, like 8GiB: a shuffle that would find under 1 in 8 of its reads there reads with O_DIRECT unless its spec says (default half the machine's memory, or of the cgroup's limit); set, it also bounds the pages a share group keeps there, by default what the cgroup's limit or the machine leaves")
 	fl.DurationVar(&s.MemoryWait, "memory-wait", 2*time.Minute, "how long a job's open waits for room in the memory budget before it is refused")
 	fl.StringVar(&peers, "peers", "", "every node's daemon (host:port,... in the same order on every node, or dns:NAME:PORT for a headless service; default $RIFFLE_PEERS): their memory holds s3:// blocks together")
 	fl.IntVar(&node, "node", -1, "this node's index in --peers (default $RIFFLE_NODE, $NODE_RANK, $GROUP_RANK, $SLURM_NODEID, else where --tcp is in the list)")

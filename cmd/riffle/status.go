@@ -58,6 +58,9 @@ whatever a transform made of it).`,
 				if len(g.Jobs) > 1 || g.Shared > 0 {
 					fmt.Fprintf(out, ", %d jobs sharing, %d records read once for several, %d reads avoided", len(g.Jobs), g.Shared, g.Saved)
 				}
+				if g.PagesKept > 0 || g.PagesDropped > 0 {
+					fmt.Fprintf(out, ", %d pages kept in the page cache by need, %d dropped", g.PagesKept, g.PagesDropped)
+				}
 				fmt.Fprintln(out, ")")
 				fmt.Fprintf(out, "  %-6s %10s %6s %10s %12s %10s %8s  %s\n", "job", "subset", "epoch", "position", "samples/s", "memory", "reads", "transform")
 				for _, j := range g.Jobs {
