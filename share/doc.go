@@ -32,5 +32,15 @@
 // the last has). Raw records of local files are not copied: the first
 // read leaves their pages in the page cache, and the group bounds the
 // pages its slow jobs wait for by the memory the page cache may keep
-// (Options.Hold), the same bound the RefCnt cache's budget sets.
+// (Options.Hold), the same bound the RefCnt cache's budget sets. The group
+// also chooses which of those pages the page cache keeps (Options.Pages,
+// pages.go): when the memory runs out it drops the pages whose records
+// are needed least soon (by the jobs that still need them this epoch,
+// each at its rate over the records it has left), not the least recently
+// read, which under uniform orders are the ones still needed. Joader's
+// cache holds only what a round gave several jobs; every other record a
+// job reads alone is left to the LRU and lost to the jobs behind it.
+// Four staggered jobs at 1x, 1x, 2x, 4x over 4 GiB in a 3 GiB cgroup
+// read 1.10x one epoch (fixed records), 1.47x (lines), 1.45x (a file
+// tree), against 1.59x, 2.16x and 1.96x with the kernel's choice.
 package share

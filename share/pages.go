@@ -171,9 +171,9 @@ func (g *Group) need(id int) float64 {
 	if g.waiting[int32(id)] > 0 {
 		return 1e9
 	}
-	sig, v := g.cl.sig(id), 0.0
-	for _, m := range g.mem {
-		if m != nil && sig&m.bit != 0 && m.remaining > 0 {
+	v := 0.0
+	for sig := g.cl.sig(id); sig != 0; sig &= sig - 1 {
+		if m := g.mem[bits.TrailingZeros64(sig)]; m != nil && m.remaining > 0 {
 			v += m.rate / float64(m.remaining)
 		}
 	}
