@@ -175,7 +175,8 @@ func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, e
 	case j.cached() == "" && pageCached(src):
 		opts.Cache, opts.Hold = nil, j.env.pageCacheBytes()/2
 		size = func(id int) int { l := ds.Locate(id); return pagesOf(l.Off, l.Len) }
-		opts.Pages = j.env.pages(ds)
+		src.pagesOnce.Do(func() { src.pages = j.env.pages(ds) })
+		opts.Pages = src.pages
 	}
 	opts.Size = size
 	return j.env.groups.join(j, src, opts, mine, epoch)

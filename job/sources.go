@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -80,6 +81,10 @@ type source struct {
 	// union, for parts of rows, is all their files opened as one dataset:
 	// ds reads through it.
 	union *source
+	// pages numbers ds's pages for the share groups over it, once
+	// (Env.pages).
+	pagesOnce sync.Once
+	pages     *share.Pages
 }
 
 const keepOpen = 30 * time.Second
