@@ -5,50 +5,63 @@ import (
 	"testing"
 )
 
+// schedule runs jobs on g, one epoch each of its n records, consuming at
+// rates (records per tick) from start ticks. took is told each record a
+// job takes (got: its records so far), tick the members after each tick.
+// It returns each job's epoch.
+func schedule(g *Group, n int, rates []float64, starts []int, took func(k int, got []int), tick func([]*Member)) [][]int {
+	ms := make([]*Member, len(rates))
+	got := make([][]int, len(rates))
+	acc := make([]float64, len(rates))
+	buf := []int{0}
+	for t := 0; ; t++ {
+		busy := false
+		for k := range ms {
+			if t < starts[k] {
+				busy = true
+				continue
+			}
+			if ms[k] == nil {
+				ms[k], _ = g.Join(nil, 0)
+				ms[k].Last = 0
+			}
+			if len(got[k]) == n {
+				continue
+			}
+			busy = true
+			for acc[k] += rates[k]; acc[k] >= 1 && len(got[k]) < n; acc[k]-- {
+				ms[k].Fill(0, len(got[k]), buf)
+				got[k] = append(got[k], buf[0])
+				took(k, got[k])
+				if len(got[k]) == n {
+					ms[k].Leave()
+				}
+			}
+		}
+		if tick != nil {
+			tick(ms)
+		}
+		if !busy {
+			return got
+		}
+	}
+}
+
 // simulate runs jobs consuming one epoch each at rates (records per tick)
 // from start ticks, with a queue cap, and returns the reads their rounds
 // cost (records given, less those one read gave several jobs) and the
 // peak of records given and not taken.
 func simulate(n int, rates []float64, starts []int, qcap int) (reads, peak int) {
 	g := NewGroup(Options{Records: n, Seed: 1, QueueCap: qcap})
-	type js struct {
-		m   *Member
-		pos int
-		acc float64
-	}
-	jobs := make([]js, len(rates))
-	buf := []int{0}
-	for t := 0; ; t++ {
-		busy := false
+	schedule(g, n, rates, starts, func(int, []int) {}, func(ms []*Member) {
 		q := 0
-		for k := range jobs {
-			j := &jobs[k]
-			if t < starts[k] {
-				busy = true
-				continue
+		for _, m := range ms {
+			if m != nil {
+				q += len(m.queue)
 			}
-			if j.m == nil {
-				j.m, _ = g.Join(nil, 0)
-				j.m.Last = 0
-			}
-			if j.pos == n {
-				continue
-			}
-			busy = true
-			for j.acc += rates[k]; j.acc >= 1 && j.pos < n; j.acc-- {
-				j.m.Fill(0, j.pos, buf)
-				j.pos++
-				if j.pos == n {
-					j.m.Leave()
-				}
-			}
-			q += len(j.m.queue)
 		}
 		peak = max(peak, q)
-		if !busy {
-			break
-		}
-	}
+	})
 	st := g.Stats()
 	return int(st.Given - st.Saved), peak
 }

@@ -99,19 +99,11 @@ func model(sizes []int, rates []float64, starts []int, capFrac, holdFrac float64
 			},
 			Room: func(int64) int64 { return int64(kernel.cap-kernel.n-2*checkEvery) * page }, Fresh: fresh}
 	}
-	g := NewGroup(opts)
-	type job struct {
-		m    *Member
-		got  []int
-		acc  float64
-		read int // records of got read
-	}
-	jobs := make([]job, len(rates))
-	buf := []int{0}
 	read := 0
-	readTo := func(j *job, upTo int) {
-		for ; j.read < upTo; j.read++ {
-			f, c := span(j.got[j.read])
+	done := make([]int, len(rates)) // each job's records read
+	readTo := func(k int, got []int, upTo int) {
+		for ; done[k] < upTo; done[k]++ {
+			f, c := span(got[done[k]])
 			for p := f; p < f+c; p++ {
 				if kernel.read(int32(p)) {
 					read++
@@ -119,40 +111,11 @@ func model(sizes []int, rates []float64, starts []int, capFrac, holdFrac float64
 			}
 		}
 	}
-	for t := 0; ; t++ {
-		busy := false
-		for k := range jobs {
-			j := &jobs[k]
-			if t < starts[k] {
-				busy = true
-				continue
-			}
-			if j.m == nil {
-				j.m, _ = g.Join(nil, 0)
-				j.m.Last = 0
-			}
-			if len(j.got) == n {
-				continue
-			}
-			busy = true
-			for j.acc += rates[k]; j.acc >= 1 && len(j.got) < n; j.acc-- {
-				j.m.Fill(0, len(j.got), buf)
-				j.got = append(j.got, buf[0])
-				readTo(j, len(j.got)-lag)
-				if len(j.got) == n {
-					readTo(j, n)
-					j.m.Leave()
-				}
-			}
+	epochs := schedule(NewGroup(opts), n, rates, starts, func(k int, got []int) {
+		if readTo(k, got, len(got)-lag); len(got) == n {
+			readTo(k, got, n)
 		}
-		if !busy {
-			break
-		}
-	}
-	epochs := make([][]int, len(jobs))
-	for k, j := range jobs {
-		epochs[k] = j.got
-	}
+	}, nil)
 	return read, epochs
 }
 
