@@ -64,8 +64,9 @@ func cgroupLimitIn(fsys fs.FS) (int64, bool) {
 
 // cgroupMemoryIn reads the memory cgroups on the process's path from the
 // root (v1 or v2): the lowest limit, and the least room under a limit,
-// the limit less what the cgroup uses (the page cache of its files
-// included), where the usage could be read.
+// the limit (or v2's memory.high, where the kernel starts reclaiming,
+// if lower) less what the cgroup uses, the page cache of its files
+// included; MaxInt64 where no usage could be read.
 func cgroupMemoryIn(fsys fs.FS) (limit, room int64, found bool) {
 	f, err := fsys.Open("proc/self/cgroup")
 	if err != nil {
@@ -87,22 +88,30 @@ func cgroupMemoryIn(fsys fs.FS) (limit, room int64, found bool) {
 		if len(parts) != 3 {
 			continue
 		}
-		var root, file, usage string
+		var root, file, high, usage string
 		switch {
 		case parts[1] == "memory" || strings.Contains(","+parts[1]+",", ",memory,"):
 			root, file, usage = "sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
 		case parts[0] == "0" && parts[1] == "":
-			root, file, usage = "sys/fs/cgroup", "memory.max", "memory.current"
+			root, file, high, usage = "sys/fs/cgroup", "memory.max", "memory.high", "memory.current"
 		default:
 			continue
 		}
+		// "max", or v1's "no limit" (a page short of MaxInt64), is none.
+		limited := func(name string) (int64, bool) {
+			v, ok := read(name)
+			return v, ok && v > 0 && v < 1<<62
+		}
 		for dir := path.Clean("/" + parts[2]); ; dir = path.Dir(dir) {
-			// "max", or v1's "no limit" (a page short of MaxInt64), is none.
-			if v, ok := read(path.Join(root, dir, file)); ok && v > 0 && v < 1<<62 {
-				if !found || v < limit {
-					limit, found = v, true
-				}
-				if u, ok := read(path.Join(root, dir, usage)); ok {
+			v, ok := limited(path.Join(root, dir, file))
+			if ok && (!found || v < limit) {
+				limit, found = v, true
+			}
+			if h, hok := limited(path.Join(root, dir, high)); high != "" && hok && (!ok || h < v) {
+				v, ok = h, true
+			}
+			if ok {
+				if u, uok := read(path.Join(root, dir, usage)); uok {
 					room = min(room, v-u)
 				}
 			}
@@ -111,21 +120,21 @@ func cgroupMemoryIn(fsys fs.FS) (limit, room int64, found bool) {
 			}
 		}
 	}
-	if room == math.MaxInt64 {
-		room = limit
-	}
 	return limit, room, found
 }
 
-// memoryRoom is the bytes this process's page cache may still grow by
-// before the kernel reclaims any: under a memory cgroup's limit, what
-// the cgroup leaves less a thirty-second of it (the kernel reclaims at
-// the limit, and charges are batched per CPU); else the memory the
-// kernel says is available less held (the caller's own pages, which it
-// counts as available: it could reclaim them) and a thirty-second of
-// the machine's, above the watermarks at which it starts reclaiming.
+// memoryRoom is the bytes this process's page cache may still grow by:
+// under a memory cgroup's limit, what the cgroup leaves less a
+// thirty-second of the limit (the kernel reclaims at the limit, and
+// charges are batched per CPU), before the kernel reclaims any; else the
+// memory the kernel says is available less held (the caller's own pages,
+// which it counts as available: it could reclaim them) and a
+// thirty-second of the machine's. The kernel counts other files' pages
+// as available too and may reclaim among them and the caller's by its
+// own order before that runs out; the caller then keeps fewer pages by
+// need, never more than the machine has.
 func memoryRoom(held int64) int64 {
-	if limit, room, ok := cgroupMemoryIn(os.DirFS("/")); ok {
+	if limit, room, ok := cgroupMemoryIn(os.DirFS("/")); ok && room != math.MaxInt64 {
 		return room - limit/32
 	}
 	var si unix.Sysinfo_t

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"math"
 	"testing"
 	"testing/fstest"
 )
@@ -77,5 +78,15 @@ func TestCgroupRoom(t *testing.T) {
 	}
 	if limit, room, ok := cgroupMemoryIn(v2); !ok || limit != 768<<20 || room != 800000000 {
 		t.Fatalf("v2: limit %d, room %d, %v", limit, room, ok)
+	}
+	// Reclaim starts at memory.high.
+	v2["sys/fs/cgroup/job/memory.high"] = &fstest.MapFile{Data: []byte("105306368\n")}
+	if _, room, _ := cgroupMemoryIn(v2); room != 100000000 {
+		t.Fatalf("v2 with memory.high: room %d, want 100000000", room)
+	}
+	// A limit whose usage cannot be read says nothing of the room.
+	delete(v2, "sys/fs/cgroup/job/memory.current")
+	if limit, room, ok := cgroupMemoryIn(v2); !ok || limit != 768<<20 || room != math.MaxInt64 {
+		t.Fatalf("v2 without usage: limit %d, room %d, %v", limit, room, ok)
 	}
 }

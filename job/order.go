@@ -179,14 +179,37 @@ func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, e
 		opts.Pages = src.pages
 	}
 	opts.Size = size
-	return j.env.groups.join(j, src, opts, mine, epoch)
+	m, err := j.env.groups.join(j, src, opts, mine, epoch)
+	if err == nil && opts.Pages != nil {
+		m.SetFresh(2 * j.readAhead())
+	}
+	return m, err
+}
+
+// readAhead bounds the records the job's loader takes from its order
+// before it reads them (loader/flight.go): its prefetch's batches, or by
+// default at most twice minAhead batches, or four times the depth's reads
+// and a batch (the depth the engine chooses seldom passes 256); batches
+// of an opportunistic window are taken together.
+func (j *Job) readAhead() int {
+	lo := j.plan.Loader
+	bs := max(1, lo.BatchSize) * max(1, lo.Opportunistic)
+	if lo.Prefetch > 0 {
+		return (lo.Prefetch + 1) * bs
+	}
+	depth := lo.Depth
+	if depth == 0 {
+		depth = 256
+	}
+	return max(8*bs, 4*depth+bs)
 }
 
 // pages numbers the pages of ds's files for a share group to choose which
-// of them the page cache keeps (share.Pages), or is nil: ds's records do
-// not follow each other in its files, or the tables, 8 bytes a page,
-// would take more than a sixty-fourth of the memory (a dataset 64 times
-// larger than it; the kernel's order is kept).
+// of them the page cache keeps (share.Pages), or is nil, and the kernel's
+// order is kept: a file's cached pages cannot be dropped, ds's records do
+// not follow each other in its files, or the group's tables, 13 bytes a
+// page and 4 more a page held, would take more than a sixty-fourth of the
+// memory (a dataset about 64 times larger than it).
 func (env *Env) pages(ds dataset.Dataset) *share.Pages {
 	const page = storage.DirectAlign
 	objs, ok := ds.(interface{ Objects() int })
@@ -196,9 +219,13 @@ func (env *Env) pages(ds dataset.Dataset) *share.Pages {
 	n := objs.Objects()
 	base := make([]int64, n+1) // each file's first page
 	for i := range n {
-		base[i+1] = base[i] + (ds.Object(i).Size()+page-1)/page
+		o := ds.Object(i)
+		if _, ok := o.(storage.Dropper); !ok {
+			return nil
+		}
+		base[i+1] = base[i] + (o.Size()+page-1)/page
 	}
-	if base[n] >= math.MaxInt32 || base[n]*8 > AvailableMemory()/64 {
+	if base[n] >= math.MaxInt32 || base[n]*17 > AvailableMemory()/64 {
 		return nil
 	}
 	span := func(id int) (int, int) {
@@ -210,6 +237,10 @@ func (env *Env) pages(ds dataset.Dataset) *share.Pages {
 		return int(first), int((l.Off%page + int64(l.Len) + page - 1) / page)
 	}
 	for id, last := 0, -1; id < ds.Len(); id++ {
+		l := ds.Locate(id)
+		if l.Object < 0 || l.Object >= n || l.Off < 0 || l.Off+int64(max(0, l.Len)) > ds.Object(l.Object).Size() {
+			return nil // a record past its file: the dataset's own errors say so when it is read
+		}
 		f, _ := span(id)
 		if f < last {
 			return nil
@@ -218,19 +249,23 @@ func (env *Env) pages(ds dataset.Dataset) *share.Pages {
 	}
 	return &share.Pages{Count: int(base[n]), Span: span, Bytes: page, Room: env.pageRoom,
 		Drop: func(first, k int) {
-			i := sort.Search(n, func(i int) bool { return base[i+1] > int64(first) })
-			if d, ok := ds.Object(i).(storage.Dropper); ok {
+			// A run of pages may cross from one file into the next.
+			for k > 0 {
+				i := sort.Search(n, func(i int) bool { return base[i+1] > int64(first) })
+				m := min(int64(k), base[i+1]-int64(first))
 				// A failed drop leaves the pages cached: the kernel's
 				// order decides for them, and every byte is still read
 				// from its file.
-				_ = d.Drop((int64(first)-base[i])*page, int64(k)*page)
+				_ = ds.Object(i).(storage.Dropper).Drop((int64(first)-base[i])*page, m*page)
+				first, k = first+int(m), k-int(m)
 			}
 		}}
 }
 
 // pageRoom is what the page cache may still take, given the bytes of
-// pages a share group keeps: a set PageCacheBytes less those, or the
-// memory left before the kernel reclaims (memoryRoom).
+// pages a share group keeps: a set PageCacheBytes less those (a bound on
+// each group, not on all of them), or the memory left before the kernel
+// reclaims (memoryRoom).
 func (env *Env) pageRoom(held int64) int64 {
 	if env.opts.PageCacheBytes > 0 {
 		return env.opts.PageCacheBytes - held

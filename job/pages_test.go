@@ -42,11 +42,12 @@ func residentPages(t *testing.T, p string) int {
 
 // Jobs sharing a local file's records through the page cache keep no more
 // of its pages there than the room they are given (a set PageCacheBytes,
-// as a cgroup's limit would), dropping the pages no job needs: the
-// kernel, with memory to spare, would keep every page read. Every record's
-// bytes are still its own, each once an epoch.
+// as a cgroup's limit would) and the pages each job took and may not have
+// read yet, dropping the others: the kernel, with memory to spare, would
+// keep every page read. Every record's bytes are still its own, each once
+// an epoch.
 func TestSharedPagesKeptWithinRoom(t *testing.T) {
-	const n, size, room = 4096, 4096, 2 << 20
+	const n, size, room = 16384, 4096, 2 << 20
 	p := filepath.Join(t.TempDir(), "records.bin")
 	data := make([]byte, n*size)
 	for id := range n {
@@ -70,7 +71,9 @@ func TestSharedPagesKeptWithinRoom(t *testing.T) {
 	}
 	f.Close()
 	if r := residentPages(t, p); r > n/8 {
-		t.Fatalf("the file's pages were not dropped before the jobs: %d of %d cached", r, n)
+		// tmpfs keeps its pages whatever it is told: there is no device
+		// to read them again from.
+		t.Skipf("the file system under %s keeps pages a drop names (%d of %d cached): nothing to keep by need", p, r, n)
 	}
 
 	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: room})
@@ -81,11 +84,13 @@ func TestSharedPagesKeptWithinRoom(t *testing.T) {
 	no, yes := false, true
 	const epochs = 2
 	var jobs []*Job
+	fresh := 0 // pages each job may have taken and not read
 	for seed := range 3 {
 		j := openJob(t, env, &wire.JobSpec{Paths: []string{p}, RecordSize: size, BatchSize: 64, Epochs: epochs, Shuffle: true,
 			Seed: uint64(seed + 1), Share: &yes, Direct: &no})
 		defer j.Close()
 		jobs = append(jobs, j)
+		fresh += 2 * j.readAhead()
 	}
 	seen := make([][]map[int]int, len(jobs))
 	inTurn(t, jobs, func(k int, b *loader.Batch) {
@@ -115,14 +120,17 @@ func TestSharedPagesKeptWithinRoom(t *testing.T) {
 	if len(st) != 1 || st[0].Stats.Saved == 0 {
 		t.Fatalf("the three jobs shared nothing: %+v", st)
 	}
-	if ps := st[0].Stats; ps.PagesDropped < n-room/4096 || ps.PagesKept > room/4096+512 {
-		t.Fatalf("the group says it keeps %d pages and dropped %d, with room for %d of %d", ps.PagesKept, ps.PagesDropped, room/4096, n)
+	most := room/4096 + fresh + 512 // and what it takes between two looks at the room
+	if most > n/2 {
+		t.Fatalf("the test's file (%d pages) is too small to tell %d pages kept from every page", n, most)
 	}
-	// The room, and what the group takes between two looks at it.
-	if r := residentPages(t, p); r*4096 > room+2<<20 {
-		t.Fatalf("%d pages (%d KiB) of the file are cached after the jobs, with room for %d KiB", r, r*4, room>>10)
+	if ps := st[0].Stats; ps.PagesDropped < int64(n-most) || ps.PagesKept > int64(most) {
+		t.Fatalf("the group says it keeps %d pages and dropped %d, with room for %d of %d and %d taken and not read", ps.PagesKept, ps.PagesDropped, room/4096, n, fresh)
+	}
+	if r := residentPages(t, p); r > most {
+		t.Fatalf("%d pages of %d of the file are cached after the jobs, with room for %d and %d taken and not read", r, n, room/4096, fresh)
 	} else {
-		t.Logf("%d of %d pages cached after three shared jobs, with room for %d", r, n, room/4096)
+		t.Logf("%d of %d pages cached after three shared jobs, with room for %d and %d taken and not read", r, n, room/4096, fresh)
 	}
 }
 

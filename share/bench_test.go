@@ -6,10 +6,11 @@ import (
 )
 
 // schedule runs jobs on g, one epoch each of its n records, consuming at
-// rates (records per tick) from start ticks. took is told each record a
-// job takes (got: its records so far), tick the members after each tick.
-// It returns each job's epoch.
-func schedule(g *Group, n int, rates []float64, starts []int, took func(k int, got []int), tick func([]*Member)) [][]int {
+// rates (records per tick) from start ticks, each reading a record fresh
+// takes after it took it at most (Member.Fresh). took is told each record
+// a job takes (got: its records so far), tick the members after each
+// tick. It returns each job's epoch.
+func schedule(g *Group, n int, rates []float64, starts []int, fresh int, took func(k int, got []int), tick func([]*Member)) [][]int {
 	ms := make([]*Member, len(rates))
 	got := make([][]int, len(rates))
 	acc := make([]float64, len(rates))
@@ -24,6 +25,7 @@ func schedule(g *Group, n int, rates []float64, starts []int, took func(k int, g
 			if ms[k] == nil {
 				ms[k], _ = g.Join(nil, 0)
 				ms[k].Last = 0
+				ms[k].SetFresh(fresh)
 			}
 			if len(got[k]) == n {
 				continue
@@ -53,7 +55,7 @@ func schedule(g *Group, n int, rates []float64, starts []int, took func(k int, g
 // peak of records given and not taken.
 func simulate(n int, rates []float64, starts []int, qcap int) (reads, peak int) {
 	g := NewGroup(Options{Records: n, Seed: 1, QueueCap: qcap})
-	schedule(g, n, rates, starts, func(int, []int) {}, func(ms []*Member) {
+	schedule(g, n, rates, starts, 0, func(int, []int) {}, func(ms []*Member) {
 		q := 0
 		for _, m := range ms {
 			if m != nil {

@@ -163,6 +163,8 @@ type Member struct {
 	// Last, if not negative, is the job's last epoch: it is not given
 	// records of later ones.
 	Last int
+	// ahead is SetFresh's count.
+	ahead int
 }
 
 // pastEpoch is an epoch's records in the order taken.
@@ -311,8 +313,13 @@ func (m *Member) Fill(epoch, pos int, dst []int) int {
 		drops = g.res.dropped()
 	}
 	g.mu.Unlock()
-	for _, pg := range drops {
-		g.res.p.Drop(int(pg), 1)
+	for i := 0; i < len(drops); {
+		k := 1
+		for i+k < len(drops) && drops[i+k] == drops[i]+int32(k) {
+			k++
+		}
+		g.res.p.Drop(int(drops[i]), k)
+		i += k
 	}
 	return n
 }

@@ -1,6 +1,9 @@
 package share
 
-import "math/bits"
+import (
+	"math/bits"
+	"slices"
+)
 
 // Pages lets a group with no Cache, whose records wait in the page cache,
 // choose which of its pages the page cache keeps: by next use, not by the
@@ -14,10 +17,9 @@ import "math/bits"
 // pages whose records have the least of it, and a record given to
 // several jobs and not yet taken by each is never the first to go.
 //
-// Modelled on the sharing benchmark's schedule (sim in pages_test.go:
-// four jobs at 1x, 1x, 2x, 4x started 3% of an epoch apart, the page
-// cache 65% of the data), the kernel's order read 1.62 epochs and this
-// one 1.10.
+// Modelled on the sharing benchmark's schedule (BenchmarkPages: four jobs
+// at 1x, 1x, 2x, 4x started 3% of an epoch apart, the page cache 65% of
+// the data), the kernel's order read 1.62 epochs and this one 1.10.
 type Pages struct {
 	// Count is the source's pages, numbered across its files; Span is the
 	// pages record id lies in. Records follow each other in page order:
@@ -33,14 +35,10 @@ type Pages struct {
 	// evicts, given held, the bytes of the pages the group keeps: while
 	// it is negative the group drops its least needed pages.
 	Room func(held int64) int64
-	// Fresh is how many records a job takes before it has surely read
-	// one it took: its loader plans batches ahead of their reads, and a
-	// page dropped between the two would be read again, into a page cache
-	// the group no longer counts. A page taken within its job's last
-	// Fresh takes is kept. Default 8192, twice the reads a loader keeps
-	// planned at its deepest (loader.MaxDepth).
-	Fresh int
 }
+
+// defaultFresh is a member's count for SetFresh until it is set.
+const defaultFresh = 8192
 
 // resident is the pages of a group's records that the page cache holds,
 // as far as the group knows: those its jobs took, less those it dropped.
@@ -51,28 +49,27 @@ type resident struct {
 	place []int32 // page -> its place in pages, or -1
 	first []int32 // page -> the first record on it, while it is held
 	// by and at are the member that last took a record on each page and
-	// its count of takes then (Pages.Fresh).
+	// its count of takes then (SetFresh).
 	by        []uint8
 	at        []uint32
 	pages     []int32
-	added     int     // pages taken since Room was asked
+	added     int     // pages newly held since Room was asked
+	asked     bool    // Room was asked once
 	drops     []int32 // pages to drop once the lock is released
 	dropCount int64
 }
 
-// checkEvery is how many pages the group takes between two looks at the
-// memory left, and what it frees when it frees: 1 MiB of 4 KiB pages.
+// checkEvery is how many pages the group newly holds between two looks at
+// the memory left, and what it frees beyond the shortfall when it frees:
+// 1 MiB of 4 KiB pages.
 const checkEvery = 256
 
 // sampled is how many held pages the group looks at to drop one: Redis's
 // approximated LRU looks at five; sixteen come within a few percent of
-// the exact order (the model read 1.10 epochs at sixteen).
+// the exact order (BenchmarkPages read 1.10 epochs at sixteen).
 const sampled = 16
 
 func newResident(p Pages) *resident {
-	if p.Fresh <= 0 {
-		p.Fresh = 8192
-	}
 	r := &resident{p: p, place: make([]int32, p.Count), first: make([]int32, p.Count), by: make([]uint8, p.Count), at: make([]uint32, p.Count)}
 	for i := range r.place {
 		r.place[i] = -1
@@ -98,8 +95,8 @@ func (g *Group) touch(m *Member, id int) {
 		r.first[pg] = int32(firstOn(r.p.Span, pg, id))
 		r.added++
 	}
-	if r.added >= checkEvery || len(r.pages) == r.added {
-		r.added = 0
+	if r.added >= checkEvery || !r.asked {
+		r.added, r.asked = 0, true
 		if room := r.p.Room(int64(len(r.pages)) * r.p.Bytes); room < 0 {
 			g.evict(int((-room+r.p.Bytes-1)/r.p.Bytes) + checkEvery)
 		}
@@ -112,7 +109,11 @@ func (g *Group) touch(m *Member, id int) {
 func firstOn(span func(int) (int, int), pg, id int) int {
 	for k := 0; id > 0 && k < 4096; k++ {
 		f, n := span(id - 1)
-		if n == 0 || f+n-1 < pg {
+		if n == 0 && f == pg {
+			id-- // an empty record ends nothing; one before it may
+			continue
+		}
+		if f+n-1 < pg {
 			break
 		}
 		id--
@@ -120,7 +121,9 @@ func firstOn(span func(int) (int, int), pg, id int) int {
 	return id
 }
 
-// evict drops n of the held pages, each the least needed of a sample.
+// evict drops n of the held pages, each the least needed of a sample. A
+// sample of pages all held for a slow job or not yet read ends it: those
+// stay, and the kernel's order decides past them.
 func (g *Group) evict(n int) {
 	r := g.res
 	for ; n > 0 && len(r.pages) > 0; n-- {
@@ -130,6 +133,9 @@ func (g *Group) evict(n int) {
 			if v := g.pageNeed(int(pg)); victim < 0 || v < least {
 				victim, least = pg, v
 			}
+		}
+		if least >= kept {
+			return
 		}
 		k := r.place[victim]
 		last := r.pages[len(r.pages)-1]
@@ -147,8 +153,8 @@ func (g *Group) evict(n int) {
 // may not have read it yet.
 func (g *Group) pageNeed(pg int) float64 {
 	r := g.res
-	if m := g.mem[r.by[pg]]; m != nil && uint32(m.takes)-r.at[pg] < uint32(r.p.Fresh) {
-		return 1e9
+	if m := g.mem[r.by[pg]]; m != nil && uint32(m.takes)-r.at[pg] < uint32(m.fresh()) {
+		return kept
 	}
 	v := 0.0
 	for id := int(g.res.first[pg]); id < g.opts.Records; id++ {
@@ -163,13 +169,16 @@ func (g *Group) pageNeed(pg int) float64 {
 	return v
 }
 
+// kept is the need of a page that must stay: more than any sum of needs.
+const kept = 1e9
+
 // need is how soon record id is needed: for each job that still needs it
-// this epoch, that job's share of the group's takes over the records it
-// has left; and more than any such sum if it was given to several jobs
+// in the epoch it is being given, that job's share of the group's takes
+// over the records it has left; and kept if it was given to several jobs
 // and one of them has still to take it.
 func (g *Group) need(id int) float64 {
 	if g.waiting[int32(id)] > 0 {
-		return 1e9
+		return kept
 	}
 	v := 0.0
 	for sig := g.cl.sig(id); sig != 0; sig &= sig - 1 {
@@ -198,10 +207,29 @@ func (g *Group) rates(m *Member) {
 
 const rateEvery = 1024
 
-// dropped returns the pages dropped since the last call, for the caller
-// to drop once the lock is released.
+// SetFresh says, with Options.Pages, how many records the job takes
+// before it has surely read one it took: its loader plans batches ahead
+// of their reads, and a page dropped between the two is read again, into
+// a page cache the group no longer counts. A page the job took within
+// its last n takes stays. Default 8192.
+func (m *Member) SetFresh(n int) {
+	m.g.mu.Lock()
+	m.ahead = n
+	m.g.mu.Unlock()
+}
+
+func (m *Member) fresh() int {
+	if m.ahead > 0 {
+		return m.ahead
+	}
+	return defaultFresh
+}
+
+// dropped returns the pages dropped since the last call, sorted, for the
+// caller to drop once the lock is released, a run of pages at a time.
 func (r *resident) dropped() []int32 {
 	d := r.drops
 	r.drops = nil
+	slices.Sort(d)
 	return d
 }

@@ -69,7 +69,7 @@ func (c *lru) read(p int32) bool {
 // of records of sizes (laid end to end, pages of 4096 bytes) at rates
 // (records per tick) from start ticks, under a page cache of capFrac of
 // the data and a hold of holdFrac. With steer, the group chooses which
-// pages the cache keeps (Options.Pages, with fresh), asking the model's
+// pages the cache keeps (Options.Pages; SetFresh(fresh)), asking the model's
 // free room as a daemon asks its cgroup's. Each job reads a record lag
 // takes after it took it, as a loader reads the batches it planned. It
 // returns the pages the device read, and each job's epoch.
@@ -97,7 +97,7 @@ func model(sizes []int, rates []float64, starts []int, capFrac, holdFrac float64
 					kernel.drop(int32(p))
 				}
 			},
-			Room: func(int64) int64 { return int64(kernel.cap-kernel.n-2*checkEvery) * page }, Fresh: fresh}
+			Room: func(int64) int64 { return int64(kernel.cap-kernel.n-2*checkEvery) * page }}
 	}
 	read := 0
 	done := make([]int, len(rates)) // each job's records read
@@ -111,7 +111,7 @@ func model(sizes []int, rates []float64, starts []int, capFrac, holdFrac float64
 			}
 		}
 	}
-	epochs := schedule(NewGroup(opts), n, rates, starts, func(k int, got []int) {
+	epochs := schedule(NewGroup(opts), n, rates, starts, fresh, func(k int, got []int) {
 		if readTo(k, got, len(got)-lag); len(got) == n {
 			readTo(k, got, n)
 		}
@@ -214,10 +214,12 @@ func TestPagesDropTheUnneededFirst(t *testing.T) {
 					}
 				}
 			},
-			Room: func(h int64) int64 { most = max(most, int(h/4096)); return (budget - h/4096) * 4096 }, Fresh: 1}})
+			Room: func(h int64) int64 { most = max(most, int(h/4096)); return (budget - h/4096) * 4096 }}})
 	a, _ := g.Join(nil, 0)
 	b, _ = g.Join(nil, 0)
 	a.Last, b.Last = 0, 0
+	a.SetFresh(1)
+	b.SetFresh(1)
 	// a takes its whole epoch, sharing with b what b has room for; then
 	// b takes half of its epoch. The records b has taken are needed by no
 	// one, those it has not by b.

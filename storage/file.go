@@ -87,6 +87,10 @@ func (f *File) Size() int64 { return f.size }
 // bytes are untouched; a later read of them reads the device.
 func (f *File) Drop(off, n int64) error {
 	defer runtime.KeepAlive(f)
+	if f.closed.Load() {
+		// Its descriptor's number may be another file's by now.
+		return &Error{Op: "fadvise", Object: f.name, Offset: off, Len: int(n), Err: os.ErrClosed}
+	}
 	if err := unix.Fadvise(f.fd, off, n, unix.FADV_DONTNEED); err != nil {
 		return &Error{Op: "fadvise", Object: f.name, Offset: off, Len: int(n), Err: err}
 	}
