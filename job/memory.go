@@ -82,6 +82,11 @@ func cgroupMemoryIn(fsys fs.FS) (limit, room int64, found bool) {
 		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return v, err == nil
 	}
+	// "max", or v1's "no limit" (a page short of MaxInt64), is none.
+	limited := func(name string) (int64, bool) {
+		v, ok := read(name)
+		return v, ok && v > 0 && v < 1<<62
+	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
@@ -96,11 +101,6 @@ func cgroupMemoryIn(fsys fs.FS) (limit, room int64, found bool) {
 			root, file, high, usage = "sys/fs/cgroup", "memory.max", "memory.high", "memory.current"
 		default:
 			continue
-		}
-		// "max", or v1's "no limit" (a page short of MaxInt64), is none.
-		limited := func(name string) (int64, bool) {
-			v, ok := read(name)
-			return v, ok && v > 0 && v < 1<<62
 		}
 		for dir := path.Clean("/" + parts[2]); ; dir = path.Dir(dir) {
 			v, ok := limited(path.Join(root, dir, file))

@@ -218,34 +218,33 @@ func (env *Env) pages(ds dataset.Dataset) *share.Pages {
 	}
 	n := objs.Objects()
 	base := make([]int64, n+1) // each file's first page
+	sizes := make([]int64, n)
 	for i := range n {
 		o := ds.Object(i)
 		if _, ok := o.(storage.Dropper); !ok {
 			return nil
 		}
-		base[i+1] = base[i] + (o.Size()+page-1)/page
+		sizes[i] = o.Size()
+		base[i+1] = base[i] + (sizes[i]+page-1)/page
 	}
 	if base[n] >= math.MaxInt32 || base[n]*17 > AvailableMemory()/64 {
 		return nil
 	}
-	span := func(id int) (int, int) {
+	for id, last := 0, int64(-1); id < ds.Len(); id++ {
 		l := ds.Locate(id)
-		first := base[l.Object] + l.Off/page
-		if l.Len <= 0 {
-			return int(first), 0
-		}
-		return int(first), int((l.Off%page + int64(l.Len) + page - 1) / page)
-	}
-	for id, last := 0, -1; id < ds.Len(); id++ {
-		l := ds.Locate(id)
-		if l.Object < 0 || l.Object >= n || l.Off < 0 || l.Off+int64(max(0, l.Len)) > ds.Object(l.Object).Size() {
+		if l.Object < 0 || l.Object >= n || l.Off < 0 || l.Off+int64(max(0, l.Len)) > sizes[l.Object] {
 			return nil // a record past its file: the dataset's own errors say so when it is read
 		}
-		f, _ := span(id)
-		if f < last {
+		f, _ := pageSpan(l.Off, l.Len)
+		if f += base[l.Object]; f < last {
 			return nil
 		}
 		last = f
+	}
+	span := func(id int) (int, int) {
+		l := ds.Locate(id)
+		f, k := pageSpan(l.Off, l.Len)
+		return int(base[l.Object] + f), int(k)
 	}
 	return &share.Pages{Count: int(base[n]), Span: span, Bytes: page, Room: env.pageRoom,
 		Drop: func(first, k int) {
@@ -436,10 +435,17 @@ func pageCached(src *source) bool {
 
 // pagesOf is the bytes of the pages a record of n bytes at off lies in.
 func pagesOf(off int64, n int) int {
+	_, k := pageSpan(off, n)
+	return int(k) * storage.DirectAlign
+}
+
+// pageSpan is the pages a record of n bytes at off lies in: the first,
+// and how many (none for an empty record).
+func pageSpan(off int64, n int) (first, count int64) {
 	const page = storage.DirectAlign
+	first = off / page
 	if n <= 0 {
-		return 0
+		return first, 0
 	}
-	first, last := off/page, (off+int64(n)-1)/page
-	return int(last-first+1) * page
+	return first, (off+int64(n)-1)/page - first + 1
 }

@@ -157,8 +157,8 @@ func (g *Group) pageNeed(pg int) float64 {
 		return kept
 	}
 	v := 0.0
-	for id := int(g.res.first[pg]); id < g.opts.Records; id++ {
-		f, n := g.res.p.Span(id)
+	for id := int(r.first[pg]); id < g.opts.Records; id++ {
+		f, n := r.p.Span(id)
 		if f > pg {
 			break
 		}

@@ -145,16 +145,24 @@ func lineSizes(n int) []int {
 	return s
 }
 
+// recordKind is a model's records: their sizes, laid end to end.
+type recordKind struct {
+	name  string
+	sizes []int
+}
+
+// recordKinds are n records of a page each, and n lines.
+func recordKinds(n int) []recordKind {
+	return []recordKind{{"fixed", fixedSizes(n)}, {"lines", lineSizes(n)}}
+}
+
 // The group's choice of pages reads fewer of them than the kernel's LRU on
 // the sharing benchmark's schedule, for records of a page each and for
 // lines sharing their pages, and every job still takes each record once.
 func TestPagesKeptByNeedReadLess(t *testing.T) {
 	const n = 20000
 	rates, starts := speeds(n)
-	for _, c := range []struct {
-		name  string
-		sizes []int
-	}{{"fixed", fixedSizes(n)}, {"lines", lineSizes(n)}} {
+	for _, c := range recordKinds(n) {
 		t.Run(c.name, func(t *testing.T) {
 			kernel, _ := model(c.sizes, rates, starts, 0.65, 0.1875, false, 0, 1)
 			steered, epochs := model(c.sizes, rates, starts, 0.65, 0.1875, true, 0, 1)
@@ -246,10 +254,7 @@ func TestPagesDropTheUnneededFirst(t *testing.T) {
 func BenchmarkPages(b *testing.B) {
 	const n = 100000
 	rates, starts := speeds(n)
-	for _, sz := range []struct {
-		name  string
-		sizes []int
-	}{{"fixed", fixedSizes(n)}, {"lines", lineSizes(n)}} {
+	for _, sz := range recordKinds(n) {
 		for _, capFrac := range []float64{0.5, 0.65} {
 			for _, steer := range []bool{false, true} {
 				b.Run(fmt.Sprintf("%s/cache=%.0f%%/by-need=%v", sz.name, 100*capFrac, steer), func(b *testing.B) {
