@@ -140,6 +140,35 @@ type Positioner interface {
 // Position of the sequential order is the id.
 func (s Sequential) Position(epoch, id int) int { return id }
 
+// Ahead returns, for the absolute position now (epoch*N + position), how
+// many positions pass before s next gives an id: NextUse's answer less
+// now, for many ids at once (a page cache's keeper asks it of every page
+// it weighs); false if s cannot say. The global shuffle's two epochs'
+// permutations are made once, not per id.
+func Ahead(s Sampler, now int) func(id int) (int64, bool) {
+	n := s.Len()
+	if n == 0 {
+		return func(int) (int64, bool) { return 0, false }
+	}
+	e, pos := now/n, now%n
+	if g, ok := s.(Global); ok {
+		this, next := newPerm(uint64(n), Mix(g.Seed, uint64(e))), newPerm(uint64(n), Mix(g.Seed, uint64(e+1)))
+		return func(id int) (int64, bool) {
+			if id < 0 || id >= n {
+				return 0, false
+			}
+			if q := int(this.inv(uint64(id))); q >= pos {
+				return int64(q - pos), true
+			}
+			return int64(n - pos + int(next.inv(uint64(id)))), true
+		}
+	}
+	return func(id int) (int64, bool) {
+		t, ok := NextUse(s, now, id)
+		return t - int64(now), ok
+	}
+}
+
 // NextUse is when s next gives id after the absolute position now
 // (epoch*N + position), counting positions the same way; false if s
 // cannot say.

@@ -168,6 +168,20 @@ func TestNextUse(t *testing.T) {
 			t.Fatalf("id %d: next use %d, want %d", id, got, want)
 		}
 	}
+	// Ahead says the same, less now, for the global shuffle (its own
+	// permutations) and an order it asks Position of.
+	for _, s := range []Sampler{g, Sequential{N: 500}} {
+		ahead := Ahead(s, now)
+		for id := range 500 {
+			want, _ := NextUse(s, now, id)
+			if got, ok := ahead(id); !ok || got != want-int64(now) {
+				t.Fatalf("%T id %d: %d positions ahead, want %d", s, id, got, want-int64(now))
+			}
+		}
+	}
+	if _, ok := Ahead(&Buffered{N: 500, Buffer: 10, Seed: 1}, now)(3); ok {
+		t.Fatal("Ahead of an order with no inverse says when")
+	}
 }
 
 // A buffered epoch is windows of Buffer records at an offset, each in a
