@@ -89,7 +89,7 @@ func NewGroup(opts Options) *Group {
 	g := &Group{opts: opts, cl: newClasses(opts.Records), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		waiting: map[int32]int32{}}
 	if opts.Pages != nil && opts.Cache == nil {
-		g.res = newResident(*opts.Pages)
+		g.res = newResident(*opts.Pages, g.rng, g.pageNeed, true)
 	}
 	return g
 }
@@ -313,13 +313,8 @@ func (m *Member) Fill(epoch, pos int, dst []int) int {
 		drops = g.res.dropped()
 	}
 	g.mu.Unlock()
-	for i := 0; i < len(drops); {
-		k := 1
-		for i+k < len(drops) && drops[i+k] == drops[i]+int32(k) {
-			k++
-		}
-		g.res.p.Drop(int(drops[i]), k)
-		i += k
+	if len(drops) > 0 {
+		g.res.p.dropRuns(drops)
 	}
 	return n
 }

@@ -2,6 +2,7 @@ package share
 
 import (
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 )
 
@@ -40,20 +41,28 @@ type Pages struct {
 // defaultFresh is a member's count for SetFresh until it is set.
 const defaultFresh = 8192
 
-// resident is the pages of a group's records that the page cache holds,
-// as far as the group knows: those its jobs took, less those it dropped.
-// Pages the kernel dropped on its own are still counted (a drop of them
-// costs a system call and frees nothing).
+// resident is the pages of a source's records that the page cache holds,
+// as far as their keeper (a Group, a Steward) knows: those its jobs took
+// or read, less those it dropped. Pages the kernel dropped on its own are
+// still counted (a drop of them costs a system call and frees nothing).
+// Its keeper's lock guards it.
 type resident struct {
 	p     Pages
+	need  func(pg int) float64 // how soon page pg is needed: the keeper's
+	rng   *rand.Rand
 	place []int32 // page -> its place in pages, or -1
 	first []int32 // page -> the first record on it, while it is held
-	// by and at are the member that last took a record on each page and
-	// its count of takes then (SetFresh).
-	by        []uint8
-	at        []uint32
-	pages     []int32
-	added     int     // pages newly held since Room was asked
+	// by and at are the group member that last took a record on each
+	// page and its count of takes then (SetFresh); a Steward's jobs hold
+	// pages they have read, and leave them zero.
+	by    []uint8
+	at    []uint32
+	pages []int32
+	added int // pages newly held since Room was asked
+	// again counts the pages held again since: the kernel may have
+	// dropped them, and a keeper that could not drop (a Steward while a
+	// job's reads cannot be told) must look again.
+	again     int
 	asked     bool    // Room was asked once
 	drops     []int32 // pages to drop once the lock is released
 	dropCount int64
@@ -64,30 +73,41 @@ type resident struct {
 // 1 MiB of 4 KiB pages.
 const checkEvery = 256
 
+// againEvery is how many pages held again make a look at the memory
+// left: 16 MiB read of pages the keeper counts as held.
+const againEvery = 16 * checkEvery
+
 // sampled is how many held pages the group looks at to drop one: Redis's
 // approximated LRU looks at five; sixteen come within a few percent of
 // the exact order (BenchmarkPages read 1.10 epochs at sixteen).
 const sampled = 16
 
-func newResident(p Pages) *resident {
-	r := &resident{p: p, place: make([]int32, p.Count), first: make([]int32, p.Count), by: make([]uint8, p.Count), at: make([]uint32, p.Count)}
+func newResident(p Pages, rng *rand.Rand, need func(pg int) float64, fresh bool) *resident {
+	r := &resident{p: p, need: need, rng: rng, place: make([]int32, p.Count), first: make([]int32, p.Count)}
+	if fresh {
+		r.by, r.at = make([]uint8, p.Count), make([]uint32, p.Count)
+	}
 	for i := range r.place {
 		r.place[i] = -1
 	}
 	return r
 }
 
-// touch notes that m took record id, to read it: its pages are in the
-// page cache from now on. The group's lock is held.
-func (g *Group) touch(m *Member, id int) {
-	r := g.res
+// hold notes that record id's pages are in the page cache from now on,
+// calling mark for each (the group's SetFresh); every checkEvery pages
+// newly held (1 MiB), every againEvery held again, and at the first, it
+// asks the room left and drops the least needed pages if there is none.
+func (r *resident) hold(id int, mark func(pg int)) {
 	first, n := r.p.Span(id)
 	for pg := first; pg < first+n; pg++ {
 		if pg < 0 || pg >= len(r.place) {
 			continue
 		}
-		r.by[pg], r.at[pg] = uint8(bits.TrailingZeros64(m.bit)), uint32(m.takes)
+		if mark != nil {
+			mark(pg)
+		}
 		if r.place[pg] >= 0 {
+			r.again++
 			continue
 		}
 		r.place[pg] = int32(len(r.pages))
@@ -95,12 +115,19 @@ func (g *Group) touch(m *Member, id int) {
 		r.first[pg] = int32(firstOn(r.p.Span, pg, id))
 		r.added++
 	}
-	if r.added >= checkEvery || !r.asked {
-		r.added, r.asked = 0, true
+	if r.added >= checkEvery || r.again >= againEvery || !r.asked {
+		r.added, r.again, r.asked = 0, 0, true
 		if room := r.p.Room(int64(len(r.pages)) * r.p.Bytes); room < 0 {
-			g.evict(int((-room+r.p.Bytes-1)/r.p.Bytes) + checkEvery)
+			r.evict(int((-room+r.p.Bytes-1)/r.p.Bytes) + checkEvery)
 		}
 	}
+}
+
+// touch notes that m took record id, to read it: its pages are in the
+// page cache from now on. The group's lock is held.
+func (g *Group) touch(m *Member, id int) {
+	by, at := uint8(bits.TrailingZeros64(m.bit)), uint32(m.takes)
+	g.res.hold(id, func(pg int) { g.res.by[pg], g.res.at[pg] = by, at })
 }
 
 // firstOn returns the first record on page pg, which record id lies on:
@@ -122,15 +149,15 @@ func firstOn(span func(int) (int, int), pg, id int) int {
 }
 
 // evict drops n of the held pages, each the least needed of a sample. A
-// sample of pages all held for a slow job or not yet read ends it: those
-// stay, and the kernel's order decides past them.
-func (g *Group) evict(n int) {
-	r := g.res
+// sample of pages all kept (held for a slow job, not yet read, or of a
+// job whose next reads are unknown) ends it: those stay, and the
+// kernel's order decides past them.
+func (r *resident) evict(n int) {
 	for ; n > 0 && len(r.pages) > 0; n-- {
 		victim, least := int32(-1), 0.0
 		for range sampled {
-			pg := r.pages[g.rng.IntN(len(r.pages))]
-			if v := g.pageNeed(int(pg)); victim < 0 || v < least {
+			pg := r.pages[r.rng.IntN(len(r.pages))]
+			if v := r.need(int(pg)); victim < 0 || v < least {
 				victim, least = pg, v
 			}
 		}
@@ -148,6 +175,20 @@ func (g *Group) evict(n int) {
 	}
 }
 
+// records calls fn for the records on held page pg, from its first, until
+// fn returns false.
+func (r *resident) records(pg, total int, fn func(id int) bool) {
+	for id := int(r.first[pg]); id < total; id++ {
+		f, n := r.p.Span(id)
+		if f > pg {
+			return
+		}
+		if n > 0 && f+n-1 >= pg && !fn(id) {
+			return
+		}
+	}
+}
+
 // pageNeed is how soon the records on page pg are needed: the sum of
 // their needs, or more than any such sum while the job that last took one
 // may not have read it yet.
@@ -157,15 +198,10 @@ func (g *Group) pageNeed(pg int) float64 {
 		return kept
 	}
 	v := 0.0
-	for id := int(r.first[pg]); id < g.opts.Records; id++ {
-		f, n := r.p.Span(id)
-		if f > pg {
-			break
-		}
-		if n > 0 && f+n-1 >= pg {
-			v += g.need(id)
-		}
-	}
+	r.records(pg, g.opts.Records, func(id int) bool {
+		v += g.need(id)
+		return true
+	})
 	return v
 }
 
@@ -226,10 +262,23 @@ func (m *Member) fresh() int {
 }
 
 // dropped returns the pages dropped since the last call, sorted, for the
-// caller to drop once the lock is released, a run of pages at a time.
+// caller to drop once the lock is released (dropRuns).
 func (r *resident) dropped() []int32 {
 	d := r.drops
 	r.drops = nil
 	slices.Sort(d)
 	return d
+}
+
+// dropRuns asks the kernel to drop sorted pages, a run of pages at a
+// time. No lock is held: a drop is a system call.
+func (p *Pages) dropRuns(drops []int32) {
+	for i := 0; i < len(drops); {
+		k := 1
+		for i+k < len(drops) && drops[i+k] == drops[i]+int32(k) {
+			k++
+		}
+		p.Drop(int(drops[i]), k)
+		i += k
+	}
 }

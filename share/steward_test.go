@@ -1,0 +1,175 @@
+package share
+
+import (
+	"container/list"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// shuffles is a job's uniform order over n records, epoch after epoch,
+// with its inverse: the model of a global shuffle.
+type shuffles struct {
+	n     int
+	rng   *rand.Rand
+	order [][]int // epoch -> position -> id
+	pos   [][]int // epoch -> id -> position
+}
+
+func (s *shuffles) epoch(e int) []int {
+	for len(s.order) <= e {
+		o := s.rng.Perm(s.n)
+		p := make([]int, s.n)
+		for i, id := range o {
+			p[id] = i
+		}
+		s.order, s.pos = append(s.order, o), append(s.pos, p)
+	}
+	return s.order[e]
+}
+
+// future is the job's Future at absolute position now.
+func (s *shuffles) future(now int) Future {
+	e, at := now/s.n, now%s.n
+	s.epoch(e + 1)
+	return func(id int) (int64, bool) {
+		if q := s.pos[e][id]; q >= at {
+			return int64(q - at), true
+		}
+		return int64(s.n - at + s.pos[e+1][id]), true
+	}
+}
+
+// pageModel is a page cache of room pages whose pages a Steward keeps:
+// held pages are the cached ones, and a drop takes one away.
+func pageModel(n, room int, seed uint64) (*Steward, Pages) {
+	p := Pages{Count: n, Bytes: 4096, Span: func(id int) (int, int) { return id, 1 }}
+	p.Room = func(held int64) int64 { return int64(room)*p.Bytes - held }
+	p.Drop = func(int, int) {}
+	return NewSteward(p, n, seed), p
+}
+
+// TestStewardKeepsWhatIsReadSoonest runs one job's uniform epochs of
+// records a page each over a page cache of a share c of them, kept by a
+// Steward, and the same reads through an LRU of the same size: the
+// Steward answers about c of the reads after the first epoch, the LRU
+// c + (1-c)ln(1-c), as the model of job/direct.go says.
+func TestStewardKeepsWhatIsReadSoonest(t *testing.T) {
+	const n, epochs = 16384, 4
+	for _, c := range []float64{0.3, 0.5, 0.7} {
+		room := int(c * n)
+		s, _ := pageModel(n, room, 1)
+		sh := &shuffles{n: n, rng: rand.New(rand.NewPCG(7, uint64(c*100)))}
+		now := 0
+		r := s.Join(func() Future { return sh.future(now) })
+		lru, where := list.New(), map[int]*list.Element{}
+		var hits, lruHits, reads int
+		for e := range epochs {
+			for _, id := range sh.epoch(e) {
+				if e > 0 {
+					reads++
+					if s.res.place[id] >= 0 {
+						hits++
+					}
+					if _, ok := where[id]; ok {
+						lruHits++
+					}
+				}
+				now++ // the job's place is past the record it read
+				r.Read([]int{id})
+				if el, ok := where[id]; ok {
+					lru.MoveToFront(el)
+				} else {
+					where[id] = lru.PushFront(id)
+					if lru.Len() > room {
+						delete(where, lru.Remove(lru.Back()).(int))
+					}
+				}
+			}
+		}
+		got, gotLRU := float64(hits)/float64(reads), float64(lruHits)/float64(reads)
+		model := c + (1-c)*math.Log1p(-c)
+		t.Logf("cache %.0f%% of the data: the Steward answers %.3f of the reads, the LRU %.3f (model %.3f)", 100*c, got, gotLRU, model)
+		if got < c-0.04 {
+			t.Errorf("cache %.2f: the Steward answered %.3f of the reads, want about %.2f", c, got, c)
+		}
+		if math.Abs(gotLRU-model) > 0.03 {
+			t.Errorf("cache %.2f: the LRU answered %.3f, its model says %.3f", c, gotLRU, model)
+		}
+		if kept, _ := s.Stats(); kept > int64(room+checkEvery) {
+			t.Errorf("cache %.2f: %d pages kept, more than the room's %d and a look's %d", c, kept, room, checkEvery)
+		}
+	}
+}
+
+// TestStewardDropsNothingItCannotTell: while a job whose reads cannot be
+// told (a share group's, an order with no inverse) reads the source, the
+// Steward drops nothing and the kernel's order decides; once it has
+// left, the Steward drops again.
+func TestStewardDropsNothingItCannotTell(t *testing.T) {
+	const n = 4096
+	s, _ := pageModel(n, n/4, 2)
+	sh := &shuffles{n: n, rng: rand.New(rand.NewPCG(3, 4))}
+	now := 0
+	known := s.Join(func() Future { return sh.future(now) })
+	blind := s.Join(nil)
+	for _, id := range sh.epoch(0) {
+		now++
+		known.Read([]int{id})
+	}
+	if _, dropped := s.Stats(); dropped != 0 {
+		t.Fatalf("%d pages dropped while a job's reads could not be told", dropped)
+	}
+	blind.Leave()
+	for _, id := range sh.epoch(1) {
+		now++
+		known.Read([]int{id})
+	}
+	kept, dropped := s.Stats()
+	if dropped == 0 || kept > n/4+checkEvery {
+		t.Fatalf("after the blind job left: %d kept, %d dropped; want at most %d kept", kept, dropped, n/4)
+	}
+}
+
+// TestStewardKeepsPagesOfRecordsReadSoon: of many short records a page,
+// a page is needed as soon as its soonest record, and the pages kept are
+// those read soonest.
+func TestStewardKeepsPagesOfRecordsReadSoon(t *testing.T) {
+	const perPage, pages = 8, 4096
+	n := perPage * pages
+	p := Pages{Count: pages, Bytes: 4096, Span: func(id int) (int, int) { return id / perPage, 1 }}
+	p.Room = func(held int64) int64 { return int64(pages/2)*p.Bytes - held }
+	p.Drop = func(int, int) {}
+	s := NewSteward(p, n, 5)
+	// Page pg is next read after about pg*perPage positions, but one
+	// record of each page in the later half is read at once.
+	r := s.Join(func() Future {
+		return func(id int) (int64, bool) {
+			if id/perPage >= pages/2 && id%perPage == 3 {
+				return 0, true
+			}
+			return int64(id), true
+		}
+	})
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = i
+	}
+	r.Read(ids)
+	kept, dropped := s.Stats()
+	if dropped == 0 {
+		t.Fatal("nothing dropped with the pages twice the room")
+	}
+	// The pages of the first quarter are read within a quarter epoch, the
+	// second quarter's after that, the later half's at once: the second
+	// quarter's go first.
+	far := 0
+	for _, pg := range s.res.pages {
+		if pg >= pages/4 && pg < pages/2 {
+			far++
+		}
+	}
+	if far > int(kept)/20 {
+		t.Fatalf("%d of the %d pages kept are of those read last; want under 5%%", far, kept)
+	}
+}
