@@ -21,7 +21,9 @@ import (
 // and in a shuffle of files many times its size they are few. So a job whose
 // spec leaves direct unset reads with O_DIRECT when a shuffle (global, or
 // the order auto picks) of local files would find under 1/8 of its page
-// reads in the page cache (pageCacheHits). Pages other orders read too
+// reads in the page cache (pageCacheHits), unless its source's steward
+// keeps the pages its global shuffle reads soonest, which answer a share
+// c of them, and c is at least stewardFrom. Pages other orders read too
 // (a share group's jobs, a sweep's on one dataset, a rank's part) hit
 // more often, as random reads do: the rule counts them so, and a sweep
 // keeps the cache its jobs find each other in.
@@ -168,7 +170,27 @@ func missesCache(plan Plan, bytes, keep int64, others bool) bool {
 		mean = 0
 	}
 	aligned := mean > 0 && o.HeaderBytes%storage.DirectAlign == 0 && (mean%storage.DirectAlign == 0 || storage.DirectAlign%mean == 0)
-	return pageCacheHits(float64(keep)/float64(bytes), mean, aligned) < directBelow
+	c := float64(keep) / float64(bytes)
+	if stewarded(plan) && c >= stewardFrom {
+		return false
+	}
+	return pageCacheHits(c, mean, aligned) < directBelow
+}
+
+// stewardFrom is the share of the files the page cache keeps from which
+// a job whose pages its source's steward keeps (stewarded) reads through
+// the cache, though the kernel's LRU would answer under directBelow of
+// its reads: the steward keeps the pages read again soonest, which answer
+// c of them (job/steward.go), and from about 30% hits they pay for the
+// cache's cost per read in CPU as well as in reads (directBelow).
+const stewardFrom = 0.3
+
+// stewarded says a job of plan reads its files in an order of its own
+// whose next reads its source's steward can tell: a global shuffle not
+// shared.
+func stewarded(plan Plan) bool {
+	k := plan.Sampler.Kind
+	return !plan.Share && (k == "" || k == "global")
 }
 
 // subsetDirect is readsDirect for a job of part of its files' records (a

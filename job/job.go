@@ -14,6 +14,7 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/transform"
 )
@@ -40,6 +41,13 @@ type Job struct {
 	// shares are the job's places in share groups (dependent sampling):
 	// its source's, or each of its mixture's sources'.
 	shares []membership
+	// pages is the job's place with its source's page steward (Env.steward)
+	// if it reads raw records of local files through the page cache in
+	// an order with an inverse; blind are its places where its reads
+	// cannot be told (a shared job's, a mixture's sources'), which keep
+	// the steward from dropping.
+	pages  *share.Reader
+	blind  []*share.Reader
 	subset int // records this job reads per epoch (before the ranks split them)
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
@@ -160,6 +168,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	if j.l, err = loader.New(context.Background(), ds, j.smp, lopts); err != nil {
 		return fail(fmt.Errorf("%w: %w", errSpec, err))
 	}
+	j.steward()
 	if env.opts.Tier != nil {
 		if t := env.opts.Tier(); t != nil {
 			j.objects = map[string]int{}
@@ -277,8 +286,14 @@ func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
 		// before this epoch's check): the same advice.
 		return nil, fmt.Errorf("%w; build a new loader to read the dataset as it is now", err)
 	}
-	if err != nil || b.Epoch == j.epoch {
+	if err != nil {
 		return b, err
+	}
+	if j.pages != nil {
+		j.pages.Read(b.IDs)
+	}
+	if b.Epoch == j.epoch {
+		return b, nil
 	}
 	first := j.epoch < 0
 	j.epoch = b.Epoch
@@ -407,15 +422,26 @@ type Status struct {
 	Records    int
 	Auto       *Auto // the order sampler auto chose
 	Direct     bool  // reads with O_DIRECT
+	// PagesKept and PagesDropped are the pages of the job's source the
+	// source's steward keeps in the page cache and has dropped, for the
+	// jobs that read it each in its own order (a share group's are the
+	// group's).
+	PagesKept, PagesDropped int64
 }
 
 // Status describes the job now; records is how many it delivered.
 func (j *Job) Status(records int64) Status {
 	st, _ := j.l.Place()
 	el := time.Since(j.started).Seconds()
-	return Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
+	s := Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
 		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len(),
 		Auto: j.auto, Direct: j.src.key.direct}
+	if j.pages != nil || len(j.blind) > 0 {
+		if st := j.src.steward; st != nil && j.src.parts == nil {
+			s.PagesKept, s.PagesDropped = st.Stats()
+		}
+	}
+	return s
 }
 
 // Close stops the job's loader and leaves its group. The loader's reads
@@ -429,6 +455,12 @@ func (j *Job) Close() {
 		j.l.Close()
 		if j.unfuture != nil {
 			j.unfuture()
+		}
+		if j.pages != nil {
+			j.pages.Leave()
+		}
+		for _, r := range j.blind {
+			r.Leave()
 		}
 		j.env.groups.leave(j)
 		j.sets.put(j.src)

@@ -4,18 +4,32 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
 )
 
 // residentPages counts the pages of file p the page cache holds (mincore).
 func residentPages(t *testing.T, p string) int {
+	t.Helper()
+	n := 0
+	for _, in := range pagesCached(t, p) {
+		if in {
+			n++
+		}
+	}
+	return n
+}
+
+// pagesCached says which pages of file p the page cache holds (mincore).
+func pagesCached(t *testing.T, p string) []bool {
 	t.Helper()
 	f, err := os.Open(p)
 	if err != nil {
@@ -33,21 +47,18 @@ func residentPages(t *testing.T, p string) int {
 	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
 		t.Fatal(e)
 	}
-	n := 0
-	for _, v := range vec {
-		n += int(v & 1)
+	in := make([]bool, len(vec))
+	for i, v := range vec {
+		in[i] = v&1 != 0
 	}
-	return n
+	return in
 }
 
-// Jobs sharing a local file's records through the page cache keep no more
-// of its pages there than the room they are given (a set PageCacheBytes,
-// as a cgroup's limit would) and the pages each job took and may not have
-// read yet, dropping the others: the kernel, with memory to spare, would
-// keep every page read. Every record's bytes are still its own, each once
-// an epoch.
-func TestSharedPagesKeptWithinRoom(t *testing.T) {
-	const n, size, room = 16384, 4096, 2 << 20
+// droppedFile writes n records of size bytes, each's words naming its
+// id and place, synced and dropped from the page cache; it skips the test
+// on a file system that keeps pages a drop names (tmpfs).
+func droppedFile(t *testing.T, n, size int) (string, []byte) {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "records.bin")
 	data := make([]byte, n*size)
 	for id := range n {
@@ -80,7 +91,18 @@ func TestSharedPagesKeptWithinRoom(t *testing.T) {
 		// to read them again from.
 		t.Skipf("the file system under %s keeps pages a drop names (%d of %d cached): nothing to keep by need", p, r, n)
 	}
+	return p, data
+}
 
+// Jobs sharing a local file's records through the page cache keep no more
+// of its pages there than the room they are given (a set PageCacheBytes,
+// as a cgroup's limit would) and the pages each job took and may not have
+// read yet, dropping the others: the kernel, with memory to spare, would
+// keep every page read. Every record's bytes are still its own, each once
+// an epoch.
+func TestSharedPagesKeptWithinRoom(t *testing.T) {
+	const n, size, room = 16384, 4096, 2 << 20
+	p, data := droppedFile(t, n, size)
 	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: room})
 	if err != nil {
 		t.Fatal(err)
@@ -136,5 +158,116 @@ func TestSharedPagesKeptWithinRoom(t *testing.T) {
 		t.Fatalf("%d pages of %d of the file are cached after the jobs, with room for %d and %d taken and not read", r, n, room/4096, fresh)
 	} else {
 		t.Logf("%d of %d pages cached after three shared jobs, with room for %d and %d taken and not read", r, n, room/4096, fresh)
+	}
+}
+
+// Jobs that read a local file's records each in its own order (alone, as
+// DataLoader workers' parts, as ranks' parts) keep no more of its pages in
+// the page cache than their room, the pages their loaders read ahead and
+// what is read between two looks at the room: their source's steward drops
+// the pages they read again last, where the kernel, with memory to spare,
+// would keep every page read. Beside a job that shares, whose next reads
+// the steward cannot tell, it drops none. Every record's bytes are its
+// own, each once an epoch of its order.
+func TestPagesKeptForJobsEachInItsOrder(t *testing.T) {
+	const n, size, room, epochs = 16384, 4096, 8 << 20, 2
+	p, data := droppedFile(t, n, size)
+	no, yes := false, true
+	spec := func(mod func(*wire.JobSpec)) *wire.JobSpec {
+		s := &wire.JobSpec{Paths: []string{p}, RecordSize: size, BatchSize: 64, Epochs: epochs, Shuffle: true, Seed: 7, Direct: &no}
+		mod(s)
+		return s
+	}
+	for _, c := range []struct {
+		name  string
+		specs []*wire.JobSpec
+		order []int // the order each job reads a part of
+		drops bool  // the steward drops pages
+	}{
+		{"alone", []*wire.JobSpec{spec(func(*wire.JobSpec) {})}, []int{0}, true},
+		{"workers", []*wire.JobSpec{spec(func(s *wire.JobSpec) { s.BatchStride = 2 }), spec(func(s *wire.JobSpec) { s.BatchStride, s.BatchOffset = 2, 1 })}, []int{0, 0}, true},
+		{"ranks", []*wire.JobSpec{spec(func(s *wire.JobSpec) { s.World = 2 }), spec(func(s *wire.JobSpec) { s.World, s.Rank = 2, 1 })}, []int{0, 0}, true},
+		{"beside a shared job", []*wire.JobSpec{spec(func(*wire.JobSpec) {}), spec(func(s *wire.JobSpec) { s.Share, s.Seed = &yes, 8 })}, []int{0, 1}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := storage.OpenFile(p, storage.FileOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Drop(0, int64(len(data)))
+			f.Close()
+			env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: room})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer env.Close()
+			var jobs []*Job
+			ahead := 0
+			for _, s := range c.specs {
+				j := openJob(t, env, s)
+				defer j.Close()
+				jobs = append(jobs, j)
+				ahead += j.readAhead()
+			}
+			seen := map[[3]int]int{} // order, epoch, id
+			var soon, cached int
+			inTurn(t, jobs, func(k int, b *loader.Batch) {
+				if b.Epoch == 0 && b.Last && c.drops && cached == 0 {
+					// At the end of an epoch the pages kept are those the
+					// next reads soonest: under a quarter of its positions
+					// away for most (80-85%; those read since the last look
+					// at the room are read anywhere), where the kernel's
+					// order, or a drop at random, keeps pages read anywhere
+					// in it (a third here, with the pages read ahead).
+					smp, _ := jobs[0].positions()
+					for pg, in := range pagesCached(t, p) {
+						if in {
+							cached++
+							if smp.(sampler.Positioner).Position(1, pg) < n/4 {
+								soon++
+							}
+						}
+					}
+				}
+				for i, id := range b.IDs {
+					if got := b.Record(i); string(got) != string(data[id*size:(id+1)*size]) {
+						t.Fatalf("job %d: record %d's bytes are not its own", k, id)
+					}
+					seen[[3]int{c.order[k], b.Epoch, id}]++
+				}
+			})
+			for o := range slices.Max(c.order) + 1 {
+				for e := range epochs {
+					for id := range n {
+						if got := seen[[3]int{o, e, id}]; got != 1 {
+							t.Fatalf("order %d's epoch %d has record %d %d times", o, e, id, got)
+						}
+					}
+				}
+			}
+			st := jobs[0].Status(0)
+			if !c.drops {
+				if st.PagesDropped != 0 {
+					t.Fatalf("the steward dropped %d pages while a shared job read the file", st.PagesDropped)
+				}
+				return
+			}
+			if soon*3 < cached*2 {
+				t.Fatalf("at the end of the first epoch %d of the %d pages cached are read in the next epoch's first quarter; want over 2/3", soon, cached)
+			}
+			t.Logf("at the end of the first epoch %d of the %d pages cached are read in the next epoch's first quarter", soon, cached)
+			most := room/4096 + ahead + 2*512 // and what is read between two looks at the room
+			if most > n/2 {
+				t.Fatalf("the test's file (%d pages) is too small to tell %d pages kept from every page", n, most)
+			}
+			if st.PagesDropped < int64(n-most) || st.PagesKept > int64(most) {
+				t.Fatalf("the steward says it keeps %d pages and dropped %d, with room for %d of %d and %d read ahead", st.PagesKept, st.PagesDropped, room/4096, n, ahead)
+			}
+			if r := residentPages(t, p); r > most {
+				t.Fatalf("%d pages of %d of the file are cached after the jobs, with room for %d and %d read ahead", r, n, room/4096, ahead)
+			} else {
+				t.Logf("%d of %d pages cached after the jobs, with room for %d and %d read ahead; %d dropped", r, n, room/4096, ahead, st.PagesDropped)
+			}
+		})
 	}
 }

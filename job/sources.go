@@ -85,6 +85,10 @@ type source struct {
 	// (Env.pages).
 	pagesOnce sync.Once
 	pages     *share.Pages
+	// steward keeps the pages the jobs reading ds each in its own order
+	// read soonest (Env.steward), made with the first of them.
+	stewardOnce sync.Once
+	steward     *share.Steward
 }
 
 const keepOpen = 30 * time.Second

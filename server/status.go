@@ -73,7 +73,8 @@ func (s *Server) status() *wire.Status {
 	s.statMu.Lock()
 	for h := range s.live {
 		if st := h.j.Status(h.records.Load()); !st.Shared {
-			out.Groups = append(out.Groups, wire.GroupStatus{Source: st.Source, Records: st.Records, Jobs: []wire.JobStatus{h.status(st)}})
+			out.Groups = append(out.Groups, wire.GroupStatus{Source: st.Source, Records: st.Records, Jobs: []wire.JobStatus{h.status(st)},
+				PagesKept: st.PagesKept, PagesDropped: st.PagesDropped})
 		}
 	}
 	s.statMu.Unlock()

@@ -428,7 +428,9 @@ type GroupStatus struct {
 	Given   int64       `json:"given"`  // records given to jobs
 	Saved   int64       `json:"saved"`  // reads sharing saved
 	// PagesKept and PagesDropped, for a group whose records wait in the
-	// page cache: its pages there, and those it had the kernel drop.
+	// page cache: its pages there, and those it had the kernel drop; for
+	// a job outside any group, its source's steward's, which keeps the
+	// pages the jobs reading the source each in its own order read soonest.
 	PagesKept    int64 `json:"pages_kept,omitempty"`
 	PagesDropped int64 `json:"pages_dropped,omitempty"`
 }

@@ -1,0 +1,84 @@
+package job
+
+import (
+	"math/rand/v2"
+
+	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/share"
+	"github.com/riffle-ml/riffle/storage"
+)
+
+// A job alone on a local file's raw records, read through the page cache,
+// leaves the kernel to choose which pages stay, and under a uniform
+// shuffle its LRU keeps the wrong ones: the pages read last, which the
+// job reads again only next epoch, at any place in it. Of data a share c
+// of which the cache keeps, it answers c + (1-c)ln(1-c) of the reads (15%
+// at c = 0.5), where keeping the pages read again soonest answers c. The
+// job's order has an inverse (the global shuffle's is as cheap as the
+// order), so the next read of every page is known: the source's steward
+// (share.Steward) keeps the pages its jobs read soonest, Belady's MIN, in
+// the room the memory leaves (env.pageRoom), and drops the rest. Jobs that
+// share keep their pages by their group's need (Env.pages); while such a
+// job, a mixture of the source or an order with no inverse reads the
+// source, the steward drops nothing, for it cannot tell their next reads.
+
+// steward makes the job's places with the page stewards of the sources it
+// reads: its own, told its next reads, or blind ones.
+func (j *Job) steward() {
+	if j.src.parts != nil {
+		for _, p := range j.src.parts {
+			if st := j.env.steward(p); st != nil {
+				j.blind = append(j.blind, st.Join(nil))
+			}
+		}
+		return
+	}
+	st := j.env.steward(j.src)
+	if st == nil {
+		return
+	}
+	smp, _ := j.positions()
+	if _, ok := smp.(sampler.Positioner); !ok || len(j.shares) > 0 || (j.delivered != nil && j.plan.Share) {
+		j.blind = append(j.blind, st.Join(nil))
+		return
+	}
+	j.pages = st.Join(j.future)
+}
+
+// positions is the order the job's positions are of, and how many of its
+// positions one of the job's stands for: a rank's part is every world-th
+// position of its base's order.
+func (j *Job) positions() (sampler.Sampler, int) {
+	if rp, ok := j.smp.(*sampler.RankPart); ok {
+		return rp.Base, rp.World
+	}
+	return j.smp, 1
+}
+
+// future tells the job's steward how many positions of its order pass,
+// from its place now, before it reads each record again.
+func (j *Job) future() share.Future {
+	smp, world := j.positions()
+	st, _ := j.l.Place()
+	now := st.Epoch*smp.Len() + st.Batch*max(1, j.plan.Loader.BatchSize)*world
+	return share.Future(sampler.Ahead(smp, now))
+}
+
+// steward is src's page steward, made once, or nil: src is not raw
+// records of local files read through the page cache (a mixture, a
+// dataset of rows, files read with O_DIRECT or from a store) or its pages
+// cannot be counted (Env.pages).
+func (env *Env) steward(src *source) *share.Steward {
+	src.stewardOnce.Do(func() {
+		ds := src.ds
+		if _, rows := ds.(dataset.Rows); rows || src.parts != nil || ds.Len() == 0 || storage.AlignmentOf(ds.Object(0)) > 1 {
+			return
+		}
+		src.pagesOnce.Do(func() { src.pages = env.pages(ds) })
+		if src.pages != nil {
+			src.steward = share.NewSteward(*src.pages, ds.Len(), rand.Uint64())
+		}
+	})
+	return src.steward
+}
