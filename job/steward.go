@@ -62,7 +62,7 @@ func (j *Job) future() share.Future {
 	smp, world := j.positions()
 	st, _ := j.l.Place()
 	now := st.Epoch*smp.Len() + st.Batch*max(1, j.plan.Loader.BatchSize)*world
-	return share.Future(sampler.Ahead(smp, now))
+	return share.Future{Now: int64(now), Ahead: sampler.Ahead(smp, now)}
 }
 
 // steward is src's page steward, made once, or nil: src is not raw

@@ -89,7 +89,7 @@ func NewGroup(opts Options) *Group {
 	g := &Group{opts: opts, cl: newClasses(opts.Records), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		waiting: map[int32]int32{}}
 	if opts.Pages != nil && opts.Cache == nil {
-		g.res = newResident(*opts.Pages, g.rng, g.pageNeed, true)
+		g.res = newResident(*opts.Pages, g.rng, g.pageNeed, sampled, true)
 	}
 	return g
 }

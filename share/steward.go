@@ -25,16 +25,28 @@ type Steward struct {
 	res     *resident
 	records int
 	readers map[*Reader]bool
-	// futures are the readers' futures this Read, taken at the first
-	// need; known says whether every reader's order can say.
+	// due is, for a held page only one record lies on, the position of
+	// the job's order at which it is read next, plus one, as the job that
+	// last read it said then; 0 for a page of several records, whose
+	// records are asked when it is weighed. A page's next read changes
+	// only when a job reads it, so what was said holds until the page is
+	// read again, and weighing a page costs no question to an order.
+	due []int64
+	// futures are the readers' places and futures this Read, taken at
+	// the first weighing; known says whether every reader's order can say.
 	futures []Future
+	now     int64 // the least of the readers' places
 	taken   bool
 	known   bool
 }
 
-// A Future says how many of a job's positions pass before it reads
-// record id again; false if its order cannot say.
-type Future func(id int) (int64, bool)
+// A Future is a job's place in its order (epoch*N + position) and how
+// many positions pass from it before the job reads each record again;
+// Ahead's false says its order cannot say.
+type Future struct {
+	Now   int64
+	Ahead func(id int) (int64, bool)
+}
 
 // Reader is a job's place in a Steward.
 type Reader struct {
@@ -48,8 +60,8 @@ type Reader struct {
 // NewSteward returns a Steward over the pages p of a source of records
 // records, its sampling drawn from seed.
 func NewSteward(p Pages, records int, seed uint64) *Steward {
-	s := &Steward{records: records, readers: map[*Reader]bool{}}
-	s.res = newResident(p, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s.pageNeed, false)
+	s := &Steward{records: records, readers: map[*Reader]bool{}, due: make([]int64, p.Count)}
+	s.res = newResident(p, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s.pageNeed, stewardSampled, false)
 	return s
 }
 
@@ -76,10 +88,24 @@ func (r *Reader) Read(ids []int) {
 	s := r.s
 	s.mu.Lock()
 	s.taken = false
+	var f Future
+	if r.future != nil {
+		f = r.future()
+	}
+	span := s.res.p.Span
 	for _, id := range ids {
-		if id >= 0 && id < s.records {
-			s.res.hold(id, nil)
+		if id < 0 || id >= s.records {
+			continue
 		}
+		s.res.hold(id, func(pg int) {
+			s.due[pg] = 0
+			if f.Ahead == nil || (id > 0 && lastPage(span, id-1) >= pg) || (id+1 < s.records && firstPage(span, id+1) <= pg) {
+				return // a page of several records: weighed when sampled
+			}
+			if d, ok := f.Ahead(id); ok {
+				s.due[pg] = f.Now + d + 1
+			}
+		})
 	}
 	drops := s.res.dropped()
 	s.futures = s.futures[:0]
@@ -87,6 +113,18 @@ func (r *Reader) Read(ids []int) {
 	if len(drops) > 0 {
 		s.res.p.dropRuns(drops)
 	}
+}
+
+func firstPage(span func(int) (int, int), id int) int {
+	f, _ := span(id)
+	return f
+}
+
+// lastPage is the last page record id lies on, or one before its first
+// if it is empty.
+func lastPage(span func(int) (int, int), id int) int {
+	f, n := span(id)
+	return f + n - 1
 }
 
 // Stats are the pages the Steward keeps and those it has dropped.
@@ -101,28 +139,40 @@ func (s *Steward) Stats() (kept, dropped int64) {
 // one of them is, and its first sixteen say so about as well as all.
 const recordsLooked = 16
 
-// pageNeed is how soon page pg is read again: over the jobs, the sum of
-// 1/(1 + positions until the job's next read of a record on it), the
-// soonest of its records; kept while a job's reads cannot be told.
+// pageNeed is how soon page pg is read again: 1/(1 + positions until the
+// next read of a record on it), summed over the jobs for a page of
+// several records (whose orders are asked); kept while a job's reads
+// cannot be told. A page's due read that passed unread (its job left)
+// needs nothing.
 func (s *Steward) pageNeed(pg int) float64 {
 	if !s.taken {
-		s.taken, s.known = true, true
+		s.taken, s.known, s.now = true, true, -1
 		for r := range s.readers {
 			if r.future == nil {
 				s.known = false
 				break
 			}
-			s.futures = append(s.futures, r.future())
+			f := r.future()
+			s.futures = append(s.futures, f)
+			if s.now < 0 || f.Now < s.now {
+				s.now = f.Now
+			}
 		}
 	}
 	if !s.known {
 		return kept
 	}
+	if due := s.due[pg]; due > 0 {
+		if d := due - 1 - s.now; d >= 0 {
+			return 1 / float64(1+d)
+		}
+		return 0
+	}
 	v := 0.0
 	for _, f := range s.futures {
 		soonest, looked, ok := int64(-1), 0, true
 		s.res.records(pg, s.records, func(id int) bool {
-			d, known := f(id)
+			d, known := f.Ahead(id)
 			if !known {
 				ok = false
 				return false

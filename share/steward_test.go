@@ -32,12 +32,12 @@ func (s *shuffles) epoch(e int) []int {
 func (s *shuffles) future(now int) Future {
 	e, at := now/s.n, now%s.n
 	s.epoch(e + 1)
-	return func(id int) (int64, bool) {
+	return Future{Now: int64(now), Ahead: func(id int) (int64, bool) {
 		if q := s.pos[e][id]; q >= at {
 			return int64(q - at), true
 		}
 		return int64(s.n - at + s.pos[e+1][id]), true
-	}
+	}}
 }
 
 // pageModel is a page cache of room pages whose pages a Steward keeps:
@@ -144,12 +144,12 @@ func TestStewardKeepsPagesOfRecordsReadSoon(t *testing.T) {
 	// Page pg is next read after about pg*perPage positions, but one
 	// record of each page in the later half is read at once.
 	r := s.Join(func() Future {
-		return func(id int) (int64, bool) {
+		return Future{Ahead: func(id int) (int64, bool) {
 			if id/perPage >= pages/2 && id%perPage == 3 {
 				return 0, true
 			}
 			return int64(id), true
-		}
+		}}
 	})
 	ids := make([]int, n)
 	for i := range ids {
