@@ -9,7 +9,8 @@ are NAME=BINARY[:FLAGS], e.g.
 
     sudo PATH=/usr/local/go/bin:$PATH /usr/bin/python3 bench/pages.py \\
         --file /var/tmp/riffle-bench/r4GiB.bin --memory 3GiB --epochs 4 \\
-        --run steward=/tmp/new/riffle --run lru=/tmp/old/riffle:--direct=false --run direct=/tmp/old/riffle
+        --run steward=/tmp/new/riffle --run lru=/tmp/old/riffle:--direct=false --run direct=/tmp/old/riffle \\
+        --prewarm
 
 It prints, per configuration, the medians over rounds of each epoch's
 samples/s and device bytes over the file's, and the CPU seconds a run.
@@ -65,6 +66,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--run", action="append", required=True, help="NAME=BINARY[:FLAGS] (flags comma-separated)")
+    ap.add_argument("--prewarm", action="store_true",
+                    help="read the file once with O_DIRECT first: a VM's disk backed by the host's memory is then warm "
+                         "there for every run, not for the later runs only")
     args = ap.parse_args()
     size = os.path.getsize(args.file)
     records = size // args.record_size
@@ -75,6 +79,8 @@ def main() -> None:
         binary, _, flags = rest.partition(":")
         configs.append((name, binary, [f for f in flags.split(",") if f]))
     results = {name: [] for name, _, _ in configs}
+    if args.prewarm:
+        subprocess.run(["dd", f"if={args.file}", "of=/dev/null", "bs=16M", "iflag=direct", "status=none"], check=True)
     seed = int(time.time())
     for k in range(args.rounds):
         order = configs[k % len(configs):] + configs[:k % len(configs)]

@@ -43,4 +43,11 @@
 // Four staggered jobs at 1x, 1x, 2x, 4x over 4 GiB in a 3 GiB cgroup
 // read 1.10x one epoch (fixed records), 1.47x (lines), 1.45x (a file
 // tree), against 1.59x, 2.16x and 1.96x with the kernel's choice.
+//
+// Jobs that do not share, each reading the source in an order of its own
+// (a job alone, DataLoader workers' and ranks' parts of one order), have
+// their pages kept the same way by the source's Steward (steward.go):
+// their orders' inverses say when each page is read next, and the pages
+// read soonest stay (Belady's MIN), which under a uniform shuffle answers
+// a share c of the reads where the LRU answers c + (1-c)ln(1-c).
 package share
