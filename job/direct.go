@@ -21,9 +21,10 @@ import (
 // and in a shuffle of files many times its size they are few. So a job whose
 // spec leaves direct unset reads with O_DIRECT when a shuffle (global, or
 // the order auto picks) of local files would find under 1/8 of its page
-// reads in the page cache (pageCacheHits), unless its source's steward
-// keeps the pages its global shuffle reads soonest, which answer a share
-// c of them, and c is at least stewardFrom. Pages other orders read too
+// reads in the page cache (pageCacheHits), unless it is stewarded (its
+// source's steward can keep the pages its global shuffle reads soonest,
+// which answer a share c of them) and c is at least stewardFrom. Pages
+// other orders read too
 // (a share group's jobs, a sweep's on one dataset, a rank's part) hit
 // more often, as random reads do: the rule counts them so, and a sweep
 // keeps the cache its jobs find each other in.
@@ -186,11 +187,14 @@ func missesCache(plan Plan, bytes, keep int64, others bool) bool {
 const stewardFrom = 0.3
 
 // stewarded says a job of plan reads its files in an order of its own
-// whose next reads its source's steward can tell: a global shuffle not
-// shared.
+// whose next reads its source's steward can tell (job/steward.go): a
+// global shuffle of every record, not shared, from an epoch's start. A
+// subset's order, the rest of an epoch and a shared order have no
+// inverse the steward can ask.
 func stewarded(plan Plan) bool {
 	k := plan.Sampler.Kind
-	return !plan.Share && (k == "" || k == "global")
+	return !plan.Share && (k == "" || k == "global") && plan.Subset == nil && plan.Filter == nil && !plan.Dedup &&
+		plan.Sampler.Start == 0 && len(plan.Delivered) == 0
 }
 
 // subsetDirect is readsDirect for a job of part of its files' records (a

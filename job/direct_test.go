@@ -155,6 +155,35 @@ func TestReadsDirect(t *testing.T) {
 	}
 }
 
+// A job whose order the steward cannot ask (a subset's, the rest of an
+// epoch) is weighed by the LRU's hits as before: 4 KiB records 2.7x the
+// cache (the LRU's 8%) go past it, where a global shuffle of every record,
+// whose pages the steward keeps, reads through it.
+func TestStewardedOnlyWhereItCanTell(t *testing.T) {
+	const bytes, keep = 256 << 10, 96 << 10
+	for _, c := range []struct {
+		name string
+		spec wire.JobSpec
+		want bool // reads with O_DIRECT
+	}{
+		{"every record", wire.JobSpec{}, false},
+		{"a subset", wire.JobSpec{Subset: &wire.Subset{Ranges: [][2]int{{0, 60}}}}, true},
+		{"a filter", wire.JobSpec{Filter: &wire.Filter{MinSize: 1}}, true},
+		{"dedup", wire.JobSpec{Dedup: true}, true},
+		{"the rest of an epoch", wire.JobSpec{Start: 10, Epochs: 1}, true},
+	} {
+		spec := c.spec
+		spec.Paths, spec.BatchSize, spec.RecordSize, spec.Shuffle = []string{"f"}, 8, 4096, true
+		plan, err := Check(&spec)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := missesCache(plan, bytes, keep, false); got != c.want {
+			t.Errorf("%s: reads direct %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // Jobs that leave direct unset over files many times what the page cache keeps
 // read them with O_DIRECT, and every record is a buffered solo read's:
 // alone, split over ranks, and sharing a group with a job reading through

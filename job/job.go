@@ -46,9 +46,10 @@ type Job struct {
 	// an order with an inverse; blind are its places where its reads
 	// cannot be told (a shared job's, a mixture's sources'), which keep
 	// the steward from dropping.
-	pages  *share.Reader
-	blind  []*share.Reader
-	subset int // records this job reads per epoch (before the ranks split them)
+	pages   *share.Reader
+	blind   []*share.Reader
+	orderID uint64 // names the order the steward's futures are of
+	subset  int    // records this job reads per epoch (before the ranks split them)
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
 	generations int

@@ -105,9 +105,8 @@ func newResident(p Pages, rng *rand.Rand, need func(pg int) float64, looks int, 
 }
 
 // hold notes that record id's pages are in the page cache from now on,
-// calling mark for each (the group's SetFresh); every r.every pages
-// newly held, every againEvery held again, and at the first, it asks the
-// room left and drops the least needed pages if there is none.
+// calling mark for each (the group's SetFresh, the steward's next reads);
+// look then sees to the room.
 func (r *resident) hold(id int, mark func(pg int)) {
 	first, n := r.p.Span(id)
 	for pg := first; pg < first+n; pg++ {
@@ -126,6 +125,12 @@ func (r *resident) hold(id int, mark func(pg int)) {
 		r.first[pg] = int32(firstOn(r.p.Span, pg, id))
 		r.added++
 	}
+}
+
+// look, every r.every pages newly held, every againEvery held again, and
+// at the first, asks the room left and drops the least needed pages if
+// there is none.
+func (r *resident) look() {
 	if r.added >= r.every || r.again >= againEvery || !r.asked {
 		r.added, r.again, r.asked = 0, 0, true
 		held := int64(len(r.pages)) * r.p.Bytes
@@ -146,6 +151,7 @@ func (r *resident) hold(id int, mark func(pg int)) {
 func (g *Group) touch(m *Member, id int) {
 	by, at := uint8(bits.TrailingZeros64(m.bit)), uint32(m.takes)
 	g.res.hold(id, func(pg int) { g.res.by[pg], g.res.at[pg] = by, at })
+	g.res.look()
 }
 
 // firstOn returns the first record on page pg, which record id lies on:

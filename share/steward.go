@@ -9,7 +9,7 @@ import (
 // for jobs that read the source each in an order of its own (no group):
 // those the jobs read again soonest, Belady's MIN over the orders'
 // inverses, in the room the memory leaves; the others it drops. It is
-// Pages without a group.
+// Pages without a group. A wrong choice costs a read, never a byte.
 //
 // A job alone on data larger than the page cache is where the kernel's
 // order does worst. Under a uniform shuffle a page's next read is as
@@ -26,26 +26,36 @@ type Steward struct {
 	records int
 	readers map[*Reader]bool
 	// due is, for a held page only one record lies on, the position of
-	// the job's order at which it is read next, plus one, as the job that
-	// last read it said then; 0 for a page of several records, whose
-	// records are asked when it is weighed. A page's next read changes
-	// only when a job reads it, so what was said holds until the page is
-	// read again, and weighing a page costs no question to an order.
+	// the readers' order at which it is read next, plus one, as the job
+	// that last read it said then; 0 for a page of several records, whose
+	// records are asked when it is weighed. While every reader reads
+	// parts of one order (a job alone, its DataLoader workers, its ranks)
+	// a page's next read changes only when one of them reads it, so what
+	// was said holds until the page is read again, and weighing a page
+	// costs no question to an order. Readers of several orders (a sweep
+	// that does not share) are each asked.
 	due []int64
 	// futures are the readers' places and futures this Read, taken at
-	// the first weighing; known says whether every reader's order can say.
+	// the first weighing; known says whether every reader's order can
+	// say, one whether they are parts of one order.
 	futures []Future
 	now     int64 // the least of the readers' places
 	taken   bool
 	known   bool
+	one     bool
 }
 
 // A Future is a job's place in its order (epoch*N + position) and how
 // many positions pass from it before the job reads each record again;
-// Ahead's false says its order cannot say.
+// Ahead's false says its order cannot say, and a nil Ahead that none of
+// its reads can be told. Order names the order: the futures of parts of
+// one order (its workers', its ranks') name the same, and each its own
+// Part; two jobs of one Part are two readings of the order, at places of
+// their own.
 type Future struct {
-	Now   int64
-	Ahead func(id int) (int64, bool)
+	Now         int64
+	Ahead       func(id int) (int64, bool)
+	Order, Part uint64
 }
 
 // Reader is a job's place in a Steward.
@@ -93,6 +103,8 @@ func (r *Reader) Read(ids []int) {
 		f = r.future()
 	}
 	span := s.res.p.Span
+	// Every page of the batch is held, with its next read, before the
+	// room is seen to: a drop weighs them as they are now.
 	for _, id := range ids {
 		if id < 0 || id >= s.records {
 			continue
@@ -107,6 +119,7 @@ func (r *Reader) Read(ids []int) {
 			}
 		})
 	}
+	s.res.look()
 	drops := s.res.dropped()
 	s.futures = s.futures[:0]
 	s.mu.Unlock()
@@ -140,29 +153,37 @@ func (s *Steward) Stats() (kept, dropped int64) {
 const recordsLooked = 16
 
 // pageNeed is how soon page pg is read again: 1/(1 + positions until the
-// next read of a record on it), summed over the jobs for a page of
-// several records (whose orders are asked); kept while a job's reads
-// cannot be told. A page's due read that passed unread (its job left)
-// needs nothing.
+// next read of a record on it), summed over the orders asked (a page of
+// several records, or readers of several orders); kept while a job's
+// reads cannot be told. A page's due read that passed unread (its job
+// left) needs nothing.
 func (s *Steward) pageNeed(pg int) float64 {
 	if !s.taken {
-		s.taken, s.known, s.now = true, true, -1
+		s.taken, s.known, s.one, s.now = true, true, true, -1
 		for r := range s.readers {
-			if r.future == nil {
+			var f Future
+			if r.future != nil {
+				f = r.future()
+			}
+			if f.Ahead == nil {
 				s.known = false
 				break
 			}
-			f := r.future()
+			for _, o := range s.futures {
+				if f.Order != o.Order || f.Part == o.Part {
+					s.one = false
+				}
+			}
 			s.futures = append(s.futures, f)
 			if s.now < 0 || f.Now < s.now {
 				s.now = f.Now
 			}
 		}
 	}
-	if !s.known {
+	if !s.known || len(s.futures) == 0 {
 		return kept
 	}
-	if due := s.due[pg]; due > 0 {
+	if due := s.due[pg]; due > 0 && s.one {
 		if d := due - 1 - s.now; d >= 0 {
 			return 1 / float64(1+d)
 		}

@@ -173,3 +173,74 @@ func TestStewardKeepsPagesOfRecordsReadSoon(t *testing.T) {
 		t.Fatalf("%d of the %d pages kept are of those read last; want under 5%%", far, kept)
 	}
 }
+
+// TestStewardJobsOfTwoOrders: two jobs reading the file each in its own
+// uniform order (a sweep that does not share), one read each in turn, or
+// the second two epochs behind, over a page cache of half the pages: each
+// order is asked about every page weighed, and each job finds over half
+// of its reads cached (the pages of both orders' soonest reads), where
+// taking the last reader's word alone left one job 0.33-0.42. Two
+// readings of one order (same Part) at other places are two orders.
+func TestStewardJobsOfTwoOrders(t *testing.T) {
+	const n, epochs = 8192, 5
+	for _, c := range []struct {
+		name       string
+		lag        int // epochs the second job starts after the first
+		sameOrders bool
+	}{{"together", 0, false}, {"two epochs apart", 2, false}, {"one order read twice, two epochs apart", 2, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			s, _ := pageModel(n, n/2, 9)
+			type job struct {
+				sh        *shuffles
+				now       int
+				hits, all int
+			}
+			var jobs [2]*job
+			for k := range jobs {
+				seed := uint64(k + 1)
+				if c.sameOrders {
+					seed = 1
+				}
+				j := &job{sh: &shuffles{n: n, rng: rand.New(rand.NewPCG(seed, 2))}}
+				jobs[k] = j
+			}
+			var readers [2]*Reader
+			for k, j := range jobs {
+				order := uint64(k)
+				if c.sameOrders {
+					order = 0
+				}
+				readers[k] = s.Join(func() Future {
+					f := j.sh.future(j.now)
+					f.Order, f.Part = order, 0
+					return f
+				})
+			}
+			read := func(k int) {
+				j := jobs[k]
+				id := j.sh.epoch(j.now / n)[j.now%n]
+				if j.now >= n { // after its first epoch
+					j.all++
+					if s.res.place[id] >= 0 {
+						j.hits++
+					}
+				}
+				j.now++
+				readers[k].Read([]int{id})
+			}
+			for i := range epochs * n {
+				read(0)
+				if i >= c.lag*n {
+					read(1)
+				}
+			}
+			for k, j := range jobs {
+				got := float64(j.hits) / float64(j.all)
+				t.Logf("job %d: %.3f of its reads after its first epoch cached", k, got)
+				if got < 0.5 {
+					t.Errorf("job %d found %.3f of its reads cached with room for half the pages; want over 0.5", k, got)
+				}
+			}
+		})
+	}
+}
