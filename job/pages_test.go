@@ -315,3 +315,55 @@ func TestPagesKeptReadHalfAtHalf(t *testing.T) {
 		t.Fatalf("%.2f of the file read from the device an epoch after the first, with room for half: want about 0.5", read)
 	}
 }
+
+// A rank alone on its node reads half the records an epoch, a part
+// another each epoch: with room for a quarter of the file its steward
+// keeps the pages the rank itself reads soonest, and it reads about 0.30
+// of the file from the device an epoch after the first (a model of 8
+// looks a drop); kept by the whole order's next reads (the other rank's,
+// elsewhere) it read 0.37-0.38.
+func TestPagesKeptForARankAlone(t *testing.T) {
+	const n, size, epochs = 16384, 4096, 4
+	const room = n * size / 4
+	p, data := droppedFile(t, n, size)
+	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	no := false
+	j := openJob(t, env, &wire.JobSpec{Paths: []string{p}, RecordSize: size, BatchSize: 64, Epochs: epochs, Shuffle: true, Seed: 4,
+		World: 2, Rank: 1, Direct: &no})
+	defer j.Close()
+	var from int64 = -1
+	seen := map[[2]int]int{}
+	inTurn(t, []*Job{j}, func(_ int, b *loader.Batch) {
+		if b.Epoch == 1 && from < 0 {
+			from = deviceReadBytes(t)
+		}
+		for i, id := range b.IDs {
+			if string(b.Record(i)) != string(data[id*size:(id+1)*size]) {
+				t.Fatalf("record %d's bytes are not its own", id)
+			}
+			seen[[2]int{b.Epoch, id}]++
+		}
+	})
+	for e := range epochs {
+		k := 0
+		for id := range n {
+			if c := seen[[2]int{e, id}]; c > 1 {
+				t.Fatalf("epoch %d has record %d %d times", e, id, c)
+			} else {
+				k += c
+			}
+		}
+		if k != n/2 {
+			t.Fatalf("epoch %d has %d records, want the rank's %d", e, k, n/2)
+		}
+	}
+	read := float64(deviceReadBytes(t)-from) / float64((epochs-1)*n*size)
+	t.Logf("%.2f of the file read from the device an epoch after the first by a rank of two, with room for a quarter", read)
+	if read > 0.35 {
+		t.Fatalf("%.2f of the file read from the device an epoch after the first by a rank of two, with room for a quarter: want about 0.30", read)
+	}
+}

@@ -67,8 +67,14 @@ func (j *Job) future() share.Future {
 	st, _ := j.l.Place()
 	now := st.Epoch*smp.Len() + st.Batch*max(1, j.plan.Loader.BatchSize)*world
 	lo, cfg := j.plan.Loader, j.plan.Sampler
-	return share.Future{Now: int64(now), Ahead: sampler.Ahead(smp, now), Order: j.orderID,
+	f := share.Future{Now: int64(now), Ahead: sampler.Ahead(smp, now), Order: j.orderID,
 		Part: uint64(lo.BatchOffset)<<32 | uint64(cfg.Rank)}
+	if world > 1 {
+		// Alone on its node, a rank keeps the pages it reads soonest.
+		mine := st.Epoch*j.smp.Len() + st.Batch*max(1, lo.BatchSize)
+		f.MineNow, f.Mine = int64(mine), sampler.Ahead(j.smp, mine)
+	}
+	return f
 }
 
 // steward is src's page steward, made once, or nil: src is not raw

@@ -144,13 +144,20 @@ func (s Sequential) Position(epoch, id int) int { return id }
 // many positions pass before s next gives an id: NextUse's answer less
 // now, for many ids at once (a page cache's keeper asks it of every page
 // it weighs); false if s cannot say. The global shuffle's two epochs'
-// permutations are made once, not per id.
+// permutations are made once, not per id. A rank's part says when the
+// rank itself reads id: an id of neither this epoch's part nor the
+// next's is two epochs away.
 func Ahead(s Sampler, now int) func(id int) (int64, bool) {
 	n := s.Len()
 	if n == 0 {
 		return func(int) (int64, bool) { return 0, false }
 	}
 	e, pos := now/n, now%n
+	if rp, ok := s.(*RankPart); ok {
+		if base, ok := rp.Base.(Positioner); ok {
+			return rp.ahead(base, e, pos)
+		}
+	}
 	if g, ok := s.(Global); ok {
 		this, next := newPerm(uint64(n), Mix(g.Seed, uint64(e))), newPerm(uint64(n), Mix(g.Seed, uint64(e+1)))
 		return func(id int) (int64, bool) {

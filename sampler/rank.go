@@ -137,3 +137,36 @@ func (s *RankPart) Restore(state []byte) (int, int, error) {
 	s.lastEpoch, s.lastPos = int(e), int(pos)
 	return int(e), int(pos), nil
 }
+
+// place is the position in this rank's part of its base's position q,
+// and false if another rank takes q (or a tail cut by DropLast). The
+// padding repeats of the order's start are not counted: a rank reads
+// those records again, which ahead does not say.
+func (s *RankPart) place(q int) (int, bool) {
+	c, k, t := s.split()
+	if whole := k * s.World * c; q < whole {
+		b, w := q/(s.World*c), q%(s.World*c)
+		return b*c + w%c, w/c == s.Rank
+	} else if off := q - whole; t > 0 && off/t == s.Rank && off < s.Base.Len()-whole {
+		return k*c + off%t, true
+	}
+	return 0, false
+}
+
+// ahead is Ahead for a rank's part of an order with an inverse, from
+// epoch e's position pos of the part.
+func (s *RankPart) ahead(base Positioner, e, pos int) func(id int) (int64, bool) {
+	n, l := s.Base.Len(), s.Len()
+	return func(id int) (int64, bool) {
+		if id < 0 || id >= n {
+			return 0, false
+		}
+		if p, ok := s.place(base.Position(e, id)); ok && p >= pos {
+			return int64(p - pos), true
+		}
+		if p, ok := s.place(base.Position(e+1, id)); ok {
+			return int64(l - pos + p), true
+		}
+		return int64(2*l - pos), true
+	}
+}

@@ -52,10 +52,25 @@ type Steward struct {
 // one order (its workers', its ranks') name the same, and each its own
 // Part; two jobs of one Part are two readings of the order, at places of
 // their own.
+//
+// A job alone on the file is told by Mine and MineNow, its own reads: a
+// rank's part of an order reads a part of each epoch, and a rank alone
+// on its node keeps the pages it reads soonest, not those its order's
+// other ranks, elsewhere, read soonest. Nil Mine: Ahead and Now say.
 type Future struct {
 	Now         int64
 	Ahead       func(id int) (int64, bool)
 	Order, Part uint64
+	MineNow     int64
+	Mine        func(id int) (int64, bool)
+}
+
+// own is f told by the job's own reads, for a job alone on the file.
+func (f Future) own() Future {
+	if f.Mine != nil {
+		f.Now, f.Ahead = f.MineNow, f.Mine
+	}
+	return f
 }
 
 // Reader is a job's place in a Steward.
@@ -100,7 +115,9 @@ func (r *Reader) Read(ids []int) {
 	s.taken = false
 	var f Future
 	if r.future != nil {
-		f = r.future()
+		if f = r.future(); len(s.readers) == 1 {
+			f = f.own()
+		}
 	}
 	span := s.res.p.Span
 	// Every page of the batch is held, with its next read, before the
@@ -163,7 +180,9 @@ func (s *Steward) pageNeed(pg int) float64 {
 		for r := range s.readers {
 			var f Future
 			if r.future != nil {
-				f = r.future()
+				if f = r.future(); len(s.readers) == 1 {
+					f = f.own()
+				}
 			}
 			if f.Ahead == nil {
 				s.known = false
