@@ -66,6 +66,7 @@ type resident struct {
 	// job's reads cannot be told) must look again.
 	again     int
 	asked     bool    // Room was asked once
+	fits      bool    // at the last look, every page of the source fit in the room
 	drops     []int32 // pages to drop once the lock is released
 	dropCount int64
 }
@@ -136,17 +137,24 @@ func (r *resident) hold(id int, mark func(pg int)) {
 // there is none.
 func (r *resident) look() {
 	if r.added >= r.every || r.again >= againEvery || !r.asked {
-		r.added, r.again, r.asked = 0, 0, true
-		held := int64(len(r.pages)) * r.p.Bytes
-		room := r.p.Room(held)
-		// A look reads the cgroup's files (a few hundred µs): in a page
-		// cache of many MiB, looks a 256th of it apart, and as much freed
-		// beyond the shortfall, cost a job alone under 1% of its CPU
-		// where a look every MiB cost 5%, and keep 0.4% fewer pages.
-		r.every = int(min(maxEvery, max(checkEvery, (held+room)/r.p.Bytes/256)))
-		if room < 0 {
-			r.evict(int((-room+r.p.Bytes-1)/r.p.Bytes) + r.every)
-		}
+		r.lookNow()
+	}
+}
+
+// lookNow asks the room left, notes whether all the source's pages fit in
+// it, and drops the least needed pages if there is no room.
+func (r *resident) lookNow() {
+	r.added, r.again, r.asked = 0, 0, true
+	held := int64(len(r.pages)) * r.p.Bytes
+	room := r.p.Room(held)
+	r.fits = room >= 0 && int64(r.p.Count)*r.p.Bytes <= held+room
+	// A look reads the cgroup's files (a few hundred µs): in a page cache
+	// of many MiB, looks a 256th of it apart, and as much freed beyond the
+	// shortfall, cost a job alone under 1% of its CPU where a look every
+	// MiB cost 5%, and keep 0.4% fewer pages.
+	r.every = int(min(maxEvery, max(checkEvery, (held+room)/r.p.Bytes/256)))
+	if room < 0 {
+		r.evict(int((-room+r.p.Bytes-1)/r.p.Bytes) + r.every)
 	}
 }
 

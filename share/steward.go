@@ -3,6 +3,7 @@ package share
 import (
 	"math/rand/v2"
 	"sync"
+	"time"
 )
 
 // Steward chooses which pages of a source's files the page cache keeps
@@ -43,7 +44,16 @@ type Steward struct {
 	taken   bool
 	known   bool
 	one     bool
+	// looked is when the room was last seen to while the file fit in it,
+	// at most fitLook apart.
+	looked  time.Time
+	fitLook time.Duration
 }
+
+// fitLook is how often a Steward sees to the room while the whole file
+// fits in it: reading at 3 GB/s, 150 MB go by between two looks, and the
+// cgroup's room is at least a 32nd of it beyond a look's.
+const fitLook = 50 * time.Millisecond
 
 // A Future is a job's place in its order (epoch*N + position) and how
 // many positions pass from it before the job reads each record again;
@@ -85,7 +95,7 @@ type Reader struct {
 // NewSteward returns a Steward over the pages p of a source of records
 // records, its sampling drawn from seed.
 func NewSteward(p Pages, records int, seed uint64) *Steward {
-	s := &Steward{records: records, readers: map[*Reader]bool{}, due: make([]int64, p.Count)}
+	s := &Steward{records: records, readers: map[*Reader]bool{}, due: make([]int64, p.Count), fitLook: fitLook}
 	s.res = newResident(p, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s.pageNeed, stewardSampled, false)
 	return s
 }
@@ -112,6 +122,23 @@ func (r *Reader) Leave() {
 func (r *Reader) Read(ids []int) {
 	s := r.s
 	s.mu.Lock()
+	if s.res.fits {
+		// Every page of the file fits in the room: none will be dropped,
+		// and a job reading from the page cache (warm) pays nothing a
+		// record; the room is seen to now and then, and once the file
+		// no longer fits, pages are held from the next read on (those
+		// read before are the kernel's to keep or drop).
+		if now := time.Now(); now.Sub(s.looked) < s.fitLook {
+			s.mu.Unlock()
+			return
+		} else {
+			s.looked = now
+		}
+		if s.res.lookNow(); s.res.fits {
+			s.mu.Unlock()
+			return
+		}
+	}
 	s.taken = false
 	var f Future
 	if r.future != nil {

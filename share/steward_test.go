@@ -244,3 +244,35 @@ func TestStewardJobsOfTwoOrders(t *testing.T) {
 		})
 	}
 }
+
+// TestStewardHoldsNothingWhileTheFileFits: while every page of the file
+// fits in the room the Steward holds and weighs none (a warm job pays
+// nothing a record); once the room shrinks below the file it holds the
+// pages read from then on and drops the least needed.
+func TestStewardHoldsNothingWhileTheFileFits(t *testing.T) {
+	const n = 4096
+	room := n + 100
+	p := Pages{Count: n, Bytes: 4096, Span: func(id int) (int, int) { return id, 1 }, Drop: func(int, int) {}}
+	p.Room = func(held int64) int64 { return int64(room)*p.Bytes - held }
+	s := NewSteward(p, n, 3)
+	s.fitLook = 0 // every read sees to the room
+	sh := &shuffles{n: n, rng: rand.New(rand.NewPCG(1, 1))}
+	now := 0
+	r := s.Join(func() Future { return sh.future(now) })
+	read := func(e int) {
+		for _, id := range sh.epoch(e) {
+			now++
+			r.Read([]int{id})
+		}
+	}
+	read(0)
+	if kept, dropped := s.Stats(); kept > 1 || dropped != 0 {
+		t.Fatalf("with the file in the room the steward holds %d pages and dropped %d; want none", kept, dropped)
+	}
+	room = n / 4
+	read(1)
+	kept, dropped := s.Stats()
+	if dropped == 0 || kept > int64(room+checkEvery) {
+		t.Fatalf("with room for a quarter of the file: %d pages held, %d dropped", kept, dropped)
+	}
+}
