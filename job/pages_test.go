@@ -272,14 +272,13 @@ func deviceReadBytes(t *testing.T) int64 {
 	return 0
 }
 
-// A job alone whose page cache keeps half its file reads about half the
-// file from the device each epoch after the first: its steward keeps the
-// pages not yet read this epoch and drops those read, which are read
-// again only next epoch. Dropping at random would read 0.72 of it (a model
-// of uniform epochs), the kernel's LRU 0.85.
-func TestPagesKeptReadHalfAtHalf(t *testing.T) {
-	const n, size, epochs = 16384, 4096, 3
-	const room = n * size / 2
+// readsPastRoom runs one job of spec over a dropped file of n records of
+// size bytes for epochs, its page cache room bytes, checking every
+// record's bytes and that each epoch has want records, each once; it
+// returns the share of the file read from the device an epoch after the
+// first.
+func readsPastRoom(t *testing.T, spec wire.JobSpec, n, size, epochs, want int, room int64) float64 {
+	t.Helper()
 	p, data := droppedFile(t, n, size)
 	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: room})
 	if err != nil {
@@ -287,53 +286,8 @@ func TestPagesKeptReadHalfAtHalf(t *testing.T) {
 	}
 	defer env.Close()
 	no := false
-	j := openJob(t, env, &wire.JobSpec{Paths: []string{p}, RecordSize: size, BatchSize: 64, Epochs: epochs, Shuffle: true, Seed: 3, Direct: &no})
-	defer j.Close()
-	var from int64 = -1
-	seen := map[[2]int]int{}
-	inTurn(t, []*Job{j}, func(_ int, b *loader.Batch) {
-		if b.Epoch == 1 && from < 0 {
-			from = deviceReadBytes(t)
-		}
-		for i, id := range b.IDs {
-			if string(b.Record(i)) != string(data[id*size:(id+1)*size]) {
-				t.Fatalf("record %d's bytes are not its own", id)
-			}
-			seen[[2]int{b.Epoch, id}]++
-		}
-	})
-	for e := range epochs {
-		for id := range n {
-			if seen[[2]int{e, id}] != 1 {
-				t.Fatalf("epoch %d has record %d %d times", e, id, seen[[2]int{e, id}])
-			}
-		}
-	}
-	read := float64(deviceReadBytes(t)-from) / float64((epochs-1)*n*size)
-	t.Logf("%.2f of the file read from the device an epoch after the first, with room for half of it", read)
-	if read > 0.6 {
-		t.Fatalf("%.2f of the file read from the device an epoch after the first, with room for half: want about 0.5", read)
-	}
-}
-
-// A rank alone on its node reads half the records an epoch, a part
-// another each epoch: with room for a quarter of the file its steward
-// keeps the pages the rank itself reads soonest, and it reads about 0.30
-// of the file from the device an epoch after the first (a model of 8
-// looks a drop); kept by the whole order's next reads (the other rank's,
-// elsewhere) it read 0.37-0.38.
-func TestPagesKeptForARankAlone(t *testing.T) {
-	const n, size, epochs = 16384, 4096, 4
-	const room = n * size / 4
-	p, data := droppedFile(t, n, size)
-	env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	no := false
-	j := openJob(t, env, &wire.JobSpec{Paths: []string{p}, RecordSize: size, BatchSize: 64, Epochs: epochs, Shuffle: true, Seed: 4,
-		World: 2, Rank: 1, Direct: &no})
+	spec.Paths, spec.RecordSize, spec.BatchSize, spec.Epochs, spec.Shuffle, spec.Direct = []string{p}, size, 64, epochs, true, &no
+	j := openJob(t, env, &spec)
 	defer j.Close()
 	var from int64 = -1
 	seen := map[[2]int]int{}
@@ -357,11 +311,36 @@ func TestPagesKeptForARankAlone(t *testing.T) {
 				k += c
 			}
 		}
-		if k != n/2 {
-			t.Fatalf("epoch %d has %d records, want the rank's %d", e, k, n/2)
+		if k != want {
+			t.Fatalf("epoch %d has %d records, want %d", e, k, want)
 		}
 	}
-	read := float64(deviceReadBytes(t)-from) / float64((epochs-1)*n*size)
+	return float64(deviceReadBytes(t)-from) / float64((epochs-1)*n*size)
+}
+
+// A job alone whose page cache keeps half its file reads about half the
+// file from the device each epoch after the first: its steward keeps the
+// pages not yet read this epoch and drops those read, which are read
+// again only next epoch. Dropping at random would read 0.72 of it (a model
+// of uniform epochs), the kernel's LRU 0.85.
+func TestPagesKeptReadHalfAtHalf(t *testing.T) {
+	const n, size = 16384, 4096
+	read := readsPastRoom(t, wire.JobSpec{Seed: 3}, n, size, 3, n, n*size/2)
+	t.Logf("%.2f of the file read from the device an epoch after the first, with room for half of it", read)
+	if read > 0.6 {
+		t.Fatalf("%.2f of the file read from the device an epoch after the first, with room for half: want about 0.5", read)
+	}
+}
+
+// A rank alone on its node reads half the records an epoch, a part
+// another each epoch: with room for a quarter of the file its steward
+// keeps the pages the rank itself reads soonest, and it reads about 0.30
+// of the file from the device an epoch after the first (a model of 8
+// looks a drop); kept by the whole order's next reads (the other rank's,
+// elsewhere) it read 0.37-0.38.
+func TestPagesKeptForARankAlone(t *testing.T) {
+	const n, size = 16384, 4096
+	read := readsPastRoom(t, wire.JobSpec{Seed: 4, World: 2, Rank: 1}, n, size, 4, n/2, n*size/4)
 	t.Logf("%.2f of the file read from the device an epoch after the first by a rank of two, with room for a quarter", read)
 	if read > 0.35 {
 		t.Fatalf("%.2f of the file read from the device an epoch after the first by a rank of two, with room for a quarter: want about 0.30", read)

@@ -7,6 +7,7 @@ cgroup is then charged for. Needs root and a v1 memory hierarchy (as test_budget
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -33,8 +34,9 @@ def drop_caches() -> None:
         f.write("3\n")
 
 
-def epoch(ld) -> set[int]:
-    """One epoch's ids; each record's bytes are its writer's, and no id comes twice."""
+def epoch(ld, each=None) -> set[int]:
+    """One epoch's ids; each record's bytes are its writer's, and no id comes twice. each(seen) is called after
+    every batch."""
     seen: set[int] = set()
     for b in ld:
         for k, i in enumerate(b.ids):
@@ -43,17 +45,29 @@ def epoch(ld) -> set[int]:
             seen.add(i)
             if i % 97 == 0:  # a sample of the bytes: record() builds each one in numpy
                 assert bytes(b.record(k)) == record(i, SIZE), f"record {i}'s bytes differ from its writer's"
+        if each:
+            each(seen)
     return seen
 
 
-def test_larger_than_memory_reads_past_the_page_cache(tmp_path):
-    big = write_fixed(tmp_path / "big.bin", N, SIZE)
-    cg = MemoryCgroup("riffle-test-direct", LIMIT)
+@contextlib.contextmanager
+def daemon_in_cgroup(tmp_path, name: str):
+    """A daemon in a memory cgroup of LIMIT, its socket yielded; the page cache dropped."""
+    cg = MemoryCgroup(name, LIMIT)
     sock = str(tmp_path / "run" / "riffle.sock")
     os.makedirs(os.path.dirname(sock), mode=0o700)
     d = Daemon(sock, cgroup=cg)
     try:
         drop_caches()
+        yield sock, cg
+    finally:
+        d.stop()
+        cg.remove()
+
+
+def test_larger_than_memory_reads_past_the_page_cache(tmp_path):
+    big = write_fixed(tmp_path / "big.bin", N, SIZE)
+    with daemon_in_cgroup(tmp_path, "riffle-test-direct") as (sock, cg):
         before = page_cache(cg)
         ld = riffle.Loader(str(big), 1024, record_size=SIZE, seed=1, socket=sock)
         assert ld.direct is True, "a shuffle of twice the memory, direct= unset, is read through the page cache"
@@ -68,9 +82,6 @@ def test_larger_than_memory_reads_past_the_page_cache(tmp_path):
         assert epoch(ld) == set(range(N))
         grown = page_cache(cg) - before
         assert grown > 64 << 20, f"through the page cache, the cgroup's page cache grew by only {grown >> 20} MiB"
-    finally:
-        d.stop()
-        cg.remove()
 
 
 def test_a_shuffle_the_steward_keeps_reads_through_the_page_cache(tmp_path):
@@ -80,31 +91,19 @@ def test_a_shuffle_the_steward_keeps_reads_through_the_page_cache(tmp_path):
     which status reports on the job's line (pages_kept, pages_dropped)."""
     n = 80_000
     big = write_fixed(tmp_path / "big.bin", n, SIZE)
-    cg = MemoryCgroup("riffle-test-steward", LIMIT)
-    sock = str(tmp_path / "run" / "riffle.sock")
-    os.makedirs(os.path.dirname(sock), mode=0o700)
-    d = Daemon(sock, cgroup=cg)
-    try:
-        drop_caches()
+    with daemon_in_cgroup(tmp_path, "riffle-test-steward") as (sock, _):
         ld = riffle.Loader(str(big), 1024, record_size=SIZE, seed=2, socket=sock)
         assert ld.direct is False, "a shuffle the steward keeps 41% of goes past the page cache"
-        seen: set[int] = set()
-        pages = None
-        for b in ld:
-            for k, i in enumerate(b.ids):
-                i = int(i)
-                assert i not in seen, f"record {i} twice in an epoch"
-                seen.add(i)
-                if i % 97 == 0:
-                    assert bytes(b.record(k)) == record(i, SIZE), f"record {i}'s bytes differ from its writer's"
-            if pages is None and len(seen) >= n * 19 // 20:
+        pages = []
+
+        def look(seen: set[int]) -> None:
+            if not pages and len(seen) >= n * 19 // 20:
                 groups = [g for g in status(sock)["groups"] if g["jobs"]]
                 assert len(groups) == 1, groups
-                pages = (groups[0].get("pages_kept", 0), groups[0].get("pages_dropped", 0))
+                pages.extend([groups[0].get("pages_kept", 0), groups[0].get("pages_dropped", 0)])
+
+        seen = epoch(ld, look)
         assert seen == set(range(n))
         kept, dropped = pages
         assert kept > 0 and dropped > 0, f"the steward kept {kept} pages and dropped {dropped} with the cgroup full"
         assert kept * 4096 < LIMIT, f"the steward counts {kept} pages kept in a {LIMIT >> 20} MiB cgroup"
-    finally:
-        d.stop()
-        cg.remove()
