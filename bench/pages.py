@@ -82,6 +82,15 @@ def main() -> None:
     if args.prewarm:
         subprocess.run(["dd", f"if={args.file}", "of=/dev/null", "bs=16M", "iflag=direct", "status=none"], check=True)
     seed = int(time.time())
+    try:
+        rounds(args, configs, results, seed, dev, size, records)
+    finally:
+        if CG.exists():
+            CG.rmdir()  # empty once its runs have exited
+    report(args, configs, results, size, records)
+
+
+def rounds(args, configs, results, seed, dev, size, records) -> None:
     for k in range(args.rounds):
         order = configs[k % len(configs):] + configs[:k % len(configs)]
         for name, binary, flags in order:
@@ -93,6 +102,9 @@ def main() -> None:
             results[name].append(r)
             print(f"round {k + 1} {name}: " + ", ".join(
                 f"{e['rate']:,.0f}/s {e['bytes'] / size:.2f}x" for e in r["epochs"]) + f"; {r['cpu']:.1f} CPU s", flush=True)
+
+
+def report(args, configs, results, size, records) -> None:
     print(f"\n{args.file}: {records} records of {args.record_size} bytes, {size / 2**30:.2f} GiB, cgroup {args.memory}, "
           f"{args.epochs} epochs, {args.rounds} rounds (medians; device bytes per epoch over the file's)")
     head = " | ".join(f"epoch {e + 1}" for e in range(args.epochs))
