@@ -177,6 +177,10 @@ func (j *Job) join(src *source, key func(int) cache.Key, mine *roaring.Bitmap, e
 		size = func(id int) int { l := ds.Locate(id); return pagesOf(l.Off, l.Len) }
 		src.pagesOnce.Do(func() { src.pages = j.env.pages(ds) })
 		opts.Pages = src.pages
+		// Jobs on the file that do not share have their pages kept by
+		// its steward, and neither keeper weighs the other's jobs: while
+		// both read, neither drops.
+		opts.Others = func() bool { st := j.env.steward(src); return st != nil && st.Telling() }
 	}
 	opts.Size = size
 	m, err := j.env.groups.join(j, src, opts, mine, epoch)

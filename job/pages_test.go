@@ -168,8 +168,9 @@ func TestSharedPagesKeptWithinRoom(t *testing.T) {
 // what is read between two looks at the room: their source's steward drops
 // the pages they read again last, where the kernel, with memory to spare,
 // would keep every page read. Beside a job that shares, whose next reads
-// the steward cannot tell, it drops none. Every record's bytes are its
-// own, each once an epoch of its order.
+// the steward cannot tell, it drops none, nor does the shared job's group,
+// which cannot weigh the other's. Every record's bytes are its own, each
+// once an epoch of its order.
 func TestPagesKeptForJobsEachInItsOrder(t *testing.T) {
 	const n, size, room, epochs = 16384, 4096, 8 << 20, 2
 	p, data := droppedFile(t, n, size)
@@ -232,6 +233,12 @@ func TestPagesKeptForJobsEachInItsOrder(t *testing.T) {
 			if !c.drops {
 				if st.PagesDropped != 0 {
 					t.Fatalf("the steward dropped %d pages while a shared job read the file", st.PagesDropped)
+				}
+				// Nor does the shared job's group drop the pages of a job
+				// whose next reads it cannot weigh.
+				gs := env.Groups()
+				if len(gs) != 1 || gs[0].Stats.PagesDropped != 0 {
+					t.Fatalf("the share group dropped pages while a job not sharing read the file: %+v", gs)
 				}
 				return
 			}

@@ -57,6 +57,11 @@ type Options struct {
 	// Pages, with no Cache, names the pages the records lie in: the group
 	// then keeps in the page cache the pages needed soonest (pages.go).
 	Pages *Pages
+	// Others, if set, says jobs outside the group read the source now,
+	// whose next reads it cannot weigh (a Steward's): the group then
+	// drops none of its pages, as the Steward drops none while the group
+	// reads, and the kernel's order decides for both.
+	Others func() bool
 	// Seed seeds the group's random source; 0 draws one.
 	Seed uint64
 }
@@ -90,6 +95,7 @@ func NewGroup(opts Options) *Group {
 		waiting: map[int32]int32{}}
 	if opts.Pages != nil && opts.Cache == nil {
 		g.res = newResident(*opts.Pages, g.rng, g.pageNeed, sampled, true)
+		g.res.blind = opts.Others
 	}
 	return g
 }

@@ -50,7 +50,10 @@ type resident struct {
 	p     Pages
 	need  func(pg int) float64 // how soon page pg is needed: the keeper's
 	rng   *rand.Rand
-	looks int     // held pages weighed to drop one
+	looks int // held pages weighed to drop one
+	// blind, if set, says others read the source whose next reads the
+	// keeper cannot weigh: it drops nothing then.
+	blind func() bool
 	place []int32 // page -> its place in pages, or -1
 	first []int32 // page -> the first record on it, while it is held
 	// by and at are the group member that last took a record on each
@@ -189,6 +192,9 @@ func firstOn(span func(int) (int, int), pg, id int) int {
 // job whose next reads are unknown) ends it: those stay, and the
 // kernel's order decides past them.
 func (r *resident) evict(n int) {
+	if r.blind != nil && r.blind() {
+		return
+	}
 	for ; n > 0 && len(r.pages) > 0; n-- {
 		victim, least := int32(-1), 0.0
 		for range r.looks {

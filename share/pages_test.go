@@ -272,3 +272,30 @@ func BenchmarkPages(b *testing.B) {
 		}
 	}
 }
+
+// While jobs outside the group whose next reads it cannot weigh read the
+// source (Options.Others: a steward's), the group drops none of its
+// pages; once they have gone, it drops again.
+func TestPagesDropNothingBesideOthers(t *testing.T) {
+	const n, budget = 4096, 1024
+	others := true
+	g := NewGroup(Options{Records: n, Seed: 5, Hold: 1 << 20, Size: func(int) int { return 4096 },
+		Others: func() bool { return others },
+		Pages: &Pages{Count: n, Bytes: 4096, Span: func(id int) (int, int) { return id, 1 }, Drop: func(int, int) {},
+			Room: func(h int64) int64 { return (budget - h/4096) * 4096 }}})
+	m, _ := g.Join(nil, 0)
+	m.SetFresh(1)
+	for p := range n {
+		m.Fill(0, p, []int{0})
+	}
+	if st := g.Stats(); st.PagesDropped != 0 {
+		t.Fatalf("%d pages dropped while others read the source", st.PagesDropped)
+	}
+	others = false
+	for p := range n {
+		m.Fill(1, p, []int{0})
+	}
+	if st := g.Stats(); st.PagesDropped == 0 || st.PagesKept > budget+checkEvery {
+		t.Fatalf("after the others left: %d pages kept, %d dropped, with room for %d", st.PagesKept, st.PagesDropped, budget)
+	}
+}

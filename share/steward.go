@@ -184,6 +184,20 @@ func lastPage(span func(int) (int, int), id int) int {
 	return f + n - 1
 }
 
+// Telling says a job whose next reads the Steward is told reads the
+// source now: a share group over it, which cannot weigh them, drops
+// none of its pages then (Options.Others).
+func (s *Steward) Telling() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for r := range s.readers {
+		if r.future != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Stats are the pages the Steward keeps and those it has dropped.
 func (s *Steward) Stats() (kept, dropped int64) {
 	s.mu.Lock()
