@@ -143,35 +143,18 @@ func (s Sequential) Position(epoch, id int) int { return id }
 // Ahead returns, for the absolute position now (epoch*N + position), how
 // many positions pass before s next gives an id: NextUse's answer less
 // now, for many ids at once (a page cache's keeper asks it of every page
-// it weighs); false if s cannot say. The global shuffle's two epochs'
-// permutations are made once, not per id. A rank's part says when the
-// rank itself reads id: an id of neither this epoch's part nor the
-// next's is two epochs away.
+// it weighs); false if s cannot say. A rank's part says when the rank
+// itself reads id: an id of neither this epoch's part nor the next's is
+// two epochs away.
 func Ahead(s Sampler, now int) func(id int) (int64, bool) {
-	n := s.Len()
-	if n == 0 {
-		return func(int) (int64, bool) { return 0, false }
-	}
-	e, pos := now/n, now%n
-	if rp, ok := s.(*RankPart); ok {
+	if rp, ok := s.(*RankPart); ok && s.Len() > 0 {
 		if base, ok := rp.Base.(Positioner); ok {
-			return rp.ahead(base, e, pos)
+			return rp.ahead(base, now/s.Len(), now%s.Len())
 		}
 	}
-	if g, ok := s.(Global); ok {
-		this, next := newPerm(uint64(n), Mix(g.Seed, uint64(e))), newPerm(uint64(n), Mix(g.Seed, uint64(e+1)))
-		return func(id int) (int64, bool) {
-			if id < 0 || id >= n {
-				return 0, false
-			}
-			if q := int(this.inv(uint64(id))); q >= pos {
-				return int64(q - pos), true
-			}
-			return int64(n - pos + int(next.inv(uint64(id)))), true
-		}
-	}
+	next := NextUses(s, now)
 	return func(id int) (int64, bool) {
-		t, ok := NextUse(s, now, id)
+		t, ok := next(id)
 		return t - int64(now), ok
 	}
 }
@@ -179,15 +162,34 @@ func Ahead(s Sampler, now int) func(id int) (int64, bool) {
 // NextUse is when s next gives id after the absolute position now
 // (epoch*N + position), counting positions the same way; false if s
 // cannot say.
-func NextUse(s Sampler, now int, id int) (int64, bool) {
+func NextUse(s Sampler, now int, id int) (int64, bool) { return NextUses(s, now)(id) }
+
+// NextUses is NextUse for many ids from one place: the global shuffle's
+// two epochs' permutations are made once, not per id.
+func NextUses(s Sampler, now int) func(id int) (int64, bool) {
 	p, ok := s.(Positioner)
-	if !ok {
-		return 0, false
-	}
 	n := s.Len()
-	e, pos := now/n, now%n
-	if q := p.Position(e, id); q >= pos {
-		return int64(e*n + q), true
+	if !ok || n == 0 {
+		return func(int) (int64, bool) { return 0, false }
 	}
-	return int64((e+1)*n + p.Position(e+1, id)), true
+	e, pos := now/n, now%n
+	at := p.Position
+	if g, ok := s.(Global); ok {
+		this, next := newPerm(uint64(n), Mix(g.Seed, uint64(e))), newPerm(uint64(n), Mix(g.Seed, uint64(e+1)))
+		at = func(epoch, id int) int {
+			if epoch == e {
+				return int(this.inv(uint64(id)))
+			}
+			return int(next.inv(uint64(id)))
+		}
+	}
+	return func(id int) (int64, bool) {
+		if id < 0 || id >= n {
+			return 0, false
+		}
+		if q := at(e, id); q >= pos {
+			return int64(e*n + q), true
+		}
+		return int64((e+1)*n + at(e+1, id)), true
+	}
 }
