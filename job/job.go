@@ -46,10 +46,9 @@ type Job struct {
 	// an order with an inverse; blind are its places where its reads
 	// cannot be told (a shared job's, a mixture's sources'), which keep
 	// the steward from dropping.
-	pages   *share.Reader
-	blind   []*share.Reader
-	orderID uint64 // names the order the steward's futures are of
-	subset  int    // records this job reads per epoch (before the ranks split them)
+	pages  *share.Reader
+	blind  []*share.Reader
+	subset int // records this job reads per epoch (before the ranks split them)
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
 	generations int
@@ -437,10 +436,9 @@ func (j *Job) Status(records int64) Status {
 	s := Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
 		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len(),
 		Auto: j.auto, Direct: j.src.key.direct}
-	if j.pages != nil || len(j.blind) > 0 {
-		if st := j.src.steward; st != nil && j.src.parts == nil {
-			s.PagesKept, s.PagesDropped = st.Stats()
-		}
+	if j.src.parts == nil && (j.pages != nil || len(j.blind) > 0) {
+		// Its places came from the source's steward, made by then.
+		s.PagesKept, s.PagesDropped = j.src.steward.Stats()
 	}
 	return s
 }

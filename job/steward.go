@@ -43,10 +43,6 @@ func (j *Job) steward() {
 		j.blind = append(j.blind, st.Join(nil))
 		return
 	}
-	// Parts of one order (DataLoader workers, ranks: partsOfOne) name it
-	// alike: its seed, its epochs' length and how it is cut.
-	cfg, lo := j.plan.Sampler, j.plan.Loader
-	j.orderID = sampler.Mix(cfg.Seed, uint64(smp.Len())<<16^uint64(max(1, cfg.World))<<8^uint64(max(1, lo.BatchStride)))
 	j.pages = st.Join(j.future)
 }
 
@@ -66,9 +62,13 @@ func (j *Job) future() share.Future {
 	smp, world := j.positions()
 	st, _ := j.l.Place()
 	now := st.Epoch*smp.Len() + st.Batch*max(1, j.plan.Loader.BatchSize)*world
+	// Parts of one order (DataLoader workers, ranks: partsOfOne) name it
+	// alike, by its seed, its epochs' length and how it is cut, and each
+	// its own part.
 	lo, cfg := j.plan.Loader, j.plan.Sampler
-	f := share.Future{Now: int64(now), Ahead: sampler.Ahead(smp, now), Order: j.orderID,
-		Part: uint64(lo.BatchOffset)<<32 | uint64(cfg.Rank)}
+	f := share.Future{Now: int64(now), Ahead: sampler.Ahead(smp, now),
+		Order: sampler.Mix(cfg.Seed, uint64(smp.Len())<<16^uint64(max(1, cfg.World))<<8^uint64(max(1, lo.BatchStride))),
+		Part:  uint64(lo.BatchOffset)<<32 | uint64(cfg.Rank)}
 	if world > 1 {
 		// Alone on its node, a rank keeps the pages it reads soonest.
 		mine := st.Epoch*j.smp.Len() + st.Batch*max(1, lo.BatchSize)

@@ -92,12 +92,40 @@ type Reader struct {
 	future func() Future
 }
 
+// told is the job's future now, by its own reads if it is the file's only
+// reader; a zero Future (no Ahead) if its reads cannot be told. The
+// Steward's lock is held.
+func (r *Reader) told() Future {
+	if r.future == nil {
+		return Future{}
+	}
+	f := r.future()
+	if len(r.s.readers) == 1 {
+		f = f.own()
+	}
+	return f
+}
+
 // NewSteward returns a Steward over the pages p of a source of records
 // records, its sampling drawn from seed.
 func NewSteward(p Pages, records int, seed uint64) *Steward {
 	s := &Steward{records: records, readers: map[*Reader]bool{}, due: make([]int64, p.Count), fitLook: fitLook}
 	s.res = newResident(p, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s.pageNeed, stewardSampled, false)
+	// While a job whose reads cannot be told reads the source, the
+	// Steward drops nothing, as a group beside a Steward's jobs.
+	s.res.blind = func() bool { return s.reading(false) }
 	return s
+}
+
+// reading says a job reads the source whose next reads the Steward is
+// told (told) or cannot be told (!told). The Steward's lock is held.
+func (s *Steward) reading(told bool) bool {
+	for r := range s.readers {
+		if (r.future != nil) == told {
+			return true
+		}
+	}
+	return false
 }
 
 // Join adds a job whose reads future tells, or nil if they cannot be
@@ -128,24 +156,19 @@ func (r *Reader) Read(ids []int) {
 		// record; the room is seen to now and then, and once the file
 		// no longer fits, pages are held from the next read on (those
 		// read before are the kernel's to keep or drop).
-		if now := time.Now(); now.Sub(s.looked) < s.fitLook {
+		now := time.Now()
+		if now.Sub(s.looked) < s.fitLook {
 			s.mu.Unlock()
 			return
-		} else {
-			s.looked = now
 		}
+		s.looked = now
 		if s.res.lookNow(); s.res.fits {
 			s.mu.Unlock()
 			return
 		}
 	}
 	s.taken = false
-	var f Future
-	if r.future != nil {
-		if f = r.future(); len(s.readers) == 1 {
-			f = f.own()
-		}
-	}
+	f := r.told()
 	span := s.res.p.Span
 	// Every page of the batch is held, with its next read, before the
 	// room is seen to: a drop weighs them as they are now.
@@ -155,7 +178,7 @@ func (r *Reader) Read(ids []int) {
 		}
 		s.res.hold(id, func(pg int) {
 			s.due[pg] = 0
-			if f.Ahead == nil || (id > 0 && lastPage(span, id-1) >= pg) || (id+1 < s.records && firstPage(span, id+1) <= pg) {
+			if f.Ahead == nil || !onlyOn(span, s.records, id, pg) {
 				return // a page of several records: weighed when sampled
 			}
 			if d, ok := f.Ahead(id); ok {
@@ -172,16 +195,20 @@ func (r *Reader) Read(ids []int) {
 	}
 }
 
-func firstPage(span func(int) (int, int), id int) int {
-	f, _ := span(id)
-	return f
-}
-
-// lastPage is the last page record id lies on, or one before its first
-// if it is empty.
-func lastPage(span func(int) (int, int), id int) int {
-	f, n := span(id)
-	return f + n - 1
+// onlyOn says record id, of records, is the only one on page pg: the
+// record before it ends before pg and the one after starts past it.
+func onlyOn(span func(int) (int, int), records, id, pg int) bool {
+	if id > 0 {
+		if f, n := span(id - 1); f+n-1 >= pg {
+			return false
+		}
+	}
+	if id+1 < records {
+		if f, _ := span(id + 1); f <= pg {
+			return false
+		}
+	}
+	return true
 }
 
 // Telling says a job whose next reads the Steward is told reads the
@@ -190,12 +217,7 @@ func lastPage(span func(int) (int, int), id int) int {
 func (s *Steward) Telling() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for r := range s.readers {
-		if r.future != nil {
-			return true
-		}
-	}
-	return false
+	return s.reading(true)
 }
 
 // Stats are the pages the Steward keeps and those it has dropped.
@@ -219,12 +241,7 @@ func (s *Steward) pageNeed(pg int) float64 {
 	if !s.taken {
 		s.taken, s.known, s.one, s.now = true, true, true, -1
 		for r := range s.readers {
-			var f Future
-			if r.future != nil {
-				if f = r.future(); len(s.readers) == 1 {
-					f = f.own()
-				}
-			}
+			f := r.told()
 			if f.Ahead == nil {
 				s.known = false
 				break
