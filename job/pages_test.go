@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -419,38 +420,87 @@ func TestPagesNumberedWithoutWalkingRecords(t *testing.T) {
 // A steward keeps the pages of records that lie about one or two to a page,
 // and leaves pages of many records to the kernel: those are read many times
 // an epoch, the LRU already keeps them about as well, and weighing each by
-// its records' next reads cost the job half its rate at 64-byte records.
-// Either way every record is read once an epoch with its own bytes.
+// its records' next reads cost the job half its rate at 64-byte records. A
+// directory's files are a page or more each, however small. Either way
+// every record is read once an epoch with its own bytes.
 func TestStewardOnlyForPagesOfFewRecords(t *testing.T) {
 	for _, c := range []struct {
 		size      int
+		dir       bool // a file a record
 		stewarded bool
-	}{{64, false}, {1024, false}, {2048, true}, {4096, true}} {
+	}{{64, false, false}, {1024, false, false}, {2048, false, true}, {4096, false, true}, {300, true, true}} {
+		name := fmt.Sprintf("%d-byte records", c.size)
 		n := (4 << 20) / c.size
-		p, data := droppedFile(t, n, c.size)
+		var spec wire.JobSpec
+		var record func(id int) []byte
+		if c.dir {
+			name, n = fmt.Sprintf("files of %d bytes", c.size), 1024
+			p, files := droppedDir(t, n, c.size)
+			spec.Paths, record = []string{p}, func(id int) []byte { return files[id] }
+		} else {
+			p, data := droppedFile(t, n, c.size)
+			spec.Paths, spec.RecordSize = []string{p}, c.size
+			record = func(id int) []byte { return data[id*c.size : (id+1)*c.size] }
+		}
 		env, err := NewEnv(EnvOptions{IndexDir: t.TempDir(), PageCacheBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
 		no := false
-		j := openJob(t, env, &wire.JobSpec{Paths: []string{p}, RecordSize: c.size, BatchSize: 64, Epochs: 2, Shuffle: true, Direct: &no})
+		spec.BatchSize, spec.Epochs, spec.Shuffle, spec.Direct = 64, 2, true, &no
+		j := openJob(t, env, &spec)
 		seen := make([]int, 2*n)
 		inTurn(t, []*Job{j}, func(_ int, b *loader.Batch) {
 			for i, id := range b.IDs {
-				if string(b.Record(i)) != string(data[id*c.size:(id+1)*c.size]) {
-					t.Fatalf("%d-byte records: record %d's bytes are not its own", c.size, id)
+				if string(b.Record(i)) != string(record(id)) {
+					t.Fatalf("%s: record %d's bytes are not its own", name, id)
 				}
 				seen[b.Epoch*n+id]++
 			}
 		})
 		if k := slices.IndexFunc(seen, func(v int) bool { return v != 1 }); k >= 0 {
-			t.Fatalf("%d-byte records: epoch %d has record %d %d times", c.size, k/n, k%n, seen[k])
+			t.Fatalf("%s: epoch %d has record %d %d times", name, k/n, k%n, seen[k])
 		}
 		st := j.Status(0)
 		if got := st.PagesDropped > 0; got != c.stewarded {
-			t.Errorf("%d-byte records, %d a page: the steward dropped %d pages, want a steward %v", c.size, 4096/c.size, st.PagesDropped, c.stewarded)
+			t.Errorf("%s: the steward dropped %d pages, want a steward %v", name, st.PagesDropped, c.stewarded)
 		}
 		j.Close()
 		env.Close()
 	}
+}
+
+// droppedDir writes n files of size bytes each, each's bytes its own,
+// synced and dropped from the page cache, and returns the directory and
+// the files' bytes in name order; it skips the test where drops keep the
+// pages (tmpfs), as droppedFile does.
+func droppedDir(t *testing.T, n, size int) (string, [][]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	files := make([][]byte, n)
+	for i := range n {
+		b := make([]byte, size)
+		for k := range b {
+			b[k] = byte(i*7 + k*13 + i>>8)
+		}
+		files[i] = b
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%05d.bin", i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unix.Sync() // written pages are dirty until written back; clean ones drop
+	for i := range n {
+		f, err := storage.OpenFile(filepath.Join(dir, fmt.Sprintf("%05d.bin", i)), storage.FileOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Drop(0, int64(size)); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if r := residentPages(t, filepath.Join(dir, "00000.bin")); r > 0 {
+		t.Skipf("the file system under %s keeps pages a drop names: nothing to keep by need", dir)
+	}
+	return dir, files
 }

@@ -85,25 +85,26 @@ func (j *Job) future() share.Future {
 func (env *Env) steward(src *source) *share.Steward {
 	src.stewardOnce.Do(func() {
 		ds := src.ds
-		if _, rows := ds.(dataset.Rows); rows || src.parts != nil || ds.Len() == 0 || storage.AlignmentOf(ds.Object(0)) > 1 ||
-			!pagesOfFew(ds.Info().Bytes, ds.Len()) {
+		if _, rows := ds.(dataset.Rows); rows || src.parts != nil || ds.Len() == 0 || storage.AlignmentOf(ds.Object(0)) > 1 {
 			return
 		}
 		src.pagesOnce.Do(func() { src.pages = env.pages(ds) })
-		if src.pages != nil {
+		if src.pages != nil && pagesOfFew(src.pages.Count, ds.Len()) {
 			src.steward = share.NewSteward(*src.pages, ds.Len(), rand.Uint64())
 		}
 	})
 	return src.steward
 }
 
-// pagesOfFew says records of a mean size bytes/n lie at most about two to a
-// page, where a steward pays its way. A page of k records is read k times an
-// epoch, and all but the first of those reads find it about as often as the
-// kernel's LRU keeps it, c (pageCacheHits): the steward can better only the
-// first, and it weighs a page by asking its order for each of its records'
-// next reads, k of them a page looked at. At 64-byte records (64 a page) that
-// asking was half the job's CPU and the job read at 0.45-0.5x the LRU's rate.
-func pagesOfFew(bytes int64, n int) bool {
-	return bytes >= int64(n)*storage.DirectAlign/2
+// pagesOfFew says n records lie at most about two to a page of pages, where
+// a steward pays its way: a directory's files, however small, are a page
+// or more each. A page of k records is read k times an epoch, and all but
+// the first of those reads find it about as often as the kernel's LRU
+// keeps it, c (pageCacheHits): the steward can better only the first, and
+// it weighs a page by asking its order for each of its records' next
+// reads, k of them a page looked at. At 64-byte records (64 a page) that
+// asking was half the job's CPU and the job read at 0.45-0.5x the LRU's
+// rate.
+func pagesOfFew(pages, n int) bool {
+	return 2*pages >= n
 }
