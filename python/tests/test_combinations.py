@@ -45,6 +45,8 @@ POSITIONAL = ("global", "block", "sequential", "buffered", "reservoir", "auto")
 # direct= as a user gives it: unset (the module's daemon counts 1 KiB of a job's files as kept in the page cache, so
 # a shuffle of any file but the smallest reads with O_DIRECT: job/direct.go), asked, or refused.
 DIRECT = (None, True, False)
+# A fixed-size file's record sizes drawn: many records a page, and one.
+RECORD_SIZES = (64, 4096)
 # The transforms drawn for a format (None: none).
 TRANSFORMS = {"libsvm": "libsvm_dense:n_features=20", "jpeg": ("image:size=40,crop=32", "random_resized_crop:size=32")}
 
@@ -84,6 +86,9 @@ def draw(rng: random.Random) -> dict:
         # Drawn from the case, not from rng: the draws before this
         # dimension came stay as they were.
         c["direct"] = random.Random(json.dumps(c, sort_keys=True)).choice(DIRECT)
+        if c["format"] == "fixed":
+            # A page of 64 records is the kernel's to keep; one a page is the steward's (job/steward.go).
+            c["record_size"] = random.Random(json.dumps(c, sort_keys=True)).choice(RECORD_SIZES)
         return c
 
 
@@ -100,7 +105,7 @@ def elastic_case(c: dict) -> bool:
     return restable(c) or (c["sampler"] in POSITIONAL and not c["share"])
 
 
-def make_data(fmt: str, root: Path) -> str:
+def make_data(fmt: str, root: Path, record_size: int = RECORD_SIZES[0]) -> str:
     rng = np.random.default_rng(11)
     root.mkdir(parents=True, exist_ok=True)
     if fmt == "jpeg":
@@ -130,7 +135,7 @@ def make_data(fmt: str, root: Path) -> str:
         return [[str(lines), 1], [str(root / "mtree"), 1], [str(arr), 1]]
     if fmt == "fixed":
         p = root / "d.bin"
-        p.write_bytes(rng.integers(0, 256, N * 64, dtype=np.uint8).tobytes())
+        p.write_bytes(rng.integers(0, 256, N * record_size, dtype=np.uint8).tobytes())
         return str(p)
     if fmt == "lines":
         p = root / "d.jsonl"
@@ -194,7 +199,7 @@ def options(c: dict) -> dict:
     if c.get("subset"):
         kw["ids"] = SUBSET
     if c["format"] == "fixed":
-        kw["record_size"] = 64
+        kw["record_size"] = c.get("record_size", RECORD_SIZES[0])
     if c["transform"]:
         kw["transform"] = c["transform"] if isinstance(c["transform"], str) else TRANSFORMS[c["format"]]
     s = c["sampler"]
@@ -332,7 +337,7 @@ RANK = textwrap.dedent("""
 
 
 def run_case(c: dict, tmp: Path) -> None:
-    path = make_data(c["format"], tmp / "data")
+    path = make_data(c["format"], tmp / "data", c.get("record_size", RECORD_SIZES[0]))
     ref = reference(path, c)
     assert len(ref) == N
     # A random transform's outputs are functions of (seed, epoch, record): each job's epoch has its own reference.
