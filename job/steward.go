@@ -85,11 +85,11 @@ func (j *Job) future() share.Future {
 func (env *Env) steward(src *source) *share.Steward {
 	src.stewardOnce.Do(func() {
 		ds := src.ds
-		if _, rows := ds.(dataset.Rows); rows || src.parts != nil || ds.Len() == 0 || storage.AlignmentOf(ds.Object(0)) > 1 {
+		if _, rows := ds.(dataset.Rows); rows || src.parts != nil || ds.Len() == 0 || storage.AlignmentOf(ds.Object(0)) > 1 || fileARecord(ds) {
 			return
 		}
 		src.pagesOnce.Do(func() { src.pages = env.pages(ds) })
-		if src.pages != nil && pagesOfFew(src.pages.Count, ds.Len()) && !fileARecord(ds) {
+		if src.pages != nil && pagesOfFew(src.pages.Count, ds.Len()) {
 			src.steward = share.NewSteward(*src.pages, ds.Len(), rand.Uint64())
 		}
 	})
