@@ -82,20 +82,27 @@ func droppedFile(t *testing.T, n, size int) (string, []byte) {
 		t.Fatal(err)
 	}
 	w.Close()
-	f, err := storage.OpenFile(p, storage.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Drop(0, int64(len(data))); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	dropCached(t, p)
 	if r := residentPages(t, p); r > n/8 {
 		// tmpfs keeps its pages whatever it is told: there is no device
 		// to read them again from.
 		t.Skipf("the file system under %s keeps pages a drop names (%d of %d cached): nothing to keep by need", p, r, n)
 	}
 	return p, data
+}
+
+// dropCached asks the kernel to drop file p's cached pages (written back
+// first: dirty pages stay).
+func dropCached(t *testing.T, p string) {
+	t.Helper()
+	f, err := storage.OpenFile(p, storage.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Drop(0, f.Size()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Jobs sharing a local file's records through the page cache keep no more
@@ -491,14 +498,7 @@ func droppedDir(t *testing.T, n, size int) (string, [][]byte) {
 	}
 	unix.Sync() // written pages are dirty until written back; clean ones drop
 	for i := range n {
-		f, err := storage.OpenFile(filepath.Join(dir, fmt.Sprintf("%05d.bin", i)), storage.FileOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Drop(0, int64(size)); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
+		dropCached(t, filepath.Join(dir, fmt.Sprintf("%05d.bin", i)))
 	}
 	if r := residentPages(t, filepath.Join(dir, "00000.bin")); r > 0 {
 		t.Skipf("the file system under %s keeps pages a drop names: nothing to keep by need", dir)
