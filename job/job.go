@@ -46,7 +46,7 @@ type Job struct {
 	// an order with an inverse; blind are its places where its reads
 	// cannot be told (a shared job's, a mixture's sources'), which keep
 	// the steward from dropping.
-	pages  *share.Reader
+	pages  atomic.Pointer[share.Reader]
 	blind  []*share.Reader
 	subset int // records this job reads per epoch (before the ranks split them)
 	// generations, of a growing dataset, are the generations of files the
@@ -78,6 +78,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	}
 	j := &Job{ID: env.seq.Add(1), env: env, plan: plan, src: src, sets: env.sets, started: time.Now(), epoch: -1, generations: generations}
 	fail := func(err error) (*Job, error) {
+		j.leaveSteward()
 		env.groups.leave(j)
 		j.sets.put(j.src)
 		return nil, err
@@ -165,6 +166,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			lopts.Column = transform.Column(j.plan.Transform) // "": the default RowsColumn chose above
 		}
 	}
+	lopts.PastCache = j.pastCache()
 	if j.l, err = loader.New(context.Background(), ds, j.smp, lopts); err != nil {
 		return fail(fmt.Errorf("%w: %w", errSpec, err))
 	}
@@ -289,8 +291,8 @@ func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
 	if err != nil {
 		return b, err
 	}
-	if j.pages != nil {
-		j.pages.Read(b.IDs)
+	if r := j.pages.Load(); r != nil {
+		r.Read(b.IDs)
 	}
 	if b.Epoch == j.epoch {
 		return b, nil
@@ -425,8 +427,9 @@ type Status struct {
 	// PagesKept and PagesDropped are the pages of the job's source the
 	// source's steward keeps in the page cache and has dropped, for the
 	// jobs that read it each in its own order (a share group's are the
-	// group's).
-	PagesKept, PagesDropped int64
+	// group's); RecordsPassed the records it had read past the cache,
+	// whose pages it would have dropped before their next read.
+	PagesKept, PagesDropped, RecordsPassed int64
 }
 
 // Status describes the job now; records is how many it delivered.
@@ -436,9 +439,9 @@ func (j *Job) Status(records int64) Status {
 	s := Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
 		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len(),
 		Auto: j.auto, Direct: j.src.key.direct}
-	if j.src.parts == nil && (j.pages != nil || len(j.blind) > 0) {
+	if j.src.parts == nil && (j.pages.Load() != nil || len(j.blind) > 0) {
 		// Its places came from the source's steward, made by then.
-		s.PagesKept, s.PagesDropped = j.src.steward.Stats()
+		s.PagesKept, s.PagesDropped, s.RecordsPassed = j.src.steward.Stats()
 	}
 	return s
 }
@@ -455,12 +458,7 @@ func (j *Job) Close() {
 		if j.unfuture != nil {
 			j.unfuture()
 		}
-		if j.pages != nil {
-			j.pages.Leave()
-		}
-		for _, r := range j.blind {
-			r.Leave()
-		}
+		j.leaveSteward()
 		j.env.groups.leave(j)
 		j.sets.put(j.src)
 	})

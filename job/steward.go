@@ -34,16 +34,71 @@ func (j *Job) steward() {
 		}
 		return
 	}
-	st := j.env.steward(j.src)
-	if st == nil {
-		return
-	}
-	smp, _ := j.positions()
-	if _, ok := smp.(sampler.Positioner); !ok || len(j.shares) > 0 || (j.delivered != nil && j.plan.Share) {
+	if st := j.toldSteward(); st != nil {
+		r := st.Join(j.future)
+		if _, part := j.smp.(*sampler.RankPart); !part {
+			smp := j.smp
+			st, _ := j.l.Place()
+			r.Plan(share.Order{N: smp.Len(), Fill: smp.Fill, Next: func(e int) func(id int) (int64, bool) {
+				return sampler.NextUses(smp, (e+1)*smp.Len())
+			}}, st.Epoch)
+		}
+		j.pages.Store(r)
+	} else if st := j.env.steward(j.src); st != nil {
 		j.blind = append(j.blind, st.Join(nil))
-		return
 	}
-	j.pages = st.Join(j.future)
+}
+
+// toldSteward is the steward of the job's source if the job tells it
+// its next reads: one order with an inverse, not shared; nil otherwise.
+func (j *Job) toldSteward() *share.Steward {
+	if j.src.parts != nil {
+		return nil
+	}
+	st := j.env.steward(j.src)
+	smp, _ := j.positions()
+	if _, ok := smp.(sampler.Positioner); st == nil || !ok || len(j.shares) > 0 || (j.delivered != nil && j.plan.Share) {
+		return nil
+	}
+	return st
+}
+
+// leaveSteward takes the job's places with page stewards away.
+func (j *Job) leaveSteward() {
+	if r := j.pages.Load(); r != nil {
+		r.Leave()
+	}
+	for _, r := range j.blind {
+		r.Leave()
+	}
+}
+
+// pastCache is the loader's PastCache for a job that will tell its
+// source's steward its reads (toldSteward), on a whole order (a rank's
+// part is told by its own reads, which its loader's positions are not),
+// or nil. A load's records are read at its positions and next in their
+// next epoch's (the global shuffle's inverse, made once a load). The
+// loader asks from its first read, before
+// the job has joined the steward (after the loader is made): until then
+// nothing passes.
+func (j *Job) pastCache() func(e, pos, n int) func(id int) bool {
+	if _, part := j.smp.(*sampler.RankPart); part || j.toldSteward() == nil {
+		return nil
+	}
+	smp := j.smp
+	never := func(int) bool { return false }
+	return func(e, pos, n int) func(id int) bool {
+		pages := j.pages.Load()
+		if pages == nil {
+			return never
+		}
+		next := sampler.NextUses(smp, e*smp.Len()+pos+n)
+		keep := pages.Keeps(e)
+		return func(id int) bool {
+			t, ok := next(id)
+			return ok && pages.Passes(id, t, keep)
+		}
+	}
 }
 
 // positions is the order the job's positions are of, and how many of its

@@ -20,7 +20,7 @@ var errAbandoned = context.Canceled
 func (l *Loader) dispatch(j *load) {
 	if l.tf != nil || l.rows != nil {
 		if cap(j.raw) < j.rawEnd {
-			j.raw = alignbuf.Make(j.rawEnd+j.rawEnd/8, l.align)
+			j.raw = alignbuf.Make(j.rawEnd+j.rawEnd/8, l.bufAlign)
 		}
 		j.raw = j.raw[:j.rawEnd]
 	}
@@ -34,6 +34,10 @@ func (l *Loader) dispatch(j *load) {
 	// copy whose item's reader gave up reads the record itself (copyDone,
 	// request), maybe from another goroutine while this loop still runs.
 	l.callbacks(j)
+	var past func(id int) bool
+	if l.opts.PastCache != nil {
+		past = l.opts.PastCache(j.Epoch, j.Pos, len(j.ents))
+	}
 	reqs := j.reqs[:0]
 	for i := range j.units {
 		u := &j.units[i]
@@ -46,7 +50,9 @@ func (l *Loader) dispatch(j *load) {
 			en.item.OnReady(func(err error) { l.copyDone(j, i, err) })
 			continue
 		}
-		reqs = append(reqs, l.request(j, i))
+		r := l.request(j, i)
+		r.PastCache = past != nil && u.hi-u.lo == 1 && storage.CanPastCache(r.R, r.P, r.Off) && past(j.ents[u.lo].id)
+		reqs = append(reqs, r)
 	}
 	if len(reqs) > 0 {
 		l.io.Add(len(reqs))

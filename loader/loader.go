@@ -24,6 +24,7 @@ type Loader struct {
 	staged   sampler.Staged   // nil unless the sampler shuffles in memory
 	opts     Options
 	align    int
+	bufAlign int // of batch buffers: align, or O_DIRECT's for PastCache
 	head     int
 	tail     int
 	framed   dataset.Framed
@@ -87,7 +88,10 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	if err != nil {
 		return nil, err
 	}
-	l := &Loader{ds: ds, smp: s, opts: opts, align: hints.Align}
+	l := &Loader{ds: ds, smp: s, opts: opts, align: hints.Align, bufAlign: hints.Align}
+	if opts.PastCache != nil {
+		l.bufAlign = max(l.align, storage.DirectAlign)
+	}
 	if f, ok := ds.(dataset.Framed); ok && f.Checks() {
 		l.head, l.tail = f.Frame()
 		l.framed = f
@@ -272,7 +276,7 @@ func (l *Loader) load(e, b, nb int, bs sampler.Batches, skip []int) (bool, error
 		return false, nil
 	}
 	l.claim(j)
-	if j.Data, err = l.opts.Alloc.Alloc(l.ctx, j.size(), l.align); err != nil {
+	if j.Data, err = l.opts.Alloc.Alloc(l.ctx, j.size(), l.bufAlign); err != nil {
 		l.mem.Release(j.weight)
 		j.unpin()
 		return false, fmt.Errorf("loader: allocating %d bytes for batch %d of epoch %d: %w", j.size(), b, e, err)

@@ -74,7 +74,7 @@ func (s *Server) status() *wire.Status {
 	for h := range s.live {
 		if st := h.j.Status(h.records.Load()); !st.Shared {
 			out.Groups = append(out.Groups, wire.GroupStatus{Source: st.Source, Records: st.Records, Jobs: []wire.JobStatus{h.status(st)},
-				PagesKept: st.PagesKept, PagesDropped: st.PagesDropped})
+				PagesKept: st.PagesKept, PagesDropped: st.PagesDropped, RecordsPassed: st.RecordsPassed})
 		}
 	}
 	s.statMu.Unlock()

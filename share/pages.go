@@ -54,8 +54,11 @@ type resident struct {
 	// blind, if set, says others read the source whose next reads the
 	// keeper cannot weigh: it drops nothing then.
 	blind func() bool
-	place []int32 // page -> its place in pages, or -1
-	first []int32 // page -> the first record on it, while it is held
+	// victim, if set, names the page to drop next, or -1 for the least
+	// needed of a sample.
+	victim func() int
+	place  []int32 // page -> its place in pages, or -1
+	first  []int32 // page -> the first record on it, while it is held
 	// by and at are the group member that last took a record on each
 	// page and its count of takes then (SetFresh); nil for a Steward,
 	// whose jobs hold pages they have read.
@@ -69,6 +72,7 @@ type resident struct {
 	// job's reads cannot be told) must look again.
 	again     int
 	asked     bool    // Room was asked once
+	room      int64   // what Room said at the last look
 	fits      bool    // at the last look, every page of the source fit in the room
 	drops     []int32 // pages to drop once the lock is released
 	dropCount int64
@@ -137,11 +141,13 @@ func (r *resident) hold(id int, mark func(pg int)) {
 
 // look, every r.every pages newly held, every againEvery held again, and
 // at the first, asks the room left and drops the least needed pages if
-// there is none.
-func (r *resident) look() {
+// there is none. It says whether it looked.
+func (r *resident) look() bool {
 	if r.added >= r.every || r.again >= againEvery || !r.asked {
 		r.lookNow()
+		return true
 	}
+	return false
 }
 
 // lookNow asks the room left, notes whether all the source's pages fit in
@@ -150,6 +156,7 @@ func (r *resident) lookNow() {
 	r.added, r.again, r.asked = 0, 0, true
 	held := int64(len(r.pages)) * r.p.Bytes
 	room := r.p.Room(held)
+	r.room = room
 	r.fits = room >= 0 && int64(r.p.Count)*r.p.Bytes <= held+room
 	// A look reads the cgroup's files (a few hundred µs): in a page cache
 	// of many MiB, looks a 256th of it apart, and as much freed beyond the
@@ -196,6 +203,12 @@ func (r *resident) evict(n int) {
 		return
 	}
 	for ; n > 0 && len(r.pages) > 0; n-- {
+		if r.victim != nil {
+			if pg := r.victim(); pg >= 0 {
+				r.release(pg)
+				continue
+			}
+		}
 		victim, least := int32(-1), 0.0
 		for range r.looks {
 			pg := r.pages[r.rng.IntN(len(r.pages))]
@@ -206,15 +219,24 @@ func (r *resident) evict(n int) {
 		if least >= kept {
 			return
 		}
-		k := r.place[victim]
-		last := r.pages[len(r.pages)-1]
-		r.pages[k] = last
-		r.place[last] = k
-		r.pages = r.pages[:len(r.pages)-1]
-		r.place[victim] = -1
-		r.drops = append(r.drops, victim)
-		r.dropCount++
+		r.release(int(victim))
 	}
+}
+
+// release drops held page pg: it is no longer held, and the kernel is
+// asked to drop it once the lock is released (dropped).
+func (r *resident) release(pg int) {
+	k := r.place[pg]
+	if k < 0 {
+		return
+	}
+	last := r.pages[len(r.pages)-1]
+	r.pages[k] = last
+	r.place[last] = k
+	r.pages = r.pages[:len(r.pages)-1]
+	r.place[pg] = -1
+	r.drops = append(r.drops, int32(pg))
+	r.dropCount++
 }
 
 // records calls fn for the records on held page pg, from its first, until

@@ -48,6 +48,21 @@ type Steward struct {
 	// at most fitLook apart.
 	looked  time.Time
 	fitLook time.Duration
+	// For a job alone on the source, told its reads (alone), pages of a
+	// record each are kept as MIN with bypass keeps them: far holds the
+	// held pages by their due reads, the farthest first (stale entries,
+	// of pages read or dropped since, are skipped), and a look drops the
+	// farthest, not the least needed of a sample; a record whose next
+	// read is further than every held page's is read past the page cache
+	// (Passes). capacity is the pages the cache may hold of the source,
+	// seen at the last look; pending are the records Passes let into it
+	// that Read has not been told of yet. pass marks the pages of those
+	// records: read past the cache (passed), or into it (admitted).
+	far      dueHeap
+	capacity int64
+	pending  int64
+	pass     []uint8
+	passes   int64
 }
 
 // fitLook is how often a Steward sees to the room while the whole file
@@ -86,6 +101,9 @@ func (f Future) own() Future {
 // Reader is a job's place in a Steward.
 type Reader struct {
 	s *Steward
+	// plan, for a job alone on a source of a page or more a record, is
+	// its order's MIN with bypass, planned an epoch ahead (Plan).
+	plan *plan
 	// future gives the job's future from its place now; nil: the job's
 	// reads cannot be told (a share group's, an order with no inverse),
 	// and while it reads the Steward drops nothing.
@@ -109,8 +127,9 @@ func (r *Reader) told() Future {
 // NewSteward returns a Steward over the pages p of a source of records
 // records, its sampling drawn from seed.
 func NewSteward(p Pages, records int, seed uint64) *Steward {
-	s := &Steward{records: records, readers: map[*Reader]bool{}, due: make([]int64, p.Count), fitLook: fitLook}
+	s := &Steward{records: records, readers: map[*Reader]bool{}, due: make([]int64, p.Count), fitLook: fitLook, pass: make([]uint8, p.Count)}
 	s.res = newResident(p, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s.pageNeed, stewardSampled, false)
+	s.res.victim = s.farthest
 	// While a job whose reads cannot be told reads the source, the
 	// Steward drops nothing, as a group beside a Steward's jobs.
 	s.res.blind = func() bool { return s.reading(false) }
@@ -138,11 +157,20 @@ func (s *Steward) Join(future func() Future) *Reader {
 	return r
 }
 
-// Leave takes the job away.
+// Leave takes the job away. Its records let into the page cache or past
+// it and not yet read are forgotten: it will not tell of them.
 func (r *Reader) Leave() {
-	r.s.mu.Lock()
-	delete(r.s.readers, r)
-	r.s.mu.Unlock()
+	s := r.s
+	s.mu.Lock()
+	delete(s.readers, r)
+	if r.plan != nil {
+		r.plan.stop()
+	}
+	if s.pending > 0 || s.passes > 0 {
+		clear(s.pass)
+		s.pending = 0
+	}
+	s.mu.Unlock()
 }
 
 // Read says the job has read records ids: their pages are in the page
@@ -171,9 +199,10 @@ func (r *Reader) Read(ids []int) {
 	f := r.told()
 	span := s.res.p.Span
 	// Every page of the batch is held, with its next read, before the
-	// room is seen to: a drop weighs them as they are now.
+	// room is seen to: a drop weighs them as they are now. A record read
+	// past the page cache left none of its pages there.
 	for _, id := range ids {
-		if id < 0 || id >= s.records {
+		if id < 0 || id >= s.records || s.unpass(id) {
 			continue
 		}
 		s.res.hold(id, func(pg int) {
@@ -183,16 +212,159 @@ func (r *Reader) Read(ids []int) {
 			}
 			if d, ok := f.Ahead(id); ok {
 				s.due[pg] = f.Now + d + 1
+				s.far.push(s.due[pg], pg)
 			}
 		})
 	}
-	s.res.look()
+	if s.res.look() {
+		s.capacity = int64(len(s.res.pages)) + s.res.room/s.res.p.Bytes
+	}
+	s.far.compact(len(s.res.pages), s.held)
 	drops := s.res.dropped()
 	s.futures = s.futures[:0]
 	s.mu.Unlock()
 	if len(drops) > 0 {
 		s.res.p.dropRuns(drops)
 	}
+}
+
+// alone says one job reads the source, whose reads the Steward is told.
+// Its lock is held.
+func (s *Steward) alone() bool {
+	if len(s.readers) != 1 {
+		return false
+	}
+	for r := range s.readers {
+		return r.future != nil
+	}
+	return false
+}
+
+// held says the entry of page pg due at due is its own: the page is held
+// and due then.
+func (s *Steward) held(pg int32, due int64) bool {
+	return s.res.place[pg] >= 0 && s.due[pg] == due
+}
+
+// farthest is the held page a job alone reads last (a victim for
+// resident.evict), or -1: readers of other orders, or no page of a
+// record each held. The Steward's lock is held.
+func (s *Steward) farthest() int {
+	if !s.alone() {
+		return -1
+	}
+	return s.far.top(s.held)
+}
+
+// Plan plans the job's reads from epoch from an epoch ahead (plan): which
+// records' pages the page cache keeps until their next reads. Only for
+// a source of records a page or more each.
+func (r *Reader) Plan(o Order, from int) {
+	s := r.s
+	if s.res.p.Count < s.records || o.N != s.records || r.plan != nil {
+		return
+	}
+	r.plan = newPlan(o, from, func() int64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.res.asked {
+			s.res.lookNow()
+			s.capacity = int64(len(s.res.pages)) + s.res.room/s.res.p.Bytes
+		}
+		// In records: a record spans Count/records pages or more.
+		return s.capacity * int64(s.records) / int64(s.res.p.Count)
+	})
+}
+
+// Keeps returns the records whose epoch-e reads the page cache keeps, by
+// id (a bit each), once the job's plan has decided, or nil.
+func (r *Reader) Keeps(e int) []uint64 {
+	if r.plan == nil {
+		return nil
+	}
+	r.s.mu.Lock()
+	alone, fits := r.s.alone(), r.s.res.asked && r.s.res.fits
+	r.s.mu.Unlock()
+	if !alone || fits {
+		return nil // Passes passes nothing: no plan is made
+	}
+	return r.plan.keeps(e)
+}
+
+// Passes says record id, read by a job alone now and next at position
+// next (epoch*N + position), is to be read past the page cache
+// (storage.Request.PastCache), as MIN with bypass decides: its plan
+// (keep, from Keeps; nil if not decided) gives up its interval, or the
+// cache is full and every page it holds is read again sooner. If the
+// cache is full and a held page is read later, that page is dropped to
+// make room and the record read into the cache. Only for a job alone
+// whose reads the Steward is told, and a record alone on its pages,
+// none of them held (a held page is read from the cache). The caller
+// reads the record past the cache if it says so, and tells Read of it
+// as of any other.
+func (r *Reader) Passes(id int, next int64, keep []uint64) bool {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.alone() || r.future == nil || id < 0 || id >= s.records || !s.res.asked || s.res.fits {
+		return false
+	}
+	first, n := s.res.p.Span(id)
+	if n == 0 || first < 0 || first+n > len(s.pass) || s.pass[first] != 0 {
+		return false
+	}
+	for pg := first; pg < first+n; pg++ {
+		if s.res.place[pg] >= 0 || !onlyOn(s.res.p.Span, s.records, id, pg) {
+			return false
+		}
+	}
+	mark := admitted
+	if keep != nil && keep[id/64]&(1<<(id%64)) == 0 {
+		mark = passed
+	} else if int64(len(s.res.pages))+s.pending+int64(n) > s.capacity {
+		top := s.far.top(s.held)
+		if top < 0 {
+			return false
+		}
+		if next+1 >= s.due[top] {
+			mark = passed
+		} else {
+			s.res.release(top) // dropped at the next Read
+		}
+	}
+	for pg := first; pg < first+n; pg++ {
+		s.pass[pg] = mark
+	}
+	if mark == passed {
+		s.passes++
+		return true
+	}
+	s.pending += int64(n)
+	return false
+}
+
+// How Passes let a record's pages in: read past the cache (not held), or
+// into it (held when Read is told).
+const (
+	passed uint8 = 1 + iota
+	admitted
+)
+
+// unpass says record id was read past the page cache (Passes), and clears
+// its pages' marks. The Steward's lock is held.
+func (s *Steward) unpass(id int) bool {
+	first, n := s.res.p.Span(id)
+	if n == 0 || first < 0 || first+n > len(s.pass) || s.pass[first] == 0 {
+		return false
+	}
+	mark := s.pass[first]
+	for pg := first; pg < first+n; pg++ {
+		s.pass[pg] = 0
+	}
+	if mark == admitted {
+		s.pending = max(0, s.pending-int64(n))
+	}
+	return mark == passed
 }
 
 // onlyOn says record id, of records, is the only one on page pg: the
@@ -220,11 +392,12 @@ func (s *Steward) Telling() bool {
 	return s.reading(true)
 }
 
-// Stats are the pages the Steward keeps and those it has dropped.
-func (s *Steward) Stats() (kept, dropped int64) {
+// Stats are the pages the Steward keeps, those it has dropped and the
+// records read past the page cache.
+func (s *Steward) Stats() (kept, dropped, passed int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return int64(len(s.res.pages)), s.res.dropCount
+	return int64(len(s.res.pages)), s.res.dropCount, s.passes
 }
 
 // recordsLooked bounds the records of one page whose next reads are

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // shuffles is a job's uniform order over n records, epoch after epoch,
@@ -96,7 +97,7 @@ func TestStewardKeepsWhatIsReadSoonest(t *testing.T) {
 		if math.Abs(gotLRU-model) > 0.03 {
 			t.Errorf("cache %.2f: the LRU answered %.3f, its model says %.3f", c, gotLRU, model)
 		}
-		if kept, _ := s.Stats(); kept > int64(room+checkEvery) {
+		if kept, _, _ := s.Stats(); kept > int64(room+checkEvery) {
 			t.Errorf("cache %.2f: %d pages kept, more than the room's %d and a look's %d", c, kept, room, checkEvery)
 		}
 	}
@@ -117,7 +118,7 @@ func TestStewardDropsNothingItCannotTell(t *testing.T) {
 		now++
 		known.Read([]int{id})
 	}
-	if _, dropped := s.Stats(); dropped != 0 {
+	if _, dropped, _ := s.Stats(); dropped != 0 {
 		t.Fatalf("%d pages dropped while a job's reads could not be told", dropped)
 	}
 	blind.Leave()
@@ -125,7 +126,7 @@ func TestStewardDropsNothingItCannotTell(t *testing.T) {
 		now++
 		known.Read([]int{id})
 	}
-	kept, dropped := s.Stats()
+	kept, dropped, _ := s.Stats()
 	if dropped == 0 || kept > n/4+checkEvery {
 		t.Fatalf("after the blind job left: %d kept, %d dropped; want at most %d kept", kept, dropped, n/4)
 	}
@@ -156,7 +157,7 @@ func TestStewardKeepsPagesOfRecordsReadSoon(t *testing.T) {
 		ids[i] = i
 	}
 	r.Read(ids)
-	kept, dropped := s.Stats()
+	kept, dropped, _ := s.Stats()
 	if dropped == 0 {
 		t.Fatal("nothing dropped with the pages twice the room")
 	}
@@ -266,13 +267,138 @@ func TestStewardHoldsNothingWhileTheFileFits(t *testing.T) {
 		}
 	}
 	read(0)
-	if kept, dropped := s.Stats(); kept > 1 || dropped != 0 {
+	if kept, dropped, _ := s.Stats(); kept > 1 || dropped != 0 {
 		t.Fatalf("with the file in the room the steward holds %d pages and dropped %d; want none", kept, dropped)
 	}
 	room = n / 4
 	read(1)
-	kept, dropped := s.Stats()
+	kept, dropped, _ := s.Stats()
 	if dropped == 0 || kept > int64(room+checkEvery) {
 		t.Fatalf("with room for a quarter of the file: %d pages held, %d dropped", kept, dropped)
+	}
+}
+
+// TestStewardPasses runs one job's uniform epochs over a page cache of
+// a share c of its pages three times on the same orders: each record
+// read into the cache (as TestStewardKeepsWhatIsReadSoonest), each read
+// past it where the Steward says it Passes as the reads come, and where
+// the job's plan says so (MIN with bypass, an epoch ahead). All three
+// answer as many reads (MIN's c); a record passed is a page the first
+// would read into the cache and drop, and the plan reads into the cache
+// only pages read from it later (or held at the end): its first epoch
+// reads through the cache what the next reads from it.
+func TestStewardPasses(t *testing.T) {
+	const n, epochs = 16384, 4
+	for _, c := range []float64{0.3, 0.65} {
+		room := int(c * n)
+		type run struct{ hits, drops, passes, through, through0, hits1 int64 }
+		var runs [3]run
+		reads := int64(0)
+		for k := range runs {
+			s, _ := pageModel(n, room, 1)
+			sh := &shuffles{n: n, rng: rand.New(rand.NewPCG(7, uint64(c*100)))}
+			now := 0
+			r := s.Join(func() Future { return sh.future(now) })
+			if k == 2 {
+				sh.epoch(epochs + 1)
+				r.Plan(Order{N: n, Fill: func(e, pos int, ids []int) int { return copy(ids, sh.epoch(e)[pos:]) },
+					Next: func(e int) func(int) (int64, bool) {
+						return func(id int) (int64, bool) { return int64((e+1)*n + sh.pos[e+1][id]), true }
+					}}, 0)
+			}
+			run := &runs[k]
+			for e := range epochs {
+				var keep []uint64
+				if k == 2 {
+					keep = waitKeeps(t, r, e)
+				}
+				for _, id := range sh.epoch(e) {
+					hit := s.res.place[id] >= 0
+					if hit && e > 0 {
+						run.hits++
+					}
+					if k == 0 && e > 0 {
+						reads++
+					}
+					now++
+					gap, _ := sh.future(now).Ahead(id)
+					passed := k > 0 && r.Passes(id, int64(now)+gap, keep)
+					if passed && hit {
+						t.Fatalf("record %d passed though its page is held", id)
+					}
+					if !passed && !hit {
+						run.through++
+						if e == 0 {
+							run.through0++
+						}
+					}
+					if hit && e == 1 {
+						run.hits1++
+					}
+					r.Read([]int{id})
+					if s.pass[id] != 0 {
+						t.Fatalf("record %d's page still marked after its read was told", id)
+					}
+				}
+			}
+			if kept, _, _ := s.Stats(); kept > int64(room+checkEvery) {
+				t.Errorf("cache %.2f: %d pages kept, more than the room's %d and a look's %d", c, kept, room, checkEvery)
+			}
+			_, run.drops, run.passes = s.Stats()
+			r.Leave()
+		}
+		for k, name := range []string{"into the cache", "passing as they come", "planned"} {
+			t.Logf("cache %.0f%% of the data, %s: %.3f of the reads answered, %d dropped, %d passed, %d of %d misses read through the cache (first epoch %d, then %d answered)",
+				100*c, name, float64(runs[k].hits)/float64(reads), runs[k].drops, runs[k].passes, runs[k].through, int64(epochs)*n-runs[k].hits, runs[k].through0, runs[k].hits1)
+		}
+		into, come, plan := runs[0], runs[1], runs[2]
+		for k, r := range runs[1:] {
+			if r.hits < into.hits-reads/50 {
+				t.Errorf("cache %.2f: run %d answered %d reads, reading into the cache %d", c, k+1, r.hits, into.hits)
+			}
+		}
+		if come.passes == 0 || come.drops+come.passes > into.drops+into.drops/20 {
+			t.Errorf("cache %.2f: passing as they come dropped %d pages and passed %d; into the cache, %d dropped", c, come.drops, come.passes, into.drops)
+		}
+		if plan.through > plan.hits+int64(room) {
+			t.Errorf("cache %.2f: the plan read %d misses through the cache, which answered %d reads and holds at most %d pages", c, plan.through, plan.hits, room)
+		}
+		if plan.through0 > plan.hits1+plan.hits1/10 {
+			t.Errorf("cache %.2f: the plan's first epoch read %d records through the cache, of which the next answered %d", c, plan.through0, plan.hits1)
+		}
+	}
+}
+
+// waitKeeps waits for the plan of epoch e.
+func waitKeeps(t *testing.T, r *Reader, e int) []uint64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if k := r.Keeps(e); k != nil {
+			return k
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no plan of epoch %d after 30 s", e)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkPlanEpoch is what a plan costs an epoch of a global shuffle
+// of 2^19 records (2 GiB of 4 KiB), the cache holding 65% of them.
+func BenchmarkPlanEpoch(b *testing.B) {
+	const n = 1 << 19
+	sh := &shuffles{n: n, rng: rand.New(rand.NewPCG(1, 2))}
+	sh.epoch(b.N + 2)
+	o := Order{N: n, Fill: func(e, pos int, ids []int) int { return copy(ids, sh.epoch(e)[pos:]) },
+		Next: func(e int) func(int) (int64, bool) {
+			return func(id int) (int64, bool) { return int64((e+1)*n + sh.pos[e+1][id]), true }
+		}}
+	p := &plan{n: n, order: o, capacity: func() int64 { return n * 65 / 100 }, final: map[int][]uint64{}, open: map[int][]uint64{},
+		end: make([]int64, n), start: make([]int64, n)}
+	b.ResetTimer()
+	for e := range b.N {
+		p.epoch(e)
+		delete(p.open, e-1)
 	}
 }

@@ -25,6 +25,13 @@ type Request struct {
 	P    []byte
 	Off  int64
 	Done func(err error)
+	// PastCache reads a local file's bytes past the page cache (O_DIRECT,
+	// through a descriptor of its own) where P, Off and len(P) are
+	// aligned, so that the read leaves the page cache as it was: a
+	// reader that keeps the pages it needs soonest (share.Steward) reads
+	// the others so. Elsewhere the read goes through the cache, with the
+	// same bytes.
+	PastCache bool
 
 	file    *File  // the file under R, when the read can go to the ring
 	lane    *lane  // the file's device in the ring
@@ -315,8 +322,13 @@ func (e *Engine) serveOne(r *Request) {
 		return
 	}
 	r.file, r.release = file, release
-	if r.first == 0 && !file.direct && e.probe() {
-		if file.TryReadAt(r.P, r.Off) {
+	if r.PastCache && pastAligned(r.P, r.Off) {
+		if past := file.pastCache(); past != nil {
+			r.file = past
+		}
+	}
+	if r.first == 0 && !r.file.direct && e.probe() {
+		if r.file.TryReadAt(r.P, r.Off) {
 			if e.missRun.Load() != 0 {
 				e.missRun.Store(0)
 			}
@@ -570,6 +582,11 @@ func (f *Faulty) ringFile() (*File, func(), error) {
 // two reads, as a continuation after a short read would be.
 func (r *Request) readAt() error {
 	rd := r.R
+	if f, ok := rd.(*File); ok && r.PastCache && pastAligned(r.P, r.Off) {
+		if past := f.pastCache(); past != nil {
+			rd = past
+		}
+	}
 	if f, ok := rd.(*Faulty); ok {
 		rd = f.Reader
 		if r.first > 0 {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -359,4 +360,113 @@ func TestEngineStopsProbingACold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A read asked to go past the page cache returns the file's bytes and
+// leaves its pages out of the cache where it is aligned; unaligned, it
+// reads through the cache, with the same bytes.
+func TestEnginePastCache(t *testing.T) {
+	for name, e := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			p, want := syncedFile(t, 64*DirectAlign)
+			f, err := OpenFile(p, FileOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if !CanPastCache(f, alignbuf.Make(DirectAlign, DirectAlign), 0) {
+				t.Skipf("the file system under %s refuses O_DIRECT", p)
+			}
+			if err := f.Drop(0, 0); err != nil {
+				t.Fatal(err)
+			}
+			type read struct {
+				off  int64
+				n    int
+				skew int // the buffer's offset from an aligned start
+				past bool
+			}
+			reads := []read{
+				{0, DirectAlign, 0, true}, {5 * DirectAlign, 2 * DirectAlign, 0, true}, // past the cache
+				{10 * DirectAlign, DirectAlign, 0, false}, // through it
+				{20*DirectAlign + 100, 300, 0, true},      // unaligned offset and length
+				{30 * DirectAlign, DirectAlign, 8, true},  // unaligned buffer
+				{63 * DirectAlign, DirectAlign, 0, true},  // the last page
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, len(reads))
+			for i, r := range reads {
+				buf := alignbuf.Make(r.n+r.skew, DirectAlign)[r.skew:]
+				wg.Add(1)
+				e.Submit(&Request{Ctx: context.Background(), R: f, P: buf, Off: r.off, PastCache: r.past, Done: func(err error) {
+					defer wg.Done()
+					if err == nil && !bytes.Equal(buf, want[r.off:r.off+int64(r.n)]) {
+						err = fmt.Errorf("read of %d bytes at %d differs", r.n, r.off)
+					}
+					errs[i] = err
+				}})
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			cached := cachedPages(t, f)
+			for _, r := range reads {
+				first, last := r.off/DirectAlign, (r.off+int64(r.n)-1)/DirectAlign
+				aligned := r.past && r.skew == 0 && r.off%DirectAlign == 0 && r.n%DirectAlign == 0
+				for pg := first; pg <= last; pg++ {
+					if cached[pg] == aligned {
+						t.Errorf("page %d after a read of %d bytes at %d (past the cache: %v, buffer skew %d): cached %v",
+							pg, r.n, r.off, r.past, r.skew, cached[pg])
+					}
+				}
+			}
+		})
+	}
+}
+
+// syncedFile writes n random bytes to a file, written back to the device
+// so that its pages can be dropped.
+func syncedFile(t *testing.T, n int) (string, []byte) {
+	t.Helper()
+	want := make([]byte, n)
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := range want {
+		want[i] = byte(r.Uint32())
+	}
+	p := t.TempDir() + "/f.bin"
+	w, err := os.Create(p)
+	if err == nil {
+		_, err = w.Write(want)
+	}
+	if err == nil {
+		err = w.Sync()
+	}
+	if err == nil {
+		err = w.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, want
+}
+
+// cachedPages says which of f's pages the page cache holds (mincore).
+func cachedPages(t *testing.T, f *File) []bool {
+	t.Helper()
+	m, err := unix.Mmap(f.Fd(), 0, int(f.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (len(m)+DirectAlign-1)/DirectAlign)
+	// x/sys has no wrapper for mincore(2).
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	in := make([]bool, len(vec))
+	for i, v := range vec {
+		in[i] = v&1 != 0
+	}
+	return in
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -46,6 +47,11 @@ type File struct {
 	pad     bool // reads are aligned and may run past the end
 	version string
 	dev     uint64 // the device it lives on (st_dev): an engine's depth is per device
+	// past is the file opened again with O_DIRECT, for reads that leave
+	// the page cache as it was (Request.PastCache), made at the first
+	// such read; nil where the file system refuses O_DIRECT.
+	pastOnce sync.Once
+	past     *File
 }
 
 // OpenFile opens path for reading: a regular file of the unconfined
@@ -112,6 +118,10 @@ func (f *File) Close() error {
 	if f.closed.Swap(true) {
 		return &Error{Op: "close", Object: f.name, Err: os.ErrClosed}
 	}
+	f.pastOnce.Do(func() {}) // no twin is opened after this
+	if f.past != nil {
+		f.past.Close()
+	}
 	if err := unix.Close(f.fd); err != nil {
 		return &Error{Op: "close", Object: f.name, Err: err}
 	}
@@ -171,6 +181,46 @@ func (f *File) readBounced(ctx context.Context, p []byte, off int64) error {
 	}
 	copy(p, buf[off-lo:])
 	return nil
+}
+
+// pastCache returns the file opened again with O_DIRECT, opened at the
+// first call, or nil: the file is read with O_DIRECT already, or closed,
+// or its file system refuses O_DIRECT (tmpfs). It opens the descriptor's
+// own file (/proc/self/fd), not the path, which may name another file by
+// now.
+func (f *File) pastCache() *File {
+	if f.direct {
+		return nil
+	}
+	f.pastOnce.Do(func() {
+		if f.closed.Load() {
+			return
+		}
+		fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.fd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+		runtime.KeepAlive(f)
+		if err != nil {
+			return
+		}
+		p := newFile(fd, f.name, f.size, true, true)
+		p.version, p.dev = f.version, f.dev
+		f.past = p
+	})
+	return f.past
+}
+
+// CanPastCache says a read of p at off of r goes past the page cache if
+// its Request asks (Request.PastCache): r is a local file read through
+// the cache, on a file system that allows O_DIRECT, and the read is
+// aligned as O_DIRECT needs.
+func CanPastCache(r Reader, p []byte, off int64) bool {
+	f, ok := r.(*File)
+	return ok && pastAligned(p, off) && f.pastCache() != nil
+}
+
+// pastAligned says a read of p at off can go past the page cache as it
+// is: O_DIRECT takes aligned buffers, offsets and lengths.
+func pastAligned(p []byte, off int64) bool {
+	return off%DirectAlign == 0 && len(p)%DirectAlign == 0 && alignbuf.Aligned(p, DirectAlign)
 }
 
 // Aligned is implemented by readers whose reads must be aligned (O_DIRECT).

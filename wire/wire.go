@@ -433,6 +433,10 @@ type GroupStatus struct {
 	// pages the jobs reading the source each in its own order read soonest.
 	PagesKept    int64 `json:"pages_kept,omitempty"`
 	PagesDropped int64 `json:"pages_dropped,omitempty"`
+	// RecordsPassed, for a job alone, are the records its source's
+	// steward had read past the page cache (O_DIRECT): their pages would
+	// have been dropped before their next reads.
+	RecordsPassed int64 `json:"records_passed,omitempty"`
 }
 
 // JobStatus is one job.

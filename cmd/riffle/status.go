@@ -61,6 +61,9 @@ whatever a transform made of it).`,
 				if g.PagesKept > 0 || g.PagesDropped > 0 {
 					fmt.Fprintf(out, ", %d pages kept in the page cache by need, %d dropped", g.PagesKept, g.PagesDropped)
 				}
+				if g.RecordsPassed > 0 {
+					fmt.Fprintf(out, ", %d records read past it", g.RecordsPassed)
+				}
 				fmt.Fprintln(out, ")")
 				fmt.Fprintf(out, "  %-6s %10s %6s %10s %12s %10s %8s  %s\n", "job", "subset", "epoch", "position", "samples/s", "memory", "reads", "transform")
 				for _, j := range g.Jobs {
