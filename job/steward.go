@@ -74,30 +74,27 @@ func (j *Job) leaveSteward() {
 }
 
 // pastCache is the loader's PastCache for a job that will tell its
-// source's steward its reads (toldSteward), on a whole order (a rank's
-// part is told by its own reads, which its loader's positions are not),
-// or nil. A load's records are read at its positions and next in their
-// next epoch's (the global shuffle's inverse, made once a load). The
-// loader asks from its first read, before
-// the job has joined the steward (after the loader is made): until then
-// nothing passes.
-func (j *Job) pastCache() func(e, pos, n int) func(id int) bool {
+// source's steward its reads (toldSteward) of a whole order (a rank's
+// part is told by its own reads, which its plan would not know), or nil:
+// a record passes where the job's plan of the epoch (Reader.Plan) does
+// not keep its page. The loader asks from its first read, before the job
+// has joined the steward (after the loader is made): until then, and
+// while the epoch's plan is not made, nothing passes.
+func (j *Job) pastCache() func(e int) func(id int) bool {
 	if _, part := j.smp.(*sampler.RankPart); part || j.toldSteward() == nil {
 		return nil
 	}
-	smp := j.smp
 	never := func(int) bool { return false }
-	return func(e, pos, n int) func(id int) bool {
+	return func(e int) func(id int) bool {
 		pages := j.pages.Load()
 		if pages == nil {
 			return never
 		}
-		next := sampler.NextUses(smp, e*smp.Len()+pos+n)
 		keep := pages.Keeps(e)
-		return func(id int) bool {
-			t, ok := next(id)
-			return ok && pages.Passes(id, t, keep)
+		if keep == nil {
+			return never
 		}
+		return func(id int) bool { return pages.Passes(id, keep) }
 	}
 }
 

@@ -36,7 +36,7 @@ func (l *Loader) dispatch(j *load) {
 	l.callbacks(j)
 	var past func(id int) bool
 	if l.opts.PastCache != nil {
-		past = l.opts.PastCache(j.Epoch, j.Pos, len(j.ents))
+		past = l.opts.PastCache(j.Epoch)
 	}
 	reqs := j.reqs[:0]
 	for i := range j.units {

@@ -112,14 +112,14 @@ type Options struct {
 	// Workers run the transform; default GOMAXPROCS goroutines of the
 	// loader's own. The daemon shares one set among its jobs.
 	Workers *Workers
-	// PastCache, if set, is asked once a load (the n records from
-	// position pos of epoch e) which of its records to read past the
-	// page cache (storage.Request.PastCache): those whose pages a
-	// steward of the page cache would not keep until their next read.
+	// PastCache, if set, is asked once a load (of epoch e) which of its
+	// records to read past the page cache (storage.Request.PastCache):
+	// those whose pages a steward of the page cache would not keep
+	// until their next reads.
 	// It is asked only of a record read alone whose read can go past
 	// the cache (storage.CanPastCache), so its answer is what the read
 	// does. Batch buffers are then aligned for O_DIRECT.
-	PastCache func(e, pos, n int) func(id int) bool
+	PastCache func(e int) func(id int) bool
 }
 
 // Transform turns a record's bytes into its output (package transform).

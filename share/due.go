@@ -2,15 +2,15 @@ package share
 
 import "container/heap"
 
-// dueHeap holds pages (or records) by the position of their next read,
-// the farthest on top: a Steward's MIN for a job alone, and its plan's. A page read again or dropped
+// dueHeap holds records by the position of their next read, the farthest
+// on top: a plan's intervals by their ends. An interval ended or given up
 // leaves its entry behind, stale, skipped at the top and swept out when
-// the stale entries outnumber the pages held.
+// the stale entries outnumber the intervals held.
 type dueHeap []dueEntry
 
 type dueEntry struct {
 	due int64
-	key int32 // the page, or the record
+	key int32 // the record
 }
 
 func (h dueHeap) Len() int           { return len(h) }
@@ -24,7 +24,7 @@ func (h *dueHeap) Pop() any {
 	return e
 }
 
-func (h *dueHeap) push(due int64, pg int) { heap.Push(h, dueEntry{due: due, key: int32(pg)}) }
+func (h *dueHeap) push(due int64, id int) { heap.Push(h, dueEntry{due: due, key: int32(id)}) }
 
 // top is the page due farthest whose entry is its own (live), or -1.
 func (h *dueHeap) top(live func(pg int32, due int64) bool) int {
@@ -38,8 +38,8 @@ func (h *dueHeap) top(live func(pg int32, due int64) bool) int {
 }
 
 // compact sweeps the stale entries out once they are more than the held
-// pages and a few thousand besides: each read leaves one behind, most of
-// them due sooner than any live entry, which top never reaches.
+// intervals and a few thousand besides: each read leaves one behind,
+// most of them due sooner than any live entry, which top never reaches.
 func (h *dueHeap) compact(held int, live func(pg int32, due int64) bool) {
 	if h.Len() <= 2*held+4096 {
 		return

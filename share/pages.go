@@ -54,11 +54,8 @@ type resident struct {
 	// blind, if set, says others read the source whose next reads the
 	// keeper cannot weigh: it drops nothing then.
 	blind func() bool
-	// victim, if set, names the page to drop next, or -1 for the least
-	// needed of a sample.
-	victim func() int
-	place  []int32 // page -> its place in pages, or -1
-	first  []int32 // page -> the first record on it, while it is held
+	place []int32 // page -> its place in pages, or -1
+	first []int32 // page -> the first record on it, while it is held
 	// by and at are the group member that last took a record on each
 	// page and its count of takes then (SetFresh); nil for a Steward,
 	// whose jobs hold pages they have read.
@@ -203,12 +200,6 @@ func (r *resident) evict(n int) {
 		return
 	}
 	for ; n > 0 && len(r.pages) > 0; n-- {
-		if r.victim != nil {
-			if pg := r.victim(); pg >= 0 {
-				r.release(pg)
-				continue
-			}
-		}
 		victim, least := int32(-1), 0.0
 		for range r.looks {
 			pg := r.pages[r.rng.IntN(len(r.pages))]

@@ -13,20 +13,24 @@ import (
 // positions, and the cache holds at most capacity of them at once. The
 // most intervals (the most reads answered) are kept by taking them in
 // the order they start and, whenever one too many are held, giving up
-// the one that ends last (Carlisle and Lloyd's greedy for the largest
-// k-colourable set of intervals; as many hits as Belady's MIN). Decided
-// as the reads come (Passes alone), a page read into the cache and
-// given up before its read cost a read through the cache and a drop for
-// nothing: under a uniform shuffle that was 28% of the reads at a cache
-// of 65% of the file and 36% at 30%, and 93% of the first epoch's reads
-// went through the cache at 65% (share's TestStewardPlans). Planned a
-// whole epoch ahead, a read's interval is given up before it starts: it
-// goes past the cache, and only pages that will be read from it enter.
+// the one that ends last (the greedy for the largest k-colourable set of
+// intervals, Carlisle and Lloyd; as many hits as Belady's MIN). A
+// Steward without a plan reads every page into the cache and drops, at
+// each look, the held pages read last: each epoch under a uniform
+// shuffle, with the cache holding 65% of the file, two thirds of the
+// pages read into it were dropped unread, and all of the first epoch's
+// reads went through it (TestStewardPasses). Planned a whole epoch
+// ahead, a read's interval is given up before it starts: the read goes
+// past the cache (O_DIRECT), and only pages later read from the cache
+// enter it (the first epoch: 65% of its reads, the share the next reads
+// from the cache). What is dropped is only pages read from the cache
+// whose next reads are not kept.
 //
 // An interval starting in epoch e ends in epoch e+1, so an epoch's
 // decisions are final once the next epoch is planned too. The planner
 // runs in a goroutine of its own, an epoch ahead of the job; until an
-// epoch's decisions are final, Passes decides as the reads come.
+// epoch's decisions are final (the first tenths of a second of a job),
+// every read goes through the cache.
 type plan struct {
 	n        int
 	order    Order

@@ -48,21 +48,13 @@ type Steward struct {
 	// at most fitLook apart.
 	looked  time.Time
 	fitLook time.Duration
-	// For a job alone on the source, told its reads (alone), pages of a
-	// record each are kept as MIN with bypass keeps them: far holds the
-	// held pages by their due reads, the farthest first (stale entries,
-	// of pages read or dropped since, are skipped), and a look drops the
-	// farthest, not the least needed of a sample; a record whose next
-	// read is further than every held page's is read past the page cache
-	// (Passes). capacity is the pages the cache may hold of the source,
-	// seen at the last look; pending are the records Passes let into it
-	// that Read has not been told of yet. pass marks the pages of those
-	// records: read past the cache (passed), or into it (admitted).
-	far      dueHeap
-	capacity int64
-	pending  int64
-	pass     []uint8
-	passes   int64
+	// For a job alone on the source, told its reads (alone), its plan
+	// (Reader.Plan) says which records' pages the cache keeps until their
+	// next reads, MIN with bypass: pass marks the pages of records it
+	// reads now, read past the cache (passed, not held) or from it and
+	// not kept (leave, dropped once read); passes counts the first.
+	pass   []uint8
+	passes int64
 }
 
 // fitLook is how often a Steward sees to the room while the whole file
@@ -129,7 +121,6 @@ func (r *Reader) told() Future {
 func NewSteward(p Pages, records int, seed uint64) *Steward {
 	s := &Steward{records: records, readers: map[*Reader]bool{}, due: make([]int64, p.Count), fitLook: fitLook, pass: make([]uint8, p.Count)}
 	s.res = newResident(p, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), s.pageNeed, stewardSampled, false)
-	s.res.victim = s.farthest
 	// While a job whose reads cannot be told reads the source, the
 	// Steward drops nothing, as a group beside a Steward's jobs.
 	s.res.blind = func() bool { return s.reading(false) }
@@ -157,8 +148,8 @@ func (s *Steward) Join(future func() Future) *Reader {
 	return r
 }
 
-// Leave takes the job away. Its records let into the page cache or past
-// it and not yet read are forgotten: it will not tell of them.
+// Leave takes the job away. Its records marked to read past the page
+// cache and not yet told of are forgotten: it will not tell of them.
 func (r *Reader) Leave() {
 	s := r.s
 	s.mu.Lock()
@@ -166,9 +157,8 @@ func (r *Reader) Leave() {
 	if r.plan != nil {
 		r.plan.stop()
 	}
-	if s.pending > 0 || s.passes > 0 {
+	if s.passes > 0 {
 		clear(s.pass)
-		s.pending = 0
 	}
 	s.mu.Unlock()
 }
@@ -212,14 +202,10 @@ func (r *Reader) Read(ids []int) {
 			}
 			if d, ok := f.Ahead(id); ok {
 				s.due[pg] = f.Now + d + 1
-				s.far.push(s.due[pg], pg)
 			}
 		})
 	}
-	if s.res.look() {
-		s.capacity = int64(len(s.res.pages)) + s.res.room/s.res.p.Bytes
-	}
-	s.far.compact(len(s.res.pages), s.held)
+	s.res.look()
 	drops := s.res.dropped()
 	s.futures = s.futures[:0]
 	s.mu.Unlock()
@@ -240,22 +226,6 @@ func (s *Steward) alone() bool {
 	return false
 }
 
-// held says the entry of page pg due at due is its own: the page is held
-// and due then.
-func (s *Steward) held(pg int32, due int64) bool {
-	return s.res.place[pg] >= 0 && s.due[pg] == due
-}
-
-// farthest is the held page a job alone reads last (a victim for
-// resident.evict), or -1: readers of other orders, or no page of a
-// record each held. The Steward's lock is held.
-func (s *Steward) farthest() int {
-	if !s.alone() {
-		return -1
-	}
-	return s.far.top(s.held)
-}
-
 // Plan plans the job's reads from epoch from an epoch ahead (plan): which
 // records' pages the page cache keeps until their next reads. Only for
 // a source of records a page or more each.
@@ -269,10 +239,11 @@ func (r *Reader) Plan(o Order, from int) {
 		defer s.mu.Unlock()
 		if !s.res.asked {
 			s.res.lookNow()
-			s.capacity = int64(len(s.res.pages)) + s.res.room/s.res.p.Bytes
 		}
-		// In records: a record spans Count/records pages or more.
-		return s.capacity * int64(s.records) / int64(s.res.p.Count)
+		// The pages it may hold, as the last look saw them; in records,
+		// which span Count/records pages or more each.
+		pages := int64(len(s.res.pages)) + s.res.room/s.res.p.Bytes
+		return pages * int64(s.records) / int64(s.res.p.Count)
 	})
 }
 
@@ -291,22 +262,22 @@ func (r *Reader) Keeps(e int) []uint64 {
 	return r.plan.keeps(e)
 }
 
-// Passes says record id, read by a job alone now and next at position
-// next (epoch*N + position), is to be read past the page cache
-// (storage.Request.PastCache), as MIN with bypass decides: its plan
-// (keep, from Keeps; nil if not decided) gives up its interval, or the
-// cache is full and every page it holds is read again sooner. If the
-// cache is full and a held page is read later, that page is dropped to
-// make room and the record read into the cache. Only for a job alone
-// whose reads the Steward is told, and a record alone on its pages,
-// none of them held (a held page is read from the cache). The caller
-// reads the record past the cache if it says so, and tells Read of it
-// as of any other.
-func (r *Reader) Passes(id int, next int64, keep []uint64) bool {
+// Passes says record id, read by a job alone now, is to be read past
+// the page cache (storage.Request.PastCache): its plan (keep, from
+// Keeps; nil while the plan of the epoch is not made) does not keep its
+// page until its next read. A held page is read from the cache, and if
+// the plan does not keep it, dropped once Read is told of it. Only for a
+// job alone whose reads the Steward is told, and a record alone on its
+// pages. The caller reads the record past the cache if it says so, and
+// tells Read of it as of any other.
+func (r *Reader) Passes(id int, keep []uint64) bool {
 	s := r.s
+	if keep == nil || id < 0 || id >= s.records || id/64 >= len(keep) {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.alone() || r.future == nil || id < 0 || id >= s.records || !s.res.asked || s.res.fits {
+	if !s.alone() || r.future == nil || s.res.fits {
 		return false
 	}
 	first, n := s.res.p.Span(id)
@@ -314,44 +285,39 @@ func (r *Reader) Passes(id int, next int64, keep []uint64) bool {
 		return false
 	}
 	for pg := first; pg < first+n; pg++ {
-		if s.res.place[pg] >= 0 || !onlyOn(s.res.p.Span, s.records, id, pg) {
+		if !onlyOn(s.res.p.Span, s.records, id, pg) {
 			return false
 		}
 	}
-	mark := admitted
-	if keep != nil && keep[id/64]&(1<<(id%64)) == 0 {
-		mark = passed
-	} else if int64(len(s.res.pages))+s.pending+int64(n) > s.capacity {
-		top := s.far.top(s.held)
-		if top < 0 {
+	kept := keep[id/64]&(1<<(id%64)) != 0
+	mark := passed
+	if s.res.place[first] >= 0 {
+		if kept {
 			return false
 		}
-		if next+1 >= s.due[top] {
-			mark = passed
-		} else {
-			s.res.release(top) // dropped at the next Read
-		}
+		mark = leave
+	} else if kept {
+		return false
 	}
 	for pg := first; pg < first+n; pg++ {
 		s.pass[pg] = mark
 	}
-	if mark == passed {
-		s.passes++
-		return true
+	if mark == leave {
+		return false
 	}
-	s.pending += int64(n)
-	return false
+	s.passes++
+	return true
 }
 
-// How Passes let a record's pages in: read past the cache (not held), or
-// into it (held when Read is told).
+// What Read does with the pages of a record Passes marked.
 const (
-	passed uint8 = 1 + iota
-	admitted
+	passed uint8 = 1 + iota // read past the cache: not held
+	leave                   // read from the cache, not kept: dropped
 )
 
-// unpass says record id was read past the page cache (Passes), and clears
-// its pages' marks. The Steward's lock is held.
+// unpass says record id was read past the page cache (Passes), or drops
+// its pages if it was read from the cache not to be kept, and clears its
+// pages' marks. The Steward's lock is held.
 func (s *Steward) unpass(id int) bool {
 	first, n := s.res.p.Span(id)
 	if n == 0 || first < 0 || first+n > len(s.pass) || s.pass[first] == 0 {
@@ -360,11 +326,11 @@ func (s *Steward) unpass(id int) bool {
 	mark := s.pass[first]
 	for pg := first; pg < first+n; pg++ {
 		s.pass[pg] = 0
+		if mark == leave {
+			s.res.release(pg)
+		}
 	}
-	if mark == admitted {
-		s.pending = max(0, s.pending-int64(n))
-	}
-	return mark == passed
+	return true
 }
 
 // onlyOn says record id, of records, is the only one on page pg: the

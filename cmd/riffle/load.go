@@ -26,6 +26,12 @@ type loadReport struct {
 	Repeats    int     `json:"repeats"`
 	// Sources, for a mixture, are each source's samples and share.
 	Sources []sourceCount `json:"sources,omitempty"`
+	// The source's page steward's counts so far (job.Status), where it
+	// has one: pages kept in the page cache, dropped, and records read
+	// past it.
+	PagesKept     int64 `json:"pages_kept,omitempty"`
+	PagesDropped  int64 `json:"pages_dropped,omitempty"`
+	RecordsPassed int64 `json:"records_passed,omitempty"`
 }
 
 type sourceCount struct {
@@ -133,14 +139,21 @@ mixture, each source's samples and share against its weight's.`,
 				}
 				cur.Seconds = time.Since(start).Seconds()
 				cur.SamplesSec = float64(cur.Samples) / max(cur.Seconds, 1e-9)
+				st := j.Status(0)
+				cur.PagesKept, cur.PagesDropped, cur.RecordsPassed = st.PagesKept, st.PagesDropped, st.RecordsPassed
 				for k := range cur.Sources {
 					cur.Sources[k].Share = float64(cur.Sources[k].Samples) / float64(max(cur.Samples, 1))
 					cur.Sources[k].Weight = weights[k] / sum
 				}
 				reports = append(reports, *cur)
 				if !jsonOut {
-					fmt.Fprintf(cmd.OutOrStdout(), "epoch %d: %d samples in %.3f s, %.0f samples/s, %d repeated\n",
+					fmt.Fprintf(cmd.OutOrStdout(), "epoch %d: %d samples in %.3f s, %.0f samples/s, %d repeated",
 						cur.Epoch, cur.Samples, cur.Seconds, cur.SamplesSec, cur.Repeats)
+					if cur.PagesKept > 0 || cur.PagesDropped > 0 || cur.RecordsPassed > 0 {
+						fmt.Fprintf(cmd.OutOrStdout(), "; the page cache keeps %d pages, %d dropped, %d records read past it",
+							cur.PagesKept, cur.PagesDropped, cur.RecordsPassed)
+					}
+					fmt.Fprintln(cmd.OutOrStdout())
 					for k, s := range cur.Sources {
 						fmt.Fprintf(cmd.OutOrStdout(), "  source %d: %d samples, share %.5f (weight %.5f)\n", k, s.Samples, s.Share, s.Weight)
 					}
