@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/mincore"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
@@ -35,25 +35,9 @@ func residentPages(t *testing.T, p string) int {
 // pagesCached says which pages of file p the page cache holds (mincore).
 func pagesCached(t *testing.T, p string) []bool {
 	t.Helper()
-	f, err := os.Open(p)
+	in, err := mincore.File(p)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, (len(m)+4095)/4096)
-	// x/sys has no wrapper for mincore(2).
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Fatal(e)
-	}
-	in := make([]bool, len(vec))
-	for i, v := range vec {
-		in[i] = v&1 != 0
 	}
 	return in
 }

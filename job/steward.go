@@ -80,21 +80,14 @@ func (j *Job) leaveSteward() {
 // not keep its page. The loader asks from its first read, before the job
 // has joined the steward (after the loader is made): until then, and
 // while the epoch's plan is not made, nothing passes.
-func (j *Job) pastCache() func(e int) func(id int) bool {
+func (j *Job) pastCache() func(e int, ids []int, past []bool) {
 	if _, part := j.smp.(*sampler.RankPart); part || j.toldSteward() == nil {
 		return nil
 	}
-	never := func(int) bool { return false }
-	return func(e int) func(id int) bool {
-		pages := j.pages.Load()
-		if pages == nil {
-			return never
+	return func(e int, ids []int, past []bool) {
+		if pages := j.pages.Load(); pages != nil {
+			pages.Passes(ids, pages.Keeps(e), past)
 		}
-		keep := pages.Keeps(e)
-		if keep == nil {
-			return never
-		}
-		return func(id int) bool { return pages.Passes(id, keep) }
 	}
 }
 

@@ -34,11 +34,8 @@ func (l *Loader) dispatch(j *load) {
 	// copy whose item's reader gave up reads the record itself (copyDone,
 	// request), maybe from another goroutine while this loop still runs.
 	l.callbacks(j)
-	var past func(id int) bool
-	if l.opts.PastCache != nil {
-		past = l.opts.PastCache(j.Epoch)
-	}
 	reqs := j.reqs[:0]
+	j.pastIDs, j.pastReqs = j.pastIDs[:0], j.pastReqs[:0]
 	for i := range j.units {
 		u := &j.units[i]
 		if !u.read {
@@ -51,8 +48,19 @@ func (l *Loader) dispatch(j *load) {
 			continue
 		}
 		r := l.request(j, i)
-		r.PastCache = past != nil && u.hi-u.lo == 1 && storage.CanPastCache(r.R, r.P, r.Off) && past(j.ents[u.lo].id)
+		if l.opts.PastCache != nil && u.hi-u.lo == 1 && storage.CanPastCache(r.R, r.P, r.Off) {
+			j.pastIDs, j.pastReqs = append(j.pastIDs, j.ents[u.lo].id), append(j.pastReqs, r)
+		}
 		reqs = append(reqs, r)
+	}
+	if len(j.pastIDs) > 0 {
+		j.past = grow(j.past, len(j.pastIDs))
+		clear(j.past)
+		l.opts.PastCache(j.Epoch, j.pastIDs, j.past)
+		for k, r := range j.pastReqs {
+			r.PastCache = j.past[k]
+		}
+		clear(j.pastReqs)
 	}
 	if len(reqs) > 0 {
 		l.io.Add(len(reqs))

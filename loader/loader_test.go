@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/alignbuf"
+	"github.com/riffle-ml/riffle/internal/mincore"
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
@@ -738,6 +741,78 @@ func TestLinesInOrderAreOneReadABatch(t *testing.T) {
 				t.Fatalf("%s: a global shuffle made %d reads of %d lines: records read together that are not neighbours", kind, st.Reads, ds.Len())
 			} else if !global && st.Reads > batches+1 {
 				t.Fatalf("%s: the sequential order made %d reads for %d batches of lines", kind, st.Reads, batches)
+			}
+		}
+	}
+}
+
+// A loader asked to read some records past the page cache (PastCache)
+// reads each once an epoch with its bytes, leaves the pages of those it
+// read past the cache each epoch out of the cache and the others' in it, and asks only of records read alone whose reads O_DIRECT takes
+// (here 4 KiB records, aligned; not the 2 KiB ones, which share pages).
+func TestPastCache(t *testing.T) {
+	for _, size := range []int{4096, 2048} {
+		const n = 512
+		ds := fixedDataset(t, n, size, 0, false)
+		f, ok := ds.Object(0).(*storage.File)
+		if !ok || !storage.CanPastCache(f, alignbuf.Make(storage.DirectAlign, storage.DirectAlign), 0) {
+			t.Skip("the file system under the test's files refuses O_DIRECT (tmpfs?): nothing reads past the cache")
+		}
+		// Written pages are dirty until written back; clean ones drop.
+		if err := syscall.Fdatasync(f.Fd()); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Drop(0, 0); err != nil {
+			t.Fatal(err)
+		}
+		var asked atomic.Int64
+		var mu sync.Mutex
+		passed := map[int]int{} // each record's reads past the cache
+		past := func(e int, ids []int, past []bool) {
+			asked.Add(int64(len(ids)))
+			mu.Lock()
+			defer mu.Unlock()
+			for i, id := range ids {
+				past[i] = id%2 == 0
+				if past[i] {
+					passed[id]++
+				}
+			}
+		}
+		l, err := loader.New(context.Background(), ds, sampler.Global{N: n, Seed: 4}, loader.Options{BatchSize: 32, Epochs: 2, PastCache: past})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[[2]int]int{}
+		for _, b := range drain(t, l, synth.CheckRecord) {
+			for _, id := range b {
+				seen[[2]int{0, id}]++
+			}
+		}
+		l.Close()
+		for id := range n {
+			if seen[[2]int{0, id}] != 2 {
+				t.Fatalf("%d-byte records: record %d delivered %d times in two epochs", size, id, seen[[2]int{0, id}])
+			}
+		}
+		cached, err := mincore.Fd(f.Fd(), f.Size())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size == 2048 {
+			if asked.Load() != 0 {
+				t.Fatalf("2048-byte records: asked %d times of records that share their pages", asked.Load())
+			}
+			continue
+		}
+		// A record read with its neighbour (one read of both pages) is
+		// not asked, and reads through the cache.
+		if asked.Load() == 0 || len(passed) == 0 {
+			t.Fatalf("4096-byte records: asked %d times, %d records passed", asked.Load(), len(passed))
+		}
+		for id := range n {
+			if every := passed[id] == 2; cached[id] == every {
+				t.Fatalf("record %d (read past the cache in %d of 2 epochs): its page cached %v", id, passed[id], cached[id])
 			}
 		}
 	}

@@ -113,13 +113,13 @@ type Options struct {
 	// loader's own. The daemon shares one set among its jobs.
 	Workers *Workers
 	// PastCache, if set, is asked once a load (of epoch e) which of its
-	// records to read past the page cache (storage.Request.PastCache):
-	// those whose pages a steward of the page cache would not keep
-	// until their next reads.
-	// It is asked only of a record read alone whose read can go past
-	// the cache (storage.CanPastCache), so its answer is what the read
-	// does. Batch buffers are then aligned for O_DIRECT.
-	PastCache func(e int) func(id int) bool
+	// records ids to read past the page cache (storage.Request.PastCache),
+	// setting past[i] for ids[i]: those whose pages a steward of the page
+	// cache would not keep until their next reads. It is asked only of
+	// records read alone whose reads can go past the cache
+	// (storage.CanPastCache), so its answers are what the reads do.
+	// Batch buffers are then aligned for O_DIRECT.
+	PastCache func(e int, ids []int, past []bool)
 }
 
 // Transform turns a record's bytes into its output (package transform).

@@ -25,31 +25,36 @@ import (
 // load is a batch being loaded (a job is a client's, package job).
 type load struct {
 	Batch
-	l       *Loader
-	ents    []entry // the batch's records, sorted by location
-	units   []unit
-	dones   []func(error)      // unit i's read callback, made once per job
-	reqs    []*storage.Request // the reads of one dispatch
-	ids     []int              // the sampler's ids, before the delivery order
-	unitOf  []int              // the unit serving each delivery slot
-	end     int                // bytes of the batch's buffer
-	raw     []byte             // with a transform: where reads land, before it runs
-	rawOff  []int              // with a transform: each slot's record in raw
-	rawEnd  int
-	cellOff []int            // rows: cell k of slot s lands at raw[cellOff[s*ncells+k]]
-	cellLen []int            // and is this long
-	rowsOut dataset.RowBatch // rows: the batch the cells make
-	stage   rowStage         // rows with a transform: where the batch is staged and transformed
-	perm    []int
-	left    atomic.Int64
-	done    chan struct{}
-	errOnce sync.Once
-	err     error
-	failed  atomic.Bool
-	win     *window // opportunistic ordering: the batches cut from this job
-	own     int     // a gathered load: the end of its window, in positions of the epoch
-	weight  int64
-	mark    any // a Stateful sampler's state after this batch
+	l     *Loader
+	ents  []entry // the batch's records, sorted by location
+	units []unit
+	dones []func(error)      // unit i's read callback, made once per job
+	reqs  []*storage.Request // the reads of one dispatch
+	// pastIDs and past are the records PastCache is asked of in one
+	// dispatch, and its answers; pastReqs their reads.
+	pastIDs  []int
+	past     []bool
+	pastReqs []*storage.Request
+	ids      []int  // the sampler's ids, before the delivery order
+	unitOf   []int  // the unit serving each delivery slot
+	end      int    // bytes of the batch's buffer
+	raw      []byte // with a transform: where reads land, before it runs
+	rawOff   []int  // with a transform: each slot's record in raw
+	rawEnd   int
+	cellOff  []int            // rows: cell k of slot s lands at raw[cellOff[s*ncells+k]]
+	cellLen  []int            // and is this long
+	rowsOut  dataset.RowBatch // rows: the batch the cells make
+	stage    rowStage         // rows with a transform: where the batch is staged and transformed
+	perm     []int
+	left     atomic.Int64
+	done     chan struct{}
+	errOnce  sync.Once
+	err      error
+	failed   atomic.Bool
+	win      *window // opportunistic ordering: the batches cut from this job
+	own      int     // a gathered load: the end of its window, in positions of the epoch
+	weight   int64
+	mark     any // a Stateful sampler's state after this batch
 }
 
 // entry is one record of a batch.
@@ -453,9 +458,9 @@ func (j *load) unpin() {
 	}
 }
 
-func grow(s []int, n int) []int {
+func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]int, n)
+		return make([]T, n)
 	}
 	return s[:n]
 }

@@ -262,22 +262,33 @@ func (r *Reader) Keeps(e int) []uint64 {
 	return r.plan.keeps(e)
 }
 
-// Passes says record id, read by a job alone now, is to be read past
-// the page cache (storage.Request.PastCache): its plan (keep, from
-// Keeps; nil while the plan of the epoch is not made) does not keep its
-// page until its next read. A held page is read from the cache, and if
-// the plan does not keep it, dropped once Read is told of it. Only for a
-// job alone whose reads the Steward is told, and a record alone on its
-// pages. The caller reads the record past the cache if it says so, and
-// tells Read of it as of any other.
-func (r *Reader) Passes(id int, keep []uint64) bool {
+// Passes says which of records ids, read by a job alone now, are to be
+// read past the page cache (storage.Request.PastCache), setting past[i]
+// for ids[i]: those whose pages its plan (keep, from Keeps; nil while
+// the plan of the epoch is not made) does not keep until their next
+// reads. A held page is read from the cache, and if the plan does not
+// keep it, dropped once Read is told of it. Only for a job alone whose
+// reads the Steward is told, and records alone on their pages. The
+// caller reads a record past the cache if it says so, and tells Read of
+// it as of any other.
+func (r *Reader) Passes(ids []int, keep []uint64, past []bool) {
 	s := r.s
-	if keep == nil || id < 0 || id >= s.records || id/64 >= len(keep) {
-		return false
+	if keep == nil {
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.alone() || r.future == nil || s.res.fits {
+		return
+	}
+	for i, id := range ids {
+		past[i] = s.passes1(id, keep)
+	}
+}
+
+// passes1 is Passes of one record. The Steward's lock is held.
+func (s *Steward) passes1(id int, keep []uint64) bool {
+	if id < 0 || id >= s.records || id/64 >= len(keep) {
 		return false
 	}
 	first, n := s.res.p.Span(id)
