@@ -212,7 +212,7 @@ func (j *Job) readAhead() int {
 // steward, to choose which of them the page cache keeps (share.Pages), or
 // is nil, and the kernel's order is kept: a file's cached pages cannot be
 // dropped, or the tables, a group's 13 bytes a page and 4 more a page held and a
-// steward's 16 and 4, would take more than a thirty-second of the memory
+// steward's 17 and 4, would take more than a thirty-second of the memory
 // (a dataset about 3.5 times the memory; past 1.7 times a job alone reads
 // it with O_DIRECT: stewardFrom). It reads the files' sizes, not the
 // records: opening 10^9 of them costs what it did before it.

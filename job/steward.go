@@ -22,6 +22,10 @@ import (
 // share keep their pages by their group's need (Env.pages); while such a
 // job, a mixture of the source or an order with no inverse reads the
 // source, the steward drops nothing, for it cannot tell their next reads.
+// A job alone also has its first epoch planned (share's plan, MIN with
+// bypass): a read whose page the plan does not keep goes past the page
+// cache (storage.Request.PastCache), so that only pages read from it
+// later enter it.
 
 // steward makes the job's places with the page stewards of the sources it
 // reads: its own, told its next reads, or blind ones.
@@ -36,7 +40,9 @@ func (j *Job) steward() {
 	}
 	if st := j.toldSteward(); st != nil {
 		r := st.Join(j.future)
-		if _, part := j.smp.(*sampler.RankPart); !part {
+		// A plan's tables within a thirty-second of the memory, as the
+		// steward's (Env.pages).
+		if _, part := j.smp.(*sampler.RankPart); !part && int64(j.smp.Len())*share.PlanBytes <= AvailableMemory()/32 {
 			smp := j.smp
 			st, _ := j.l.Place()
 			r.Plan(share.Order{N: smp.Len(), Fill: smp.Fill, Next: func(e int) func(id int) (int64, bool) {
@@ -76,10 +82,10 @@ func (j *Job) leaveSteward() {
 // pastCache is the loader's PastCache for a job that will tell its
 // source's steward its reads (toldSteward) of a whole order (a rank's
 // part is told by its own reads, which its plan would not know), or nil:
-// a record passes where the job's plan of the epoch (Reader.Plan) does
-// not keep its page. The loader asks from its first read, before the job
-// has joined the steward (after the loader is made): until then, and
-// while the epoch's plan is not made, nothing passes.
+// a record of the job's first epoch passes where its plan (Reader.Plan)
+// does not keep its page. The loader asks from its first read, before
+// the job has joined the steward (after the loader is made): until then,
+// while the plan is not made, and after the first epoch, nothing passes.
 func (j *Job) pastCache() func(e int, ids []int, past []bool) {
 	if _, part := j.smp.(*sampler.RankPart); part || j.toldSteward() == nil {
 		return nil

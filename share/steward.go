@@ -94,7 +94,7 @@ func (f Future) own() Future {
 type Reader struct {
 	s *Steward
 	// plan, for a job alone on a source of a page or more a record, is
-	// its order's MIN with bypass, planned an epoch ahead (Plan).
+	// its first epoch's MIN with bypass (Plan).
 	plan *plan
 	// future gives the job's future from its place now; nil: the job's
 	// reads cannot be told (a share group's, an order with no inverse),
@@ -226,7 +226,7 @@ func (s *Steward) alone() bool {
 	return false
 }
 
-// Plan plans the job's reads from epoch from an epoch ahead (plan): which
+// Plan plans the job's reads of epoch from, its first (plan): which
 // records' pages the page cache keeps until their next reads. Only for
 // a source of records a page or more each.
 func (r *Reader) Plan(o Order, from int) {

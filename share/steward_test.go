@@ -280,17 +280,16 @@ func TestStewardHoldsNothingWhileTheFileFits(t *testing.T) {
 
 // TestStewardPasses runs one job's uniform epochs over a page cache of
 // a share c of its pages twice on the same orders: each record read into
-// the cache (as TestStewardKeepsWhatIsReadSoonest), and each read past it
-// where the job's plan does not keep its page (MIN with bypass, planned
-// an epoch ahead). Both answer about as many reads (MIN's c); the plan
-// reads into the cache only pages read from it later (or held at the
-// end), so its first epoch reads through the cache what the next reads
-// from it, and it drops only pages read from the cache.
+// the cache (as TestStewardKeepsWhatIsReadSoonest), and in the first
+// epoch each read past it where the job's plan does not keep its page
+// (MIN with bypass, planned at the start). Both answer about as many
+// reads (MIN's c); the plan's first epoch reads through the cache only
+// what the next reads from it, and drops little of it.
 func TestStewardPasses(t *testing.T) {
 	const n, epochs = 16384, 4
 	for _, c := range []float64{0.3, 0.65} {
 		room := int(c * n)
-		type run struct{ hits, drops, passes, through, through0, hits1 int64 }
+		type run struct{ hits, drops, drops0, passes, through, through0, hits1 int64 }
 		var runs [2]run
 		reads := int64(0)
 		for k := range runs {
@@ -308,8 +307,11 @@ func TestStewardPasses(t *testing.T) {
 			run := &runs[k]
 			for e := range epochs {
 				var keep []uint64
-				if k == 1 {
+				if k == 1 && e == 0 {
 					keep = waitKeeps(t, r, e)
+				}
+				if k == 1 && e > 0 && r.Keeps(e) != nil {
+					t.Fatalf("a plan of epoch %d, past the first", e)
 				}
 				for _, id := range sh.epoch(e) {
 					hit := s.res.place[id] >= 0
@@ -335,6 +337,9 @@ func TestStewardPasses(t *testing.T) {
 					if hit && e == 1 {
 						run.hits1++
 					}
+					if e == 1 && run.drops0 == 0 {
+						_, run.drops0, _ = s.Stats()
+					}
 					r.Read([]int{id})
 					if s.pass[id] != 0 {
 						t.Fatalf("record %d's page still marked after its read was told", id)
@@ -358,15 +363,14 @@ func TestStewardPasses(t *testing.T) {
 		if plan.hits < into.hits-reads/50 {
 			t.Errorf("cache %.2f: the plan answered %d reads, reading into the cache %d", c, plan.hits, into.hits)
 		}
-		if plan.passes == 0 || plan.through > plan.hits+int64(room) {
-			t.Errorf("cache %.2f: the plan passed %d records and read %d misses through the cache, which answered %d reads and holds at most %d pages",
-				c, plan.passes, plan.through, plan.hits, room)
+		if plan.passes == 0 || plan.through0 > plan.hits1+plan.hits1/10 {
+			t.Errorf("cache %.2f: the plan's first epoch passed %d records and read %d through the cache, of which the next answered %d",
+				c, plan.passes, plan.through0, plan.hits1)
 		}
-		if plan.through0 > plan.hits1+plan.hits1/10 {
-			t.Errorf("cache %.2f: the plan's first epoch read %d records through the cache, of which the next answered %d", c, plan.through0, plan.hits1)
-		}
-		if plan.drops > plan.hits {
-			t.Errorf("cache %.2f: the plan dropped %d pages, more than the %d reads the cache answered", c, plan.drops, plan.hits)
+		// The room runs out by a page now and then, and a look frees a
+		// look's pages beyond it (resident.lookNow).
+		if plan.drops0 > 2*int64(checkEvery) {
+			t.Errorf("cache %.2f: %d pages dropped in the plan's first epoch", c, plan.drops0)
 		}
 	}
 }
@@ -396,7 +400,7 @@ func BenchmarkPlanEpoch(b *testing.B) {
 		Next: func(e int) func(int) (int64, bool) {
 			return func(id int) (int64, bool) { return int64((e+1)*n + sh.pos[e+1][id]), true }
 		}}
-	p := &plan{n: n, order: o, capacity: func() int64 { return n * 65 / 100 }, final: map[int][]uint64{}, open: map[int][]uint64{},
+	p := &plan{n: n, order: o, capacity: func() int64 { return n * 65 / 100 }, open: map[int][]uint64{},
 		end: make([]int64, n), start: make([]int64, n)}
 	b.ResetTimer()
 	for e := range b.N {
