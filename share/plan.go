@@ -30,11 +30,12 @@ import (
 // A plan covers the job's first epoch, the one whose every read is a
 // miss: there, on a device at memory speed, reading through the cache
 // costs the CPU about twice an O_DIRECT read, and a plan made the epoch
-// 1.31x faster (BENCHMARKS.md). After it the steward keeps pages as
-// before (sampled MIN), whose later epochs measured faster on the disk
-// than a plan's passing: 165k against 129k samples/s, with 2% more of
-// the file read from the device under a plan, whose tables (20 MB for
-// 2^19 records) took that much of the cgroup's page cache.
+// 1.04-1.31x faster (BENCHMARKS.md, "MIN with bypass"). After it the
+// steward keeps pages as before (sampled MIN), whose later epochs
+// measured faster on the disk than passing by a plan of each epoch:
+// 165k against 129k samples/s, 2% of it the plan's tables (20 MB for
+// 2^19 records) taking that much of the cgroup's page cache, the rest
+// not found.
 //
 // An interval starting in epoch e ends in epoch e+1, so an epoch's
 // decisions are final once the next epoch is planned too. The planner
