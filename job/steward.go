@@ -44,10 +44,9 @@ func (j *Job) steward() {
 		// steward's (Env.pages).
 		if _, part := j.smp.(*sampler.RankPart); !part && int64(j.smp.Len())*share.PlanBytes <= AvailableMemory()/32 {
 			smp := j.smp
-			st, _ := j.l.Place()
 			r.Plan(share.Order{N: smp.Len(), Fill: smp.Fill, Next: func(e int) func(id int) (int64, bool) {
 				return sampler.NextUses(smp, (e+1)*smp.Len())
-			}}, st.Epoch)
+			}})
 		}
 		j.pages.Store(r)
 	} else if st := j.env.steward(j.src); st != nil {

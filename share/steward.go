@@ -93,9 +93,11 @@ func (f Future) own() Future {
 // Reader is a job's place in a Steward.
 type Reader struct {
 	s *Steward
-	// plan, for a job alone on a source of a page or more a record, is
-	// its first epoch's MIN with bypass (Plan).
-	plan *plan
+	// order and plan, for a job alone on a source of a page or more a
+	// record, are its order and its first epoch's MIN with bypass (Plan);
+	// the Steward's lock guards them.
+	order *Order
+	plan  *plan
 	// future gives the job's future from its place now; nil: the job's
 	// reads cannot be told (a share group's, an order with no inverse),
 	// and while it reads the Steward drops nothing.
@@ -226,38 +228,43 @@ func (s *Steward) alone() bool {
 	return false
 }
 
-// Plan plans the job's reads of epoch from, its first (plan): which
-// records' pages the page cache keeps until their next reads. Only for
-// a source of records a page or more each.
-func (r *Reader) Plan(o Order, from int) {
+// Plan lets the job's first epoch be planned (plan), o its order: which
+// records' pages the page cache keeps until their next reads. The plan
+// is made at the job's first Keeps that finds it alone and the file past
+// the room, of that epoch. Only for a source of records a page or more
+// each.
+func (r *Reader) Plan(o Order) {
 	s := r.s
-	if s.res.p.Count < s.records || o.N != s.records || r.plan != nil {
+	if s.res.p.Count < s.records || o.N != s.records {
 		return
 	}
-	r.plan = newPlan(o, from, func() int64 {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !s.res.asked {
-			s.res.lookNow()
-		}
-		// The pages it may hold, as the last look saw them; in records,
-		// which span Count/records pages or more each.
-		pages := int64(len(s.res.pages)) + s.res.room/s.res.p.Bytes
-		return pages * int64(s.records) / int64(s.res.p.Count)
-	})
+	s.mu.Lock()
+	r.order = &o
+	s.mu.Unlock()
 }
 
 // Keeps returns the records whose epoch-e reads the page cache keeps, by
-// id (a bit each), once the job's plan has decided, or nil.
+// id (a bit each), once the job's plan has decided, or nil: the job is
+// not alone, the file fits, or e is not the epoch planned.
 func (r *Reader) Keeps(e int) []uint64 {
-	if r.plan == nil {
-		return nil
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.order == nil || !s.alone() || (s.res.asked && s.res.fits) {
+		return nil // nothing passes
 	}
-	r.s.mu.Lock()
-	alone, fits := r.s.alone(), r.s.res.asked && r.s.res.fits
-	r.s.mu.Unlock()
-	if !alone || fits {
-		return nil // Passes passes nothing: no plan is made
+	if r.plan == nil {
+		r.plan = newPlan(*r.order, e, func() int64 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !s.res.asked {
+				s.res.lookNow()
+			}
+			// The pages it may hold, as the last look saw them; in
+			// records, which span Count/records pages or more each.
+			pages := int64(len(s.res.pages)) + s.res.room/s.res.p.Bytes
+			return pages * int64(s.records) / int64(s.res.p.Count)
+		})
 	}
 	return r.plan.keeps(e)
 }

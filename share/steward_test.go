@@ -302,7 +302,7 @@ func TestStewardPasses(t *testing.T) {
 				r.Plan(Order{N: n, Fill: func(e, pos int, ids []int) int { return copy(ids, sh.epoch(e)[pos:]) },
 					Next: func(e int) func(int) (int64, bool) {
 						return func(id int) (int64, bool) { return int64((e+1)*n + sh.pos[e+1][id]), true }
-					}}, 0)
+					}})
 			}
 			run := &runs[k]
 			for e := range epochs {
