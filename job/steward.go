@@ -40,9 +40,7 @@ func (j *Job) steward() {
 	}
 	if st := j.toldSteward(); st != nil {
 		r := st.Join(j.future)
-		// A plan's tables within a thirty-second of the memory, as the
-		// steward's (Env.pages).
-		if _, part := j.smp.(*sampler.RankPart); !part && int64(j.smp.Len())*share.PlanBytes <= AvailableMemory()/32 {
+		if j.planned() {
 			smp := j.smp
 			r.Plan(share.Order{N: smp.Len(), Fill: smp.Fill, Next: func(e int) func(id int) (int64, bool) {
 				return sampler.NextUses(smp, (e+1)*smp.Len())
@@ -68,6 +66,16 @@ func (j *Job) toldSteward() *share.Steward {
 	return st
 }
 
+// planned says the job's first epoch may be planned (share's plan) if it
+// tells its steward its reads: a whole order (a rank's part is told by
+// its own reads, which a plan of the order would not know), whose plan's
+// tables take at most a thirty-second of the memory, as the steward's
+// (Env.pages).
+func (j *Job) planned() bool {
+	_, part := j.smp.(*sampler.RankPart)
+	return !part && int64(j.smp.Len())*share.PlanBytes <= AvailableMemory()/32
+}
+
 // leaveSteward takes the job's places with page stewards away.
 func (j *Job) leaveSteward() {
 	if r := j.pages.Load(); r != nil {
@@ -79,14 +87,13 @@ func (j *Job) leaveSteward() {
 }
 
 // pastCache is the loader's PastCache for a job that will tell its
-// source's steward its reads (toldSteward) of a whole order (a rank's
-// part is told by its own reads, which its plan would not know), or nil:
+// source's steward its reads (toldSteward) and may be planned, or nil:
 // a record of the job's first epoch passes where its plan (Reader.Plan)
 // does not keep its page. The loader asks from its first read, before
 // the job has joined the steward (after the loader is made): until then,
 // while the plan is not made, and after the first epoch, nothing passes.
 func (j *Job) pastCache() func(e int, ids []int, past []bool) {
-	if _, part := j.smp.(*sampler.RankPart); part || j.toldSteward() == nil {
+	if !j.planned() || j.toldSteward() == nil {
 		return nil
 	}
 	return func(e int, ids []int, past []bool) {

@@ -26,8 +26,8 @@ func (h *dueHeap) Pop() any {
 
 func (h *dueHeap) push(due int64, id int) { heap.Push(h, dueEntry{due: due, key: int32(id)}) }
 
-// top is the page due farthest whose entry is its own (live), or -1.
-func (h *dueHeap) top(live func(pg int32, due int64) bool) int {
+// top is the record due farthest whose entry is its own (live), or -1.
+func (h *dueHeap) top(live func(id int32, due int64) bool) int {
 	for h.Len() > 0 {
 		if e := (*h)[0]; live(e.key, e.due) {
 			return int(e.key)
@@ -40,7 +40,7 @@ func (h *dueHeap) top(live func(pg int32, due int64) bool) int {
 // compact sweeps the stale entries out once they are more than the held
 // intervals and a few thousand besides: each read leaves one behind,
 // most of them due sooner than any live entry, which top never reaches.
-func (h *dueHeap) compact(held int, live func(pg int32, due int64) bool) {
+func (h *dueHeap) compact(held int, live func(id int32, due int64) bool) {
 	if h.Len() <= 2*held+4096 {
 		return
 	}

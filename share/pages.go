@@ -138,13 +138,11 @@ func (r *resident) hold(id int, mark func(pg int)) {
 
 // look, every r.every pages newly held, every againEvery held again, and
 // at the first, asks the room left and drops the least needed pages if
-// there is none. It says whether it looked.
-func (r *resident) look() bool {
+// there is none.
+func (r *resident) look() {
 	if r.added >= r.every || r.again >= againEvery || !r.asked {
 		r.lookNow()
-		return true
 	}
-	return false
 }
 
 // lookNow asks the room left, notes whether all the source's pages fit in

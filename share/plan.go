@@ -65,7 +65,7 @@ type plan struct {
 
 // PlanBytes bounds what a plan holds a record: its interval's start and
 // end (16), the heap's entries (16 each, up to two a record and a few
-// thousand: compact) and three epochs' bits.
+// thousand: compact) and its two epochs' bits.
 const PlanBytes = 16 + 2*16 + 1
 
 // An Order is a job's order as a plan reads it: N positions an epoch,

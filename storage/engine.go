@@ -321,12 +321,7 @@ func (e *Engine) serveOne(r *Request) {
 		e.finish(r, err)
 		return
 	}
-	r.file, r.release = file, release
-	if r.PastCache && pastAligned(r.P, r.Off) {
-		if past := file.pastCache(); past != nil {
-			r.file = past
-		}
-	}
+	r.file, r.release = r.through(file), release
 	if r.first == 0 && !r.file.direct && e.probe() {
 		if r.file.TryReadAt(r.P, r.Off) {
 			if e.missRun.Load() != 0 {
@@ -577,15 +572,24 @@ func (f *Faulty) ringFile() (*File, func(), error) {
 	return rf.ringFile()
 }
 
+// through is the file r reads f through: its O_DIRECT twin where r asks
+// to read past the page cache and can, else f.
+func (r *Request) through(f *File) *File {
+	if r.PastCache && pastAligned(r.P, r.Off) {
+		if past := f.pastCache(); past != nil {
+			return past
+		}
+	}
+	return f
+}
+
 // readAt serves a request with blocking reads, for the goroutine pool. A
 // Faulty's faults were injected already; its short first read is served as
 // two reads, as a continuation after a short read would be.
 func (r *Request) readAt() error {
 	rd := r.R
-	if f, ok := rd.(*File); ok && r.PastCache && pastAligned(r.P, r.Off) {
-		if past := f.pastCache(); past != nil {
-			rd = past
-		}
+	if f, ok := rd.(*File); ok {
+		rd = r.through(f)
 	}
 	if f, ok := rd.(*Faulty); ok {
 		rd = f.Reader
