@@ -146,7 +146,7 @@ func NewConcat(parts []Dataset) (Dataset, error) {
 // objectsOf counts a dataset's objects: Object(i) is valid for i below it.
 // Every dataset names its objects 0..n-1; the locations say how many.
 func objectsOf(ds Dataset) int {
-	if o, ok := ds.(interface{ Objects() int }); ok {
+	if o, ok := ds.(Counted); ok {
 		return o.Objects()
 	}
 	n := 0

@@ -61,6 +61,13 @@ type Framed interface {
 	Checks() bool
 }
 
+// Counted is implemented by datasets that know how many objects (files)
+// their records lie in without locating every record: Object(i) is valid
+// for i below Objects().
+type Counted interface {
+	Objects() int
+}
+
 // Info describes a dataset.
 type Info struct {
 	Format     string   // a registered format's name: "fixed", "npy", "libsvm", ...

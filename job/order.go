@@ -218,7 +218,7 @@ func (j *Job) readAhead() int {
 // records: opening 10^9 of them costs what it did before it.
 func (env *Env) pages(ds dataset.Dataset) *share.Pages {
 	const page = storage.DirectAlign
-	objs, ok := ds.(interface{ Objects() int })
+	objs, ok := ds.(dataset.Counted)
 	if !ok || ds.Len() == 0 {
 		return nil
 	}
