@@ -125,6 +125,41 @@ class Daemon:
         self.log.close()
 
 
+def versitygw() -> str:
+    for p in (shutil.which("versitygw"), os.path.expanduser("~/go/bin/versitygw")):
+        if p and os.path.exists(p):
+            return p
+    raise RuntimeError("versitygw is not installed (scripts/install-deps.sh installs it)")
+
+
+class S3Server:
+    """A real S3-compatible server (versitygw) on loopback over a POSIX back end in root: bucket ``bkt`` is the
+    directory root/bkt, so a test writes an object as a file there. ``env`` is what a daemon needs to reach it."""
+
+    def __init__(self, root: Path):
+        self.root, self.bucket = root, root / "bkt"
+        self.bucket.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        self.proc = subprocess.Popen([versitygw(), "--access", "ak", "--secret", "sk", "--port", f"127.0.0.1:{port}",
+                                      "posix", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"versitygw did not listen on 127.0.0.1:{port}")
+                time.sleep(0.05)
+        self.env = {"AWS_ACCESS_KEY_ID": "ak", "AWS_SECRET_ACCESS_KEY": "sk", "AWS_REGION": "us-east-1",
+                    "RIFFLE_S3_ENDPOINT": f"http://127.0.0.1:{port}"}
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 @pytest.fixture(scope="session")
 def bin_path() -> str:
     return riffle_bin()
@@ -149,6 +184,29 @@ def record(i: int, size: int) -> bytes:
     """Record i: its id as a little-endian uint64, then bytes that depend on id and position."""
     body = ((np.arange(size - 8, dtype=np.uint32) * 31 + i * 7) % 251).astype(np.uint8).tobytes()
     return struct.pack("<Q", i) + body
+
+
+def tfrecord_frames(records: list[bytes]) -> bytes:
+    """TFRecord framing (TensorFlow's record_writer.cc): a length, its masked
+    CRC32C, the record, the record's masked CRC32C. Computed here because
+    TensorFlow is not in the test environment."""
+    def crc32c(b: bytes) -> int:
+        c = 0xFFFFFFFF
+        for x in b:
+            c ^= x
+            for _ in range(8):
+                c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
+        return c ^ 0xFFFFFFFF
+
+    def masked(b: bytes) -> int:
+        c = crc32c(b)
+        return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    out = []
+    for r in records:
+        n = struct.pack("<Q", len(r))
+        out += [n, struct.pack("<I", masked(n)), r, struct.pack("<I", masked(r))]
+    return b"".join(out)
 
 
 def epoch_records(ld) -> dict[int, bytes]:

@@ -7,9 +7,11 @@ every rank's, gathered by state_dict(all_ranks=True) under mp.spawn and by
 riffle.merge_states otherwise) x transform (libsvm_dense; over JPEGs the
 image transform and random_resized_crop, whose crops are functions of
 seed, epoch and record) x direct= (unset: read with O_DIRECT when shuffled,
-by this module's daemon's rule; asked; refused), runs each as a user would (real
-processes, the real daemon), and checks that every delivered record's bytes
-equal a solo read's and that every epoch is exactly once across the ranks.
+by this module's daemon's rule; asked; refused) x where a one-file dataset
+lives (a local file, or an object of a real S3-compatible server), runs each
+as a user would (real processes, the real daemon), and checks that every
+delivered record's bytes equal a solo read's and that every epoch is exactly
+once across the ranks.
 
 RIFFLE_COMBINATIONS sets how many cases are drawn (default 8, so CI stays
 within minutes) and RIFFLE_COMBINATIONS_SEED which. A failing draw is kept
@@ -32,19 +34,23 @@ import numpy as np
 import pytest
 
 import riffle
-from conftest import REPO, Daemon, free_port, status
+from conftest import REPO, Daemon, S3Server, free_port, status, tfrecord_frames
 
 N = 600  # records: a multiple of every world size drawn, so no rank is padded
 EPOCHS = 2
 REGRESSIONS = Path(__file__).with_name("combinations.json")
 
-FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixture", "jpeg")
+FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixture", "jpeg", "npy", "tfrecord")
 SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic", "auto")
 # Orders that are functions of (seed, epoch, position): they resume on any number of workers.
 POSITIONAL = ("global", "block", "sequential", "buffered", "reservoir", "auto")
 # direct= as a user gives it: unset (the module's daemon counts 1 KiB of a job's files as kept in the page cache, so
 # a shuffle of any file but the smallest reads with O_DIRECT: job/direct.go), asked, or refused.
 DIRECT = (None, True, False)
+# Where a one-file dataset lives: a local file, or an object of a real S3-compatible server on loopback, read by
+# ranged GETs through a disk cache smaller than the dataset (Belady's eviction).
+WHERE = ("local", "local", "s3")
+ONE_FILE = ("fixed", "lines", "npy", "tfrecord", "libsvm", "tar", "arrow", "parquet")
 # A fixed-size file's record sizes drawn: many records a page, and one.
 RECORD_SIZES = (64, 4096)
 # The transforms drawn for a format (None: none).
@@ -89,6 +95,8 @@ def draw(rng: random.Random) -> dict:
         if c["format"] == "fixed":
             # A page of 64 records is the kernel's to keep; one a page is the steward's (job/steward.go).
             c["record_size"] = random.Random(json.dumps(c, sort_keys=True)).choice(RECORD_SIZES)
+        if c["format"] in ONE_FILE:
+            c["where"] = random.Random(json.dumps(c, sort_keys=True)).choice(WHERE)
         return c
 
 
@@ -136,6 +144,18 @@ def make_data(fmt: str, root: Path, record_size: int = RECORD_SIZES[0]) -> str:
     if fmt == "fixed":
         p = root / "d.bin"
         p.write_bytes(rng.integers(0, 256, N * record_size, dtype=np.uint8).tobytes())
+        return str(p)
+    if fmt == "npy":
+        # Rows of a structured dtype, as numpy writes it: 40-byte records that straddle pages.
+        p = root / "d.npy"
+        rows = np.zeros(N, [("x", "<f4", (8,)), ("id", "<i8")])
+        rows["x"], rows["id"] = rng.random((N, 8)), np.arange(N)
+        np.save(p, rows)
+        return str(p)
+    if fmt == "tfrecord":
+        p = root / "d.tfrecord"
+        p.write_bytes(tfrecord_frames([rng.integers(0, 256, int(rng.integers(0, 700)), dtype=np.uint8).tobytes()
+                                       for _ in range(N)]))
         return str(p)
     if fmt == "lines":
         p = root / "d.jsonl"
@@ -217,8 +237,8 @@ def options(c: dict) -> dict:
         kw["sampler"] = s
     if c["share"]:
         kw["share"] = True
-    if c.get("direct") is not None:
-        kw["direct"] = c["direct"]
+    if c.get("direct") is not None and c.get("where") != "s3":
+        kw["direct"] = c["direct"]  # an object is read by ranged GETs: direct= is about local files
     return kw
 
 
@@ -336,9 +356,15 @@ RANK = textwrap.dedent("""
 """)
 
 
-def run_case(c: dict, tmp: Path) -> None:
-    path = make_data(c["format"], tmp / "data", c.get("record_size", RECORD_SIZES[0]))
+def run_case(c: dict, tmp: Path, s3: S3Server) -> None:
+    local = tmp / "data"
+    if c.get("where") == "s3":
+        local = s3.bucket / tmp.name  # an object is a file of the server's back end
+    path = make_data(c["format"], local, c.get("record_size", RECORD_SIZES[0]))
+    # The reference reads the file the server serves, not through it.
     ref = reference(path, c)
+    if c.get("where") == "s3":
+        path = "s3://bkt/" + str(Path(path).relative_to(s3.bucket))
     assert len(ref) == N
     # A random transform's outputs are functions of (seed, epoch, record): each job's epoch has its own reference.
     refs = {(job, e): reference(path, c, 100 + job, e) if random_transform(c) else ref
@@ -396,18 +422,30 @@ def cases() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory, bin_path):
+def s3(tmp_path_factory):
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory, bin_path, s3):
     """This module's daemon: it counts 1 KiB of a job's files as what the page cache keeps, so that a job leaving
-    direct= unset reads a shuffled file with O_DIRECT as it would one many times larger than memory."""
-    d = Daemon(str(tmp_path_factory.mktemp("sock") / "riffle.sock"), "--page-cache", "1KiB")
+    direct= unset reads a shuffled file with O_DIRECT as it would one many times larger than memory; it reaches
+    the module's S3 server and keeps its objects' blocks in 1 MiB of disk, less than a case's dataset."""
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in s3.env.items():
+            mp.setenv(k, v)
+        d = Daemon(str(tmp_path_factory.mktemp("sock") / "riffle.sock"), "--page-cache", "1KiB",
+                   "--cache-dir", str(tmp_path_factory.mktemp("blocks")), "--cache-dir-bytes", "1MiB")
     yield d
     d.stop()
 
 
 @pytest.mark.parametrize("case", cases(), ids=lambda c: "-".join(f"{v}" for v in c.values()))
-def test_combination(daemon, tmp_path, case):
+def test_combination(daemon, s3, tmp_path, case):
     try:
-        run_case(case, tmp_path)
+        run_case(case, tmp_path, s3)
     except Exception:
         kept = json.loads(REGRESSIONS.read_text()) if REGRESSIONS.exists() else []
         if case not in kept and not os.environ.get("CI"):
@@ -447,3 +485,4 @@ def test_draws_cover_every_value():
     assert seen["share"] == {True, False} and seen["launch"] == {"env", "spawn"}
     assert seen["transform"] == {True, False, *TRANSFORMS["jpeg"]}
     assert seen["direct"] == set(DIRECT)
+    assert seen["where"] == set(WHERE)

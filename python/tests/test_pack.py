@@ -17,30 +17,11 @@ import numpy as np
 import pytest
 
 import riffle
-from conftest import Daemon, write_fixed
-
-
-def crc32c(b: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for x in b:
-        crc ^= x
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
-    return crc ^ 0xFFFFFFFF
-
-
-def masked(b: bytes) -> int:
-    c = crc32c(b)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+from conftest import Daemon, tfrecord_frames, write_fixed
 
 
 def write_tfrecord(path: Path, n: int) -> None:
-    import struct
-    with open(path, "wb") as f:
-        for i in range(n):
-            data = (f"record {i} " * (i % 30)).encode()
-            length = struct.pack("<Q", len(data))
-            f.write(length + struct.pack("<I", masked(length)) + data + struct.pack("<I", masked(data)))
+    path.write_bytes(tfrecord_frames([(f"record {i} " * (i % 30)).encode() for i in range(n)]))
 
 
 def write_tree(root: Path, classes: int, per: int) -> None:

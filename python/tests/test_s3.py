@@ -8,12 +8,8 @@ DataLoader workers."""
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import struct
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,46 +17,23 @@ import riffle
 import riffle.torch as rt
 from riffle import client
 
-from conftest import Daemon, record, status
+from conftest import Daemon, S3Server, record, status
 
 REC = 4096
 
 
-def versitygw() -> str:
-    for p in (shutil.which("versitygw"), os.path.expanduser("~/go/bin/versitygw")):
-        if p and os.path.exists(p):
-            return p
-    raise RuntimeError("versitygw is not installed (scripts/install-deps.sh installs it)")
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    root = tmp_path_factory.mktemp("s3")
-    bucket = root / "bkt"
-    (bucket / "fixed").mkdir(parents=True)
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    (server.bucket / "fixed").mkdir()
     # Three objects of fixed-size records, written into the gateway's
     # back end (a bucket is a directory there).
     for k in range(3):
-        with open(bucket / "fixed" / f"part-{k}.bin", "wb") as f:
+        with open(server.bucket / "fixed" / f"part-{k}.bin", "wb") as f:
             for i in range(k * 700, (k + 1) * 700):
                 f.write(record(i, REC))
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    addr = "127.0.0.1:%d" % s.getsockname()[1]
-    s.close()
-    proc = subprocess.Popen([versitygw(), "--access", "ak", "--secret", "sk", "--port", addr, "posix", str(root)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", int(addr.split(":")[1])), 0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    env = {"AWS_ACCESS_KEY_ID": "ak", "AWS_SECRET_ACCESS_KEY": "sk", "AWS_REGION": "us-east-1",
-           "RIFFLE_S3_ENDPOINT": "http://" + addr}
-    yield {"root": root, "bucket": bucket, "env": env}
-    proc.kill()
-    proc.wait()
+    yield {"root": server.root, "bucket": server.bucket, "env": server.env}
+    server.stop()
 
 
 @pytest.fixture

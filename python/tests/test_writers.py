@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import gzip
-import struct
 import zlib
 
 import numpy as np
@@ -20,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import riffle
+from conftest import tfrecord_frames
 
 polars = pytest.importorskip("polars")
 
@@ -355,27 +355,6 @@ def test_pyarrow_ipc_file_still_reads(daemon, tmp_path):
 
 
 # 3. A compressed TFRecord is refused as compressed.
-
-def tfrecord_frames(records: list[bytes]) -> bytes:
-    """TFRecord framing (TensorFlow's record_writer.cc), with the masked
-    CRC32C computed here: TensorFlow itself is not in the test environment."""
-    def crc32c(b: bytes) -> int:
-        c = 0xFFFFFFFF
-        for x in b:
-            c ^= x
-            for _ in range(8):
-                c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
-        return c ^ 0xFFFFFFFF
-
-    def masked(b: bytes) -> int:
-        c = crc32c(b)
-        return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-    out = b""
-    for r in records:
-        n = struct.pack("<Q", len(r))
-        out += n + struct.pack("<I", masked(n)) + r + struct.pack("<I", masked(r))
-    return out
 
 
 @pytest.mark.parametrize("codec", ["GZIP", "ZLIB"])
