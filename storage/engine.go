@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,14 +67,15 @@ type EngineOptions struct {
 // blocked in pread would reach the device's queue depth only as fast as
 // Go's runtime hands their scheduler slots over (on a 2-core machine, a
 // third of what the device does). Before a read goes to the ring, one
-// worker per CPU tries it with RWF_NOWAIT, which copies cached pages at
-// memory speed and fails at once on a miss: warm data is read by every
-// core, cold data at the device's depth (while the probes keep missing,
-// reads skip them: see probe). That depth is chosen per device (the st_dev
-// a file lives on) from the rate and latency the ring measures as it goes
-// (depth.go), unless EngineOptions.Depth pins it. Reads of other Readers
-// (object stores) are served by a pool of goroutines that grows with the
-// requests their stores allow in flight.
+// worker per CPU copies it from a mapping of its file if the page cache
+// holds its pages (mapped.go: no system call a read), else tries it with
+// RWF_NOWAIT, which copies cached pages and fails at once on a miss: warm
+// data is read by every core, cold data at the device's depth (while the
+// probes keep missing, reads skip them: see probe). That depth is chosen
+// per device (the st_dev a file lives on) from the rate and latency the
+// ring measures as it goes (depth.go), unless EngineOptions.Depth pins it.
+// Reads of other Readers (object stores) are served by a pool of
+// goroutines that grows with the requests their stores allow in flight.
 type Engine struct {
 	opts EngineOptions
 	ctx  context.Context
@@ -92,6 +94,7 @@ type Engine struct {
 	ring   bool
 
 	inFlight, reads, bytes atomic.Int64 // for Stats
+	mapped                 atomic.Int64 // reads copied from a mapping (mapped.go), for Stats
 
 	// The cache probe's misses in a row, and the reads sent to the ring
 	// unprobed while they are many (probe).
@@ -117,11 +120,14 @@ type EngineStats struct {
 	// law: reads in flight over rate); 0 before the first window.
 	Depth   int
 	Latency time.Duration
+	// Mapped counts the reads copied from a mapping of their file, the
+	// page cache holding their pages (mapped.go); they are among Reads.
+	Mapped int64
 }
 
 // Stats reads the engine's counts; safe at any time, from any goroutine.
 func (e *Engine) Stats() EngineStats {
-	s := EngineStats{InFlight: e.inFlight.Load(), Reads: e.reads.Load(), Bytes: e.bytes.Load()}
+	s := EngineStats{InFlight: e.inFlight.Load(), Reads: e.reads.Load(), Bytes: e.bytes.Load(), Mapped: e.mapped.Load()}
 	e.lanesMu.Lock()
 	for _, ln := range e.lanes {
 		if d := ln.ctl.Limit(); d > s.Depth {
@@ -252,9 +258,12 @@ func (e *Engine) take(batch []*Request) ([]*Request, bool) {
 }
 
 // serve is a front worker: it fails cancelled reads, applies injected
-// faults, serves cached pages with RWF_NOWAIT and forwards the rest.
+// faults, serves cached pages (from a mapping, or with RWF_NOWAIT) and
+// forwards the rest.
 func (e *Engine) serve() {
+	debug.SetPanicOnFault(true) // a copy from a mapped file that shrank faults (mapped.go)
 	batch := make([]*Request, 0, 64)
+	var copied []*Request
 	for {
 		var ok bool
 		batch, ok = e.take(batch[:0])
@@ -262,9 +271,14 @@ func (e *Engine) serve() {
 			return
 		}
 		for _, r := range batch {
-			e.serveOne(r)
+			if e.serveOne(r) {
+				copied = append(copied, r)
+			}
 		}
+		e.checkCopied(copied)
 		clear(batch)
+		clear(copied)
+		copied = copied[:0]
 		// Serving a read-ahead from the cache never blocks, so without a
 		// yield the workers would hold every P until it is done, and the
 		// goroutine that hands a batch to its consumer would wait behind them.
@@ -272,14 +286,16 @@ func (e *Engine) serve() {
 	}
 }
 
-func (e *Engine) serveOne(r *Request) {
+// serveOne serves r or sends it on; it reports true for a read copied
+// from a mapping, which checkCopied completes.
+func (e *Engine) serveOne(r *Request) bool {
 	if err := r.Ctx.Err(); err != nil {
 		e.finish(r, err)
-		return
+		return false
 	}
 	if len(r.P) == 0 {
 		e.finish(r, nil) // a zero-length record costs no read
-		return
+		return false
 	}
 	if f, ok := r.R.(*Faulty); ok {
 		if f.Delay > 0 && !r.delayed {
@@ -294,41 +310,52 @@ func (e *Engine) serveOne(r *Request) {
 					e.finish(r, r.Ctx.Err())
 				})
 			})
-			return
+			return false
 		}
 		first, err := f.inject(r.Off, len(r.P))
 		if err != nil {
 			e.finish(r, err)
-			return
+			return false
 		}
 		r.first = first
-	}
-	if !e.ring {
-		e.toPool(r)
-		return
 	}
 	rf, ok := r.R.(ringer)
 	if !ok {
 		e.toPool(r)
-		return
+		return false
 	}
 	file, release, err := rf.ringFile()
 	if errors.Is(err, errNotFile) {
 		e.toPool(r)
-		return
+		return false
 	}
 	if err != nil {
 		e.finish(r, err)
-		return
+		return false
 	}
 	r.file, r.release = r.through(file), release
+	if r.first == 0 && r.file.CopyCached(r.P, r.Off) {
+		e.mapped.Add(1)
+		if e.missRun.Load() != 0 {
+			e.missRun.Store(0) // a hit, as a probe's: the cache answers again
+		}
+		return true
+	}
+	if !e.ring {
+		if r.release != nil {
+			r.release() // the pool's ReadAt holds the file itself
+		}
+		r.file, r.release = nil, nil
+		e.toPool(r)
+		return false
+	}
 	if r.first == 0 && !r.file.direct && e.probe() {
 		if r.file.TryReadAt(r.P, r.Off) {
 			if e.missRun.Load() != 0 {
 				e.missRun.Store(0)
 			}
 			e.complete(r, nil)
-			return
+			return false
 		}
 		e.missRun.Add(1)
 	}
@@ -336,6 +363,34 @@ func (e *Engine) serveOne(r *Request) {
 	case e.misses <- r:
 	case <-r.Ctx.Done():
 		e.complete(r, r.Ctx.Err())
+	}
+	return false
+}
+
+// checkCopied completes reads copied from mappings once each file's size
+// says the copies read its bytes: one fstat a file a round (mapped.go).
+func (e *Engine) checkCopied(copied []*Request) {
+	for len(copied) > 0 {
+		f, end := copied[0].file, int64(0)
+		for _, r := range copied {
+			if r.file == f {
+				end = max(end, r.Off+int64(len(r.P)))
+			}
+		}
+		check := f.Copied(end)
+		rest := copied[:0]
+		for _, r := range copied {
+			if r.file != f {
+				rest = append(rest, r)
+				continue
+			}
+			var err error
+			if check != nil {
+				err = check(r.Off, len(r.P))
+			}
+			e.complete(r, err)
+		}
+		copied = rest
 	}
 }
 

@@ -52,6 +52,10 @@ type File struct {
 	// such read; nil where the file system refuses O_DIRECT.
 	pastOnce sync.Once
 	past     *File
+	// mapped is the file mapped for copies of cached pages (mapped.go),
+	// made at the first such read; nil where it is not mapped.
+	mapOnce sync.Once
+	mapped  atomic.Pointer[fileMap]
 }
 
 // OpenFile opens path for reading: a regular file of the unconfined
@@ -96,6 +100,9 @@ func (f *File) Drop(off, n int64) error {
 	if f.closed.Load() {
 		// Its descriptor's number may be another file's by now.
 		return &Error{Op: "fadvise", Object: f.name, Offset: off, Len: int(n), Err: os.ErrClosed}
+	}
+	if m := f.mapped.Load(); m != nil {
+		m.stop() // a page this process maps is not dropped
 	}
 	if err := unix.Fadvise(f.fd, off, n, unix.FADV_DONTNEED); err != nil {
 		return &Error{Op: "fadvise", Object: f.name, Offset: off, Len: int(n), Err: err}
