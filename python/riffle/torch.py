@@ -203,7 +203,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         # Loader's own checks, now: a misspelt option fails here, not at the first batch.
         probe = Loader(paths, batch_size, shuffle=shuffle, seed=seed, dtype=dtype, shape=shape, drop_last=drop_last,
                        rank_drop_last=rank_drop_last, **loader_kwargs)
-        self._dataset_version = probe._version  # a state saved over other data is refused
+        # The data as it is now is the dataset's: a state saved over other data is refused, and every loader made
+        # for it (a DataLoader worker's, each epoch's) reads these files or says they changed (DataChanged).
+        self._dataset_version, self._dataset_records = probe._version, probe._records
         self._auto_order: dict | None = None
         if probe.auto is not None:
             # sampler="auto" chose an order: every rank and worker reads the
@@ -461,9 +463,13 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     def _new_loader(self, seed: int, kw: dict) -> Loader:
         """A Loader of this dataset's options for this rank, with kw (the loader's own options, a role's stride)."""
         rank, world = self._where()
-        return Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=seed, rank=rank, world_size=world,
-                      drop_last=self.drop_last, rank_drop_last=self.rank_drop_last, dtype=self.dtype,
-                      shape=self.shape, **kw)
+        ld = Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=seed, rank=rank, world_size=world,
+                    drop_last=self.drop_last, rank_drop_last=self.rank_drop_last, dtype=self.dtype,
+                    shape=self.shape, **kw)
+        # Bound to the data the dataset was built over, not to what the files hold when a worker starts: a worker
+        # that began its epoch after a file changed would read other records than its rank's others.
+        ld._version, ld._records = self._dataset_version, self._dataset_records
+        return ld
 
     def _loader(self) -> Loader:
         """This process's Loader at its role's place (a resumed role's may be past this epoch)."""

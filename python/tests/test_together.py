@@ -360,6 +360,30 @@ def test_data_changed_between_epochs_is_an_error(daemon, tmp_path):
     assert sum(b.n for b in riffle.Loader(str(root), batch_size=50, seed=1)) == 270
 
 
+@pytest.mark.parametrize("workers,persistent", [(0, False), (1, False), (2, True)])
+def test_data_changed_with_workers_and_ranks_is_an_error(daemon, tmp_path, workers, persistent):
+    """Lines appended after the loaders were built, between rank 0's epoch and rank 1's: with or without
+    DataLoader workers (which build their loaders as each epoch starts), rank 1's epoch and then rank 0's next
+    say the data changed and deliver nothing; no rank reads the grown file as another dataset than its others."""
+    p = tmp_path / "a.jsonl"
+    lines = [json.dumps({"i": i}) + "\n" for i in range(450)]
+    p.write_text("".join(lines[:400]))
+    kw = {"persistent_workers": True} if persistent else {}
+    dls = [rt.loader(str(p), 32, seed=1, num_workers=workers, rank=r, world_size=2,
+                     decode=lambda b: [int(i) for i in b.ids], **kw) for r in range(2)]
+    assert sorted(i for dl in dls for b in dl for i in b) == list(range(400))
+    mine = [i for b in dls[0] for i in b]  # rank 0's next epoch, before the change
+    assert len(mine) == 200 and set(mine) < set(range(400))
+    with open(p, "a") as f:
+        f.write("".join(lines[400:]))
+    got = []
+    for dl in (dls[1], dls[0]):
+        with pytest.raises(riffle.DataChanged, match="build a new loader"):
+            for b in dl:
+                got += b
+    assert got == [], f"{len(got)} records delivered from changed data"
+
+
 def test_dataloader_where_code_checks(daemon, tmp_path):
     """len(dataset) is samples, len(loader) batches, loader.batch_size the batch size, dataset[i] one sample,
     and an ImageFolder tree has samples, targets and classes as ImageFolder's."""
