@@ -336,6 +336,15 @@ func (m *Member) fill(epoch, pos int, dst []int) int {
 			m.keep(m.epoch, m.seq)
 			m.epoch, m.seq = epoch, m.seq[:0]
 			m.done.Clear()
+		} else if epoch > m.epoch && m.epoch >= 0 && pos == 0 {
+			// On into a later epoch before this one was whole (a
+			// mixture's source when another ran out first): its records
+			// are all needed again, and the places of the one left are
+			// kept, as a whole one's are.
+			m.keep(m.epoch, m.seq)
+			past := m.past
+			m.start(epoch)
+			m.past = past
 		} else {
 			m.start(epoch)
 		}

@@ -516,6 +516,35 @@ func TestSaveAPlaceOfTheEpochBefore(t *testing.T) {
 	if st2, err := m.Save(mark); err != nil || string(st2) != string(st) {
 		t.Fatalf("a place of a tiny epoch three back: %v", err)
 	}
+	// An epoch left before it was whole (a mixture's source, when another
+	// ran out first) keeps its places too: the state of one asked after
+	// the member went on into the next epoch is that place's.
+	part := NewGroup(Options{Records: 100, Seed: 1})
+	mp, _ := part.Join(nil, 0)
+	var partHead []int
+	for p := range 30 {
+		mp.Fill(0, p, buf)
+		partHead = append(partHead, buf[0])
+	}
+	partMark := mp.Mark()
+	for p := 30; p < 70; p++ {
+		mp.Fill(0, p, buf)
+	}
+	mp.Fill(1, 0, buf) // epoch 0 left at 70 of 100
+	pst, err := mp.Save(partMark)
+	if err != nil {
+		t.Fatalf("a place of an epoch left before it was whole: %v", err)
+	}
+	mr, _ := NewGroup(Options{Records: 100, Seed: 3}).Join(nil, 0)
+	if e, pos, err := mr.Restore(pst); err != nil || e != 0 || pos != 30 {
+		t.Fatalf("restored at epoch %d position %d (%v), want 0, 30", e, pos, err)
+	}
+	partRest := make([]int, 70)
+	mr.Fill(0, 30, partRest)
+	isPermutationOf(t, append(partHead, partRest...), nil, 100)
+	epoch1 := make([]int, 100) // and the epoch it went on into is whole
+	mp.Fill(1, 0, epoch1)
+	isPermutationOf(t, epoch1, nil, 100)
 	// Epochs of more than keepIDs records are not: a place two back is
 	// gone, an error, never an empty set.
 	big := NewGroup(Options{Records: keepIDs + 100, Seed: 1})

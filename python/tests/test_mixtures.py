@@ -197,6 +197,26 @@ def test_shared_mixtures(daemon, tmp_path):
     own_epochs(np.concatenate(got[0] + head + rest), lens)
 
 
+@pytest.mark.parametrize("workers", [None, 2])
+def test_shared_first_exhausted_states(daemon, tmp_path, workers):
+    """A shared mixture whose sources do not run out together (first_exhausted): the others are left part read
+    when an epoch ends, and the job reads on into the next: every batch's state is still asked for and given (it
+    was an error past the epoch's first batches), each epoch has each record at most once and the source that
+    ends it whole, with DataLoader workers too."""
+    lens, w = (300, 1000, 50), [1.0, 2.0, 0.5]
+    mix = list(zip(sources(tmp_path, lens), w))
+    if workers is None:
+        ld = riffle.Loader(mixture=mix, batch_size=24, seed=9, share=True)
+        epochs = [[b.data.copy() for b in ld if ld.state_dict()] for _ in range(2)]
+    else:
+        ld = rt.loader(mixture=mix, batch_size=24, seed=9, share=True, num_workers=workers, persistent_workers=True)
+        epochs = [[b.numpy().copy() for b in ld if ld.state_dict()] for _ in range(2)]
+    for batches in epochs:
+        rows = np.concatenate(batches)
+        assert len({tuple(r) for r in rows}) == len(rows)
+        assert np.bincount(rows[:, 0], minlength=3)[2] == 50
+
+
 def own_epochs(rows: np.ndarray, lens) -> None:
     """Each source's rows, in the order delivered, are its own epochs in turn, each every record once."""
     for s, n in enumerate(lens):
