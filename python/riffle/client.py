@@ -559,6 +559,18 @@ _connections: dict[tuple, Connection] = {}
 _conn_lock = threading.Lock()
 
 
+def _after_fork() -> None:
+    """A child forked while another thread held the lock (in connect(), which may wait for a daemon to start)
+    would wait for it forever, and DataLoader forks its workers from whatever threads the user runs: the child
+    starts with a lock of its own, and without the parent's connections, which cannot cross fork()."""
+    global _conn_lock
+    _conn_lock = threading.Lock()
+    _connections.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def connect(sock_path: str | None = None, address: str | None = None, token: str | None = None,
             timeout: float = 60.0, autostart: bool = True) -> Connection:
     """A shared connection for this process and thread to the daemon at ``sock_path`` or ``address``."""

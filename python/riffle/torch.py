@@ -864,6 +864,14 @@ _borrowed: dict[str, "_Arena"] = {}
 _borrowed_lock = threading.Lock()
 
 
+def _after_fork() -> None:
+    global _borrowed_lock
+    _borrowed_lock = threading.Lock()  # as client's connections' lock: a child never waits on a parent thread's
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 class _Arena:
     """A worker's job arena mapped in the main process, and the pipe lent batches go back through."""
 

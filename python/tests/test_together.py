@@ -384,6 +384,32 @@ def test_data_changed_with_workers_and_ranks_is_an_error(daemon, tmp_path, worke
     assert got == [], f"{len(got)} records delivered from changed data"
 
 
+def test_workers_forked_while_another_thread_connects(daemon, tmp_path):
+    """DataLoader forks its workers from whatever threads the user runs: a worker forked while another thread was
+    inside connect() (holding its lock, as while a daemon starts) reads its epoch, never waits on the lock the
+    fork copied held (DataLoader's timeout= would end the wait as an error)."""
+    import threading
+    from riffle import client
+    np.save(tmp_path / "a.npy", np.arange(4000, dtype=np.int64).reshape(1000, 4))
+    dl = rt.loader(str(tmp_path / "a.npy"), 50, seed=1, num_workers=1, timeout=10)
+    held, done = threading.Event(), threading.Event()
+
+    def connecting():
+        with client._conn_lock:
+            held.set()
+            done.wait(30)  # past the DataLoader's timeout: a worker waiting on the lock fails
+
+    t = threading.Thread(target=connecting)
+    t.start()
+    held.wait()
+    try:
+        rows = torch.cat([b for b in dl])  # not list(dl), whose len() would wait for the lock before the fork
+    finally:
+        done.set()
+        t.join()
+    assert sorted(rows[:, 0].tolist()) == list(range(0, 4000, 4))
+
+
 def test_dataloader_where_code_checks(daemon, tmp_path):
     """len(dataset) is samples, len(loader) batches, loader.batch_size the batch size, dataset[i] one sample,
     and an ImageFolder tree has samples, targets and classes as ImageFolder's."""
