@@ -18,7 +18,13 @@ import numpy as np
 
 
 class DecodeError(ValueError):
-    """A record could not be decoded; names the record id."""
+    """A record could not be decoded; names the record id. ``index`` is the record's place in its batch, when one
+    record is at fault, and ``reason`` what is wrong with it (the message without the record's id), so that a
+    caller who can locate the record names its file and offset (riffle.torch's RecordError)."""
+
+    def __init__(self, message: str, index: int | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.index, self.reason = index, reason or message
 
 
 def fixed(batch, dtype: Any = np.uint8, shape: Sequence[int] | None = None) -> np.ndarray:
@@ -106,14 +112,18 @@ def libsvm(batch, n_features: int | None = None, dense: bool = False, zero_based
                 indices.append(int(k) - shift)
                 values.append(float(v))
         except ValueError as e:
-            raise DecodeError(f"record {batch.ids[i]}: malformed LIBSVM line {bytes(batch.record(i))[:80]!r}: {e}") from None
+            why = f"malformed LIBSVM line {bytes(batch.record(i))[:80]!r}: {e}"
+            raise DecodeError(f"record {batch.ids[i]}: {why}", i, why) from None
         indptr[i + 1] = len(indices)
     ind = np.asarray(indices, np.int64)
     val = np.asarray(values, np.float32)
     if n_features is None:
         n_features = int(ind.max()) + 1 if len(ind) else 0
     if len(ind) and (ind.min() < 0 or ind.max() >= n_features):
-        raise DecodeError(f"feature index outside [0, {n_features}) in batch of records {batch.ids[:3].tolist()}...")
+        bad = int(np.flatnonzero((ind < 0) | (ind >= n_features))[0])
+        i = int(np.searchsorted(indptr, bad, side="right")) - 1  # the record whose features hold it
+        why = f"feature index {int(ind[bad]) + shift} outside [{shift}, {n_features + shift})"
+        raise DecodeError(f"record {batch.ids[i]}: {why}", i, why)
     if not dense:
         return labels, (indptr, ind, val)
     out = np.zeros((batch.n, n_features), np.float32)
@@ -129,13 +139,19 @@ def jsonl(batch) -> list[dict]:
         try:
             out.append(json.loads(bytes(batch.record(i))))
         except ValueError as e:
-            raise DecodeError(f"record {batch.ids[i]}: malformed JSON: {e}") from None
+            raise DecodeError(f"record {batch.ids[i]}: malformed JSON: {e}", i, f"malformed JSON: {e}") from None
     return out
 
 
 def lines(batch, encoding: str = "utf-8") -> list[str]:
     """Text lines as strings."""
-    return [bytes(batch.record(i)).decode(encoding) for i in range(batch.n)]
+    out = []
+    for i in range(batch.n):
+        try:
+            out.append(bytes(batch.record(i)).decode(encoding))
+        except UnicodeDecodeError as e:
+            raise DecodeError(f"record {batch.ids[i]}: not {encoding} text: {e}", i, f"not {encoding} text: {e}") from None
+    return out
 
 
 # --- rows of Arrow and Parquet files ---------------------------------------

@@ -40,6 +40,7 @@ import io
 import mmap
 import multiprocessing
 import os
+import re
 import struct
 import threading
 import weakref
@@ -63,7 +64,14 @@ IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 class RecordError(RiffleError):
     """Decoding or transforming a record failed; names the record, its file and offset."""
 
-    def __init__(self, message: str, record: int, path: str | None = None, offset: int | None = None):
+    def __init__(self, message: str, record: int | None = None, path: str | None = None, offset: int | None = None):
+        if record is None:
+            # Made again from its message alone: DataLoader re-raises a worker's exception in the main process as
+            # its type called with the message (its traceback's text), which names them as _record_error wrote.
+            # The last match: the traceback's last line is this error's, after those of its causes.
+            m = ([None] + list(re.finditer(r"record (\d+)(?: \((.*) at offset (\d+)\))?: ", message)))[-1]
+            if m:
+                record, path, offset = int(m[1]), m[2], None if m[3] is None else int(m[3])
         super().__init__(message, path, offset)
         self.record = record
 
@@ -620,7 +628,12 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             del batch, out
 
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
-        data = self._decode(batch, ld)
+        try:
+            data = self._decode(batch, ld)
+        except _decode.DecodeError as e:
+            if e.index is None:
+                raise
+            raise self._record_error(ld, batch, e.index, "decoding", e.reason) from e
         row_labels = None
         column = _decode.transformed_column(batch.info) if batch.rows else None
         if isinstance(data, dict) and column in data and self.transform is None and not callable(self.decode):
@@ -685,7 +698,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         except Exception as e:
             raise self._record_error(ld, batch, i, "image decoding", e) from e
 
-    def _record_error(self, ld: Loader, batch: Batch, i: int, what: str, e: Exception) -> RecordError:
+    def _record_error(self, ld: Loader, batch: Batch, i: int, what: str, e: Exception | str) -> RecordError:
         rid = int(batch.ids[i])
         try:
             path, off = ld.locate([rid])[0]

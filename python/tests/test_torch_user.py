@@ -166,6 +166,28 @@ def test_a_corrupt_image_names_its_file(daemon, tmp_path):
     assert "bad.jpg" in str(e.value) and "image decoding" in str(e.value)
 
 
+@pytest.mark.parametrize("fmt,bad,workers", [("jsonl", b'{"i": 30, oops}', 0), ("jsonl", b'{"i": 30, oops}', 2),
+                                              ("libsvm", b"1 3:0.5 x:y", 0), ("libsvm", b"1 3:0.5 99:1", 2),
+                                              ("text", b"\xff\xfe not utf-8", 0)])
+def test_a_malformed_line_names_its_file_and_offset(daemon, tmp_path, fmt, bad, workers):
+    """A line the default decoding refuses, in the second file of a glob, with and without DataLoader workers: a
+    RecordError naming the record, its file and the line's offset there, not the record's id alone."""
+    good = {"jsonl": lambda i: b'{"i": %d}' % i, "libsvm": lambda i: b"%d 1:0.5 2:1" % (i % 2),
+            "text": lambda i: b"line %d" % i}[fmt]
+    ext = {"jsonl": "jsonl", "libsvm": "svm", "text": "txt"}[fmt]
+    (tmp_path / f"a.{ext}").write_bytes(b"".join(good(i) + b"\n" for i in range(100)))
+    lines = [good(i) for i in range(100, 200)]
+    lines[30] = bad
+    (tmp_path / f"b.{ext}").write_bytes(b"".join(x + b"\n" for x in lines))
+    kw = {"n_features": 20} if fmt == "libsvm" else {}
+    with pytest.raises(rt.RecordError) as e:
+        for _ in rt.loader(str(tmp_path / f"*.{ext}"), 16, seed=2, num_workers=workers, **kw):
+            pass
+    assert e.value.record == 130 and e.value.path == str(tmp_path / f"b.{ext}")
+    assert e.value.offset == sum(len(x) + 1 for x in lines[:30])
+    assert f"b.{ext} at offset {e.value.offset}" in str(e.value) and "decoding failed" in str(e.value)
+
+
 def test_unknown_decode_is_an_error_at_construction(daemon, fixed_file):
     with pytest.raises(ValueError, match="decode="):
         rt.RiffleDataset(str(fixed_file), 8, record_size=64, decode="imgae")
