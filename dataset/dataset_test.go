@@ -209,11 +209,18 @@ func TestBadInput(t *testing.T) {
 		{"unterminated csv quote", write("q.csv", []byte("1,2\n\"open,3\n4,5\n")), Options{}, ErrCorrupt, 4},
 		{"tfrecord length crc", write("len.tfrecord", badLen), Options{}, ErrCRC, 8},
 		{"tfrecord cut short", write("cut.tfrecord", goodTF[:len(goodTF)-3]), Options{}, ErrPartial, int64(len(goodTF)) - (12 + 57 + 4)}, // the last frame starts there
+		{"tfrecord cut in a header", write("head.tfrecord", goodTF[:len(goodTF)-(57+4+7)]), Options{}, ErrPartial, int64(len(goodTF)) - (12 + 57 + 4)},
 		{"npy bad magic", write("bad.npy", []byte("not an npy file at all")), Options{}, ErrCorrupt, 0},
 		{"npy too short for shape", write("short.npy", npyBytes(t, dir)[:200]), Options{}, ErrPartial, 200},
 		{"empty fixed", write("empty.bin", nil), Options{RecordSize: 8}, ErrEmpty, -1},
 		{"empty lines", write("empty.txt", nil), Options{}, ErrEmpty, -1},
 		{"unknown format", write("x.unknown", []byte("abc")), Options{}, ErrUnknownFormat, -1},
+	}
+	// What a message says where it is not plain from the error and offset:
+	// a frame cut in its header has no end to say.
+	says := map[string]string{
+		"tfrecord cut short":       fmt.Sprintf("frame ends at %d", len(goodTF)),
+		"tfrecord cut in a header": "5 of its 12-byte header there",
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -223,6 +230,9 @@ func TestBadInput(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), c.path) {
 				t.Fatalf("error %q does not name %s", err, c.path)
+			}
+			if want := says[c.name]; !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q does not say %q", err, want)
 			}
 			if c.offset >= 0 {
 				var fe *FormatError

@@ -175,8 +175,12 @@ func openTFRecord(ctx context.Context, f storage.Reader, opts Options) (Part, er
 			s.offs = s.offs[:len(s.offs)-1]
 		}
 		if end != f.Size() && !opts.DropPartialTail {
+			what := fmt.Sprintf("frame ends at %d", s.next)
+			if s.next <= end { // the scan never read its length
+				what = fmt.Sprintf("%d of its %d-byte header there", f.Size()-end, tfHead)
+			}
 			return table{}, &FormatError{Path: f.Name(), Offset: end,
-				Err: fmt.Errorf("last TFRecord is cut short (file ends at %d, frame ends at %d; --drop-partial or drop_partial=True drops it): %w", f.Size(), s.next, ErrPartial)}
+				Err: fmt.Errorf("last TFRecord is cut short (file ends at %d, %s; --drop-partial or drop_partial=True drops it): %w", f.Size(), what, ErrPartial)}
 		}
 		return table{offs: append(s.offs, end)}, nil
 	})
