@@ -480,31 +480,33 @@ func BenchmarkRound(b *testing.B) {
 // set that says it delivered nothing: the resumed job then repeated the
 // epoch's first records (a resume with DataLoader workers and short epochs).
 func TestSaveAPlaceOfTheEpochBefore(t *testing.T) {
-	g := NewGroup(Options{Records: 100, Seed: 1})
-	m, _ := g.Join(nil, 0)
+	// A member of 100 records that fills epoch 0 to left and goes on into
+	// epoch 1: the state of its place at pos, saved then, resumes epoch 0
+	// with every record once.
+	placeBefore := func(pos, left int) (*Member, []byte) {
+		t.Helper()
+		m, _ := NewGroup(Options{Records: 100, Seed: 1}).Join(nil, 0)
+		head := make([]int, pos)
+		m.Fill(0, 0, head)
+		mark := m.Mark()
+		m.Fill(0, pos, make([]int, left-pos))
+		m.Fill(1, 0, []int{0}) // on into epoch 1
+		st, err := m.Save(mark)
+		if err != nil {
+			t.Fatalf("the place at %d of an epoch left at %d: %v", pos, left, err)
+		}
+		m2, _ := NewGroup(Options{Records: 100, Seed: 2}).Join(nil, 0)
+		if e, at, err := m2.Restore(st); err != nil || e != 0 || at != pos {
+			t.Fatalf("restored at epoch %d position %d (%v), want 0, %d", e, at, err, pos)
+		}
+		rest := make([]int, 100-pos)
+		m2.Fill(0, pos, rest)
+		isPermutationOf(t, append(head, rest...), nil, 100)
+		return m, st
+	}
+	m, st := placeBefore(60, 100)
+	mark := memberMark{0, 60}
 	buf := []int{0}
-	var head []int
-	for p := range 60 {
-		m.Fill(0, p, buf)
-		head = append(head, buf[0])
-	}
-	mark := m.Mark()
-	for p := 60; p < 100; p++ {
-		m.Fill(0, p, buf)
-	}
-	m.Fill(1, 0, buf) // on into epoch 1
-	st, err := m.Save(mark)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g2 := NewGroup(Options{Records: 100, Seed: 2})
-	m2, _ := g2.Join(nil, 0)
-	if e, pos, err := m2.Restore(st); err != nil || e != 0 || pos != 60 {
-		t.Fatalf("restored at epoch %d position %d (%v), want 0, 60", e, pos, err)
-	}
-	rest := make([]int, 40)
-	m2.Fill(0, 60, rest)
-	isPermutationOf(t, append(head, rest...), nil, 100)
 	// Tiny epochs are kept further back: a loader over a small part reads
 	// several ahead (here two) before a place is asked for.
 	for e := 1; e <= 2; e++ {
@@ -519,29 +521,7 @@ func TestSaveAPlaceOfTheEpochBefore(t *testing.T) {
 	// An epoch left before it was whole (a mixture's source, when another
 	// ran out first) keeps its places too: the state of one asked after
 	// the member went on into the next epoch is that place's.
-	part := NewGroup(Options{Records: 100, Seed: 1})
-	mp, _ := part.Join(nil, 0)
-	var partHead []int
-	for p := range 30 {
-		mp.Fill(0, p, buf)
-		partHead = append(partHead, buf[0])
-	}
-	partMark := mp.Mark()
-	for p := 30; p < 70; p++ {
-		mp.Fill(0, p, buf)
-	}
-	mp.Fill(1, 0, buf) // epoch 0 left at 70 of 100
-	pst, err := mp.Save(partMark)
-	if err != nil {
-		t.Fatalf("a place of an epoch left before it was whole: %v", err)
-	}
-	mr, _ := NewGroup(Options{Records: 100, Seed: 3}).Join(nil, 0)
-	if e, pos, err := mr.Restore(pst); err != nil || e != 0 || pos != 30 {
-		t.Fatalf("restored at epoch %d position %d (%v), want 0, 30", e, pos, err)
-	}
-	partRest := make([]int, 70)
-	mr.Fill(0, 30, partRest)
-	isPermutationOf(t, append(partHead, partRest...), nil, 100)
+	mp, _ := placeBefore(30, 70)
 	epoch1 := make([]int, 100) // and the epoch it went on into is whole
 	mp.Fill(1, 0, epoch1)
 	isPermutationOf(t, epoch1, nil, 100)
