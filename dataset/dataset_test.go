@@ -1,6 +1,7 @@
 package dataset_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -464,5 +465,61 @@ func TestCancelledIndexBuild(t *testing.T) {
 	}
 	if _, err := os.Stat(p + IndexExt); err == nil {
 		t.Fatal("a cancelled build left an index")
+	}
+}
+
+// A file of no records among others (an empty tar shard, an empty JSONL
+// file) adds none and takes none: the records after it are all there,
+// each in its own file.
+func TestEmptyFileAmongOthers(t *testing.T) {
+	dir := t.TempDir()
+	shard := func(name string, samples ...string) string {
+		var b bytes.Buffer
+		w := tar.NewWriter(&b)
+		for _, s := range samples {
+			w.WriteHeader(&tar.Header{Name: s + ".txt", Mode: 0o644, Size: int64(len(s))})
+			w.Write([]byte(s))
+		}
+		w.Close()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	lines := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name  string
+		paths []string
+		want  []string // each record's bytes contain it, in id order
+		objs  []int    // and it lies in that file
+	}{
+		{"tar", []string{shard("a.tar", "a0", "a1", "a2"), shard("b.tar"), shard("c.tar", "c0", "c1")},
+			[]string{"a0", "a1", "a2", "c0", "c1"}, []int{0, 0, 0, 2, 2}},
+		{"tar first", []string{shard("e.tar"), shard("f.tar", "f0")}, []string{"f0"}, []int{1}},
+		{"jsonl", []string{lines("a.jsonl", "{\"a\":0}\n{\"a\":1}\n"), lines("b.jsonl", ""), lines("c.jsonl", "{\"c\":0}\n")},
+			[]string{`{"a":0}`, `{"a":1}`, `{"c":0}`}, []int{0, 0, 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ds, err := Open(context.Background(), Options{}, c.paths...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ds.Close()
+			if ds.Len() != len(c.want) {
+				t.Fatalf("%d records, want %d", ds.Len(), len(c.want))
+			}
+			for id, w := range c.want {
+				if got := record(t, ds, id); !bytes.Contains(got, []byte(w)) || ds.Locate(id).Object != c.objs[id] {
+					t.Errorf("record %d: %q in file %d, want %q in file %d", id, got, ds.Locate(id).Object, w, c.objs[id])
+				}
+			}
+		})
 	}
 }

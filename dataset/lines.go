@@ -70,7 +70,7 @@ type offsetPart struct {
 	inf        Info
 }
 
-func (p *offsetPart) Count() int { return len(p.t.offs) - 1 }
+func (p *offsetPart) Count() int { return max(0, len(p.t.offs)-1) } // a file of no records has no offsets
 func (p *offsetPart) Locate(i int) (int64, int) {
 	start := p.t.offs[i] + int64(p.head)
 	if e, ok := p.t.end(i); ok {
