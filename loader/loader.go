@@ -235,6 +235,13 @@ func (l *Loader) plan() error {
 			continue
 		}
 		step := l.window()
+		if offset*step >= bs.Count() {
+			// A part with no batch in any epoch (a DataLoader worker of
+			// an epoch of fewer batches than workers): nothing to load,
+			// now or in an epoch to come; going round the epochs for ever
+			// held a core.
+			break
+		}
 		// This loader's batches (windows) are offset, offset+stride, ...
 		first := offset * step
 		var skip []int

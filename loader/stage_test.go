@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -260,6 +261,18 @@ func TestBatchStride(t *testing.T) {
 				t.Fatalf("%d workers: batch %d differs from one loader's", workers, i)
 			}
 		}
+	}
+	// A worker with no batch in an epoch (more workers than batches) has
+	// none in any: its loader ends, over every epoch to come too.
+	none := base
+	none.BatchSize, none.Epochs, none.BatchStride, none.BatchOffset = 2*n, -1, 2, 1
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a guard against a hang, not a time asserted
+	defer cancel()
+	nl := mustLoader(t, ds, s, none)
+	b, err := nl.Next(ctx)
+	nl.Close()
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("a part with no batch of its own: batch %v, error %v, want io.EOF", b, err)
 	}
 	// A worker resumes from its own State.
 	o := base
