@@ -40,7 +40,11 @@ N = 600  # records: a multiple of every world size drawn, so no rank is padded
 EPOCHS = 2
 REGRESSIONS = Path(__file__).with_name("combinations.json")
 
-FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixture", "jpeg", "npy", "tfrecord")
+FORMATS = ("fixed", "lines", "dir", "arrow", "parquet", "tar", "libsvm", "mixture", "mixture_short", "jpeg", "npy",
+           "tfrecord")
+# mixture_short's sources, equally weighted: the first runs out first, so an epoch (first_exhausted) is its
+# records each once and as many of each other source's, the rest of theirs left for their next epochs.
+SHORT = (100, 200, 300)
 SAMPLERS = ("global", "block", "buffered", "reservoir", "sequential", "opportunistic", "auto")
 # Orders that are functions of (seed, epoch, position): they resume on any number of workers.
 POSITIONAL = ("global", "block", "sequential", "buffered", "reservoir", "auto")
@@ -83,7 +87,7 @@ def draw(rng: random.Random) -> dict:
             # auto's ranks agree on rank 0's choice through a process group; a shared order is global; a Parquet
             # file's pages make its order, and auto refuses it (asking for the window).
             continue
-        if c["format"] == "mixture" and c["subset"]:
+        if c["format"].startswith("mixture") and c["subset"]:
             continue  # a mixture's epoch of a subset is not each record once
         if not c["share"]:
             c["jobs"] = 1
@@ -104,7 +108,7 @@ def restable(c: dict) -> bool:
     """Whether a case's order resumes on another topology from every rank's places: a shared global order, or an
     opportunistic one (of one dataset: a mixture's resumes on its own topology, or from its position)."""
     return (c["share"] and c["sampler"] in ("global", "opportunistic") or c["sampler"] == "opportunistic") \
-        and c["format"] != "mixture"
+        and not c["format"].startswith("mixture")
 
 
 def elastic_case(c: dict) -> bool:
@@ -125,21 +129,23 @@ def make_data(fmt: str, root: Path, record_size: int = RECORD_SIZES[0]) -> str:
             px = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
             Image.fromarray(px).save(d / f"{i:04d}.jpg", quality=85)
         return str(root / "jpegs")
-    if fmt == "mixture":
-        # Three sources of a third of the records each, equally weighted:
-        # every source's last draw is at the same priority, so an epoch is
-        # each record once. Ids are the sources' one after another.
+    if fmt.startswith("mixture"):
+        # Three sources, equally weighted, ids one source after another.
+        # Of a third of the records each, every source's last draw is at
+        # the same priority, so an epoch is each record once; of SHORT's
+        # sizes, the first runs out first, the others left part read.
+        sizes = SHORT if fmt == "mixture_short" else (N // 3,) * 3
         rng_ = np.random.default_rng(12)
         lines = root / "m.jsonl"
         with open(lines, "w") as f:
-            for i in range(N // 3):
+            for i in range(sizes[0]):
                 f.write(json.dumps({"id": i, "text": "m" * int(rng_.integers(1, 300))}) + "\n")
-        for i in range(N // 3):
+        for i in range(sizes[1]):
             d = root / "mtree" / f"c{i % 2}"
             d.mkdir(parents=True, exist_ok=True)
             (d / f"{i:04d}.bin").write_bytes(rng_.integers(0, 256, int(rng_.integers(20, 600)), dtype=np.uint8).tobytes())
         arr = root / "m.npy"
-        np.save(arr, rng_.integers(0, 256, (N // 3, 64), dtype=np.uint8))
+        np.save(arr, rng_.integers(0, 256, (sizes[2], 64), dtype=np.uint8))
         return [[str(lines), 1], [str(root / "mtree"), 1], [str(arr), 1]]
     if fmt == "fixed":
         p = root / "d.bin"
@@ -412,6 +418,12 @@ def run_case(c: dict, tmp: Path, s3: S3Server) -> None:
             # A shared order's rest, resumed from every rank's places on
             # any topology, deals its ranks equal parts the same way.
             pad = c["resume_world"] - 1 if e == 0 and (c["resume_world"] != c["world"] or restable(c)) else 0
+            if c["format"] == "mixture_short":
+                # The first source's records each once; as many of each other's, each at most once.
+                lost = sorted(set(range(SHORT[0])) - set(seen))
+                ends = np.cumsum(SHORT)
+                per = [sum(k for rid, k in seen.items() if (ends[i] - SHORT[i]) <= rid < ends[i]) for i in range(3)]
+                assert all(SHORT[0] <= n <= SHORT[0] + pad for n in per), f"{c}: job {job} epoch {e}: {per} a source"
             assert repeats <= pad and not lost, f"{c}: job {job} epoch {e}: {repeats} repeated, {len(lost)} lost"
 
 
