@@ -583,6 +583,15 @@ func (f *pqFile) scan(ctx context.Context, cols []*pqColumn, opts Options) error
 	f.chunks = make([][]*pqChunk, f.meta.NumRowGroups())
 	for rg := range f.chunks {
 		rgm := f.meta.RowGroup(rg)
+		if rgm.NumRows() == 0 {
+			// No rows, so no pages to read (pyarrow writes an empty
+			// table's chunks with a data page offset of 0): a chunk of
+			// no pages a column.
+			for range cols {
+				f.chunks[rg] = append(f.chunks[rg], &pqChunk{})
+			}
+			continue
+		}
 		for _, c := range cols {
 			if err := ctx.Err(); err != nil {
 				return err

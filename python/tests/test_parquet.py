@@ -137,3 +137,16 @@ def test_corrupt_page_names_file_and_offset(daemon, tmp_path):
         for _ in riffle.Loader(str(bad), batch_size=100):
             pass
     assert "bad.parquet" in str(e.value) and "offset" in str(e.value), str(e.value)
+
+
+def test_a_file_of_no_rows_among_others(daemon, tmp_path):
+    """pyarrow writes an empty table as a row group of no rows whose chunks point at offset 0: among other files it
+    adds no rows (as pyarrow reads the directory), opened from its index too; alone it is an empty dataset."""
+    pq.write_table(pa.table({"k": pa.array(["x", "y"]), "v": pa.array([1, 2])}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"k": pa.array([], pa.string()), "v": pa.array([], pa.int64())}), tmp_path / "b.parquet")
+    want = pq.read_table(tmp_path).to_pylist()
+    for _ in range(2):  # scanned, then from the index kept
+        rows = [r for b in riffle.Loader(str(tmp_path / "*.parquet"), 4, shuffle=False) for r in b.data.to_pylist()]
+        assert rows == want
+    with pytest.raises(riffle.InvalidSpec, match="no records"):
+        riffle.Loader(str(tmp_path / "b.parquet"), 4)
