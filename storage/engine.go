@@ -336,9 +336,7 @@ func (e *Engine) serveOne(r *Request) bool {
 	r.file, r.release = r.through(file), release
 	if r.first == 0 && r.file.CopyCached(r.P, r.Off) {
 		e.mapped.Add(1)
-		if e.missRun.Load() != 0 {
-			e.missRun.Store(0) // a hit, as a probe's: the cache answers again
-		}
+		e.hit()
 		return true
 	}
 	if !e.ring {
@@ -351,9 +349,7 @@ func (e *Engine) serveOne(r *Request) bool {
 	}
 	if r.first == 0 && !r.file.direct && e.probe() {
 		if r.file.TryReadAt(r.P, r.Off) {
-			if e.missRun.Load() != 0 {
-				e.missRun.Store(0)
-			}
+			e.hit()
 			e.complete(r, nil)
 			return false
 		}
@@ -407,6 +403,14 @@ const (
 	probeMissRun = 64
 	probeEvery   = 32
 )
+
+// hit says the page cache answered a read (a probe, or a copy from a
+// mapping): probing is on again.
+func (e *Engine) hit() {
+	if e.missRun.Load() != 0 {
+		e.missRun.Store(0) // read first: a store on every warm read would bounce the cache line between the workers
+	}
+}
 
 func (e *Engine) probe() bool {
 	return e.missRun.Load() < probeMissRun || e.unprobed.Add(1)%probeEvery == 0

@@ -6,9 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/internal/mincore"
 )
 
 // Cached pages copied from a mapping of the file, not read.
@@ -143,14 +144,12 @@ func (m *fileMap) cached(off int64, n int) bool {
 	}
 	looks.next, m.next = start.Add(refreshMin), start.Add(refreshMin) // a look is under way: others wait for it
 	looks.Unlock()
-	vec := make([]byte, (len(m.mem)+pageSize-1)/pageSize)
-	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(m.mem))),
-		uintptr(len(m.mem)), uintptr(unsafe.Pointer(unsafe.SliceData(vec))))
+	vec, err := mincore.Mapped(m.mem)
 	cost := time.Since(start)
 	looks.Lock()
 	looks.next = start.Add(refreshShare * cost)
 	looks.Unlock()
-	if errno != 0 {
+	if err != nil {
 		m.stopped.Store(true) // mincore refused: read as before
 		return false
 	}
@@ -164,7 +163,7 @@ func (m *fileMap) pagesIn(off int64, n int) bool {
 		return false
 	}
 	vec := *vp
-	for p := off / pageSize; p <= (off+int64(n)-1)/pageSize; p++ {
+	for p := off / mincore.PageSize; p <= (off+int64(n)-1)/mincore.PageSize; p++ {
 		if vec[p]&1 == 0 {
 			return false
 		}
@@ -192,8 +191,6 @@ func (m *fileMap) stop() {
 	}
 	_ = unix.Madvise(m.mem, unix.MADV_DONTNEED)
 }
-
-const pageSize = 4096
 
 // CopyCached copies len(p) bytes at off from f's mapping if the page
 // cache holds them by its last look, and reports whether it did. The

@@ -52,7 +52,7 @@ func mapped(t *testing.T, e *Engine, f *File, want []byte) {
 		if time.Now().After(deadline) {
 			t.Fatal("reads of a cached page were not copied from the mapping within 10s")
 		}
-		if err := errors.Join(readSpans(e, f, want, []span{{0, pageSize}})...); err != nil {
+		if err := errors.Join(readSpans(e, f, want, []span{{0, mincore.PageSize}})...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,7 +62,7 @@ func mapped(t *testing.T, e *Engine, f *File, want []byte) {
 // into the page cache and opens it.
 func warmFile(t *testing.T) (*File, []byte) {
 	t.Helper()
-	p, want := testFile(t, mapMin+3*pageSize+100)
+	p, want := testFile(t, mapMin+3*mincore.PageSize+100)
 	if _, err := os.ReadFile(p); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +84,8 @@ func TestEngineCopiesCachedPages(t *testing.T) {
 			f, want := warmFile(t)
 			size := int64(len(want))
 			spans := []span{
-				{0, pageSize}, {7 * pageSize, 2 * pageSize}, // pages
-				{3*pageSize + 17, 5000},                // unaligned, across pages
+				{0, mincore.PageSize}, {7 * mincore.PageSize, 2 * mincore.PageSize}, // pages
+				{3*mincore.PageSize + 17, 5000},        // unaligned, across pages
 				{size - 100, 100}, {size - 5000, 5000}, // the last page, which the file ends within
 			}
 			mapped(t, e, f, want)
@@ -107,7 +107,7 @@ func TestEngineCopiesCachedPages(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, s := range spans {
-				for pg := s.off / pageSize; pg <= (s.off+int64(s.n)-1)/pageSize; pg++ {
+				for pg := s.off / mincore.PageSize; pg <= (s.off+int64(s.n)-1)/mincore.PageSize; pg++ {
 					if cached[pg] {
 						t.Fatalf("page %d, copied from the mapping, is still cached after a drop", pg)
 					}
@@ -138,10 +138,10 @@ func TestEngineCopiesFromAShrunkFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			spans := []span{
-				{0, pageSize},              // below the new end
-				{end - 500, 1000},          // across it, within its page: zeros in the mapping
-				{end - end%pageSize, 4000}, // from its page's start to the page's end
-				{mapMin, 2 * pageSize},     // pages past it: a fault
+				{0, mincore.PageSize},              // below the new end
+				{end - 500, 1000},                  // across it, within its page: zeros in the mapping
+				{end - end%mincore.PageSize, 4000}, // from its page's start to the page's end
+				{mapMin, 2 * mincore.PageSize},     // pages past it: a fault
 			}
 			errs := readSpans(e, f, want, spans)
 			if errs[0] != nil {

@@ -1,4 +1,5 @@
-// Package mincore says which pages of a file the page cache holds, for
+// Package mincore says which pages of a file the page cache holds: for
+// the storage engine's copies from a mapping (storage/mapped.go), and for
 // tests of what reads leave there.
 package mincore
 
@@ -38,14 +39,28 @@ func Fd(fd int, size int64) ([]bool, error) {
 		return nil, fmt.Errorf("mincore: mmap: %w", err)
 	}
 	defer unix.Munmap(m)
-	vec := make([]byte, (len(m)+PageSize-1)/PageSize)
-	// x/sys has no wrapper for mincore(2).
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		return nil, fmt.Errorf("mincore: %w", e)
+	vec, err := Mapped(m)
+	if err != nil {
+		return nil, err
 	}
 	in := make([]bool, len(vec))
 	for i, v := range vec {
 		in[i] = v&1 != 0
 	}
 	return in, nil
+}
+
+// Mapped is mincore(2) of a mapping: bit 0 of byte i says its page i is
+// in the page cache.
+func Mapped(mem []byte) ([]byte, error) {
+	vec := make([]byte, (len(mem)+PageSize-1)/PageSize)
+	if len(mem) == 0 {
+		return vec, nil
+	}
+	// x/sys has no wrapper for mincore(2).
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(mem))), uintptr(len(mem)),
+		uintptr(unsafe.Pointer(unsafe.SliceData(vec)))); e != 0 {
+		return nil, fmt.Errorf("mincore: %w", e)
+	}
+	return vec, nil
 }
