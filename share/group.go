@@ -275,13 +275,14 @@ func (m *Member) dropQueue() {
 }
 
 // start makes epoch e this member's, from its start: its records are all
-// needed again, and what was given for another epoch is forgotten.
+// needed again, and what was given for another epoch is forgotten. The
+// epochs before's places (past) are the caller's to keep or forget.
 func (m *Member) start(e int) {
 	if m.active {
 		m.g.cl.clearBit(m.bit)
 	}
 	m.dropQueue()
-	m.epoch, m.seq, m.past = e, m.seq[:0], nil
+	m.epoch, m.seq = e, m.seq[:0]
 	m.done.Clear()
 	m.insert(e)
 }
@@ -342,10 +343,9 @@ func (m *Member) fill(epoch, pos int, dst []int) int {
 			// are all needed again, and the places of the one left are
 			// kept, as a whole one's are.
 			m.keep(m.epoch, m.seq)
-			past := m.past
 			m.start(epoch)
-			m.past = past
 		} else {
+			m.past = nil
 			m.start(epoch)
 		}
 	}
@@ -703,6 +703,7 @@ func (m *Member) Restore(state []byte) (int, int, error) {
 	g := m.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	m.past = nil
 	m.start(epoch)
 	// A whole epoch delivered stays that epoch's end (its records all
 	// taken): the next begins when it is asked for, and an opportunistic
