@@ -325,4 +325,21 @@ func TestArrow(t *testing.T) {
 	if _, err := Open(context.Background(), opts, p); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not a list of integer") {
 		t.Fatalf("a string column: %v", err)
 	}
+
+	// A null row is refused by name: no token id stands for it.
+	sc = arrow.NewSchema([]arrow.Field{{Name: "input_ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true}}, nil)
+	rec, _, err := array.RecordFromJSON(memory.DefaultAllocator, sc, strings.NewReader(`[{"input_ids": [1, 2]}, {"input_ids": null}, {"input_ids": [3]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = filepath.Join(dir, "nulls.arrow")
+	f, _ = os.Create(p)
+	w, _ = ipc.NewFileWriter(f, ipc.WithSchema(sc))
+	w.Write(rec)
+	w.Close()
+	f.Close()
+	opts.Column = ""
+	if _, err := Open(context.Background(), opts, p); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "nulls") {
+		t.Fatalf("a null row: %v", err)
+	}
 }
