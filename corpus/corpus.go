@@ -232,7 +232,7 @@ func Open(ctx context.Context, opts Options, paths ...string) (*Corpus, error) {
 	format := opts.Format
 	if format == "" {
 		var err error
-		if format, err = detect(ctx, opts.Store, paths[0]); err != nil {
+		if format, err = Detect(ctx, opts.Store, paths[0]); err != nil {
 			return nil, err
 		}
 	}
@@ -258,8 +258,14 @@ func Open(ctx context.Context, opts Options, paths ...string) (*Corpus, error) {
 	return c, nil
 }
 
-// detect tells a corpus's source from its first name.
-func detect(ctx context.Context, store storage.Store, name string) (string, error) {
+// Detect tells a corpus's source from its first name (a nil store is
+// the default one): "megatron" for a .idx, a .bin with its .idx beside
+// it, or a prefix (or glob of prefixes) of .idx files; "flat" for another
+// .bin; "npy", "arrow", "hf" (a directory), "parquet".
+func Detect(ctx context.Context, store storage.Store, name string) (string, error) {
+	if store == nil {
+		store = Options{}.store()
+	}
 	if st, err := store.Stat(ctx, name); err == nil && st.Dir {
 		return "hf", nil
 	}

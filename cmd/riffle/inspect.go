@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"os"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -11,12 +12,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/riffle-ml/riffle/columnar"
+	"github.com/riffle-ml/riffle/corpus"
 	"github.com/riffle-ml/riffle/dataset"
 )
 
 func inspectCmd() *cobra.Command {
 	var (
 		df    datasetFlags
+		tf    tokenFlags
 		first int
 	)
 	cmd := &cobra.Command{
@@ -25,6 +28,9 @@ func inspectCmd() *cobra.Command {
 		Example: "  riffle inspect data/train.jsonl\n  riffle inspect images/ --first 3",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if tf.wanted(cmd, &df, args) {
+				return inspectCorpus(cmd, &tf, &df, args, first)
+			}
 			ds, err := df.open(cmd.Context(), args)
 			if err != nil {
 				return err
@@ -104,8 +110,138 @@ func inspectCmd() *cobra.Command {
 		},
 	}
 	df.register(cmd)
+	tf.register(cmd)
 	cmd.Flags().IntVar(&first, "first", 5, "how many records to show")
 	return cmd
+}
+
+// tokenFlags say how to read a token corpus (package corpus): a
+// Megatron .bin/.idx pair is one by its names; a flat token file, a
+// token .npy or a tokenized column of Arrow or Hugging Face data is one
+// when these flags say so.
+type tokenFlags struct {
+	dtype  string
+	eod    int64
+	vocab  int64
+	column string
+}
+
+func (f *tokenFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.dtype, "dtype", "", "a flat token file's token type (uint16 for nanoGPT's .bin): read it as a token corpus")
+	fl.Int64Var(&f.eod, "eod", -1, "the end-of-document token of a flat or .npy token corpus")
+	fl.Int64Var(&f.vocab, "vocab", 0, "the vocabulary's size: inspect reads every token and fails on one at or above it")
+	fl.StringVar(&f.column, "token-column", "", "read this column of Arrow or Hugging Face data (input_ids) as a token corpus")
+}
+
+// wanted says whether args name a token corpus: by the flags, or by a
+// Megatron index's name (a .idx, a .bin with its .idx, or a prefix).
+func (f *tokenFlags) wanted(cmd *cobra.Command, df *datasetFlags, args []string) bool {
+	if f.dtype != "" || f.column != "" || cmd.Flags().Changed("eod") || cmd.Flags().Changed("vocab") {
+		return true
+	}
+	if df.opts.Format != "" {
+		return false
+	}
+	format, err := corpus.Detect(cmd.Context(), df.opts.Store, args[0])
+	return err == nil && format == "megatron"
+}
+
+// inspectCorpus shows a token corpus: its documents, tokens, dtype and
+// the documents' lengths, and its first documents' first tokens.
+func inspectCorpus(cmd *cobra.Command, tf *tokenFlags, df *datasetFlags, args []string, first int) error {
+	ctx := cmd.Context()
+	opts := corpus.Options{Vocab: tf.vocab, Column: tf.column, Split: df.opts.Split, IndexDir: df.opts.IndexDir, Store: df.opts.Store}
+	if tf.eod >= 0 {
+		opts.EOD, opts.HasEOD = tf.eod, true
+	}
+	if tf.dtype != "" {
+		d, err := corpus.ParseDtype(tf.dtype)
+		if err != nil {
+			return err
+		}
+		opts.Dtype = d
+	}
+	if tf.column != "" {
+		opts.Format = "arrow"
+		if st, err := os.Stat(args[0]); err == nil && st.IsDir() {
+			opts.Format = "hf"
+		}
+	}
+	c, err := corpus.Open(ctx, opts, args...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	out := cmd.OutOrStdout()
+	inf := c.Info()
+	sum := c.Summarize()
+	fmt.Fprintf(out, "format:    %s (token corpus)\nfiles:     %d (%s)\n", inf.Format, len(inf.Paths), strings.Join(inf.Paths[:min(3, len(inf.Paths))], ", "))
+	docs := "documents: %d"
+	switch {
+	case inf.InBand:
+		docs += " files, whose documents end at EOD tokens (found in each sample, not counted here)"
+	case inf.Format == "megatron":
+		docs += " (Megatron sequences: each sequence is a document, as GPTDataset takes them)"
+	default:
+		docs += " (rows)"
+	}
+	fmt.Fprintf(out, docs+"\n", sum.Docs)
+	fmt.Fprintf(out, "tokens:    %d\ndtype:     %s\n", sum.Tokens, sum.Dtype)
+	if inf.Multimodal {
+		fmt.Fprintln(out, "modes:     a multimodal index, every sequence text (mode 0)")
+	}
+	if inf.HasEOD {
+		fmt.Fprintf(out, "eod:       %d\n", inf.EOD)
+	}
+	fmt.Fprintf(out, "lengths:   %d to %d tokens, mean %.1f\n", sum.Shortest, sum.Longest, sum.Mean())
+	top := 0
+	for _, n := range sum.Histogram {
+		top = max(top, n)
+	}
+	for b, n := range sum.Histogram {
+		if n == 0 {
+			continue
+		}
+		from := int64(0)
+		if b > 0 {
+			from = 1 << (b - 1)
+		}
+		fmt.Fprintf(out, "  %8d-%-8d %9d %s\n", from, int64(1)<<b-1, n, strings.Repeat("#", max(1, 40*n/top)))
+	}
+	if tf.vocab > 0 {
+		if err := checkTokens(ctx, c); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "checked:   every token below the vocabulary of %d\n", tf.vocab)
+	}
+	for d := range min(first, c.Docs()) {
+		toks := make([]int64, min(c.Len(d), 16))
+		if err := c.Read(ctx, d, 0, toks); err != nil {
+			return err
+		}
+		more := ""
+		if c.Len(d) > int64(len(toks)) {
+			more = " ..."
+		}
+		l := c.Locate(d, 0, c.Len(d))
+		fmt.Fprintf(out, "document %d: %s offset %d, %d tokens\n  %v%s\n", d, c.Object(l.Object).Name(), l.Off, c.Len(d), toks, more)
+	}
+	return nil
+}
+
+// checkTokens reads every token of c, a MiB at a time: one at or above
+// the vocabulary is an error naming its file and offset.
+func checkTokens(ctx context.Context, c *corpus.Corpus) error {
+	buf := make([]int64, 1<<20/c.Dtype().Size())
+	for d := range c.Docs() {
+		for off := int64(0); off < c.Len(d); off += int64(len(buf)) {
+			if err := c.Read(ctx, d, off, buf[:min(int64(len(buf)), c.Len(d)-off)]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // readRecord reads record id whole, in its frame if the format has one,
