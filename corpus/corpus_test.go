@@ -342,4 +342,19 @@ func TestArrow(t *testing.T) {
 	if _, err := Open(context.Background(), opts, p); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "nulls") {
 		t.Fatalf("a null row: %v", err)
 	}
+
+	// Compressed record batches hold no row's tokens as a byte range.
+	rec, _, err = array.RecordFromJSON(memory.DefaultAllocator, sc, strings.NewReader(`[{"input_ids": [1, 2]}, {"input_ids": [3]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = filepath.Join(dir, "lz4.arrow")
+	f, _ = os.Create(p)
+	w, _ = ipc.NewFileWriter(f, ipc.WithSchema(sc), ipc.WithLZ4())
+	w.Write(rec)
+	w.Close()
+	f.Close()
+	if _, err := Open(context.Background(), opts, p); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "compressed") {
+		t.Fatalf("a compressed file: %v", err)
+	}
 }
