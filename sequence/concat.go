@@ -70,11 +70,11 @@ func (s *concat) table(epoch int) *concatTable {
 }
 
 // cut counts the documents of epoch a sample boundary (a multiple of
-// SeqLen, up to the last sample's shared token) falls strictly inside:
-// one more pass, made only when Stats are asked for.
+// SeqLen) falls strictly inside: one more pass, made only when Stats are
+// asked for. The multiples of SeqLen inside the stream are exactly the
+// samples' starts and the last sample's shared token.
 func (s *concat) cut(epoch int) int {
 	S := int64(s.seqLen)
-	last := int64(s.samples) * S
 	var ids [concatEvery]int
 	acc := int64(0)
 	cut := 0
@@ -82,7 +82,7 @@ func (s *concat) cut(epoch int) int {
 		m := s.o.fill(epoch, pos, ids[:])
 		for _, d := range ids[:m] {
 			l := s.c.Len(d)
-			if b := (acc/S + 1) * S; b <= last && b < acc+l {
+			if b := (acc/S + 1) * S; b < acc+l {
 				cut++
 			}
 			acc += l

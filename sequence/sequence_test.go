@@ -117,6 +117,29 @@ func TestConcatMatchesReference(t *testing.T) {
 				t.Fatalf("sample %d: %v, reference %v", i, p, w)
 			}
 		}
+		// The stats, counted on the materialized stream: a document is
+		// cut when a sample's first token (after the first sample's)
+		// falls strictly inside it, up to the last sample's shared token.
+		n := len(want)
+		var cut int
+		var T int64
+		for _, d := range epochOrder(c, seed, epoch) {
+			for k := T/int64(S) + 1; k <= int64(n) && k*int64(S) < T+c.l[d]; k++ {
+				if k*int64(S) > T {
+					cut++
+					break
+				}
+			}
+			T += c.l[d]
+		}
+		var pad int64
+		if n > 0 && len(want[n-1]) < S {
+			pad = int64(S - len(want[n-1]))
+		}
+		st := s.Stats(epoch)
+		if st.Cut != cut || st.Padding != pad || st.Samples != n || st.Tokens != T {
+			t.Fatalf("stats %+v: want %d cut, %d padding", st, cut, pad)
+		}
 	})
 }
 
