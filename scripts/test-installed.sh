@@ -12,7 +12,23 @@ venv=$(mktemp -d /tmp/riffle-installed.XXXXXX)
 work=$(mktemp -d /tmp/riffle-installed-tests.XXXXXX)
 trap 'rm -rf "$dist" "$venv" "$work"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$venv"
-"$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w "$dist" "$root/python"
+# pip wheel at its default verbosity on a terminal (script gives it one), as
+# a user runs pip install: the build says on the terminal, before the wait,
+# how many packages it compiles (and how long a first build takes), though
+# pip shows the build's own output only with -v; pip's log (--log, what
+# -v shows) counts each package. A define no source reads, new each run,
+# makes Go compile the cgo packages again: a short real build, so there is
+# something to say even when Go's build cache holds the rest.
+nonce="-DRIFFLE_TEST_INSTALLED_$$_$RANDOM"
+script -qec "$(printf '%q ' env CGO_CFLAGS="-O2 -g $nonce" "$venv/bin/pip" wheel --disable-pip-version-check \
+  --no-deps --log "$dist/pip.log" -w "$dist" "$root/python")" "$dist/terminal.log" </dev/null >/dev/null ||
+  { cat "$dist/terminal.log" >&2; exit 1; }
+grep -q 'riffle: compiling .* Go packages for the daemon' "$dist/terminal.log" ||
+  { echo "the wheel's build said nothing on the terminal before compiling:" >&2; cat "$dist/terminal.log" >&2; exit 1; }
+grep -q 'riffle: built the daemon, .* MB), in ' "$dist/terminal.log" ||
+  { echo "the wheel's build did not say it was done:" >&2; cat "$dist/terminal.log" >&2; exit 1; }
+grep -Eq '\[1/[0-9]+\] ' "$dist/pip.log" ||
+  { echo "pip's log of the wheel's build counts no package" >&2; exit 1; }
 wheel=$(ls "$dist"/riffle-*.whl)
 case "$wheel" in
   *-py3-none-linux_*.whl) ;;
