@@ -4,7 +4,8 @@
 # daemon in the wheel), then installs that wheel, with no Go in reach, into
 # a fresh virtualenv on top of Debian's python3 (for its PyTorch), and runs
 # tests against the installed package: not the source tree, not the
-# repository's bin/riffle.
+# repository's bin/riffle. The daemon in it needs nothing beyond the C
+# library (test_installed.py reads its ldd).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dist=$(mktemp -d /tmp/riffle-wheel.XXXXXX)
