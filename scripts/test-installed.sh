@@ -8,6 +8,14 @@
 # library (test_installed.py reads its ldd).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# The README's `pip wheel -w dist ./python`, from the repository or from
+# python/, leaves its wheels where git does not list them.
+if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
+  for d in dist python/dist; do
+    git -C "$root" check-ignore -q "$d/riffle-0.2.0-py3-none-linux_x86_64.whl" ||
+      { echo "git would list $d/ (.gitignore)" >&2; exit 1; }
+  done
+fi
 dist=$(mktemp -d /tmp/riffle-wheel.XXXXXX)
 venv=$(mktemp -d /tmp/riffle-installed.XXXXXX)
 work=$(mktemp -d /tmp/riffle-installed-tests.XXXXXX)
