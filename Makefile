@@ -11,11 +11,15 @@ TAGS ?= $(shell ./scripts/go-tags)
 
 all: build
 
+# scripts/build-daemon says first how many packages it compiles and how
+# long a first build takes (minutes), then counts them. bin/riffle keeps
+# its symbols and DWARF for debuggers; the wheel's (python/setup.py) is
+# stripped.
 build:
-	$(GO) build -tags "$(TAGS)" -o bin/riffle ./cmd/riffle
+	GO="$(GO)" RIFFLE_TAGS="$(TAGS)" ./scripts/build-daemon bin/riffle
 
-demo:
-	$(GO) run ./cmd/riffle demo
+demo: build
+	bin/riffle demo
 
 test: build
 	./scripts/install-deps.sh

@@ -34,17 +34,47 @@ class BuildWithDaemon(build_py):
         go = find_go()
         out = Path(self.build_lib).resolve() / "riffle" / "bin" / "riffle"
         out.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, CGO_ENABLED=os.environ.get("CGO_ENABLED", "1"))
-        # A first build compiles the daemon and its modules for a few
-        # minutes on two cores: say so, and show each package as it builds
-        # (pip shows it with -v), instead of minutes of silence.
-        print(f"riffle: building the daemon with {go} (a few minutes the first time; pip install -v shows each "
-              "package)", file=sys.stderr, flush=True)
-        # The fast JPEG path wherever libjpeg-turbo's headers are here.
-        tags = subprocess.run([str(REPO / "scripts" / "go-tags")], capture_output=True, text=True).stdout.strip()
-        subprocess.run([go, "build", "-v", "-trimpath", "-tags", tags, "-o", str(out), "./cmd/riffle"], cwd=REPO,
-                       check=True, env=env)
+        # The wheel's daemon is stripped of its symbol table and DWARF (-s -w: a quarter smaller; Go's own tables
+        # still name each function and line in a panic's trace) and holds no path of this machine (-trimpath);
+        # libjpeg-turbo is linked into it (scripts/go-tags, transform/decode_turbo.go), so it needs nothing
+        # beyond the C library (scripts/test-installed.sh checks with ldd).
+        env = dict(os.environ, GO=go, CGO_ENABLED=os.environ.get("CGO_ENABLED", "1"))
+        build = [str(REPO / "scripts" / "build-daemon"), str(out), "-trimpath", "-ldflags=-s -w"]
+        run_saying_why(build, env)
         out.chmod(0o755)
+
+
+def run_saying_why(cmd: list[str], env: dict[str, str]) -> None:
+    """Runs scripts/build-daemon, which says how many packages it compiles and how long a first build takes
+    (minutes), then counts them. pip shows a build's output only with -v (and all of it when the build fails);
+    without, it shows a spinner. So on a terminal its "riffle:" lines also go straight to the terminal, as a
+    password prompt does: the user learns before the wait how long it is and why."""
+    tty = None
+    if not sys.stderr.isatty():  # else they reach the terminal anyway
+        try:
+            tty = open("/dev/tty", "w")
+        except OSError:  # no terminal: CI, a log, nohup
+            pass
+    try:
+        with subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, bufsize=1) as p:
+            first = True
+            for line in p.stdout:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                if tty is not None and line.startswith("riffle: "):
+                    # Below pip's "Building wheel for riffle ... " line, not at its end, and over the
+                    # character pip's spinner left at the start of a line.
+                    tty.write(("\n" if first else "\r") + line)
+                    if line.startswith("riffle: compiling "):
+                        tty.write("riffle: pip -v shows each package as it compiles\n")
+                    tty.flush()
+                    first = False
+        if p.returncode != 0:
+            raise SystemExit(f"riffle: building the daemon failed (exit status {p.returncode}): {' '.join(cmd)}")
+    finally:
+        if tty is not None:
+            tty.close()
 
 
 def go_wants() -> str:

@@ -4,15 +4,40 @@
 # daemon in the wheel), then installs that wheel, with no Go in reach, into
 # a fresh virtualenv on top of Debian's python3 (for its PyTorch), and runs
 # tests against the installed package: not the source tree, not the
-# repository's bin/riffle.
+# repository's bin/riffle. The daemon in it needs nothing beyond the C
+# library (test_installed.py reads its ldd).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# The README's `pip wheel -w dist ./python`, from the repository or from
+# python/, leaves its wheels where git does not list them.
+if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
+  for d in dist python/dist; do
+    git -C "$root" check-ignore -q "$d/riffle-0.2.0-py3-none-linux_x86_64.whl" ||
+      { echo "git would list $d/ (.gitignore)" >&2; exit 1; }
+  done
+fi
 dist=$(mktemp -d /tmp/riffle-wheel.XXXXXX)
 venv=$(mktemp -d /tmp/riffle-installed.XXXXXX)
 work=$(mktemp -d /tmp/riffle-installed-tests.XXXXXX)
 trap 'rm -rf "$dist" "$venv" "$work"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$venv"
-"$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w "$dist" "$root/python"
+# pip wheel at its default verbosity on a terminal (script gives it one), as
+# a user runs pip install: the build says on the terminal, before the wait,
+# how many packages it compiles (and how long a first build takes), though
+# pip shows the build's own output only with -v; pip's log (--log, what
+# -v shows) counts each package. A define no source reads, new each run,
+# makes Go compile the cgo packages again: a short real build, so there is
+# something to say even when Go's build cache holds the rest.
+nonce="-DRIFFLE_TEST_INSTALLED_$$_$RANDOM"
+script -qec "$(printf '%q ' env CGO_CFLAGS="-O2 -g $nonce" "$venv/bin/pip" wheel --disable-pip-version-check \
+  --no-deps --log "$dist/pip.log" -w "$dist" "$root/python")" "$dist/terminal.log" </dev/null >/dev/null ||
+  { cat "$dist/terminal.log" >&2; exit 1; }
+grep -q 'riffle: compiling .* Go packages for the daemon' "$dist/terminal.log" ||
+  { echo "the wheel's build said nothing on the terminal before compiling:" >&2; cat "$dist/terminal.log" >&2; exit 1; }
+grep -q 'riffle: built the daemon, .* MB), in ' "$dist/terminal.log" ||
+  { echo "the wheel's build did not say it was done:" >&2; cat "$dist/terminal.log" >&2; exit 1; }
+grep -Eq '\[1/[0-9]+\] ' "$dist/pip.log" ||
+  { echo "pip's log of the wheel's build counts no package" >&2; exit 1; }
 wheel=$(ls "$dist"/riffle-*.whl)
 case "$wheel" in
   *-py3-none-linux_*.whl) ;;
