@@ -249,6 +249,7 @@ func (c *Cluster) block(ctx context.Context, r storage.Reader, version string, i
 		return c.owned(ctx, r, version, index, func(b []byte) { copy(dst, b[at:]) })
 	}
 	if p := c.peers[owner]; p.up() {
+		sent := time.Now()
 		b, err := p.get(ctx, r.Name(), version, index, at, int64(len(dst)))
 		if err == nil && len(b) == len(dst) {
 			c.st.fromPeers.Add(1)
@@ -264,7 +265,7 @@ func (c *Cluster) block(ctx context.Context, r storage.Reader, version string, i
 		if err == nil {
 			err = fmt.Errorf("%w: %d bytes for %d", ErrFrame, len(b), len(dst))
 		}
-		p.trip(err)
+		p.trip(err, sent)
 	}
 	// The owner failed: read just these bytes from the store, keep nothing.
 	c.st.fallbacks.Add(1)

@@ -129,6 +129,7 @@ type remote struct {
 	open        atomic.Int32
 
 	mu      sync.Mutex
+	opened  time.Time // when the breaker last opened
 	downTil time.Time
 	backoff time.Duration
 }
@@ -150,15 +151,22 @@ func (p *remote) up() bool {
 	return time.Now().After(p.downTil)
 }
 
-// trip opens the breaker: 500ms after a first failure, doubling to 30s.
-func (p *remote) trip(err error) {
+// trip opens the breaker after a request sent at sent failed: for 500ms
+// the first time, twice as long each time it opens again, up to 30s. A
+// request sent before the breaker last opened failed with the rest of that
+// outage (the requests in flight when a peer fails, a pool's worth, all
+// fail): it leaves the breaker as it is. Counted per request, one outage
+// of a second would shun the peer for 30s.
+func (p *remote) trip(err error, sent time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if time.Now().After(p.downTil) {
-		slog.Warn("peer failed: reading its blocks from the object store", "peer", p.addr, "for", min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second), "err", err)
+	if !p.opened.Before(sent) {
+		return
 	}
 	p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
-	p.downTil = time.Now().Add(p.backoff)
+	p.opened = time.Now()
+	p.downTil = p.opened.Add(p.backoff)
+	slog.Warn("peer failed: reading its blocks from the object store", "peer", p.addr, "for", p.backoff, "err", err)
 	for {
 		select {
 		case pc := <-p.pool:
