@@ -179,9 +179,14 @@ func (p *remote) trip(err error, sent time.Time) {
 	}
 }
 
-func (p *remote) healthy() {
+// healthy says a request sent at sent came back: if it was sent after the
+// breaker last opened, the peer is well again and the next failure opens
+// it for 500ms. One sent before came back from the outage that opened it.
+func (p *remote) healthy(sent time.Time) {
 	p.mu.Lock()
-	p.backoff = 0
+	if p.opened.Before(sent) {
+		p.backoff = 0
+	}
 	p.mu.Unlock()
 }
 
@@ -232,6 +237,7 @@ func (p *remote) conn(ctx context.Context) (*Conn, error) {
 
 // get asks the peer for n bytes from at of a block, within the timeout.
 func (p *remote) get(ctx context.Context, object, version string, index, at, n int64) ([]byte, error) {
+	sent := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	pc, err := p.conn(ctx)
@@ -248,7 +254,7 @@ func (p *remote) get(ctx context.Context, object, version string, index, at, n i
 	}
 	pc.idle = time.Now()
 	p.pool <- pc
-	p.healthy()
+	p.healthy(sent)
 	return b, nil
 }
 
