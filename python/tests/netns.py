@@ -244,6 +244,7 @@ class Cluster:
             raise RuntimeError(err)
         sweep()
         self.dir, self.ranks, self.peer_timeout, self.peer_bytes = Path(dir), ranks, peer_timeout, peer_bytes
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.bin = bin or os.environ.get("RIFFLE_BIN") or str(REPO / "bin" / "riffle")
         self.tag = f"{PREFIX}{os.getpid()}"
         self.procs: list[subprocess.Popen] = []
@@ -306,6 +307,19 @@ class Cluster:
         for k in ("RIFFLE_PEERS", "RIFFLE_NODE", "RIFFLE_SOCKET"):
             e.pop(k, None)
         return e
+
+    def dataset(self, name: str, n: int, record_size: int, parts: int = 3) -> str:
+        """Write n records (conftest.record: each begins with its id) into parts objects of bucket bkt under name/;
+        returns their s3:// pattern."""
+        from conftest import record
+        d = self.bucket / name
+        d.mkdir()
+        bounds = [n * k // parts for k in range(parts + 1)]
+        for k in range(parts):
+            with open(d / f"part-{k}.bin", "wb") as f:
+                for i in range(bounds[k], bounds[k + 1]):
+                    f.write(record(i, record_size))
+        return f"s3://bkt/{name}/*.bin"
 
     def solo(self, url: str, record_size: int) -> dict[int, str]:
         """Every record's digest by id, as one daemon with no peers reads the dataset straight from the object store
@@ -447,6 +461,8 @@ def read_outputs(out: Path) -> dict[str, dict]:
                 raise
             if "attempt" in d:
                 head = d
+            elif "started" in d:
+                head["started"] = d["started"]
             elif "step" in d:
                 batches.append(d)
             else:
@@ -459,6 +475,18 @@ def read_outputs(out: Path) -> dict[str, dict]:
         for b in batches:
             a["batches"].append(dict(b, rank=head["rank"], node=head["node"]))
     return attempts
+
+
+def wait_gone(out: Path, node: int, timeout: float = 120) -> dict:
+    """The line a rank of node wrote when its daemon was gone for good (netns_train.py)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for a in read_outputs(out).values():
+            for r in a["ranks"].values():
+                if r["node"] == node and r["end"] and "gone" in r["end"]:
+                    return r["end"]
+        time.sleep(0.05)
+    raise TimeoutError(f"no rank of node {node} said its daemon was gone in {timeout}s")
 
 
 def committed(attempts: dict[str, dict]) -> list[dict]:

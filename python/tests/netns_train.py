@@ -80,6 +80,7 @@ def main() -> None:
                           "from": frm, "pid": os.getpid()}) + "\n")
 
     it = iter(loader)
+    log.write(json.dumps({"started": time.time()}) + "\n")
 
     def batch():
         t = time.monotonic()
@@ -110,7 +111,7 @@ def main() -> None:
             rows = b.numpy()
             ids = rows[:, :8].copy().view("<u8").ravel().tolist()
             dig = [digest(r.tobytes()) for r in rows]
-            log.write(json.dumps({"step": step, "ids": ids, "dig": dig, "wait": wait}) + "\n")
+            log.write(json.dumps({"step": step, "ids": ids, "dig": dig, "wait": wait, "t": time.time()}) + "\n")
             x = b[:, 8:16].float() / 255
             loss = model(x).pow(2).mean()
             opt.zero_grad()

@@ -27,21 +27,18 @@ the lost ranks, and the lost ranks' shares of the epoch would be lost.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 import netns
-from conftest import record
 
 pytestmark = pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
 
 REC = 4096
-N = 2400  # records: 9.4 MiB in 3 objects, 10 blocks of 1 MiB over 3 nodes
+N = 2400  # records: 9.4 MiB in 3 objects, 12 blocks of 1 MiB over 3 nodes
 BATCH = 16
 PAUSE = 8  # the step after which the fault comes: mid-epoch for any world here
-URL = "s3://bkt/ds/*.bin"
 PEER_TIMEOUT = 2.0  # the daemons' --peer-timeout
 # A batch whose reads ask a failed peer waits for it at most one timeout
 # (each request's deadline covers its dial, its place in the pool, its
@@ -58,14 +55,8 @@ RECONNECT = PEER_TIMEOUT  # how long a rank whose daemon went waits for it to an
 
 
 def dataset(c: netns.Cluster) -> dict[int, str]:
-    d = c.bucket / "ds"
-    d.mkdir()
-    per = N // 3
-    for k in range(3):
-        with open(d / f"part-{k}.bin", "wb") as f:
-            for i in range(k * per, (k + 1) * per):
-                f.write(record(i, REC))
-    return c.solo(URL, REC)
+    """The dataset, in 3 objects, and what a solo read of it gives."""
+    return c.solo(c.dataset("ds", N, REC), REC)
 
 
 def launch(c: netns.Cluster, out: Path, elastic: bool = False) -> None:
@@ -73,8 +64,8 @@ def launch(c: netns.Cluster, out: Path, elastic: bool = False) -> None:
     # reads after the fault are still to come when it comes (a dataset this
     # small would otherwise be read whole ahead of the ranks, as one much
     # larger than a job's memory is not).
-    c.launch(out, ["--url", URL, "--record-size", str(REC), "--batch", str(BATCH), "--pause-at", str(PAUSE),
-                   "--reconnect", str(RECONNECT), "--prefetch", "1"],
+    c.launch(out, ["--url", "s3://bkt/ds/*.bin", "--record-size", str(REC), "--batch", str(BATCH),
+                   "--pause-at", str(PAUSE), "--reconnect", str(RECONNECT), "--prefetch", "1"],
              min_nodes=len(c.nodes) - 1 if elastic else None, max_restarts=2 if elastic else 0,
              gloo_timeout=GLOO_TIMEOUT)
 
@@ -156,7 +147,7 @@ def test_daemon_killed(cluster, tmp_path):
     lost = c.nodes[2]
     c.go(out)
     lost.kill_daemon()
-    gone = wait_gone(out, lost.index)
+    gone = netns.wait_gone(out, lost.index)
     assert "reconnect" in gone["gone"], gone
     c.stop_torchrun(lost)
     c.wait_done(c.nodes[:2])
@@ -165,18 +156,6 @@ def test_daemon_killed(cluster, tmp_path):
     assert_no_stall(attempts, {0, 1})
     st = peers(c, c.nodes[:2])
     assert all(s["fallbacks"] > 0 for s in st), st
-
-
-def wait_gone(out: Path, node: int, timeout: float = 120) -> dict:
-    """The line a rank of node wrote when its daemon was gone for good."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for a in netns.read_outputs(out).values():
-            for r in a["ranks"].values():
-                if r["node"] == node and r["end"] and "gone" in r["end"]:
-                    return r["end"]
-        time.sleep(0.05)
-    raise TimeoutError(f"no rank of node {node} said its daemon was gone in {timeout}s")
 
 
 def test_daemon_restarted_empty(cluster, tmp_path):
