@@ -5,7 +5,7 @@ each reading an s3:// dataset on a real S3 server (versitygw, in a
 namespace of its own) through riffle.torch. The harness is netns.py, the
 ranks' script netns_train.py.
 
-Mid-epoch, after step PAUSE, one node (the last) meets a fault: its
+Mid-epoch (three fifths in), one node (the last) meets a fault: its
 packets dropped, its daemon killed for good, its daemon restarted empty,
 or its link slowed. Each time the epoch training kept is exact (every
 record once across the ranks, each with the bytes of a solo read), and no
@@ -41,7 +41,6 @@ pytestmark = pytest.mark.skipif(netns.available() is not None, reason=str(netns.
 REC = 4096
 N = 2400  # records: 9.4 MiB in 3 objects, 12 blocks of 1 MiB over 3 nodes
 BATCH = 16
-PAUSE = 8  # the step after which the fault comes: mid-epoch for any world here
 PEER_TIMEOUT = 2.0  # the daemons' --peer-timeout
 # A batch whose reads ask a failed peer waits for it at most one timeout
 # (each request's deadline covers its dial, its place in the pool, its
@@ -52,10 +51,10 @@ PEER_TIMEOUT = 2.0  # the daemons' --peer-timeout
 DEADLINE = 3 * PEER_TIMEOUT
 # How long DDP's collectives wait for a rank: for a node cut off, the time
 # the others take to fail and be restarted without it. Longer than any
-# wait riffle may make a rank (DEADLINE), with room; a shorter one than 15s
-# gains nothing, as torchrun's rendezvous drops a node only once its
-# heartbeats have stopped for 15s (torch 1.13: 3 of 5s).
-GLOO_TIMEOUT = max(2 * DEADLINE, 15.0)
+# wait riffle may make a rank (DEADLINE), with room. (torchrun's rendezvous
+# drops the node once its heartbeats have stopped for 15s, torch 1.13's 3
+# of 5s, whichever comes later.)
+GLOO_TIMEOUT = DEADLINE + 2 * PEER_TIMEOUT
 RECONNECT = PEER_TIMEOUT  # how long a rank whose daemon went waits for it to answer again
 
 
@@ -64,13 +63,19 @@ def dataset(c: netns.Cluster) -> dict[int, str]:
     return c.solo(c.dataset("ds", N, REC), REC)
 
 
+def pause(c: netns.Cluster) -> int:
+    """The step after which the fault comes: three fifths into the epoch, with batches of every node's blocks to
+    come, and few enough left that a restart's rest of the epoch is short."""
+    return N // (len(c.nodes) * c.ranks * BATCH) * 3 // 5
+
+
 def launch(c: netns.Cluster, out: Path, elastic: bool = False) -> None:
     # prefetch=1: each daemon reads one batch ahead of its ranks, so the
     # reads after the fault are still to come when it comes (a dataset this
     # small would otherwise be read whole ahead of the ranks, as one much
     # larger than a job's memory is not).
     c.launch(out, ["--url", "s3://bkt/ds/*.bin", "--record-size", str(REC), "--batch", str(BATCH),
-                   "--pause-at", str(PAUSE), "--reconnect", str(RECONNECT), "--prefetch", "1"],
+                   "--pause-at", str(pause(c)), "--reconnect", str(RECONNECT), "--prefetch", "1"],
              min_nodes=len(c.nodes) - 1 if elastic else None, max_restarts=2 if elastic else 0,
              gloo_timeout=GLOO_TIMEOUT)
 
@@ -108,7 +113,7 @@ def test_healthy(cluster, tmp_path):
     solo = dataset(c)
     out = tmp_path / "out"
     launch(c, out)
-    c.wait_at(out, PAUSE, 6)
+    c.wait_at(out, pause(c), 6)
     c.go(out)
     c.wait_done(c.nodes)
     attempts, _ = netns.check_epoch(out, solo)
@@ -128,7 +133,7 @@ def test_cut_off(cluster, tmp_path):
     solo = dataset(c)
     out = tmp_path / "out"
     launch(c, out, elastic=True)
-    c.wait_at(out, PAUSE, 3)
+    c.wait_at(out, pause(c), 3)
     lost = c.nodes[2]
     c.go(out)
     c.cut(lost)
@@ -149,7 +154,7 @@ def test_daemon_killed(cluster, tmp_path):
     solo = dataset(c)
     out = tmp_path / "out"
     launch(c, out, elastic=True)
-    c.wait_at(out, PAUSE, 3)
+    c.wait_at(out, pause(c), 3)
     lost = c.nodes[2]
     c.go(out)
     lost.kill_daemon()
@@ -172,7 +177,7 @@ def test_daemon_restarted_empty(cluster, tmp_path):
     solo = dataset(c)
     out = tmp_path / "out"
     launch(c, out)
-    c.wait_at(out, PAUSE, 6)
+    c.wait_at(out, pause(c), 6)
     node = c.nodes[2]
     c.go(out)
     node.restart_daemon()
@@ -200,7 +205,7 @@ def test_slow_link(cluster, tmp_path):
     solo = dataset(c)
     out = tmp_path / "out"
     launch(c, out)
-    c.wait_at(out, PAUSE, 3)
+    c.wait_at(out, pause(c), 3)
     c.go(out)
     c.slow(c.nodes[2], "1mbit", into=False)
     c.wait_done(c.nodes)
