@@ -15,8 +15,11 @@ then); every case's epoch is checked exact against a solo read.
 The epoch's time runs from the first rank's first batch request to the last
 batch training kept, less the harness's pause; for a lost node it includes
 the time DDP takes to notice (its collective timeout), torchrun's new
-rendezvous and the workers' restart. Also shown: the object store's bytes
-the surviving daemons fetched, over the dataset's, and their fallbacks.
+rendezvous and the workers' restart (shown apart: from the last batch
+before the failure to the first after the resume). Also shown: the object
+store's bytes the two other daemons fetched, over the dataset's, their
+fallbacks (reads of a block from the store because its owner failed), and
+the longest a rank of theirs waited for a batch other than a job's first.
 
     sudo .venv/bin/python bench/netns.py
 """
@@ -70,11 +73,16 @@ def run_case(case: str, work: Path, args, solo: dict | None) -> dict:
         attempts, batches = netns.check_epoch(out, solo)
         start = min(r["started"] for a in attempts.values() for r in a["ranks"].values() if a["resumed"] is None)
         end = max(b["t"] for b in batches)
+        # How long training stood still: from the last batch of the attempt
+        # that met the fault to the first of the one that resumed.
+        first = [a for a in attempts.values() if a["resumed"] is None][0]
+        later = [b["t"] for a in attempts.values() if a["resumed"] is not None for b in a["batches"]]
+        stood = min(later) - max(b["t"] for b in first["batches"]) if later else 0.0
         st = [n.status()["peers"] for n in c.nodes[:2]]
         _, rest = netns.waits(attempts, {0, 1})
         return {"case": case, "epoch_s": end - start - (went - paused), "attempts": len(attempts),
                 "fetched": sum(s["fetched"] for s in st) / (args.records * args.record_size),
-                "fallbacks": sum(s["fallbacks"] for s in st), "max_wait_s": rest, "solo": solo}
+                "fallbacks": sum(s["fallbacks"] for s in st), "max_wait_s": rest, "stood_s": stood, "solo": solo}
     finally:
         c.close()
 
@@ -102,7 +110,7 @@ def main() -> None:
           f"{args.record_size} B ({mib:.0f} MiB, 3 objects) on versitygw; batch {args.batch}, fault after step "
           f"{args.pause_at}, --peer-timeout {args.peer_timeout}s; {datetime.date.today()}", flush=True)
     print(f"  {'case':<9} {'epoch s':>8} {'x healthy':>10} {'attempts':>9} {'store/dataset':>14} "
-          f"{'fallbacks':>10} {'max wait s':>11}", flush=True)
+          f"{'fallbacks':>10} {'max wait s':>11} {'restart s':>10}", flush=True)
     solo, base = None, None
     for case in args.cases.split(","):
         r = run_case(case, work, args, solo)
@@ -111,7 +119,7 @@ def main() -> None:
             base = r["epoch_s"]
         ratio = f"{r['epoch_s'] / base:.2f}" if base else "-"
         print(f"  {case:<9} {r['epoch_s']:>8.1f} {ratio:>10} {r['attempts']:>9} {r['fetched']:>14.2f} "
-              f"{r['fallbacks']:>10} {r['max_wait_s']:>11.2f}", flush=True)
+              f"{r['fallbacks']:>10} {r['max_wait_s']:>11.2f} {r['stood_s']:>10.1f}", flush=True)
 
 
 if __name__ == "__main__":
