@@ -101,7 +101,7 @@ func ReadHello(r io.Reader) (string, error) {
 	}
 	tok := make([]byte, n)
 	if _, err := io.ReadFull(r, tok); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrFrame, err)
+		return "", cut(err)
 	}
 	return string(tok), nil
 }
@@ -125,7 +125,7 @@ func ReadRequest(r io.Reader) (Request, error) {
 	var h [requestHead]byte
 	if n, err := io.ReadFull(r, h[:]); err != nil {
 		if n > 0 {
-			err = fmt.Errorf("%w: %w", ErrFrame, err)
+			err = cut(err)
 		}
 		return Request{}, err
 	}
@@ -139,10 +139,20 @@ func ReadRequest(r io.Reader) (Request, error) {
 	}
 	names := make([]byte, on+vn)
 	if _, err := io.ReadFull(r, names); err != nil {
-		return Request{}, fmt.Errorf("%w: %w", ErrFrame, err)
+		return Request{}, cut(err)
 	}
 	q.Object, q.Version = string(names[:on]), string(names[on:])
 	return q, nil
+}
+
+// cut is an error met in the middle of a frame: the stream ending there
+// made a malformed frame; any other error (a deadline that passed, a
+// reset) is the connection's, and says so as it is.
+func cut(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: cut short: %w", ErrFrame, err)
+	}
+	return err
 }
 
 // appendAnswerHead appends an answer's header: n bytes follow it.
@@ -192,7 +202,7 @@ func ReadAnswer(r io.Reader, want int) (Answer, error) {
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
-		return Answer{}, fmt.Errorf("%w: %w", ErrFrame, err)
+		return Answer{}, cut(err)
 	}
 	if a.Status == StatusOK {
 		a.Data = b

@@ -249,6 +249,7 @@ func (c *Cluster) block(ctx context.Context, r storage.Reader, version string, i
 		return c.owned(ctx, r, version, index, func(b []byte) { copy(dst, b[at:]) })
 	}
 	if p := c.peers[owner]; p.up() {
+		sent := time.Now()
 		b, err := p.get(ctx, r.Name(), version, index, at, int64(len(dst)))
 		if err == nil && len(b) == len(dst) {
 			c.st.fromPeers.Add(1)
@@ -264,7 +265,7 @@ func (c *Cluster) block(ctx context.Context, r storage.Reader, version string, i
 		if err == nil {
 			err = fmt.Errorf("%w: %d bytes for %d", ErrFrame, len(b), len(dst))
 		}
-		p.trip(err)
+		p.trip(err, sent)
 	}
 	// The owner failed: read just these bytes from the store, keep nothing.
 	c.st.fallbacks.Add(1)
@@ -279,27 +280,22 @@ func (c *Cluster) blockLen(size, index int64) int64 {
 	return min(size-index*c.opts.Block, c.opts.Block)
 }
 
-func (c *Cluster) fetch(ctx context.Context, r storage.Reader, index int64) ([]byte, error) {
-	b := make([]byte, c.blockLen(r.Size(), index))
-	if err := r.ReadAt(ctx, b, index*c.opts.Block); err != nil {
-		return nil, err
-	}
-	c.st.fetched.Add(int64(len(b)))
-	return b, nil
-}
-
 // owned gives the bytes of a block this node keeps: from memory, or
-// fetched once (concurrent readers wait for the one fetch) and kept.
+// fetched once and kept. The first reader to miss the block claims it and
+// fetches it; readers that come while it does wait for that one fetch
+// (GetOrClaim finds the block missing and claims it in one step: a reader
+// that missed it and then found it claimed by another used to fetch the
+// whole block again for itself).
 func (c *Cluster) owned(ctx context.Context, r storage.Reader, version string, index int64, use func([]byte)) error {
 	key := c.key(r.Name(), version, index)
 	for {
-		it, st := c.mem.Get(key)
+		it, st := c.mem.GetOrClaim(key)
 		switch st {
 		case cache.Ready:
 			use(it.Bytes())
 			it.Done(true)
 			return nil
-		case cache.Claimed: // reserved with no reader yet: this one fills it
+		case cache.Claimed:
 			return c.fill(ctx, r, index, it, use)
 		case cache.Loading:
 			done := make(chan error, 1)
@@ -312,31 +308,18 @@ func (c *Cluster) owned(ctx context.Context, r storage.Reader, version string, i
 					return nil
 				}
 				it.Done(false)
-				// The fetch failed: try again (a Miss now).
+				// The fetch failed (its reader's context ended, or the
+				// store's read): claim the block again.
 			case <-ctx.Done():
 				it.Done(false)
 				return ctx.Err()
 			}
-		case cache.Miss:
-			it, ok := c.mem.Reserve(key, int(c.blockLen(r.Size(), index)), 0, cache.Never, true)
-			if !ok {
-				if c.mem.Contains(key) {
-					continue
-				}
-				// No room (the budget is spoken for by blocks being read):
-				// read it for this reader alone.
-				b, err := c.fetch(ctx, r, index)
-				if err != nil {
-					return err
-				}
-				use(b)
-				return nil
-			}
-			return c.fill(ctx, r, index, it, use)
 		}
 	}
 }
 
+// fill fetches a block this reader claimed, keeps it if the budget has
+// room (if not, those waiting for it still get it), and gives it to use.
 func (c *Cluster) fill(ctx context.Context, r storage.Reader, index int64, it *cache.Item, use func([]byte)) (err error) {
 	filled, done := false, false
 	defer func() {
@@ -349,14 +332,16 @@ func (c *Cluster) fill(ctx context.Context, r storage.Reader, index int64, it *c
 			it.Done(false)
 		}
 	}()
-	err = r.ReadAt(ctx, it.Bytes(), index*c.opts.Block)
+	b := make([]byte, c.blockLen(r.Size(), index))
+	err = r.ReadAt(ctx, b, index*c.opts.Block)
 	if err == nil {
-		c.st.fetched.Add(int64(len(it.Bytes())))
+		c.st.fetched.Add(int64(len(b)))
+		c.mem.Set(it, b, nil)
 	}
 	c.mem.Fill(it, err)
 	filled = true
 	if err == nil {
-		use(it.Bytes())
+		use(b)
 	}
 	it.Done(err == nil)
 	done = true

@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"sync/atomic"
@@ -72,5 +73,55 @@ func TestIdlePooledConnectionDropped(t *testing.T) {
 	}
 	if n := p.open.Load(); n != 1 {
 		t.Fatalf("%d connections counted open, want 1", n)
+	}
+}
+
+// The breaker's backoff grows with each time it opens, not with each
+// request that fails: the requests in flight to a peer when it fails (a
+// pool's worth) all fail, and a daemon restarted in a second must not be
+// shunned for the 30s the sixteenth doubling reaches.
+func TestBreakerBacksOffPerOpening(t *testing.T) {
+	p := &remote{addr: "127.0.0.1:1", token: "t", timeout: time.Second, pool: make(chan *Conn, 16)}
+	fail := errors.New("connection refused")
+	start := time.Now()
+	for range 16 {
+		p.trip(fail, start) // every request in flight, all sent before it opened
+	}
+	if p.backoff != 500*time.Millisecond {
+		t.Fatalf("16 requests in flight failed at once: the breaker stays open %v, want 500ms", p.backoff)
+	}
+	// A request sent after it opened (its probe, once it closed) that
+	// fails opens it again, for twice as long.
+	p.mu.Lock()
+	p.downTil = time.Now()
+	p.mu.Unlock()
+	p.trip(fail, time.Now())
+	if p.backoff != time.Second {
+		t.Fatalf("a failed probe opened the breaker for %v, want 1s", p.backoff)
+	}
+}
+
+// Only a request sent after the breaker last opened says the peer is
+// well again: one that was in flight when it opened and came back in time
+// (a slow peer answers some requests within the timeout and not others)
+// leaves the backoff to grow, or a slow peer is asked again every half
+// second, each time costing the reads in flight a timeout.
+func TestBreakerForgetsOnlyForLaterRequests(t *testing.T) {
+	p := &remote{addr: "127.0.0.1:1", token: "t", timeout: time.Second, pool: make(chan *Conn, 16)}
+	fail := errors.New("i/o timeout")
+	for k := range 3 {
+		sent := time.Now()
+		p.trip(fail, sent)
+		p.healthy(sent) // in flight when it opened, answered in time
+		if want := 500 * time.Millisecond << k; p.backoff != want {
+			t.Fatalf("opening %d: backoff %v after a request in flight came back, want %v", k+1, p.backoff, want)
+		}
+		p.mu.Lock()
+		p.downTil = time.Now() // it closes again
+		p.mu.Unlock()
+	}
+	p.healthy(time.Now())
+	if p.backoff != 0 {
+		t.Fatalf("a request sent after the breaker closed came back: backoff %v, want 0", p.backoff)
 	}
 }

@@ -129,6 +129,7 @@ type remote struct {
 	open        atomic.Int32
 
 	mu      sync.Mutex
+	opened  time.Time // when the breaker last opened
 	downTil time.Time
 	backoff time.Duration
 }
@@ -150,15 +151,22 @@ func (p *remote) up() bool {
 	return time.Now().After(p.downTil)
 }
 
-// trip opens the breaker: 500ms after a first failure, doubling to 30s.
-func (p *remote) trip(err error) {
+// trip opens the breaker after a request sent at sent failed: for 500ms
+// the first time, twice as long each time it opens again, up to 30s. A
+// request sent before the breaker last opened failed with the rest of that
+// outage (the requests in flight when a peer fails, a pool's worth, all
+// fail): it leaves the breaker as it is. Counted per request, one outage
+// of a second would shun the peer for 30s.
+func (p *remote) trip(err error, sent time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if time.Now().After(p.downTil) {
-		slog.Warn("peer failed: reading its blocks from the object store", "peer", p.addr, "for", min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second), "err", err)
+	if !p.opened.Before(sent) {
+		return
 	}
 	p.backoff = min(max(p.backoff*2, 500*time.Millisecond), 30*time.Second)
-	p.downTil = time.Now().Add(p.backoff)
+	p.opened = time.Now()
+	p.downTil = p.opened.Add(p.backoff)
+	slog.Warn("peer failed: reading its blocks from the object store", "peer", p.addr, "for", p.backoff, "err", err)
 	for {
 		select {
 		case pc := <-p.pool:
@@ -171,9 +179,14 @@ func (p *remote) trip(err error) {
 	}
 }
 
-func (p *remote) healthy() {
+// healthy says a request sent at sent came back: if it was sent after the
+// breaker last opened, the peer is well again and the next failure opens
+// it for 500ms. One sent before came back from the outage that opened it.
+func (p *remote) healthy(sent time.Time) {
 	p.mu.Lock()
-	p.backoff = 0
+	if p.opened.Before(sent) {
+		p.backoff = 0
+	}
 	p.mu.Unlock()
 }
 
@@ -224,6 +237,7 @@ func (p *remote) conn(ctx context.Context) (*Conn, error) {
 
 // get asks the peer for n bytes from at of a block, within the timeout.
 func (p *remote) get(ctx context.Context, object, version string, index, at, n int64) ([]byte, error) {
+	sent := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	pc, err := p.conn(ctx)
@@ -240,7 +254,7 @@ func (p *remote) get(ctx context.Context, object, version string, index, at, n i
 	}
 	pc.idle = time.Now()
 	p.pool <- pc
-	p.healthy()
+	p.healthy(sent)
 	return b, nil
 }
 

@@ -2,7 +2,8 @@
 # Installs what riffle's tests and benchmarks need from Debian's packages,
 # only when something is missing: real PyTorch, torchvision, numpy and
 # Pillow for the Python client's tests and examples, scikit-learn as an
-# independent LIBSVM reader, pytest to run them, fio for the benchmarks'
+# independent LIBSVM reader, PyYAML for the test of docs/nodes.md's
+# manifests, pytest to run them, fio for the benchmarks'
 # device ceiling, chromium for the test of the daemon's live view in a
 # real headless browser (server/view_browser_test.go); then a virtualenv
 # (.venv, on top of those) with the pinned PyPI packages the tests use as
@@ -16,6 +17,7 @@ need=()
 /usr/bin/python3 -c 'import PIL' 2>/dev/null || need+=(python3-pil)
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || need+=(python3-torchvision)
 /usr/bin/python3 -c 'import sklearn' 2>/dev/null || need+=(python3-sklearn)
+/usr/bin/python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 command -v fio >/dev/null || need+=(fio)
 command -v chromium >/dev/null || need+=(chromium)
 grep -qs jpeg_crop_scanline /usr/include/jpeglib.h || need+=(libjpeg62-turbo-dev)

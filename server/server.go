@@ -85,13 +85,16 @@ type Server struct {
 	// Peers, if set, are the TCP addresses of every node's daemon: their
 	// memory together holds the blocks of s3:// objects, each block in
 	// its owner's (package peer). Node is this one's index in the list;
-	// PeerBytes the memory it gives owned blocks. Every node needs the
-	// same Token. Nodes ask each other in the peer protocol, on the TCP
-	// port clients use (docs/peers.md): one address a node, and a
-	// connection's first four bytes tell a peer from a client.
-	Peers     []string
-	Node      int
-	PeerBytes int64
+	// PeerBytes the memory it gives owned blocks; PeerTimeout bounds one
+	// request to a peer before the object store is read instead (default
+	// peer.Options' 2s). Every node needs the same Token. Nodes ask each
+	// other in the peer protocol, on the TCP port clients use
+	// (docs/peers.md): one address a node, and a connection's first four
+	// bytes tell a peer from a client.
+	Peers       []string
+	Node        int
+	PeerBytes   int64
+	PeerTimeout time.Duration
 	// Outputs is the catalogue of persisted transform outputs (riffle pack
 	// --transform) a job asking for a transform reads instead of
 	// transforming; default catalogue.Default().
@@ -203,7 +206,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		st := inner
 		if len(s.Peers) > 0 {
 			c, err := peer.New(st, peer.Options{Peers: s.Peers, Self: s.Node, Token: s.Token,
-				Budget: max(s.PeerBytes, 1<<26)})
+				Budget: max(s.PeerBytes, 1<<26), Timeout: s.PeerTimeout})
 			if err != nil {
 				slog.Warn("no cluster tier", "err", err)
 			} else {

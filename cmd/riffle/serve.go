@@ -116,6 +116,7 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.StringVar(&peers, "peers", "", "every node's daemon (host:port,... in the same order on every node, or dns:NAME:PORT for a headless service; default $RIFFLE_PEERS): their memory holds s3:// blocks together")
 	fl.IntVar(&node, "node", -1, "this node's index in --peers (default $RIFFLE_NODE, $NODE_RANK, $GROUP_RANK, $SLURM_NODEID, else where --tcp is in the list)")
 	fl.Var(sizeFlag{&s.PeerBytes}, "peer-bytes", "memory for the blocks this node owns, like 8GiB (default 64MiB)")
+	fl.DurationVar(&s.PeerTimeout, "peer-timeout", 2*time.Second, "how long a request to another node may take before this node reads those bytes from the object store itself (and stops asking that node for a while)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log every request")
 	fl.BoolVar(&quiet, "quiet", false, "log only warnings; exit quietly if another daemon serves the socket")
 	return cmd
