@@ -386,7 +386,10 @@ func (j *Job) shareSources(cfg sampler.Config, locals []*roaring.Bitmap, srcs []
 	if err != nil {
 		return fmt.Errorf("%w: %w", errSpec, err)
 	}
-	draws := at.Draws(plan.Loader.Epoch, 0)
+	draws, err := at.Draws(plan.Loader.Epoch, 0)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errSpec, err)
+	}
 	for k, p := range j.src.parts {
 		epoch := plan.Loader.Epoch
 		if plan.Mixture.Cycle {

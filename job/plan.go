@@ -472,10 +472,8 @@ func checkMixture(spec *wire.JobSpec) (*Mixture, error) {
 		if len(ws) != len(spec.Mixture) {
 			return specErr("%s: %d weights for %d sources", what, len(ws), len(spec.Mixture))
 		}
-		for i, w := range ws {
-			if !sampler.ValidWeight(w) {
-				return specErr("%s: source %d's weight is %v, want a positive finite number", what, i, w)
-			}
+		if err := sampler.CheckWeights(ws); err != nil {
+			return specErr("%s: %v", what, err)
 		}
 		return nil
 	}
