@@ -59,7 +59,7 @@ const (
 	maxRecordSize = 1 << 30
 	maxHeader     = 1 << 40
 	maxWorld      = 1 << 16
-	maxEpoch      = 1 << 40
+	maxEpoch      = sampler.MaxEpoch
 	maxEpochs     = 1 << 30
 	maxBuffer     = 1 << 26
 	maxBlockSize  = 1 << 30

@@ -344,10 +344,10 @@ func (m *Mixture) Restore(state []byte) (int, int, error) {
 		}
 		v[k], r = x, r[n:]
 	}
-	epoch, pos := int(v[0]), int(v[1])
-	if int(v[2]) != len(m.sources) || pos > m.n {
-		return bad(fmt.Sprintf("saved for %d sources at position %d, this one has %d sources and %d positions", v[2], pos, len(m.sources), m.n))
+	if v[0] > MaxEpoch || v[1] > uint64(m.n) || v[2] != uint64(len(m.sources)) {
+		return bad(fmt.Sprintf("saved for %d sources at epoch %d position %d, this one has %d sources and %d positions", v[2], v[0], v[1], len(m.sources), m.n))
 	}
+	epoch, pos := int(v[0]), int(v[1])
 	for i, s := range m.sources {
 		n, k := binary.Uvarint(r)
 		if k <= 0 || uint64(len(r)-k) < n {
