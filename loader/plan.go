@@ -130,7 +130,10 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 	if len(skip) > 0 {
 		// Resuming inside an opportunistic window: its records already
 		// delivered are left out, and the batches delivered are not cut again.
-		j.ids = slices.DeleteFunc(j.ids, func(id int) bool { return slices.Contains(skip, id) })
+		// A sorted copy is searched: a scan of skip for each id was
+		// quadratic in a client's list (up to MaxWindow·MaxBatchSize).
+		sorted := slices.Sorted(slices.Values(skip))
+		j.ids = slices.DeleteFunc(j.ids, func(id int) bool { _, ok := slices.BinarySearch(sorted, id); return ok })
 		first = l.opts.Batch
 		n = len(j.ids)
 	}
