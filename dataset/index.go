@@ -325,8 +325,13 @@ func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, 
 // must be owned by this user and writable by no one else (another user
 // could plant an index that reads records wrong), it is made 0700 (its
 // listing names the datasets indexed) and its files 0600, opened with
-// O_NOFOLLOW. Beside the data, the sidecar is read through the data's
-// store (and its confinement), as a regular file of at most limit bytes.
+// O_NOFOLLOW. Beside local data, the sidecar is trusted as that directory
+// is (besideTrusted): read through the data's store (and its
+// confinement), as a regular file of at most limit bytes, only from a
+// directory, and of an owner and mode, that privdir would trust, and
+// written only into such a directory; else it is built and kept in the
+// cache directory, and one another user planted beside the data is never
+// read.
 func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, opts Options, limit int64,
 	decode func(path string, b []byte, key indexKey) error, build func(key indexKey) ([]byte, error)) error {
 	key := sourceKey(src, variant)
@@ -334,7 +339,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	beside := func(p string) bool { return !opts.IndexInDirOnly && p == paths[0] }
 	read := func(p string) ([]byte, error) {
 		if beside(p) {
-			return opts.Store.ReadFile(ctx, p, limit)
+			return readBeside(ctx, opts.Store, p, limit)
 		}
 		d, err := privdir.Open(filepath.Dir(p))
 		if err != nil {
@@ -345,6 +350,9 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	}
 	write := func(p string, b []byte) error {
 		if beside(p) {
+			if err := besideTrusted(p); err != nil {
+				return err
+			}
 			return opts.Store.WriteFile(ctx, p, b)
 		}
 		d, err := privdir.Open(filepath.Dir(p))
@@ -359,6 +367,13 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 		for _, p := range paths {
 			b, err := read(p)
 			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if errors.Is(err, privdir.ErrNotPrivate) {
+				// Another user may write there: the index is the index
+				// directory's (a log line a file of a dataset would be
+				// thousands an open).
+				slog.Debug("index beside the data not used", "source", src.Name(), "reason", err)
 				continue
 			}
 			if err == nil {
@@ -392,4 +407,60 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	}
 	slog.Warn("index not saved; it will be rebuilt next time", "source", src.Name(), "err", saveErr)
 	return nil
+}
+
+// besideTrusted says whether the directory of a sidecar beside local
+// data is one privdir would trust (owned by this user, writable by no
+// one else): where another user may write, they may plant an index that
+// reads every record at offsets of their choosing, its checksum fixed
+// up. An object store's directory is trusted as its data is.
+func besideTrusted(p string) error {
+	if storage.IsS3(p) {
+		return nil
+	}
+	dir := filepath.Dir(p)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	return privdir.Trusted(dir, &st)
+}
+
+// readBeside reads the sidecar p beside the data through the store, if
+// its directory is trusted (besideTrusted) and the file it opened is too:
+// owned by this user and writable by no one else, as fstat says of the
+// descriptor read, so a file swapped in after the directory's check is
+// refused, not read. A local file read through no descriptor (a store
+// that wraps its readers) cannot be checked, and is refused.
+func readBeside(ctx context.Context, store storage.Store, p string, limit int64) ([]byte, error) {
+	if storage.IsS3(p) {
+		return store.ReadFile(ctx, p, limit)
+	}
+	if err := besideTrusted(p); err != nil {
+		return nil, err
+	}
+	r, err := store.Open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	f, ok := r.(interface{ Fd() int })
+	if !ok {
+		return nil, fmt.Errorf("%s: read through a %T, whose owner cannot be checked: %w", p, r, privdir.ErrNotPrivate)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(f.Fd(), &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: p, Err: err}
+	}
+	if err := privdir.Trusted(p, &st); err != nil {
+		return nil, err
+	}
+	if r.Size() > limit {
+		return nil, fmt.Errorf("%s: %w: %d bytes, at most %d", p, storage.ErrTooLarge, r.Size(), limit)
+	}
+	b := make([]byte, r.Size())
+	if err := r.ReadAt(ctx, b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

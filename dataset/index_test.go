@@ -207,3 +207,123 @@ func TestIndexDirPrivate(t *testing.T) {
 		}
 	}
 }
+
+// forge rewrites the offset table of the index at from into to, as
+// change makes its offsets, its checksum fixed: what another user who can
+// write beside the data can plant.
+func forge(t *testing.T, from, to string, change func(offs []uint64)) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := binary.LittleEndian.Uint64(b[32:])
+	offs := make([]uint64, count+1)
+	for i := range offs {
+		offs[i] = binary.LittleEndian.Uint64(b[48+8*i:])
+	}
+	change(offs)
+	for i, o := range offs {
+		binary.LittleEndian.PutUint64(b[48+8*i:], o)
+	}
+	n := len(b) - 4
+	binary.LittleEndian.PutUint32(b[n:], crc32.Checksum(b[:n], crc32.MakeTable(crc32.Castagnoli)))
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An index beside the data is read only where the daemon would trust a
+// cache directory: in a data directory another user can write, or owns,
+// one planted there (every offset shifted, its checksum fixed: each
+// record read wrong) is not read, and the index is built and kept in the
+// index directory; in a directory of ours, one anyone may write, or
+// (as root) another user owns, is not read either.
+func TestForgedIndexBesideTheData(t *testing.T) {
+	old := unix.Umask(0o022)
+	defer unix.Umask(old)
+	ctx := context.Background()
+	want, data := lines(300, 5)
+	shift := func(offs []uint64) {
+		for i := 1; i < len(offs)-1; i++ {
+			offs[i]++
+		}
+	}
+	// check reads p's records, and finds the index kept in idx, or (a
+	// directory of ours) beside the data, ours in place of the planted.
+	check := func(t *testing.T, p, idx string, beside bool) {
+		t.Helper()
+		ds, err := Open(ctx, Options{Format: "text", IndexDir: idx}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ds.Close()
+		wrong := 0
+		for id := range ds.Len() {
+			if string(record(t, ds, id)) != want[id] {
+				wrong++
+			}
+		}
+		if wrong > 0 || ds.Len() != len(want) {
+			t.Fatalf("%d of %d records read wrong through a planted index", wrong, ds.Len())
+		}
+		kept := IndexPaths(p, idx, true)[0]
+		if beside {
+			kept = p + IndexExt
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(kept, &st); err != nil || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			t.Fatalf("the index kept at %s: %v, owner %d mode %o", kept, err, st.Uid, st.Mode&0o777)
+		}
+	}
+	plant := func(t *testing.T, dir string) (p, idx string) {
+		p = filepath.Join(dir, "d.txt")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		idx = filepath.Join(t.TempDir(), "idx")
+		ds, err := Open(ctx, Options{Format: "text", IndexDir: idx, IndexInDirOnly: true}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds.Close()
+		forge(t, IndexPaths(p, idx, true)[0], p+IndexExt, shift)
+		os.Remove(IndexPaths(p, idx, true)[0])
+		return p, idx
+	}
+	for _, d := range privdirtest.UnsafeDirs(t) {
+		t.Run(filepath.Base(d)+" directory", func(t *testing.T) {
+			p, idx := plant(t, d)
+			check(t, p, idx, false)
+		})
+	}
+	t.Run("file anyone may write", func(t *testing.T) {
+		p, idx := plant(t, t.TempDir())
+		if err := os.Chmod(p+IndexExt, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		check(t, p, idx, true)
+	})
+	if os.Geteuid() == 0 {
+		t.Run("file another user owns", func(t *testing.T) {
+			p, idx := plant(t, t.TempDir())
+			if err := os.Chown(p+IndexExt, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			check(t, p, idx, true)
+		})
+	}
+	// In a directory of ours, the index is kept beside the data.
+	p := filepath.Join(t.TempDir(), "d.txt")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := Open(ctx, Options{Format: "text", IndexDir: filepath.Join(t.TempDir(), "idx")}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds.Close()
+	if _, err := os.Stat(p + IndexExt); err != nil {
+		t.Fatalf("no index beside data in a directory of ours: %v", err)
+	}
+}
