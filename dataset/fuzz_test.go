@@ -152,12 +152,15 @@ func FuzzTFScanner(f *testing.F) {
 
 func FuzzDecodeIndex(f *testing.F) {
 	key := indexKey{variant: 1, size: 100, version: 5}
-	f.Add(encodeIndex(key, table{offs: []int64{0, 10, 50, 100}}))
-	f.Add(encodeIndex(key, table{offs: []int64{0, 10, 50, 100}, ends: []recordEnd{{1, 30}, {2, 100}}}))
+	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 52, 100}}))
+	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 52, 100}, ends: []recordEnd{{1, 30}, {2, 100}}}))
+	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 16, 100}})) // a record of no frame
+	f.Add(encodeIndex(key, table{offs: []int64{0, 18, 52, 100}})) // one off its alignment
 	f.Add(encodeIndex(key, table{offs: []int64{0}}))
 	f.Add([]byte(indexMagic + "short"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tb, err := decodeIndex("fuzz.ridx", b, key)
+		sh := shape{head: 12, min: 16, align: 4}
+		tb, err := decodeIndex("fuzz.ridx", b, key, sh)
 		if err != nil {
 			var fe *FormatError
 			if !errors.As(err, &fe) || fe.Path != "fuzz.ridx" {
@@ -167,13 +170,21 @@ func FuzzDecodeIndex(f *testing.F) {
 		}
 		offs := tb.offs
 		for i := 1; i < len(offs); i++ {
-			if offs[i] < offs[i-1] || offs[i] > key.size {
+			if offs[i] < offs[i-1] || offs[i] > key.size || offs[i-1]%sh.align != 0 {
 				t.Fatalf("accepted offsets %v", offs)
 			}
 		}
 		for _, e := range tb.ends {
-			if e.end < offs[e.record] || e.end > offs[e.record+1] {
+			if e.end < offs[e.record]+sh.head || e.end > offs[e.record+1] {
 				t.Fatalf("accepted end %v outside its record", e)
+			}
+		}
+		// Every record lies in the source, of a length not negative.
+		p := &offsetPart{t: tb, head: int(sh.head), tail: 4}
+		for i := range p.Count() {
+			off, n := p.Locate(i)
+			if n < 0 || off < 0 || off+int64(n) > key.size {
+				t.Fatalf("record %d at %d of %d bytes, in a source of %d", i, off, n, key.size)
 			}
 		}
 	})

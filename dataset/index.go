@@ -188,8 +188,18 @@ func encodeIndex(k indexKey, t table) []byte {
 	return frameIndex(k, b)
 }
 
+// shape is what a format's records are in its file, which an offset table
+// read from disk is checked against: each record's span (from its offset
+// to the next's) holds at least min bytes (its frame: a TFRecord's length,
+// CRCs and none of data, 16; a line's newline, 1; a tar member's header,
+// 512), a record listed with its own end ends at least head bytes after
+// its offset, and each record starts at a multiple of align. A table that
+// breaks them (zero-width records, which reached the client as length -1
+// and panicked the loader) was not made by a scan of the format.
+type shape struct{ head, min, align int64 }
+
 // decodeIndex checks an offset table's sidecar and returns its table.
-func decodeIndex(path string, b []byte, want indexKey) (table, error) {
+func decodeIndex(path string, b []byte, want indexKey, sh shape) (table, error) {
 	p, err := unframeIndex(path, b, want)
 	if err != nil {
 		return table{}, err
@@ -207,26 +217,39 @@ func decodeIndex(path string, b []byte, want indexKey) (table, error) {
 		return table{}, bad(indexFrame, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, body)
 	}
 	t := table{offs: make([]int64, count+1)}
-	prev := int64(0)
 	at := 16
 	for i := range t.offs {
 		o := int64(binary.LittleEndian.Uint64(p[at:]))
-		if o < prev || o > want.size {
-			return table{}, bad(int64(indexFrame+at), "offset %d of record %d is out of order or past the source's end", o, i)
+		if o < 0 || o > want.size || i > 0 && o < t.offs[i-1] || i < int(count) && sh.align > 1 && o%sh.align != 0 {
+			return table{}, bad(int64(indexFrame+at), "offset %d of record %d is out of order, past the source's end of %d or not a multiple of %d", o, i, want.size, max(1, sh.align))
 		}
-		t.offs[i], prev = o, o
+		t.offs[i] = o
 		at += 8
 	}
 	last := -1
 	for range nexc {
 		r := binary.LittleEndian.Uint64(p[at:])
 		e := int64(binary.LittleEndian.Uint64(p[at+8:]))
-		if r >= count || int(r) <= last || e < t.offs[r] || e > t.offs[r+1] {
+		if r >= count || int(r) <= last || e < t.offs[r]+sh.head || e > t.offs[r+1] {
 			return table{}, bad(int64(indexFrame+at), "end %d of record %d is out of order or outside the record", e, r)
 		}
 		t.ends = append(t.ends, recordEnd{record: int(r), end: e})
 		last = int(r)
 		at += 16
+	}
+	// A record without an end of its own spans to the next: its frame,
+	// at least.
+	k := 0
+	for i := range int(count) {
+		for k < len(t.ends) && t.ends[k].record < i {
+			k++
+		}
+		if k < len(t.ends) && t.ends[k].record == i {
+			continue
+		}
+		if t.offs[i+1]-t.offs[i] < sh.min {
+			return table{}, bad(int64(indexFrame+16+8*i), "record %d spans %d bytes (%d to %d), less than its format's %d", i, t.offs[i+1]-t.offs[i], t.offs[i], t.offs[i+1], sh.min)
+		}
 	}
 	return t, nil
 }
@@ -276,11 +299,11 @@ func maxIndexBytes(sourceSize int64) int64 { return indexHeader + 24*(sourceSize
 
 // loadOrBuild returns source's offset table from a valid sidecar, or builds
 // it with build and saves it.
-func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts Options, build func() (table, error)) (table, error) {
+func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts Options, sh shape, build func() (table, error)) (table, error) {
 	var t table
 	err := loadOrBuildIndex(ctx, src, variant, opts, maxIndexBytes(src.Size()),
 		func(path string, b []byte, key indexKey) (err error) {
-			t, err = decodeIndex(path, b, key)
+			t, err = decodeIndex(path, b, key, sh)
 			return err
 		},
 		func(key indexKey) ([]byte, error) {

@@ -16,6 +16,7 @@ import (
 
 	. "github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/privdir/privdirtest"
+	"github.com/riffle-ml/riffle/internal/synth"
 )
 
 // lines makes n lines whose lengths depend on seed, padded so that every
@@ -325,5 +326,67 @@ func TestForgedIndexBesideTheData(t *testing.T) {
 	ds.Close()
 	if _, err := os.Stat(p + IndexExt); err != nil {
 		t.Fatalf("no index beside data in a directory of ours: %v", err)
+	}
+}
+
+// An index that no scan of its format makes is refused where it is
+// trusted too, and rebuilt: records of no bytes (a line's span without
+// its newline, which reached the client as length -1 and, shuffled,
+// panicked the daemon), a TFRecord frame shorter than its 16 bytes, a
+// tar sample off its 512-byte blocks. A TFRecord index shifted within
+// the file, read with skip_crc, is an error naming the file and offset at
+// the record: its frame's length and CRC are checked still.
+func TestIndexOfNoScan(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	want, data := lines(50, 6)
+	p := filepath.Join(dir, "d.txt")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := func(p string, opts Options) Dataset {
+		t.Helper()
+		ds, err := Open(ctx, opts, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	open(p, Options{Format: "text"}).Close()
+	forge(t, p+IndexExt, p+IndexExt, func(offs []uint64) { offs[3] = offs[2] })
+	if _, err := Open(ctx, Options{Format: "text", Index: IndexVerify}, p); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "record 2 spans 0 bytes") {
+		t.Fatalf("verifying an index of a zero-width line: %v", err)
+	}
+	ds := open(p, Options{Format: "text"})
+	for id := range ds.Len() {
+		if string(record(t, ds, id)) != want[id] {
+			t.Fatalf("record %d read wrong after the index was rebuilt", id)
+		}
+	}
+	ds.Close()
+
+	tf := filepath.Join(dir, "d.tfrecord")
+	if err := synth.WriteTFRecord(tf, 20); err != nil {
+		t.Fatal(err)
+	}
+	open(tf, Options{}).Close()
+	good, _ := os.ReadFile(tf + IndexExt)
+	forge(t, tf+IndexExt, tf+IndexExt, func(offs []uint64) { offs[5] = offs[4] + 15 })
+	if _, err := Open(ctx, Options{Index: IndexVerify}, tf); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("verifying an index of a 15-byte TFRecord frame: %v", err)
+	}
+	os.WriteFile(tf+IndexExt, good, 0o644)
+	forge(t, tf+IndexExt, tf+IndexExt, func(offs []uint64) { offs[5] += 3 })
+	ds = open(tf, Options{SkipCRC: true, Index: IndexVerify})
+	defer ds.Close()
+	loc := ds.Locate(5)
+	head, tail := ds.(Framed).Frame()
+	frame := make([]byte, head+loc.Len+tail)
+	if err := ds.Object(0).ReadAt(ctx, frame, loc.Off-int64(head)); err != nil {
+		t.Fatal(err)
+	}
+	var fe *FormatError
+	if err := ds.(Framed).Verify(5, frame); !errors.As(err, &fe) || fe.Path != tf || fe.Offset != loc.Off-int64(head)+8 {
+		t.Fatalf("a TFRecord index shifted 3 bytes, with skip_crc: %v, want a length CRC error at %d of %s", err, loc.Off-int64(head)+8, tf)
 	}
 }
