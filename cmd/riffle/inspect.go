@@ -60,7 +60,11 @@ func inspectCmd() *cobra.Command {
 				var hist [64]int
 				lo, hi := int(^uint(0)>>1), 0
 				for id := range ds.Len() {
-					n := ds.Locate(id).Len
+					loc := ds.Locate(id)
+					n := loc.Len
+					if n < 0 {
+						return &dataset.FormatError{Path: ds.Object(loc.Object).Name(), Offset: loc.Off, Err: fmt.Errorf("record %d has length %d: %w", id, n, dataset.ErrCorrupt)}
+					}
 					hist[bits.Len(uint(n))]++
 					lo, hi = min(lo, n), max(hi, n)
 				}
