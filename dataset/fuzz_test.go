@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"hash/crc32"
 	"io"
 	"maps"
 	"slices"
@@ -386,6 +388,65 @@ func FuzzParquetFile(f *testing.F) {
 		again := &pqFile{r: r, meta: meta}
 		if err := again.decode(pf.encode(), cols); err != nil {
 			t.Fatalf("the index does not read back: %v", err)
+		}
+	})
+}
+
+// shardOf writes a shard of records labelled as labels (none if nil),
+// with classes, as pack writes one.
+func shardOf(recs []string, labels []int64, classes []string) []byte {
+	hb, _ := json.Marshal(ShardHeader{Version: 1, Classes: classes, Labels: labels != nil})
+	b := binary.LittleEndian.AppendUint32([]byte(ShardMagic), uint32(len(hb)))
+	b = append(b, hb...)
+	var ib []byte
+	for i, r := range recs {
+		ib = binary.LittleEndian.AppendUint64(ib, uint64(len(b)))
+		ib = binary.LittleEndian.AppendUint32(ib, uint32(len(r)))
+		ib = binary.LittleEndian.AppendUint32(ib, crc32.Checksum([]byte(r), castagnoli))
+		l := int64(-1)
+		if labels != nil {
+			l = labels[i]
+		}
+		ib = binary.LittleEndian.AppendUint64(ib, uint64(l))
+		b = append(b, r...)
+	}
+	foot := binary.LittleEndian.AppendUint64(nil, uint64(len(b)))
+	foot = binary.LittleEndian.AppendUint64(foot, uint64(len(recs)))
+	foot = binary.LittleEndian.AppendUint32(foot, crc32.Checksum(ib, castagnoli))
+	foot = append(foot, 0, 0, 0, 0)
+	foot = append(foot, ShardEnd...)
+	return append(append(b, ib...), foot...)
+}
+
+// A shard of any bytes is an error, or records that lie in it, one after
+// another, before its index, whose labels name its classes, each read
+// and checked against its CRC without a panic.
+func FuzzOpenShard(f *testing.F) {
+	f.Add(shardOf([]string{"abc", "", "defgh"}, nil, nil))
+	f.Add(shardOf([]string{"cat0", "dog0", "cat1"}, []int64{0, 1, 0}, []string{"cat", "dog"}))
+	f.Add(shardOf([]string{"x"}, []int64{7}, []string{"cat", "dog"}))
+	f.Add(shardOf(nil, nil, nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pt, err := openShard(context.Background(), memReader{b}, Options{})
+		if err != nil {
+			var fe *FormatError
+			if !errors.As(err, &fe) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("error %v is not a FormatError", err)
+			}
+			return
+		}
+		p := pt.(*shardPart)
+		end := int64(0)
+		for i := range p.Count() {
+			off, n := p.Locate(i)
+			if off < end || n < 0 || off+int64(n) > int64(len(b)) {
+				t.Fatalf("record %d at %d+%d after %d, in a shard of %d", i, off, n, end, len(b))
+			}
+			end = off + int64(n)
+			if p.hasLabels() && len(p.inf.Classes) > 0 && (p.label(i) < -1 || p.label(i) >= len(p.inf.Classes)) {
+				t.Fatalf("record %d's label %d of %d classes", i, p.label(i), len(p.inf.Classes))
+			}
+			p.Verify(b[off:off+int64(n)], "fuzz", off)
 		}
 	})
 }

@@ -99,8 +99,10 @@ func inspectCmd() *cobra.Command {
 				}
 				b = b[:min(len(b), 256)]
 				label := ""
-				if l := ds.Label(id); l >= 0 {
+				if l := ds.Label(id); l >= 0 && l < len(inf.Classes) {
 					label = fmt.Sprintf(" label %d (%s)", l, inf.Classes[l])
+				} else if l >= 0 {
+					label = fmt.Sprintf(" label %d", l)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "record %d: %s offset %d, %d bytes%s\n  %s\n", id, ds.Object(loc.Object).Name(), loc.Off, loc.Len, label, preview(b, loc.Len))
 			}
