@@ -66,9 +66,9 @@ type Mixture struct {
 // the order is the same, and a sum of weights no longer overflows
 // ([1e308, 1e308]). A weight under MinWeightRatio of the largest is
 // refused: its source's first draw, of priority 1/(2w), would come after
-// 2^50 draws of the largest, past every position the schedule counts, and
-// smaller ratios make priorities overflow to +Inf, or denormal weights
-// lose their precision.
+// 2^49 draws of the largest, and its records past the positions the
+// schedule counts; smaller ratios make priorities overflow to +Inf, or
+// weights scaled down to denormals lose their precision.
 const (
 	MaxPositions   = 1 << 50
 	MinWeightRatio = 1.0 / (1 << 50)
