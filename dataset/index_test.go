@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -388,5 +389,51 @@ func TestIndexOfNoScan(t *testing.T) {
 	var fe *FormatError
 	if err := ds.(Framed).Verify(5, frame); !errors.As(err, &fe) || fe.Path != tf || fe.Offset != loc.Off-int64(head)+8 {
 		t.Fatalf("a TFRecord index shifted 3 bytes, with skip_crc: %v, want a length CRC error at %d of %s", err, loc.Off-int64(head)+8, tf)
+	}
+}
+
+// Record hashes (dedup's) are kept as indexes are: a hash file planted in
+// a directory another user can write, saying every record is the same,
+// is not read (dedup would keep one record of all), and none is kept
+// there.
+func TestRecordHashesPrivate(t *testing.T) {
+	old := unix.Umask(0o022)
+	defer unix.Umask(old)
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "d.txt")
+	_, data := lines(100, 7)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := Open(ctx, Options{Format: "text", IndexDir: t.TempDir()}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	mine := t.TempDir()
+	want, fresh, err := RecordHashes(ctx, ds, mine)
+	if err != nil || !fresh {
+		t.Fatalf("hashes: fresh %v, %v", fresh, err)
+	}
+	ents, _ := os.ReadDir(mine)
+	if len(ents) != 1 {
+		t.Fatalf("%d files kept in %s, want the hashes", len(ents), mine)
+	}
+	b, _ := os.ReadFile(filepath.Join(mine, ents[0].Name()))
+	for i := 8; i < len(b); i++ {
+		b[i] = 0 // every record's hash the same
+	}
+	for _, d := range privdirtest.UnsafeDirs(t) {
+		planted := filepath.Join(d, ents[0].Name())
+		if err := os.WriteFile(planted, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, fresh, err := RecordHashes(ctx, ds, d)
+		if err != nil || !fresh || !slices.Equal(got, want) {
+			t.Fatalf("%s: hashes fresh %v, %v, the records' own: %v", d, fresh, err, slices.Equal(got, want))
+		}
+		if ents, _ := os.ReadDir(d); len(ents) != 1 {
+			t.Fatalf("%d files in %s, which is not private", len(ents), d)
+		}
 	}
 }
