@@ -93,6 +93,9 @@ func (j *Job) rest(ctx context.Context, subset *roaring.Bitmap, n int) (*roaring
 	if len(whole) > 0 {
 		dealt := roaring.AndNot(all, before)
 		for _, p := range whole {
+			if err := ctx.Err(); err != nil {
+				return nil, err // each part is a pass over the records: none after the job closed
+			}
 			done.Or(part(dealt, n, p.Rank, p.World, p.Worker, p.Workers, p.DropLast))
 		}
 	}
