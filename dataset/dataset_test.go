@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -265,8 +266,14 @@ func TestBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ds2.Close()
-		if h, tl := ds2.(Framed).Frame(); h+tl != 0 {
-			t.Fatal("SkipCRC still reads frames")
+		// SkipCRC reads the frame and checks its length and the length's
+		// CRC (where the index says a record is), not the data's CRC.
+		if err := ds2.(Framed).Verify(last, frame); err != nil {
+			t.Fatalf("SkipCRC checks the data's CRC: %v", err)
+		}
+		binary.LittleEndian.PutUint64(frame, uint64(loc.Len+1))
+		if err := ds2.(Framed).Verify(last, frame); !errors.Is(err, ErrCRC) || !errors.As(err, &fe) || fe.Offset != loc.Off-12+8 {
+			t.Fatalf("SkipCRC, a frame whose length is not its own: %v, want a length CRC error at %d", err, loc.Off-12+8)
 		}
 	})
 	t.Run("drop partial tail", func(t *testing.T) {

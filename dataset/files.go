@@ -56,9 +56,14 @@ func openFiles(ctx context.Context, names []string, f *Format, opts Options) (Da
 	for _, pt := range d.parts {
 		d.inf.Bytes += pt.Bytes()
 	}
-	if fp, ok := d.parts[0].(framedPart); ok && !opts.SkipCRC {
-		d.framed = true
-		d.head, d.tail = fp.Frame()
+	// A frame with a head (TFRecord's length and its CRC) is read and its
+	// head checked even with SkipCRC: it is where the index says a record
+	// is; a pack's records have only their CRC, which SkipCRC skips.
+	if fp, ok := d.parts[0].(framedPart); ok {
+		if h, t := fp.Frame(); h > 0 || !opts.SkipCRC {
+			d.framed = true
+			d.head, d.tail = h, t
+		}
 	}
 
 	if d.Len() == 0 {
@@ -134,7 +139,8 @@ func (d *files) Object(i int) storage.Reader { return d.objs[i] }
 func (d *files) Objects() int                { return len(d.objs) }
 
 // Checks says the loader should give every record read to Verify: the
-// format checks records (TFRecord's CRCs, a pack's), unless SkipCRC.
+// format checks records (TFRecord's CRCs, a pack's), unless SkipCRC (which
+// leaves a TFRecord frame's length and its CRC checked).
 func (d *files) Checks() bool { return d.framed }
 
 // Frame says how many bytes around each record the loader reads so that

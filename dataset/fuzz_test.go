@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"hash/crc32"
 	"io"
 	"maps"
 	"slices"
@@ -152,12 +154,15 @@ func FuzzTFScanner(f *testing.F) {
 
 func FuzzDecodeIndex(f *testing.F) {
 	key := indexKey{variant: 1, size: 100, version: 5}
-	f.Add(encodeIndex(key, table{offs: []int64{0, 10, 50, 100}}))
-	f.Add(encodeIndex(key, table{offs: []int64{0, 10, 50, 100}, ends: []recordEnd{{1, 30}, {2, 100}}}))
+	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 52, 100}}))
+	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 52, 100}, ends: []recordEnd{{1, 30}, {2, 100}}}))
+	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 16, 100}})) // a record of no frame
+	f.Add(encodeIndex(key, table{offs: []int64{0, 18, 52, 100}})) // one off its alignment
 	f.Add(encodeIndex(key, table{offs: []int64{0}}))
 	f.Add([]byte(indexMagic + "short"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tb, err := decodeIndex("fuzz.ridx", b, key)
+		sh := shape{head: 12, min: 16, align: 4}
+		tb, err := decodeIndex("fuzz.ridx", b, key, sh)
 		if err != nil {
 			var fe *FormatError
 			if !errors.As(err, &fe) || fe.Path != "fuzz.ridx" {
@@ -167,13 +172,21 @@ func FuzzDecodeIndex(f *testing.F) {
 		}
 		offs := tb.offs
 		for i := 1; i < len(offs); i++ {
-			if offs[i] < offs[i-1] || offs[i] > key.size {
+			if offs[i] < offs[i-1] || offs[i] > key.size || offs[i-1]%sh.align != 0 {
 				t.Fatalf("accepted offsets %v", offs)
 			}
 		}
 		for _, e := range tb.ends {
-			if e.end < offs[e.record] || e.end > offs[e.record+1] {
+			if e.end < offs[e.record]+sh.head || e.end > offs[e.record+1] {
 				t.Fatalf("accepted end %v outside its record", e)
+			}
+		}
+		// Every record lies in the source, of a length not negative.
+		p := &offsetPart{t: tb, head: int(sh.head), tail: 4}
+		for i := range p.Count() {
+			off, n := p.Locate(i)
+			if n < 0 || off < 0 || off+int64(n) > key.size {
+				t.Fatalf("record %d at %d of %d bytes, in a source of %d", i, off, n, key.size)
 			}
 		}
 	})
@@ -375,6 +388,65 @@ func FuzzParquetFile(f *testing.F) {
 		again := &pqFile{r: r, meta: meta}
 		if err := again.decode(pf.encode(), cols); err != nil {
 			t.Fatalf("the index does not read back: %v", err)
+		}
+	})
+}
+
+// shardOf writes a shard of records labelled as labels (none if nil),
+// with classes, as pack writes one.
+func shardOf(recs []string, labels []int64, classes []string) []byte {
+	hb, _ := json.Marshal(ShardHeader{Version: 1, Classes: classes, Labels: labels != nil})
+	b := binary.LittleEndian.AppendUint32([]byte(ShardMagic), uint32(len(hb)))
+	b = append(b, hb...)
+	var ib []byte
+	for i, r := range recs {
+		ib = binary.LittleEndian.AppendUint64(ib, uint64(len(b)))
+		ib = binary.LittleEndian.AppendUint32(ib, uint32(len(r)))
+		ib = binary.LittleEndian.AppendUint32(ib, crc32.Checksum([]byte(r), castagnoli))
+		l := int64(-1)
+		if labels != nil {
+			l = labels[i]
+		}
+		ib = binary.LittleEndian.AppendUint64(ib, uint64(l))
+		b = append(b, r...)
+	}
+	foot := binary.LittleEndian.AppendUint64(nil, uint64(len(b)))
+	foot = binary.LittleEndian.AppendUint64(foot, uint64(len(recs)))
+	foot = binary.LittleEndian.AppendUint32(foot, crc32.Checksum(ib, castagnoli))
+	foot = append(foot, 0, 0, 0, 0)
+	foot = append(foot, ShardEnd...)
+	return append(append(b, ib...), foot...)
+}
+
+// A shard of any bytes is an error, or records that lie in it, one after
+// another, before its index, whose labels name its classes, each read
+// and checked against its CRC without a panic.
+func FuzzOpenShard(f *testing.F) {
+	f.Add(shardOf([]string{"abc", "", "defgh"}, nil, nil))
+	f.Add(shardOf([]string{"cat0", "dog0", "cat1"}, []int64{0, 1, 0}, []string{"cat", "dog"}))
+	f.Add(shardOf([]string{"x"}, []int64{7}, []string{"cat", "dog"}))
+	f.Add(shardOf(nil, nil, nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pt, err := openShard(context.Background(), memReader{b}, Options{})
+		if err != nil {
+			var fe *FormatError
+			if !errors.As(err, &fe) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("error %v is not a FormatError", err)
+			}
+			return
+		}
+		p := pt.(*shardPart)
+		end := int64(0)
+		for i := range p.Count() {
+			off, n := p.Locate(i)
+			if off < end || n < 0 || off+int64(n) > int64(len(b)) {
+				t.Fatalf("record %d at %d+%d after %d, in a shard of %d", i, off, n, end, len(b))
+			}
+			end = off + int64(n)
+			if p.hasLabels() && len(p.inf.Classes) > 0 && (p.label(i) < -1 || p.label(i) >= len(p.inf.Classes)) {
+				t.Fatalf("record %d's label %d of %d classes", i, p.label(i), len(p.inf.Classes))
+			}
+			p.Verify(b[off:off+int64(n)], "fuzz", off)
 		}
 	})
 }

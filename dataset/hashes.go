@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/riffle-ml/riffle/internal/privdir"
 )
 
 const hashesMagic = "RFHASH1\x00"
@@ -30,32 +30,38 @@ func RecordHashes(ctx context.Context, ds Dataset, cacheDir string) (hashes []xx
 	inf := ds.Info()
 	k := fnv.New64a()
 	fmt.Fprintf(k, "%s|%d|%d|%d|%q|%q", inf.Format, inf.RecordSize, ds.Len(), inf.Bytes, inf.Paths, inf.Versions)
-	side := filepath.Join(CacheDir(cacheDir), fmt.Sprintf("%016x.rfhash", k.Sum64()))
-	if b, err := os.ReadFile(side); err == nil && len(b) == len(hashesMagic)+16*ds.Len() && bytes.HasPrefix(b, []byte(hashesMagic)) {
-		b = b[len(hashesMagic):]
-		out := make([]xxh3.Uint128, ds.Len())
-		for i := range out {
-			out[i] = xxh3.Uint128{Hi: binary.LittleEndian.Uint64(b[16*i:]), Lo: binary.LittleEndian.Uint64(b[16*i+8:])}
+	// The sidecar is kept as the indexes of read-only data are, through
+	// privdir: in a directory only this user may write (a hash file
+	// another user planted would make dedup drop every record but one),
+	// or not at all.
+	name := fmt.Sprintf("%016x.rfhash", k.Sum64())
+	d, err := privdir.Open(CacheDir(cacheDir))
+	if err != nil {
+		slog.Warn("record hashes not kept", "dir", CacheDir(cacheDir), "err", err)
+	} else {
+		defer d.Close()
+		if b, err := d.ReadFile(name, int64(len(hashesMagic)+16*ds.Len())); err == nil && len(b) == len(hashesMagic)+16*ds.Len() && bytes.HasPrefix(b, []byte(hashesMagic)) {
+			b = b[len(hashesMagic):]
+			out := make([]xxh3.Uint128, ds.Len())
+			for i := range out {
+				out[i] = xxh3.Uint128{Hi: binary.LittleEndian.Uint64(b[16*i:]), Lo: binary.LittleEndian.Uint64(b[16*i+8:])}
+			}
+			return out, false, nil
 		}
-		return out, false, nil
 	}
 	start := time.Now()
 	out, err := hashRecords(ctx, ds)
 	if err != nil {
 		return nil, false, err
 	}
-	b := make([]byte, 0, len(hashesMagic)+16*len(out))
-	b = append(b, hashesMagic...)
-	for _, h := range out {
-		b = binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(b, h.Hi), h.Lo)
-	}
-	if err := os.MkdirAll(filepath.Dir(side), 0o755); err == nil {
-		tmp := side + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o644); err == nil {
-			err = os.Rename(tmp, side)
+	if d != nil {
+		b := make([]byte, 0, len(hashesMagic)+16*len(out))
+		b = append(b, hashesMagic...)
+		for _, h := range out {
+			b = binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(b, h.Hi), h.Lo)
 		}
-		if err != nil {
-			slog.Warn("record hashes not kept", "path", side, "err", err)
+		if err := d.WriteFile(name, b); err != nil {
+			slog.Warn("record hashes not kept", "dir", d.Path(), "err", err)
 		}
 	}
 	slog.Info("hashed records for dedup", "records", len(out), "bytes", inf.Bytes, "took", time.Since(start))

@@ -188,8 +188,18 @@ func encodeIndex(k indexKey, t table) []byte {
 	return frameIndex(k, b)
 }
 
+// shape is what a format's records are in its file, which an offset table
+// read from disk is checked against: each record's span (from its offset
+// to the next's) holds at least min bytes (its frame: a TFRecord's length,
+// CRCs and none of data, 16; a line's newline, 1; a tar member's header,
+// 512), a record listed with its own end ends at least head bytes after
+// its offset, and each record starts at a multiple of align. A table that
+// breaks them (zero-width records, which reached the client as length -1
+// and panicked the loader) was not made by a scan of the format.
+type shape struct{ head, min, align int64 }
+
 // decodeIndex checks an offset table's sidecar and returns its table.
-func decodeIndex(path string, b []byte, want indexKey) (table, error) {
+func decodeIndex(path string, b []byte, want indexKey, sh shape) (table, error) {
 	p, err := unframeIndex(path, b, want)
 	if err != nil {
 		return table{}, err
@@ -207,26 +217,39 @@ func decodeIndex(path string, b []byte, want indexKey) (table, error) {
 		return table{}, bad(indexFrame, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, body)
 	}
 	t := table{offs: make([]int64, count+1)}
-	prev := int64(0)
 	at := 16
 	for i := range t.offs {
 		o := int64(binary.LittleEndian.Uint64(p[at:]))
-		if o < prev || o > want.size {
-			return table{}, bad(int64(indexFrame+at), "offset %d of record %d is out of order or past the source's end", o, i)
+		if o < 0 || o > want.size || i > 0 && o < t.offs[i-1] || i < int(count) && sh.align > 1 && o%sh.align != 0 {
+			return table{}, bad(int64(indexFrame+at), "offset %d of record %d is out of order, past the source's end of %d or not a multiple of %d", o, i, want.size, max(1, sh.align))
 		}
-		t.offs[i], prev = o, o
+		t.offs[i] = o
 		at += 8
 	}
 	last := -1
 	for range nexc {
 		r := binary.LittleEndian.Uint64(p[at:])
 		e := int64(binary.LittleEndian.Uint64(p[at+8:]))
-		if r >= count || int(r) <= last || e < t.offs[r] || e > t.offs[r+1] {
+		if r >= count || int(r) <= last || e < t.offs[r]+sh.head || e > t.offs[r+1] {
 			return table{}, bad(int64(indexFrame+at), "end %d of record %d is out of order or outside the record", e, r)
 		}
 		t.ends = append(t.ends, recordEnd{record: int(r), end: e})
 		last = int(r)
 		at += 16
+	}
+	// A record without an end of its own spans to the next: its frame,
+	// at least.
+	k := 0
+	for i := range int(count) {
+		for k < len(t.ends) && t.ends[k].record < i {
+			k++
+		}
+		if k < len(t.ends) && t.ends[k].record == i {
+			continue
+		}
+		if t.offs[i+1]-t.offs[i] < sh.min {
+			return table{}, bad(int64(indexFrame+16+8*i), "record %d spans %d bytes (%d to %d), less than its format's %d", i, t.offs[i+1]-t.offs[i], t.offs[i], t.offs[i+1], sh.min)
+		}
 	}
 	return t, nil
 }
@@ -276,11 +299,11 @@ func maxIndexBytes(sourceSize int64) int64 { return indexHeader + 24*(sourceSize
 
 // loadOrBuild returns source's offset table from a valid sidecar, or builds
 // it with build and saves it.
-func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts Options, build func() (table, error)) (table, error) {
+func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts Options, sh shape, build func() (table, error)) (table, error) {
 	var t table
 	err := loadOrBuildIndex(ctx, src, variant, opts, maxIndexBytes(src.Size()),
 		func(path string, b []byte, key indexKey) (err error) {
-			t, err = decodeIndex(path, b, key)
+			t, err = decodeIndex(path, b, key, sh)
 			return err
 		},
 		func(key indexKey) ([]byte, error) {
@@ -325,8 +348,13 @@ func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, 
 // must be owned by this user and writable by no one else (another user
 // could plant an index that reads records wrong), it is made 0700 (its
 // listing names the datasets indexed) and its files 0600, opened with
-// O_NOFOLLOW. Beside the data, the sidecar is read through the data's
-// store (and its confinement), as a regular file of at most limit bytes.
+// O_NOFOLLOW. Beside local data, the sidecar is trusted as that directory
+// is (besideTrusted): read through the data's store (and its
+// confinement), as a regular file of at most limit bytes, only from a
+// directory, and of an owner and mode, that privdir would trust, and
+// written only into such a directory; else it is built and kept in the
+// cache directory, and one another user planted beside the data is never
+// read.
 func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, opts Options, limit int64,
 	decode func(path string, b []byte, key indexKey) error, build func(key indexKey) ([]byte, error)) error {
 	key := sourceKey(src, variant)
@@ -334,7 +362,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	beside := func(p string) bool { return !opts.IndexInDirOnly && p == paths[0] }
 	read := func(p string) ([]byte, error) {
 		if beside(p) {
-			return opts.Store.ReadFile(ctx, p, limit)
+			return readBeside(ctx, opts.Store, p, limit)
 		}
 		d, err := privdir.Open(filepath.Dir(p))
 		if err != nil {
@@ -345,6 +373,9 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	}
 	write := func(p string, b []byte) error {
 		if beside(p) {
+			if err := besideTrusted(p); err != nil {
+				return err
+			}
 			return opts.Store.WriteFile(ctx, p, b)
 		}
 		d, err := privdir.Open(filepath.Dir(p))
@@ -359,6 +390,13 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 		for _, p := range paths {
 			b, err := read(p)
 			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if errors.Is(err, privdir.ErrNotPrivate) {
+				// Another user may write there: the index is the index
+				// directory's (a log line a file of a dataset would be
+				// thousands an open).
+				slog.Debug("index beside the data not used", "source", src.Name(), "reason", err)
 				continue
 			}
 			if err == nil {
@@ -392,4 +430,60 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	}
 	slog.Warn("index not saved; it will be rebuilt next time", "source", src.Name(), "err", saveErr)
 	return nil
+}
+
+// besideTrusted says whether the directory of a sidecar beside local
+// data is one privdir would trust (owned by this user, writable by no
+// one else): where another user may write, they may plant an index that
+// reads every record at offsets of their choosing, its checksum fixed
+// up. An object store's directory is trusted as its data is.
+func besideTrusted(p string) error {
+	if storage.IsS3(p) {
+		return nil
+	}
+	dir := filepath.Dir(p)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	return privdir.Trusted(dir, &st)
+}
+
+// readBeside reads the sidecar p beside the data through the store, if
+// its directory is trusted (besideTrusted) and the file it opened is too:
+// owned by this user and writable by no one else, as fstat says of the
+// descriptor read, so a file swapped in after the directory's check is
+// refused, not read. A local file read through no descriptor (a store
+// that wraps its readers) cannot be checked, and is refused.
+func readBeside(ctx context.Context, store storage.Store, p string, limit int64) ([]byte, error) {
+	if storage.IsS3(p) {
+		return store.ReadFile(ctx, p, limit)
+	}
+	if err := besideTrusted(p); err != nil {
+		return nil, err
+	}
+	r, err := store.Open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	f, ok := r.(interface{ Fd() int })
+	if !ok {
+		return nil, fmt.Errorf("%s: read through a %T, whose owner cannot be checked: %w", p, r, privdir.ErrNotPrivate)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(f.Fd(), &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: p, Err: err}
+	}
+	if err := privdir.Trusted(p, &st); err != nil {
+		return nil, err
+	}
+	if r.Size() > limit {
+		return nil, fmt.Errorf("%s: %w: %d bytes, at most %d", p, storage.ErrTooLarge, r.Size(), limit)
+	}
+	b := make([]byte, r.Size())
+	if err := r.ReadAt(ctx, b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	. "github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/privdir/privdirtest"
+	"github.com/riffle-ml/riffle/internal/synth"
 )
 
 // lines makes n lines whose lengths depend on seed, padded so that every
@@ -204,6 +206,234 @@ func TestIndexDirPrivate(t *testing.T) {
 		if _, err := Open(ctx, Options{Format: "text", IndexDir: d, IndexInDirOnly: true, Index: IndexVerify}, p); err == nil ||
 			!strings.Contains(err.Error(), d) {
 			t.Fatalf("verifying in %s: %v", d, err)
+		}
+	}
+}
+
+// forge rewrites the offset table of the index at from into to, as
+// change makes its offsets, its checksum fixed: what another user who can
+// write beside the data can plant.
+func forge(t *testing.T, from, to string, change func(offs []uint64)) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := binary.LittleEndian.Uint64(b[32:])
+	offs := make([]uint64, count+1)
+	for i := range offs {
+		offs[i] = binary.LittleEndian.Uint64(b[48+8*i:])
+	}
+	change(offs)
+	for i, o := range offs {
+		binary.LittleEndian.PutUint64(b[48+8*i:], o)
+	}
+	n := len(b) - 4
+	binary.LittleEndian.PutUint32(b[n:], crc32.Checksum(b[:n], crc32.MakeTable(crc32.Castagnoli)))
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An index beside the data is read only where the daemon would trust a
+// cache directory: in a data directory another user can write, or owns,
+// one planted there (every offset shifted, its checksum fixed: each
+// record read wrong) is not read, and the index is built and kept in the
+// index directory; in a directory of ours, one anyone may write, or
+// (as root) another user owns, is not read either.
+func TestForgedIndexBesideTheData(t *testing.T) {
+	old := unix.Umask(0o022)
+	defer unix.Umask(old)
+	ctx := context.Background()
+	want, data := lines(300, 5)
+	shift := func(offs []uint64) {
+		for i := 1; i < len(offs)-1; i++ {
+			offs[i]++
+		}
+	}
+	// check reads p's records, and finds the index kept in idx, or (a
+	// directory of ours) beside the data, ours in place of the planted.
+	check := func(t *testing.T, p, idx string, beside bool) {
+		t.Helper()
+		ds, err := Open(ctx, Options{Format: "text", IndexDir: idx}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ds.Close()
+		wrong := 0
+		for id := range ds.Len() {
+			if string(record(t, ds, id)) != want[id] {
+				wrong++
+			}
+		}
+		if wrong > 0 || ds.Len() != len(want) {
+			t.Fatalf("%d of %d records read wrong through a planted index", wrong, ds.Len())
+		}
+		kept := IndexPaths(p, idx, true)[0]
+		if beside {
+			kept = p + IndexExt
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(kept, &st); err != nil || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			t.Fatalf("the index kept at %s: %v, owner %d mode %o", kept, err, st.Uid, st.Mode&0o777)
+		}
+	}
+	plant := func(t *testing.T, dir string) (p, idx string) {
+		p = filepath.Join(dir, "d.txt")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		idx = filepath.Join(t.TempDir(), "idx")
+		ds, err := Open(ctx, Options{Format: "text", IndexDir: idx, IndexInDirOnly: true}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds.Close()
+		forge(t, IndexPaths(p, idx, true)[0], p+IndexExt, shift)
+		os.Remove(IndexPaths(p, idx, true)[0])
+		return p, idx
+	}
+	for _, d := range privdirtest.UnsafeDirs(t) {
+		t.Run(filepath.Base(d)+" directory", func(t *testing.T) {
+			p, idx := plant(t, d)
+			check(t, p, idx, false)
+		})
+	}
+	t.Run("file anyone may write", func(t *testing.T) {
+		p, idx := plant(t, t.TempDir())
+		if err := os.Chmod(p+IndexExt, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		check(t, p, idx, true)
+	})
+	if os.Geteuid() == 0 {
+		t.Run("file another user owns", func(t *testing.T) {
+			p, idx := plant(t, t.TempDir())
+			if err := os.Chown(p+IndexExt, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			check(t, p, idx, true)
+		})
+	}
+	// In a directory of ours, the index is kept beside the data.
+	p := filepath.Join(t.TempDir(), "d.txt")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := Open(ctx, Options{Format: "text", IndexDir: filepath.Join(t.TempDir(), "idx")}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds.Close()
+	if _, err := os.Stat(p + IndexExt); err != nil {
+		t.Fatalf("no index beside data in a directory of ours: %v", err)
+	}
+}
+
+// An index that no scan of its format makes is refused where it is
+// trusted too, and rebuilt: records of no bytes (a line's span without
+// its newline, which reached the client as length -1 and, shuffled,
+// panicked the daemon), a TFRecord frame shorter than its 16 bytes, a
+// tar sample off its 512-byte blocks. A TFRecord index shifted within
+// the file, read with skip_crc, is an error naming the file and offset at
+// the record: its frame's length and CRC are checked still.
+func TestIndexOfNoScan(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	want, data := lines(50, 6)
+	p := filepath.Join(dir, "d.txt")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := func(p string, opts Options) Dataset {
+		t.Helper()
+		ds, err := Open(ctx, opts, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	open(p, Options{Format: "text"}).Close()
+	forge(t, p+IndexExt, p+IndexExt, func(offs []uint64) { offs[3] = offs[2] })
+	if _, err := Open(ctx, Options{Format: "text", Index: IndexVerify}, p); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "record 2 spans 0 bytes") {
+		t.Fatalf("verifying an index of a zero-width line: %v", err)
+	}
+	ds := open(p, Options{Format: "text"})
+	for id := range ds.Len() {
+		if string(record(t, ds, id)) != want[id] {
+			t.Fatalf("record %d read wrong after the index was rebuilt", id)
+		}
+	}
+	ds.Close()
+
+	tf := filepath.Join(dir, "d.tfrecord")
+	if err := synth.WriteTFRecord(tf, 20); err != nil {
+		t.Fatal(err)
+	}
+	open(tf, Options{}).Close()
+	good, _ := os.ReadFile(tf + IndexExt)
+	forge(t, tf+IndexExt, tf+IndexExt, func(offs []uint64) { offs[5] = offs[4] + 15 })
+	if _, err := Open(ctx, Options{Index: IndexVerify}, tf); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("verifying an index of a 15-byte TFRecord frame: %v", err)
+	}
+	os.WriteFile(tf+IndexExt, good, 0o644)
+	forge(t, tf+IndexExt, tf+IndexExt, func(offs []uint64) { offs[5] += 3 })
+	ds = open(tf, Options{SkipCRC: true, Index: IndexVerify})
+	defer ds.Close()
+	loc := ds.Locate(5)
+	head, tail := ds.(Framed).Frame()
+	frame := make([]byte, head+loc.Len+tail)
+	if err := ds.Object(0).ReadAt(ctx, frame, loc.Off-int64(head)); err != nil {
+		t.Fatal(err)
+	}
+	var fe *FormatError
+	if err := ds.(Framed).Verify(5, frame); !errors.As(err, &fe) || fe.Path != tf || fe.Offset != loc.Off-int64(head)+8 {
+		t.Fatalf("a TFRecord index shifted 3 bytes, with skip_crc: %v, want a length CRC error at %d of %s", err, loc.Off-int64(head)+8, tf)
+	}
+}
+
+// Record hashes (dedup's) are kept as indexes are: a hash file planted in
+// a directory another user can write, saying every record is the same,
+// is not read (dedup would keep one record of all), and none is kept
+// there.
+func TestRecordHashesPrivate(t *testing.T) {
+	old := unix.Umask(0o022)
+	defer unix.Umask(old)
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "d.txt")
+	_, data := lines(100, 7)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := Open(ctx, Options{Format: "text", IndexDir: t.TempDir()}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	mine := t.TempDir()
+	want, fresh, err := RecordHashes(ctx, ds, mine)
+	if err != nil || !fresh {
+		t.Fatalf("hashes: fresh %v, %v", fresh, err)
+	}
+	ents, _ := os.ReadDir(mine)
+	if len(ents) != 1 {
+		t.Fatalf("%d files kept in %s, want the hashes", len(ents), mine)
+	}
+	b, _ := os.ReadFile(filepath.Join(mine, ents[0].Name()))
+	for i := 8; i < len(b); i++ {
+		b[i] = 0 // every record's hash the same
+	}
+	for _, d := range privdirtest.UnsafeDirs(t) {
+		planted := filepath.Join(d, ents[0].Name())
+		if err := os.WriteFile(planted, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, fresh, err := RecordHashes(ctx, ds, d)
+		if err != nil || !fresh || !slices.Equal(got, want) {
+			t.Fatalf("%s: hashes fresh %v, %v, the records' own: %v", d, fresh, err, slices.Equal(got, want))
+		}
+		if ents, _ := os.ReadDir(d); len(ents) != 1 {
+			t.Fatalf("%d files in %s, which is not private", len(ents), d)
 		}
 	}
 }

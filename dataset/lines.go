@@ -251,7 +251,7 @@ func openLines(ctx context.Context, f storage.Reader, opts Options, format strin
 	if csv && opts.CSVHeader {
 		variant = 3
 	}
-	t, err := loadOrBuild(ctx, f, variant, opts, func() (table, error) {
+	t, err := loadOrBuild(ctx, f, variant, opts, shape{min: 1}, func() (table, error) {
 		s := newLineScanner(ruleOf(format), start)
 		if err := scanSeq(ctx, f, start, opts.Progress, func(off int64, b []byte) error {
 			s.feed(off, b)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"path"
 	"sort"
 	"strings"
@@ -180,6 +181,11 @@ func openShard(ctx context.Context, f storage.Reader, opts Options) (Part, error
 			CRC: binary.LittleEndian.Uint32(b[12:]), Label: int64(binary.LittleEndian.Uint64(b[16:]))}
 		if e.Off < end || e.Off+int64(e.Len) > idxOff {
 			return nil, bad(idxOff+int64(i)*ShardEntry, "record %d at %d+%d overlaps another or the index", i, e.Off, e.Len)
+		}
+		// A label names a class (when the shard lists them) or is -1 for
+		// none: one past them would index past the names a client shows.
+		if h.Labels && (e.Label < -1 || e.Label > math.MaxInt32 || len(h.Classes) > 0 && e.Label >= int64(len(h.Classes))) {
+			return nil, bad(idxOff+int64(i)*ShardEntry+16, "record %d's label %d, of %d classes", i, e.Label, len(h.Classes))
 		}
 		end = e.Off + int64(e.Len)
 		p.ents[i] = e

@@ -268,7 +268,7 @@ func openTar(ctx context.Context, f storage.Reader, opts Options) (Part, error) 
 	if opts.DropPartialTail {
 		variant |= 1 << 8
 	}
-	t, err := loadOrBuild(ctx, f, variant, opts, func() (table, error) { return tarScan(ctx, f, opts) })
+	t, err := loadOrBuild(ctx, f, variant, opts, shape{min: tarBlock, align: tarBlock}, func() (table, error) { return tarScan(ctx, f, opts) })
 	if err != nil {
 		return nil, err
 	}

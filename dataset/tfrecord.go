@@ -16,8 +16,11 @@ import (
 
 // TFRecord framing: uint64 length, uint32 masked CRC32C of the length, the
 // data, uint32 masked CRC32C of the data. The index holds frame starts; the
-// loader reads whole frames so both CRCs are checked on every read unless
-// Options.SkipCRC is set.
+// loader reads whole frames so both CRCs are checked on every read; with
+// Options.SkipCRC the data's is not, but the length and its CRC still are
+// (12 bytes, a CRC of 8): they say a frame starts at the index's offset
+// and is the length the index says, so an index that is not the file's
+// is an error at the record, never other bytes read as it.
 const (
 	tfHead = 12
 	tfTail = 4
@@ -45,16 +48,20 @@ func init() {
 }
 
 // tfPart is a TFRecord file: an offsetPart whose records are read in their
-// frames and checked.
-type tfPart struct{ offsetPart }
+// frames and checked (the data's CRC unless skipCRC).
+type tfPart struct {
+	offsetPart
+	skipCRC bool
+}
 
 func (p *tfPart) Frame() (head, tail int) { return tfHead, tfTail }
 func (p *tfPart) Verify(frame []byte, path string, off int64) error {
-	return checkFrame(frame, path, off)
+	return checkFrame(frame, path, off, !p.skipCRC)
 }
 
-// checkFrame verifies one whole frame read at off of path.
-func checkFrame(frame []byte, path string, off int64) error {
+// checkFrame verifies one whole frame read at off of path: its length
+// and the length's CRC, and with data its data's CRC.
+func checkFrame(frame []byte, path string, off int64, data bool) error {
 	if len(frame) < tfHead+tfTail {
 		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf("TFRecord frame of %d bytes: %w", len(frame), ErrCorrupt)}
 	}
@@ -65,8 +72,11 @@ func checkFrame(frame []byte, path string, off int64) error {
 	if n != uint64(len(frame)-tfHead-tfTail) {
 		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf("TFRecord length %d, index says %d: %w", n, len(frame)-tfHead-tfTail, ErrCorrupt)}
 	}
-	data := frame[tfHead : len(frame)-tfTail]
-	if got, want := binary.LittleEndian.Uint32(frame[len(frame)-tfTail:]), maskedCRC(data); got != want {
+	if !data {
+		return nil
+	}
+	body := frame[tfHead : len(frame)-tfTail]
+	if got, want := binary.LittleEndian.Uint32(frame[len(frame)-tfTail:]), maskedCRC(body); got != want {
 		return &FormatError{Path: path, Offset: off + int64(len(frame)-tfTail), Err: fmt.Errorf("TFRecord data CRC %08x, computed %08x: %w", got, want, ErrCRC)}
 	}
 	return nil
@@ -164,7 +174,7 @@ func openTFRecord(ctx context.Context, f storage.Reader, opts Options) (Part, er
 	if opts.DropPartialTail {
 		variant |= 1 << 8
 	}
-	t, err := loadOrBuild(ctx, f, variant, opts, func() (table, error) {
+	t, err := loadOrBuild(ctx, f, variant, opts, shape{head: tfHead, min: tfHead + tfTail}, func() (table, error) {
 		s := &tfScanner{path: f.Name()}
 		if err := scanSeq(ctx, f, 0, opts.Progress, s.feed); err != nil {
 			return table{}, err
@@ -187,7 +197,7 @@ func openTFRecord(ctx context.Context, f storage.Reader, opts Options) (Part, er
 	if err != nil {
 		return nil, err
 	}
-	return &tfPart{offsetPart{t: t, head: tfHead, tail: tfTail}}, nil
+	return &tfPart{offsetPart: offsetPart{t: t, head: tfHead, tail: tfTail}, skipCRC: opts.SkipCRC}, nil
 }
 
 // TFRecordStream reads a TFRecord object's records one after another, from

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -251,6 +252,38 @@ func TestMixtureRefusals(t *testing.T) {
 		if err := open(spec); !errors.Is(err, ErrSpec) {
 			t.Errorf("%s: %v, want a spec error", name, err)
 		}
+	}
+	// Weights a float64 cannot schedule are a spec error naming the
+	// source and the bound (they panicked, or filled for ever); weights
+	// that only overflow a sum are their ratios' order.
+	for name, ws := range map[string][]float64{
+		"ratio past 2^-50":  {1, 1e308},
+		"a denormal ratio":  {5e-324, 1},
+		"infinite":          {1, math.Inf(1)},
+		"negative":          {1, -1},
+		"history's ratio":   nil,
+		"all_exhausted too": {1, 0x1p-49},
+	} {
+		spec := &wire.JobSpec{Mixture: []wire.MixSource{{Paths: paths[0], Weight: 1}, {Paths: paths[2], Weight: 1}}, BatchSize: 8}
+		switch name {
+		case "history's ratio":
+			spec.MixtureHistory = []wire.MixWeights{{Until: 1, Weights: []float64{1e-300, 1}}}
+			spec.Epoch = 1
+		case "all_exhausted too":
+			spec.MixtureStop = "all_exhausted"
+			fallthrough
+		default:
+			spec.Mixture[0].Weight, spec.Mixture[1].Weight = ws[0], ws[1]
+		}
+		err := open(spec)
+		if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "source ") && !strings.Contains(err.Error(), "2^50") {
+			t.Errorf("weights %s: %v, want a spec error naming the source or the bound", name, err)
+		}
+	}
+	one := &wire.JobSpec{Mixture: []wire.MixSource{{Paths: paths[0], Weight: 1}, {Paths: paths[2], Weight: 1}}, BatchSize: 8, Epochs: 2}
+	huge := &wire.JobSpec{Mixture: []wire.MixSource{{Paths: paths[0], Weight: 1e308}, {Paths: paths[2], Weight: 1e308}}, BatchSize: 8, Epochs: 2}
+	if got, want := batches(t, env, huge), batches(t, env, one); !reflect.DeepEqual(got, want) {
+		t.Fatalf("weights [1e308, 1e308]: %d batches, not [1, 1]'s %d", len(got), len(want))
 	}
 }
 

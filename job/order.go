@@ -43,7 +43,7 @@ func (j *Job) order(ctx context.Context, subset *roaring.Bitmap, key func(int) c
 		// order is no function of position to cut.
 		if len(plan.Delivered) > 0 {
 			var err error
-			if subset, err = j.rest(subset, ds.Len()); err != nil {
+			if subset, err = j.rest(ctx, subset, ds.Len()); err != nil {
 				return nil, err
 			}
 		}
@@ -81,7 +81,7 @@ func (j *Job) order(ctx context.Context, subset *roaring.Bitmap, key func(int) c
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errSpec, err)
 		}
-		rest, err := j.positionalRest(base)
+		rest, err := j.positionalRest(ctx, base)
 		if err != nil {
 			return nil, err
 		}
@@ -386,7 +386,10 @@ func (j *Job) shareSources(cfg sampler.Config, locals []*roaring.Bitmap, srcs []
 	if err != nil {
 		return fmt.Errorf("%w: %w", errSpec, err)
 	}
-	draws := at.Draws(plan.Loader.Epoch, 0)
+	draws, err := at.Draws(plan.Loader.Epoch, 0)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errSpec, err)
+	}
 	for k, p := range j.src.parts {
 		epoch := plan.Loader.Epoch
 		if plan.Mixture.Cycle {

@@ -59,7 +59,7 @@ const (
 	maxRecordSize = 1 << 30
 	maxHeader     = 1 << 40
 	maxWorld      = 1 << 16
-	maxEpoch      = 1 << 40
+	maxEpoch      = sampler.MaxEpoch
 	maxEpochs     = 1 << 30
 	maxBuffer     = 1 << 26
 	maxBlockSize  = 1 << 30
@@ -472,10 +472,8 @@ func checkMixture(spec *wire.JobSpec) (*Mixture, error) {
 		if len(ws) != len(spec.Mixture) {
 			return specErr("%s: %d weights for %d sources", what, len(ws), len(spec.Mixture))
 		}
-		for i, w := range ws {
-			if !sampler.ValidWeight(w) {
-				return specErr("%s: source %d's weight is %v, want a positive finite number", what, i, w)
-			}
+		if err := sampler.CheckWeights(ws); err != nil {
+			return specErr("%s: %v", what, err)
 		}
 		return nil
 	}

@@ -178,6 +178,11 @@ func readIDs(ctx context.Context, store storage.Store, name string) ([]int, erro
 	if err != nil {
 		return nil, fmt.Errorf("subset ids_file: %w", err)
 	}
+	return parseIDs(name, b)
+}
+
+// parseIDs reads the ids of the ids file name, whose bytes are b.
+func parseIDs(name string, b []byte) ([]int, error) {
 	if bytes.HasPrefix(b, []byte("\x93NUMPY")) {
 		return npyIDs(name, b)
 	}

@@ -130,7 +130,10 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 	if len(skip) > 0 {
 		// Resuming inside an opportunistic window: its records already
 		// delivered are left out, and the batches delivered are not cut again.
-		j.ids = slices.DeleteFunc(j.ids, func(id int) bool { return slices.Contains(skip, id) })
+		// A sorted copy is searched: a scan of skip for each id was
+		// quadratic in a client's list (up to MaxWindow·MaxBatchSize).
+		sorted := slices.Sorted(slices.Values(skip))
+		j.ids = slices.DeleteFunc(j.ids, func(id int) bool { _, ok := slices.BinarySearch(sorted, id); return ok })
 		first = l.opts.Batch
 		n = len(j.ids)
 	}
@@ -152,6 +155,12 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 			return nil, fmt.Errorf("loader: sampler gave id %d outside [0, %d) in epoch %d", id, size, e)
 		}
 		loc := l.ds.Locate(id)
+		if loc.Len < 0 || loc.Off < 0 {
+			// A dataset's index that is not its file's: an error naming
+			// the record, never a slice out of range in a read's buffer.
+			return nil, &dataset.FormatError{Path: l.ds.Object(loc.Object).Name(), Offset: loc.Off,
+				Err: fmt.Errorf("record %d has length %d: %w", id, loc.Len, dataset.ErrCorrupt)}
+		}
 		j.ents = append(j.ents, entry{obj: loc.Object, off: loc.Off, n: loc.Len, id: id, slot: slot})
 		j.Len[slot] = loc.Len
 		if l.tf != nil {

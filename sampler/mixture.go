@@ -56,8 +56,57 @@ type Mixture struct {
 	lastEpoch, lastPos int
 }
 
-// ValidWeight says whether w can weigh a source: positive and finite.
-func ValidWeight(w float64) bool { return w > 0 && !math.IsInf(w, 0) }
+// The bounds of the schedule's arithmetic. A priority (k+1/2)/w is a
+// float64, and counts of draws come from t·w rounded: they are exact
+// while k+1/2 is (k under 2^52), so the schedule counts at most
+// MaxPositions positions (2^50, a margin of 4 over that), in one epoch
+// and, with cycle, over every epoch of a segment. Weights are scaled by a
+// power of two so the largest lies in [1/2, 1) (normalise): every
+// priority is then the one the given weights make times that power, so
+// the order is the same, and a sum of weights no longer overflows
+// ([1e308, 1e308]). A weight under MinWeightRatio of the largest is
+// refused: its source's first draw, of priority 1/(2w), would come after
+// 2^49 draws of the largest, and its records past the positions the
+// schedule counts; smaller ratios make priorities overflow to +Inf, or
+// weights scaled down to denormals lose their precision.
+const (
+	MaxPositions   = 1 << 50
+	MinWeightRatio = 1.0 / (1 << 50)
+)
+
+// CheckWeights says why weights cannot weigh a mixture's sources: a
+// weight that is not a positive finite number (NaN, Inf, 0, negative), or
+// one under MinWeightRatio of the largest. The error names the weight's
+// source and the bound.
+func CheckWeights(ws []float64) error {
+	if len(ws) == 0 {
+		return fmt.Errorf("no weights")
+	}
+	top := 0.0
+	for i, w := range ws {
+		if !(w > 0) || math.IsInf(w, 0) {
+			return fmt.Errorf("source %d's weight is %v, want a positive finite number", i, w)
+		}
+		top = max(top, w)
+	}
+	for i, w := range ws {
+		if w/top < MinWeightRatio {
+			return fmt.Errorf("source %d's weight %v is under 2^-50 of the largest, %v: its source would not be drawn within the 2^50 positions a mixture counts; give it a larger weight or leave it out", i, w, top)
+		}
+	}
+	return nil
+}
+
+// normalise returns ws scaled by a power of two, exactly, so the largest
+// lies in [1/2, 1); ws passed CheckWeights.
+func normalise(ws []float64) []float64 {
+	_, e := math.Frexp(slices.Max(ws))
+	out := make([]float64, len(ws))
+	for i, w := range ws {
+		out[i] = math.Ldexp(w, -e)
+	}
+	return out
+}
 
 // Segment is a mixture's weights from epoch From on.
 type Segment struct {
@@ -87,18 +136,22 @@ func NewMixture(sources []Sampler, offsets []int, segments []Segment, cycle bool
 		if len(seg.Weights) != len(sources) {
 			return nil, fmt.Errorf("mixture weights from epoch %d: %d weights for %d sources", seg.From, len(seg.Weights), len(sources))
 		}
-		for i, w := range seg.Weights {
-			if !ValidWeight(w) {
-				return nil, fmt.Errorf("mixture weight %v of source %d: want a positive finite number", w, i)
-			}
+		if err := CheckWeights(seg.Weights); err != nil {
+			return nil, fmt.Errorf("mixture weights from epoch %d: %w", seg.From, err)
 		}
 		if k > 0 && seg.From <= segments[k-1].From {
 			return nil, fmt.Errorf("mixture weights from epoch %d after epoch %d: want increasing epochs", seg.From, segments[k-1].From)
 		}
-		sc := schedule{w: seg.Weights}
-		n := sc.epochLen(lens, cycle)
+		sc := schedule{w: normalise(seg.Weights)}
+		n, ok := sc.epochLen(lens, cycle)
+		if !ok {
+			return nil, fmt.Errorf("mixture weights from epoch %d: an epoch would be over 2^50 positions (all_exhausted waits for the source of least weight per record to be used up): give it a larger weight", seg.From)
+		}
 		if k+1 < len(segments) && cycle {
 			// The segment's epochs ran whole: its draws carry on.
+			if segments[k+1].From-seg.From > MaxPositions/n {
+				return nil, fmt.Errorf("mixture weights from epoch %d to %d: over 2^50 positions", seg.From, segments[k+1].From)
+			}
 			cnt := make([]int, len(sources))
 			sc.counts((segments[k+1].From-seg.From)*n, cnt)
 			for i := range cnt {
@@ -128,10 +181,10 @@ func (m *Mixture) Share(i int) float64 {
 
 func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 	n := max(0, min(len(dst), m.n-pos))
-	if n == 0 {
-		return 0
+	q, ok := m.at(epoch, pos)
+	if n == 0 || !ok {
+		return 0 // an epoch past the positions the schedule counts: the loader says it got no ids
 	}
-	q := m.at(epoch, pos)
 	m.mu.Lock() // one Fill at a time: they share the cursor and the permutations
 	defer m.mu.Unlock()
 	c := m.cur
@@ -291,10 +344,10 @@ func (m *Mixture) Restore(state []byte) (int, int, error) {
 		}
 		v[k], r = x, r[n:]
 	}
-	epoch, pos := int(v[0]), int(v[1])
-	if int(v[2]) != len(m.sources) || pos > m.n {
-		return bad(fmt.Sprintf("saved for %d sources at position %d, this one has %d sources and %d positions", v[2], pos, len(m.sources), m.n))
+	if v[0] > MaxEpoch || v[1] > uint64(m.n) || v[2] != uint64(len(m.sources)) {
+		return bad(fmt.Sprintf("saved for %d sources at epoch %d position %d, this one has %d sources and %d positions", v[2], v[0], v[1], len(m.sources), m.n))
 	}
+	epoch, pos := int(v[0]), int(v[1])
 	for i, s := range m.sources {
 		n, k := binary.Uvarint(r)
 		if k <= 0 || uint64(len(r)-k) < n {
@@ -321,22 +374,34 @@ func (m *Mixture) Restore(state []byte) (int, int, error) {
 
 // Draws is how many draws of each source the schedule makes before
 // position pos of epoch: where each source's own order is then.
-func (m *Mixture) Draws(epoch, pos int) []int {
+func (m *Mixture) Draws(epoch, pos int) ([]int, error) {
+	q, ok := m.at(epoch, pos)
+	if !ok {
+		return nil, fmt.Errorf("mixture: epoch %d is past the 2^50 positions its weights' schedule counts from epoch %d (%d positions an epoch)", epoch, m.From(), m.n)
+	}
 	cnt := make([]int, len(m.sources))
-	m.plan.counts(m.at(epoch, pos), cnt)
+	m.plan.counts(q, cnt)
 	for i := range cnt {
 		cnt[i] += m.prior[i]
 	}
-	return cnt
+	return cnt, nil
 }
 
 // at is the schedule's position of position pos of epoch: the epoch's own
-// when the schedule starts again each epoch, else the segment's stream's.
-func (m *Mixture) at(epoch, pos int) int {
-	if m.cycle {
-		return (epoch-m.From())*m.n + pos
+// when the schedule starts again each epoch, else the segment's stream's;
+// false past MaxPositions (or before the segment).
+func (m *Mixture) at(epoch, pos int) (int, bool) {
+	if pos < 0 || pos > m.n {
+		return 0, false
 	}
-	return pos
+	if !m.cycle {
+		return pos, true
+	}
+	e := epoch - m.From()
+	if e < 0 || e > (MaxPositions-pos)/max(1, m.n) {
+		return 0, false
+	}
+	return e*m.n + pos, true
 }
 
 // schedule is one segment's weights.
@@ -368,13 +433,17 @@ func (s schedule) countBelow(t float64) int {
 // at is the priority of the draw at position p: the greatest t with at
 // most p draws below it, found over the ordered bits of positive floats.
 func (s schedule) at(p int) float64 {
-	// The least weighted source has drawn p+1 times below (p+2)/w: t is
-	// under it.
-	minW := math.Inf(1)
+	// Below t, source i has drawn at least t·w_i - 1/2 times, so more than
+	// p draws lie below (p + sources/2 + 1)/Σw: t is under it (twice
+	// that, for the rounding of the sum). Each source's count below any t
+	// the search tries is then at most about 2(p + sources), never the
+	// count a bound by the least weight would try (p·w_max/w_min, which
+	// overflowed an int at [1, 1e308] and counted for ever).
+	var sum float64
 	for _, w := range s.w {
-		minW = min(minW, w)
+		sum += w
 	}
-	lo, hi := uint64(0), math.Float64bits(float64(p+2)/minW)
+	lo, hi := uint64(0), math.Float64bits(2*(float64(p)+float64(len(s.w))/2+2)/sum)
 	for lo < hi {
 		mid := lo + (hi-lo+1)/2
 		if s.countBelow(math.Float64frombits(mid)) <= p {
@@ -408,7 +477,9 @@ func (s schedule) counts(p int, cnt []int) {
 // first_exhausted stops at the first source it cannot draw from, so
 // sources sized to their weights are each read whole); with cycle, after
 // the last source's last draw.
-func (s schedule) epochLen(lens []int, cycle bool) int {
+//
+// It is false when the epoch would be over MaxPositions positions.
+func (s schedule) epochLen(lens []int, cycle bool) (int, bool) {
 	// Draws come in (priority, source) order, so the draw that ends the
 	// epoch is the least (or, with cycle, the greatest) of the sources'
 	// deciding draws; only its place is worked out.
@@ -424,7 +495,15 @@ func (s schedule) epochLen(lens []int, cycle bool) int {
 		}
 	}
 	// Its place: every draw of lower priority, or of equal priority from a
-	// source before it, comes first.
+	// source before it, comes first. Each source has drawn at most t·w_i
+	// + 1/2 below t: past MaxPositions the counting is not tried.
+	var sum float64
+	for _, w := range s.w {
+		sum += w
+	}
+	if at*sum > MaxPositions {
+		return 0, false
+	}
 	p := s.countBelow(at)
 	for j := range end {
 		if s.priority(j, s.below(j, at)) == at {
@@ -434,7 +513,7 @@ func (s schedule) epochLen(lens []int, cycle bool) int {
 	if cycle {
 		p++
 	}
-	return p
+	return p, p <= MaxPositions
 }
 
 // seek makes a cursor at position q.

@@ -3,6 +3,8 @@ package sampler
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -265,5 +267,69 @@ func TestMixtureCursorIsTheSchedule(t *testing.T) {
 				cnt, after = after, cnt
 			}
 		}
+	}
+}
+
+// Weights at the edges of a float64 are refused, naming the source and
+// the bound, or scaled to the order their ratios make: [1e308, 1e308]
+// (whose sum overflows, and whose window of priorities was empty: an
+// index out of range) is [1, 1]'s order; [1, 1e308] (whose counts
+// overflowed an int: a Fill that never returned) is refused, as is an
+// all_exhausted epoch longer than the schedule counts; an epoch past
+// those positions fills nothing.
+func TestMixtureHostileWeights(t *testing.T) {
+	g := []Sampler{Global{N: 10, Seed: 1}, Global{N: 7, Seed: 2}}
+	offs := []int{0, 10}
+	for _, w := range [][]float64{{1, 1e308}, {5e-324, 1}, {1, math.Inf(1)}, {math.NaN(), 1}, {-1, 1}, {0, 1}, {1, 0x1p-51}} {
+		for _, cycle := range []bool{false, true} {
+			_, err := NewMixture(g, offs, []Segment{{Weights: w}}, cycle)
+			if err == nil {
+				t.Fatalf("weights %v (cycle %v) accepted", w, cycle)
+			}
+			if !strings.Contains(err.Error(), "source ") {
+				t.Fatalf("weights %v: %v does not name the source", w, err)
+			}
+			if CheckWeights(w) == nil {
+				t.Fatalf("CheckWeights(%v) accepts what NewMixture refuses", w)
+			}
+		}
+	}
+	for _, cycle := range []bool{false, true} {
+		want, _ := mixOf(t, []int{10, 7}, []Segment{{Weights: []float64{1, 1}}}, cycle)
+		for _, w := range [][]float64{{1e308, 1e308}, {5e-324, 5e-324}, {math.MaxFloat64, math.MaxFloat64}} {
+			m, err := NewMixture([]Sampler{Global{N: 10, Seed: 100}, Global{N: 7, Seed: 101}}, offs, []Segment{{Weights: w}}, cycle)
+			if err != nil {
+				t.Fatalf("weights %v: %v", w, err)
+			}
+			for e := range 3 {
+				if got, wanted := Order(m, e), Order(want, e); !slices.Equal(got, wanted) {
+					t.Fatalf("weights %v (cycle %v) epoch %d: %v, want [1, 1]'s %v", w, cycle, e, got, wanted)
+				}
+			}
+		}
+	}
+	// A ratio within the bound: first_exhausted ends with the heavy
+	// source; all_exhausted would wait 2^49 positions a record of the
+	// light one, more than the schedule counts.
+	m, err := NewMixture(g, offs, []Segment{{Weights: []float64{1, 0x1p-49}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Order(m, 0); len(got) != 10 || slices.Max(got) >= 10 {
+		t.Fatalf("an epoch of weights [1, 2^-49]: %v, want source 0's 10 records", got)
+	}
+	if _, err := NewMixture(g, offs, []Segment{{Weights: []float64{1, 0x1p-49}}}, true); err == nil || !strings.Contains(err.Error(), "2^50") {
+		t.Fatalf("an all_exhausted epoch of 2^52 positions: %v", err)
+	}
+	m, _ = mixOf(t, []int{10, 7}, []Segment{{Weights: []float64{1, 1}}}, true)
+	far := MaxPositions / m.Len()
+	if n := m.Fill(far+1, 0, make([]int, 4)); n != 0 {
+		t.Fatalf("epoch %d, past 2^50 positions: filled %d ids", far+1, n)
+	}
+	if _, err := m.Draws(far+1, 0); err == nil {
+		t.Fatalf("draws of epoch %d, past 2^50 positions: no error", far+1)
+	}
+	if n := m.Fill(far-1, 0, make([]int, 4)); n != 4 {
+		t.Fatalf("epoch %d, within 2^50 positions: filled %d ids", far-1, n)
 	}
 }

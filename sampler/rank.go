@@ -128,7 +128,7 @@ func (s *RankPart) Restore(state []byte) (int, int, error) {
 	}
 	r = r[n:]
 	pos, n := binary.Uvarint(r)
-	if n <= 0 || pos > uint64(s.Len()) {
+	if n <= 0 || pos > uint64(s.Len()) || e > MaxEpoch {
 		return 0, 0, fmt.Errorf("rank part of a sampler: %w (bad position)", ErrState)
 	}
 	if _, _, err := st.Restore(r[n:]); err != nil {

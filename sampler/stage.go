@@ -50,3 +50,8 @@ func IsStream(s Sampler) bool {
 
 // ErrState says a saved sampler state does not fit this sampler.
 var ErrState = errors.New("sampler state does not match the sampler")
+
+// MaxEpoch bounds the epochs a job counts (a spec's, a saved state's):
+// 2^40, far past any run, and far from an int's overflow in the
+// arithmetic of epochs and positions.
+const MaxEpoch = 1 << 40

@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -564,60 +564,103 @@ type Saved struct {
 	// Size is the records per epoch of the job that saved it; 0 for a set
 	// of records delivered by several (EncodeDelivered's).
 	Size int
-	// Order is the records delivered, those of the state's set in id
-	// order, then its tail's as they were taken.
-	Order []int
-	// Tail is how many of Order are the tail: records an opportunistic
-	// window took, not all of them delivered (the place's skip says which).
-	Tail int
+	// Done is the set of records delivered before the tail, every one.
+	Done *roaring.Bitmap
+	// Tail are the records taken last, in the order taken: records an
+	// opportunistic window took, not all of them delivered (the place's
+	// skip says which). None is in Done.
+	Tail []int
 }
 
-// Set is the records of Order before the tail: delivered, every one.
-func (s Saved) Set() []int { return s.Order[:len(s.Order)-s.Tail] }
+// Taken is every record the state took: Done and the tail.
+func (s Saved) Taken() *roaring.Bitmap {
+	t := s.Done.Clone()
+	for _, id := range s.Tail {
+		t.Add(uint32(id))
+	}
+	return t
+}
 
-// Delivered decodes a saved state: a member's (Save's), or a set of
-// records delivered by several jobs (EncodeDelivered's).
-func Delivered(state []byte) (Saved, error) {
+// Delivered decodes a saved state: a member's (Save's), a set of records
+// delivered by several jobs (EncodeDelivered's), or a member's kept by
+// its client (RFBIT1), of a dataset of records. Every count it reads is
+// checked against the bytes that hold it and against records before
+// anything is allocated by it, and a state holds at most one other (a
+// client's holds the state its job opened from, which is not a client's):
+// a state from a client is hostile until it has been read.
+func Delivered(state []byte, records int) (Saved, error) {
+	if bytes.HasPrefix(state, []byte(bitsMagic)) {
+		return bitsDelivered(state[len(bitsMagic):], records)
+	}
+	return delivered(state, records)
+}
+
+// delivered is Delivered of a state that is not a client's.
+func delivered(state []byte, records int) (Saved, error) {
+	bad := func(why string) (Saved, error) {
+		return Saved{}, fmt.Errorf("shared sampler: %w (%s)", sampler.ErrState, why)
+	}
 	var s Saved
-	var r *bytes.Reader
-	var pos int
-	var err error
+	var head string
+	var fields []*int
+	var pos, tail int
 	switch {
 	case bytes.HasPrefix(state, []byte(memberMagic)):
-		r = bytes.NewReader(state[len(memberMagic):])
-		_, err = fmt.Fscanf(r, "%d %d %d %d\n", &s.Epoch, &pos, &s.Size, &s.Tail)
+		head, fields = memberMagic, []*int{&s.Epoch, &pos, &s.Size, &tail}
 	case bytes.HasPrefix(state, []byte(memberMagicV1)):
-		r = bytes.NewReader(state[len(memberMagicV1):])
-		_, err = fmt.Fscanf(r, "%d %d %d\n", &s.Epoch, &pos, &s.Size)
+		head, fields = memberMagicV1, []*int{&s.Epoch, &pos, &s.Size}
 	case bytes.HasPrefix(state, []byte(setMagic)):
-		r = bytes.NewReader(state[len(setMagic):])
-		_, err = fmt.Fscanf(r, "%d %d\n", &s.Epoch, &pos)
-	case bytes.HasPrefix(state, []byte(bitsMagic)):
-		return bitsDelivered(state[len(bitsMagic):])
+		head, fields = setMagic, []*int{&s.Epoch, &pos}
 	default:
 		return s, fmt.Errorf("shared sampler: %w", sampler.ErrState)
 	}
-	if err != nil || pos < 0 || s.Epoch < 0 || s.Tail < 0 || s.Tail > pos || pos > math.MaxInt32 || s.Size < 0 {
-		return s, fmt.Errorf("shared sampler: %w (its header)", sampler.ErrState)
+	r, ok := header(state[len(head):], fields)
+	if !ok || s.Epoch < 0 || s.Epoch > sampler.MaxEpoch || pos < 0 || pos > records || s.Size < 0 || s.Size > records ||
+		tail < 0 || tail > pos || tail > len(r) { // a tail's record is a uvarint, a byte at least
+		return bad(fmt.Sprintf("its header, of a dataset of %d records", records))
 	}
-	done := roaring.New()
-	if _, err := done.ReadFrom(r); err != nil || int(done.GetCardinality()) != pos-s.Tail {
-		return s, fmt.Errorf("shared sampler: %w (delivered set)", sampler.ErrState)
+	done, r, err := readSet(r, records)
+	if err != nil {
+		return bad(err.Error())
 	}
-	s.Order = make([]int, 0, pos)
-	it := done.Iterator()
-	for it.HasNext() {
-		s.Order = append(s.Order, int(it.Next()))
+	if int(done.GetCardinality()) != pos-tail {
+		return bad(fmt.Sprintf("a set of %d records, its header says %d", done.GetCardinality(), pos-tail))
 	}
-	for range s.Tail {
-		e, err := binary.ReadUvarint(r)
-		if err != nil || e > math.MaxInt32 || done.Contains(uint32(e)) {
-			return s, fmt.Errorf("shared sampler: %w (the records taken last)", sampler.ErrState)
+	s.Done = done
+	if tail > 0 {
+		s.Tail = make([]int, 0, tail)
+		seen := done.Clone()
+		for range tail {
+			e, k := binary.Uvarint(r)
+			if k <= 0 || e >= uint64(records) || !seen.CheckedAdd(uint32(e)) {
+				return bad("the records taken last")
+			}
+			s.Tail, r = append(s.Tail, int(e)), r[k:]
 		}
-		done.Add(uint32(e))
-		s.Order = append(s.Order, int(e))
 	}
 	return s, nil
+}
+
+// header reads a state's header: the decimal fields, spaced, and a
+// newline, and returns the bytes after it. A field is at most 19 digits
+// (an int64's), so a header of hostile digits costs nothing.
+func header(b []byte, fields []*int) ([]byte, bool) {
+	for k, f := range fields {
+		end := byte(' ')
+		if k == len(fields)-1 {
+			end = '\n'
+		}
+		i := bytes.IndexByte(b[:min(len(b), 21)], end)
+		if i < 1 || i > 19 {
+			return nil, false
+		}
+		v, err := strconv.ParseInt(string(b[:i]), 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		*f, b = int(v), b[i+1:]
+	}
+	return b, true
 }
 
 // setMagic heads a set of records delivered of an epoch by any number of
@@ -645,61 +688,72 @@ func EncodeDelivered(epoch int, done *roaring.Bitmap) ([]byte, error) {
 // delivers each batch whole: the state has no tail.
 const bitsMagic = "RFBIT1\x00"
 
-func bitsDelivered(b []byte) (Saved, error) {
+func bitsDelivered(b []byte, records int) (Saved, error) {
+	bad := func(why string) (Saved, error) {
+		return Saved{}, fmt.Errorf("shared sampler: %w (%s)", sampler.ErrState, why)
+	}
 	var s Saved
 	var n int
-	r := bytes.NewReader(b)
-	if _, err := fmt.Fscanf(r, "%d %d %d\n", &s.Epoch, &s.Size, &n); err != nil || s.Epoch < 0 || s.Size <= 0 || n < 0 || n > r.Len() {
-		return s, fmt.Errorf("shared sampler: %w (its header)", sampler.ErrState)
+	rest, ok := header(b, []*int{&s.Epoch, &s.Size, &n})
+	if !ok || s.Epoch < 0 || s.Epoch > sampler.MaxEpoch || s.Size <= 0 || s.Size > records || n < 0 || n > len(rest) {
+		return bad(fmt.Sprintf("its header, of a dataset of %d records", records))
 	}
-	rest := b[len(b)-r.Len():]
 	base, set := rest[:n], rest[n:]
 	done := roaring.New()
 	if n > 0 {
-		bs, err := Delivered(base)
+		// The state its job opened from is the daemon's: a client keeps
+		// one set of bits over it (riffle.client's _Taken), never a state
+		// of its own inside another, so one level is all a state holds
+		// and no nesting can run the decoder's stack out.
+		if bytes.HasPrefix(base, []byte(bitsMagic)) {
+			return bad("a client's state inside another")
+		}
+		bs, err := delivered(base, records)
 		if err != nil {
 			return s, err
 		}
-		if bs.Epoch != s.Epoch || bs.Size != s.Size || bs.Tail != 0 {
-			return s, fmt.Errorf("shared sampler: %w (the state it opened from is of epoch %d, %d records, a tail of %d)", sampler.ErrState, bs.Epoch, bs.Size, bs.Tail)
+		if bs.Epoch != s.Epoch || bs.Size != s.Size || len(bs.Tail) != 0 {
+			return s, fmt.Errorf("shared sampler: %w (the state it opened from is of epoch %d, %d records, a tail of %d)", sampler.ErrState, bs.Epoch, bs.Size, len(bs.Tail))
 		}
-		for _, e := range bs.Order {
-			done.Add(uint32(e))
-		}
+		done = bs.Done
 	}
-	if len(set) > math.MaxInt32/8 {
-		return s, fmt.Errorf("shared sampler: %w (a set of %d bytes)", sampler.ErrState, len(set))
+	// The client's bits grow by doubling (riffle.client's _Taken.add):
+	// zero bytes past the last record are no records.
+	set = bytes.TrimRight(set, "\x00")
+	if len(set) > (records+7)/8 {
+		return bad(fmt.Sprintf("a set of %d bytes, of a dataset of %d records", len(set), records))
 	}
 	for i, c := range set {
 		for ; c != 0; c &= c - 1 {
-			if e := i*8 + bits.TrailingZeros8(c); !done.CheckedAdd(uint32(e)) {
-				return s, fmt.Errorf("shared sampler: %w (record %d delivered twice)", sampler.ErrState, e)
+			e := i*8 + bits.TrailingZeros8(c)
+			if e >= records || !done.CheckedAdd(uint32(e)) {
+				return bad(fmt.Sprintf("record %d delivered twice, or past the dataset's %d", e, records))
 			}
 		}
 	}
 	if int(done.GetCardinality()) > s.Size {
-		return s, fmt.Errorf("shared sampler: %w (%d records delivered of %d)", sampler.ErrState, done.GetCardinality(), s.Size)
+		return bad(fmt.Sprintf("%d records delivered of %d", done.GetCardinality(), s.Size))
 	}
-	s.Order = make([]int, 0, done.GetCardinality())
-	for it := done.Iterator(); it.HasNext(); {
-		s.Order = append(s.Order, int(it.Next()))
-	}
+	s.Done = done
 	return s, nil
 }
 
 // Restore continues an epoch without the records a saved state delivered.
 func (m *Member) Restore(state []byte) (int, int, error) {
-	s, err := Delivered(state)
+	s, err := Delivered(state, m.g.opts.Records)
 	if err != nil {
 		return 0, 0, err
 	}
-	if s.Size == 0 && len(s.Order) > 0 {
+	pos := int(s.Done.GetCardinality()) + len(s.Tail)
+	if s.Size == 0 && pos > 0 {
 		return 0, 0, fmt.Errorf("shared sampler: %w (a set of records delivered by other jobs, not this job's place: open the rest of the epoch without them)", sampler.ErrState)
 	}
-	epoch, order, pos := s.Epoch, s.Order, len(s.Order)
+	epoch := s.Epoch
 	if s.Size != m.size || pos > m.size {
 		return 0, 0, fmt.Errorf("shared sampler: %w (saved for %d records, this job has %d)", sampler.ErrState, s.Size, m.size)
 	}
+	// The records delivered: the set in id order, then the tail as taken.
+	order := s.Done.ToArray()
 	g := m.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -709,14 +763,25 @@ func (m *Member) Restore(state []byte) (int, int, error) {
 	// taken): the next begins when it is asked for, and an opportunistic
 	// window that reached the end is loaded again from them, less what
 	// was delivered.
-	for _, e := range order {
+	take := func(e int) error {
 		if e >= g.opts.Records || g.cl.sig(e)&m.bit == 0 {
-			return 0, 0, fmt.Errorf("shared sampler: %w (record %d is not this job's)", sampler.ErrState, e)
+			return fmt.Errorf("shared sampler: %w (record %d is not this job's)", sampler.ErrState, e)
 		}
 		g.cl.move(e, g.cl.sig(e)&^m.bit)
 		m.remaining--
 		m.seq = append(m.seq, int32(e))
 		m.done.Add(uint32(e))
+		return nil
+	}
+	for _, e := range order {
+		if err := take(int(e)); err != nil {
+			return 0, 0, err
+		}
+	}
+	for _, e := range s.Tail {
+		if err := take(e); err != nil {
+			return 0, 0, err
+		}
 	}
 	return epoch, pos, nil
 }

@@ -66,7 +66,11 @@ func inspectCmd() *cobra.Command {
 				var hist [64]int
 				lo, hi := int(^uint(0)>>1), 0
 				for id := range ds.Len() {
-					n := ds.Locate(id).Len
+					loc := ds.Locate(id)
+					n := loc.Len
+					if n < 0 {
+						return &dataset.FormatError{Path: ds.Object(loc.Object).Name(), Offset: loc.Off, Err: fmt.Errorf("record %d has length %d: %w", id, n, dataset.ErrCorrupt)}
+					}
 					hist[bits.Len(uint(n))]++
 					lo, hi = min(lo, n), max(hi, n)
 				}
@@ -101,8 +105,10 @@ func inspectCmd() *cobra.Command {
 				}
 				b = b[:min(len(b), 256)]
 				label := ""
-				if l := ds.Label(id); l >= 0 {
+				if l := ds.Label(id); l >= 0 && l < len(inf.Classes) {
 					label = fmt.Sprintf(" label %d (%s)", l, inf.Classes[l])
+				} else if l >= 0 {
+					label = fmt.Sprintf(" label %d", l)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "record %d: %s offset %d, %d bytes%s\n  %s\n", id, ds.Object(loc.Object).Name(), loc.Off, loc.Len, label, preview(b, loc.Len))
 			}

@@ -95,11 +95,11 @@ func check(path string, fd int) (*Dir, error) {
 		unix.Close(fd)
 		return nil, &fs.PathError{Op: "open", Path: path, Err: unix.ENOTDIR}
 	}
-	perm := st.Mode & 0o7777
-	if int(st.Uid) != os.Geteuid() || perm&0o022 != 0 {
+	if err := Trusted(path, &st); err != nil {
 		unix.Close(fd)
-		return nil, &Error{Path: path, UID: int(st.Uid), Mode: perm}
+		return nil, err
 	}
+	perm := st.Mode & 0o7777
 	if perm&0o077 != 0 {
 		if err := unix.Fchmod(fd, perm&0o700); err != nil {
 			unix.Close(fd)
@@ -107,6 +107,18 @@ func check(path string, fd int) (*Dir, error) {
 		}
 	}
 	return &Dir{path: path, fd: fd}, nil
+}
+
+// Trusted says whether what st describes (a directory, or a file in one)
+// is ours alone to write, as Open requires of a directory: owned by the
+// process's effective uid and writable by neither group nor others. It
+// is an *Error when not.
+func Trusted(path string, st *unix.Stat_t) error {
+	perm := st.Mode & 0o7777
+	if int(st.Uid) != os.Geteuid() || perm&0o022 != 0 {
+		return &Error{Path: path, UID: int(st.Uid), Mode: perm}
+	}
+	return nil
 }
 
 // Path is the directory's path as it was opened, for messages.
