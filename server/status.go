@@ -106,8 +106,15 @@ func (s *Server) groupStatus() []wire.GroupStatus {
 // status is the job's line in status: what the job says of itself, and
 // the memory its handle reserved.
 func (h *handle) status(st job.Status) wire.JobStatus {
-	return wire.JobStatus{ID: fmt.Sprint(st.ID), Subset: st.Subset, Epoch: st.Epoch, Position: st.Position,
-		SamplesSec: st.SamplesSec, Transform: st.Transform, Memory: h.reserved, Auto: st.Auto, Direct: st.Direct}
+	js := wire.JobStatus{ID: fmt.Sprint(st.ID), Subset: st.Subset, Epoch: st.Epoch, Position: st.Position,
+		SamplesSec: st.SamplesSec, Transform: st.Transform, Auto: st.Auto, Direct: st.Direct}
+	if h.hold != nil {
+		js.Memory = h.s.budget.sizeOf(h.hold)
+		if js.Memory < h.hold.want {
+			js.MemoryFull = h.hold.want
+		}
+	}
+	return js
 }
 
 // goMemory is the Go runtime's memory limit and its heap's objects, live

@@ -367,8 +367,9 @@ type Status struct {
 }
 
 // MemoryStatus is how the daemon divides its memory limit, and what holds
-// the part for jobs: each open job's shared memory (arena), reserved
-// whole when it opens; opens that do not fit wait in a queue.
+// the part for jobs: each open job's shared memory (arena), reserved when
+// it opens, less than its full size while memory is short (bent), down to
+// two batches in flight; opens whose least does not fit wait in a queue.
 type MemoryStatus struct {
 	Limit   int64        `json:"limit"`   // the memory cgroup's limit, or the machine's memory
 	Cache   int64        `json:"cache"`   // the record cache's budget
@@ -376,8 +377,13 @@ type MemoryStatus struct {
 	Jobs    int64        `json:"jobs"`    // for the jobs' arenas
 	Held    int64        `json:"held"`    // of Jobs, reserved by open jobs
 	Holders int          `json:"holders"` // the jobs holding it
+	Bent    int          `json:"bent"`    // of them, those holding less than their full arena now
 	Waiting []MemoryWait `json:"waiting,omitempty"`
 	Refused int64        `json:"refused"` // opens refused for memory, since start
+	// Shrunk and Grown count the times a job was told to give memory
+	// back for another, and to take more as memory freed, since start.
+	Shrunk int64 `json:"shrunk"`
+	Grown  int64 `json:"grown"`
 	// GoLimit is the Go runtime's memory limit now, GoHeap its heap in
 	// use (objects, live or not yet collected).
 	GoLimit int64 `json:"go_limit"`
@@ -447,7 +453,10 @@ type JobStatus struct {
 	Position   int     `json:"position"`
 	SamplesSec float64 `json:"samples_per_sec"`
 	Transform  string  `json:"transform,omitempty"`
-	Memory     int64   `json:"memory,omitempty"` // its shared memory, reserved from the daemon's budget
+	Memory     int64   `json:"memory,omitempty"` // its shared memory, reserved from the daemon's budget now
+	// MemoryFull is its shared memory with every batch it reads ahead:
+	// more than Memory while the daemon's memory is short.
+	MemoryFull int64 `json:"memory_full,omitempty"`
 	// Auto is the order sampler "auto" chose.
 	Auto *AutoOrder `json:"auto,omitempty"`
 	// Direct says the job reads its files with O_DIRECT, past the page
