@@ -96,6 +96,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		if j.tf, j.transform, err = transform.New(plan.Transform); err != nil {
 			return fail(fmt.Errorf("%w: %w", errSpec, err))
 		}
+		j.tf = transform.WithMemory(j.tf, env.decode)
 		if rs, ok := ds.(dataset.Rows); ok {
 			// A transform of rows reads one column (loader/rowtf.go), named
 			// in its canonical spelling: the default is chosen here.
@@ -103,7 +104,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			if err == nil {
 				var spec string
 				if spec, err = transform.WithColumn(plan.Transform, col); err == nil {
-					j.tf, j.transform, err = transform.New(spec)
+					if j.tf, j.transform, err = transform.New(spec); err == nil {
+						j.tf = transform.WithMemory(j.tf, env.decode)
+					}
 				}
 			}
 			if err != nil {

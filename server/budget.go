@@ -30,7 +30,10 @@ import (
 //	slack   a sixteenth: the kernel's share of the cgroup (page tables,
 //	        socket buffers), stacks, the binary;
 //	cache   the record cache (a quarter, unless --cache-bytes);
-//	heap    an eighth beyond the cache for the rest of the Go heap;
+//	heap    an eighth beyond the cache for the rest of the Go heap, half
+//	        of it (decode) the most the image decodes take at once
+//	        (transform.Memory: Go's decoders allocate in the Go heap,
+//	        libjpeg beside it, so the Go runtime's limit leaves it out);
 //	jobs    the rest: every job's arena is reserved from it before the
 //	        arena is made.
 //
@@ -66,12 +69,12 @@ import (
 
 // split is how a daemon divides its memory.
 type split struct {
-	total, slack, cache, heap, jobs int64
+	total, slack, cache, heap, decode, jobs int64
 }
 
 // splitMemory divides total, with a cache of cache bytes (0: a quarter).
 func splitMemory(total, cache int64) split {
-	sp := split{total: total, slack: total / 16, cache: cache, heap: total / 8}
+	sp := split{total: total, slack: total / 16, cache: cache, heap: total / 8, decode: total / 16}
 	if sp.cache <= 0 {
 		sp.cache = total / 4
 	}
@@ -83,9 +86,9 @@ func splitMemory(total, cache int64) split {
 }
 
 // heapLimit is the Go runtime's memory limit while held bytes of arenas
-// are reserved: what the arenas and the slack leave.
+// are reserved: what the arenas, the slack and the decodes' part leave.
 func (sp split) heapLimit(held int64) int64 {
-	return max(sp.total-sp.slack-held, sp.cache+sp.heap)
+	return max(sp.total-sp.slack-sp.decode-held, sp.cache+sp.heap-sp.decode)
 }
 
 // budget is the daemon's memory for its jobs' arenas: holds against
@@ -363,7 +366,7 @@ func (b *budget) sizeOf(h *hold) int64 {
 func (b *budget) status() *wire.MemoryStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := &wire.MemoryStatus{Limit: b.sp.total, Cache: b.sp.cache, Heap: b.sp.heap, Jobs: b.sp.jobs,
+	st := &wire.MemoryStatus{Limit: b.sp.total, Cache: b.sp.cache, Heap: b.sp.heap, Decode: b.sp.decode, Jobs: b.sp.jobs,
 		Held: b.held, Holders: len(b.holds), Refused: b.refused, Shrunk: b.shrunk, Grown: b.grown}
 	for _, h := range b.holds {
 		if h.size < h.want {

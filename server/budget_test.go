@@ -18,7 +18,8 @@ import (
 )
 
 // The split adds up to the limit, and the Go heap's limit gives back what
-// the arenas take; a cache asked for larger than the limit leaves the jobs
+// the arenas take and leaves the decodes' part (libjpeg's memory is not
+// the Go heap's); a cache asked for larger than the limit leaves the jobs
 // an eighth.
 func TestSplitMemory(t *testing.T) {
 	for _, tc := range []struct {
@@ -38,11 +39,14 @@ func TestSplitMemory(t *testing.T) {
 		if sum := sp.slack + sp.cache + sp.heap + sp.jobs; sum != tc.total {
 			t.Errorf("%+v: %+v adds up to %d, not the limit", tc, sp, sum)
 		}
-		if got := sp.heapLimit(0) + sp.slack; got != tc.total {
-			t.Errorf("%+v: no job: Go limit %d + slack %d, want the limit", tc, sp.heapLimit(0), sp.slack)
+		if got := sp.heapLimit(0) + sp.slack + sp.decode; got != tc.total {
+			t.Errorf("%+v: no job: Go limit %d + slack %d + decodes %d, want the limit", tc, sp.heapLimit(0), sp.slack, sp.decode)
 		}
-		if got := sp.heapLimit(sp.jobs); got != sp.cache+sp.heap {
-			t.Errorf("%+v: every arena reserved: Go limit %d, want the cache and the heap's reserve", tc, got)
+		if got := sp.heapLimit(sp.jobs); got != sp.cache+sp.heap-sp.decode {
+			t.Errorf("%+v: every arena reserved: Go limit %d, want the cache and the heap's reserve less the decodes'", tc, got)
+		}
+		if sp.decode <= 0 || sp.decode > sp.heap {
+			t.Errorf("%+v: decodes get %d of the heap's %d", tc, sp.decode, sp.heap)
 		}
 	}
 }

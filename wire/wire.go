@@ -374,6 +374,7 @@ type MemoryStatus struct {
 	Limit   int64        `json:"limit"`   // the memory cgroup's limit, or the machine's memory
 	Cache   int64        `json:"cache"`   // the record cache's budget
 	Heap    int64        `json:"heap"`    // kept for the rest of the Go heap
+	Decode  int64        `json:"decode"`  // of Heap, the most image decodes take at once
 	Jobs    int64        `json:"jobs"`    // for the jobs' arenas
 	Held    int64        `json:"held"`    // of Jobs, reserved by open jobs
 	Holders int          `json:"holders"` // the jobs holding it
