@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -424,5 +427,70 @@ func TestMemoryBendsOverTheSocket(t *testing.T) {
 	}
 	if m := status().Memory; m.Shrunk == 0 || m.Grown == 0 {
 		t.Fatalf("no job shrunk or grew: %+v", m)
+	}
+}
+
+// The daemon's memory as the kernel counts it, split by kind, in status
+// and /metrics: the kinds add up to its resident memory; the arenas'
+// pages it wrote are shared memory within what the budget holds for them;
+// a data file read warm through its mapping counts as mapped file pages
+// (the page cache's, not the daemon's allocations); the cache is in the Go
+// heap, the heap in what the Go runtime holds.
+func TestResidentMemorySplit(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "d.bin")
+	synth.WriteFixed(data, 8192, 4096, 0) // 32 MiB, in the page cache as written
+	s := &Server{Socket: sockPath(t), Metrics: "127.0.0.1:0"}
+	stop := serve(t, s)
+	defer stop()
+	cl := dial(t, s.Socket)
+	defer cl.c.Close()
+	memory := func() *wire.MemoryStatus { return cl.req(t, &wire.Msg{Op: wire.OpStatus}).Status.Memory }
+	before := memory()
+	// Whole epochs of a job until the mapped file pages grew by a quarter
+	// of the file (a look at the page cache comes before the copies).
+	var job *wire.Msg
+	waitFor(t, "the data file's pages mapped", func() bool {
+		if job != nil {
+			cl.req(t, &wire.Msg{Op: wire.OpClose, Job: job.Job})
+		}
+		job = cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{data}, RecordSize: 4096, Shuffle: true, BatchSize: 256, World: 1, Epochs: 1}})
+		if job.Op != wire.OpOpened {
+			t.Fatalf("open: %+v", job)
+		}
+		for {
+			b := cl.req(t, &wire.Msg{Op: wire.OpNext, Job: job.Job})
+			if b.Op != wire.OpBatch {
+				break
+			}
+			cl.send(t, &wire.Msg{Op: wire.OpRelease, Job: job.Job, Seqs: []uint64{b.Seq}})
+		}
+		return memory().RSSFile-before.RSSFile >= 8<<20
+	})
+	unix.Close(cl.fd)
+	m := memory()
+	if m.RSS == 0 || m.RSS != m.RSSAnon+m.RSSFile+m.RSSShmem || m.RSSPeak < m.RSS {
+		t.Fatalf("resident %d is not anon %d + file %d + shmem %d, or above its peak %d", m.RSS, m.RSSAnon, m.RSSFile, m.RSSShmem, m.RSSPeak)
+	}
+	if m.RSSShmem == 0 || m.RSSShmem > m.Held {
+		t.Fatalf("the arenas' resident pages %d, out of the %d the budget holds for them", m.RSSShmem, m.Held)
+	}
+	st := cl.req(t, &wire.Msg{Op: wire.OpStatus}).Status
+	if st.Cache.Bytes > m.GoHeap || m.GoHeap > m.GoRuntime || m.Decode == 0 || m.Decoding != 0 {
+		t.Fatalf("cache %d, Go heap %d, Go runtime %d, decodes %d of %d", st.Cache.Bytes, m.GoHeap, m.GoRuntime, m.Decoding, m.Decode)
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + s.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, re := range []string{`riffle_memory_resident_bytes\{kind="anon"\} [1-9]`, `riffle_memory_resident_bytes\{kind="shmem"\} [1-9]`,
+		`riffle_memory_resident_bytes\{kind="file"\} [1-9]`, `riffle_memory_resident_peak_bytes [1-9]`, `riffle_go_heap_bytes [1-9]`,
+		`riffle_go_runtime_bytes [1-9]`, `riffle_memory_decode_budget_bytes [1-9]`, `riffle_memory_decoding_bytes 0`,
+		`riffle_memory_bent_jobs 0`, `riffle_memory_shrunk_total 0`, `riffle_memory_grown_total 0`} {
+		if !regexp.MustCompile(`(?m)^` + re + `$|(?m)^` + re + `[0-9.e+]*$`).Match(body) {
+			t.Fatalf("/metrics has no %s:\n%s", re, body)
+		}
 	}
 }

@@ -386,9 +386,30 @@ type MemoryStatus struct {
 	Shrunk int64 `json:"shrunk"`
 	Grown  int64 `json:"grown"`
 	// GoLimit is the Go runtime's memory limit now, GoHeap its heap in
-	// use (objects, live or not yet collected).
-	GoLimit int64 `json:"go_limit"`
-	GoHeap  int64 `json:"go_heap"`
+	// use (objects, live or not yet collected; the record cache is among
+	// them), GoRuntime all the runtime holds and has not given back to
+	// the system (heap, stacks, its own structures).
+	GoLimit   int64 `json:"go_limit"`
+	GoHeap    int64 `json:"go_heap"`
+	GoRuntime int64 `json:"go_runtime"`
+	// Decoding is what the image decodes hold of Decode now, DecodePeak
+	// the most they held at once.
+	Decoding   int64 `json:"decoding"`
+	DecodePeak int64 `json:"decode_peak"`
+	// What the kernel counts resident for the daemon (/proc/self/status;
+	// docs/memory.md): RSS is RSSAnon + RSSFile + RSSShmem, RSSPeak its
+	// most. RSSAnon is anonymous memory: the Go runtime's (GoRuntime, the
+	// cache among it) and libjpeg's. RSSShmem is the jobs' arenas' pages
+	// the daemon has written (within Held). RSSFile is pages of files the
+	// daemon maps: its binary, and the data files whose cached pages it
+	// copies from a mapping (storage/mapped.go): the page cache, shared
+	// with every process and dropped by the kernel under pressure, not
+	// memory the daemon allocated.
+	RSS      int64 `json:"rss"`
+	RSSPeak  int64 `json:"rss_peak"`
+	RSSAnon  int64 `json:"rss_anon"`
+	RSSFile  int64 `json:"rss_file"`
+	RSSShmem int64 `json:"rss_shmem"`
 }
 
 // MemoryWait is an open waiting for room: the bytes it needs, and for how
