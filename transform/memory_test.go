@@ -175,3 +175,17 @@ func TestReadHeader(t *testing.T) {
 		}
 	}
 }
+
+// Any bytes: the header reader never panics, and a header it reads gives
+// a cost that is not negative.
+func FuzzReadHeader(f *testing.F) {
+	f.Add(bigJPEG(f, 17, 9, 0)[:400])
+	f.Add(bombPNG(f, 3, 2))
+	f.Add([]byte{0xff, 0xd8, 0xff, 0xc2, 0, 17, 8, 0, 9, 0, 17, 3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		h, err := readHeader(raw)
+		if err == nil && h.format != "" && (h.w < 0 || h.h < 0 || h.goCost() < 0) {
+			t.Fatalf("header %+v of %d bytes: cost %d", h, len(raw), h.goCost())
+		}
+	})
+}
