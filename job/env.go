@@ -12,6 +12,7 @@ import (
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/tier"
+	"github.com/riffle-ml/riffle/transform"
 )
 
 // EnvOptions configures an Env. The zero value works: local files only,
@@ -50,6 +51,11 @@ type EnvOptions struct {
 	// Open opens a dataset; default dataset.Open (a test holds an open
 	// with its own).
 	Open func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)
+	// DecodeBytes bounds the memory the jobs' image decodes take at once
+	// (transform.Memory); a record whose decode alone would take more is
+	// refused, naming it. Default a sixteenth of the memory the process
+	// may use.
+	DecodeBytes int64
 }
 
 // Catalogue finds the persisted outputs of a transform over a source at
@@ -71,6 +77,7 @@ type Env struct {
 	outputs *sources
 	groups  *groups
 	workers *loader.Workers
+	decode  *transform.Memory // the image decodes' memory, shared by every job's transform
 	engMu   sync.Mutex
 	engines map[uint64]*storage.Engine
 	seq     atomic.Int64
@@ -116,8 +123,16 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 		e.outputs = newSources(out, dataset.Options{IndexDir: opts.IndexDir, IndexInDirOnly: true}, open)
 	}
 	e.workers = loader.NewWorkers(0)
+	decode := opts.DecodeBytes
+	if decode <= 0 {
+		decode = AvailableMemory() / 16
+	}
+	e.decode = transform.NewMemory(decode)
 	return e, nil
 }
+
+// Decodes is what the jobs' image decodes hold of their memory.
+func (e *Env) Decodes() transform.MemoryStats { return e.decode.Stats() }
 
 // Cache is the record cache the Env's jobs share.
 func (e *Env) Cache() *cache.Cache { return e.cache }

@@ -37,7 +37,12 @@ type Job struct {
 	objects   map[string]int
 	smp       sampler.Sampler
 	l         *loader.Loader
-	memory    int64
+	// memory is the job's full memory bound, floor the least it may be
+	// given (0 unless its memory bends), arenaOf the allocator's bytes for
+	// a bound (memory.go).
+	memory  int64
+	floor   int64
+	arenaOf func(bound int64) int64
 	// shares are the job's places in share groups (dependent sampling):
 	// its source's, or each of its mixture's sources'.
 	shares []membership
@@ -63,9 +68,11 @@ type Job struct {
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
-// much: size bytes. A daemon gives shared memory (an arena a client
-// maps); nil gives the Go heap.
-type Alloc func(size int64) (loader.Allocator, error)
+// much: between ask.Floor and ask.Want bytes (memory.go). It returns the
+// allocator and the bytes it was given; Resize tells the job of a change
+// later. A daemon gives shared memory (an arena a client maps); nil gives
+// the Go heap, all the job wants.
+type Alloc func(ask Ask) (loader.Allocator, int64, error)
 
 // Open opens a job of plan in env: the dataset (shared with other jobs on
 // it), its order (shared with a group, with share), and a loader reading
@@ -89,6 +96,7 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		if j.tf, j.transform, err = transform.New(plan.Transform); err != nil {
 			return fail(fmt.Errorf("%w: %w", errSpec, err))
 		}
+		j.tf = transform.WithMemory(j.tf, env.decode)
 		if rs, ok := ds.(dataset.Rows); ok {
 			// A transform of rows reads one column (loader/rowtf.go), named
 			// in its canonical spelling: the default is chosen here.
@@ -96,7 +104,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			if err == nil {
 				var spec string
 				if spec, err = transform.WithColumn(plan.Transform, col); err == nil {
-					j.tf, j.transform, err = transform.New(spec)
+					if j.tf, j.transform, err = transform.New(spec); err == nil {
+						j.tf = transform.WithMemory(j.tf, env.decode)
+					}
 				}
 			}
 			if err != nil {
@@ -114,14 +124,26 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	// and a job waiting there must not yet be a member of its group, to
 	// which records would be given that it cannot take.
 	_, rows := ds.(dataset.Rows)
-	size, err := j.size(rows)
+	ask, err := j.size(rows)
 	if err != nil {
 		return fail(err)
 	}
 	lopts := plan.Loader
+	lopts.MemoryBytes = j.memory
 	if alloc != nil {
-		if lopts.Alloc, err = alloc(size); err != nil {
+		var given int64
+		if lopts.Alloc, given, err = alloc(ask); err != nil {
 			return fail(err)
+		}
+		if given < ask.Want {
+			lopts.MemoryStart = j.boundOf(given)
+		}
+		if j.floor > 0 && j.floor < j.memory {
+			// Its memory may bend from now on: a job that reads nothing
+			// before its first batch is asked leaves its memory untouched,
+			// to be given to the opens after it, while its process opens
+			// them before reading any (jobs read in turn).
+			lopts.Lazy = true
 		}
 	}
 	subset, err := env.subsetOf(ctx, plan, ds)
@@ -155,7 +177,6 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		}
 		lopts.Lazy = true
 	}
-	lopts.MemoryBytes = j.memory
 	if lopts.Depth == 0 {
 		lopts.Engine = env.engineFor(ds.Object(0))
 	} // else an explicit depth pins the job's own engine's, outside the device's shared queue
@@ -307,8 +328,10 @@ func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
 	return b, nil
 }
 
-// Memory is the job's bound on batches in flight and held.
-func (j *Job) Memory() int64 { return j.memory }
+// Memory is the job's bound on batches in flight and held now (Resize
+// moves it), FullMemory the most it may be.
+func (j *Job) Memory() int64     { return j.l.Memory() }
+func (j *Job) FullMemory() int64 { return j.memory }
 
 // Place is the job's place (the next batch it delivers) without the
 // sampler's state; stream says whether the order has a state to save.

@@ -169,11 +169,38 @@ func memAvailable() (int64, bool) {
 // four int64 arrays, as a daemon sends them.
 func metaBytes(batch int) int64 { return 32 * int64(batch) }
 
-// size sets the job's memory bound and returns the bytes its batches
-// need from its allocator: twice the bound, so fragmentation never blocks
-// the loader for long, plus the metadata of as many batches as the bound
-// lets a client hold.
-func (j *Job) size(rows bool) (int64, error) {
+// Ask is the memory a job asks of its Alloc: Want bytes for its full
+// memory bound; if it may run in less (its memory bends, below), Floor
+// bytes for the least, two of its largest batches in flight. Floor is
+// Want for a job that may not.
+type Ask struct{ Want, Floor int64 }
+
+// Memory that bends (issue 46). A job needs only a few batches in flight
+// to run: one its consumer holds and one being read keep it going, at a
+// lower rate than 16 batches do. So when a daemon's budget is short it
+// gives an open less than its full bound, down to that floor of two
+// batches, rather than make it wait; and it gives the job more (Resize),
+// up to its full bound, as memory frees, and takes some back from jobs
+// above their share when more opens come (server's budget.go).
+//
+// A job's memory bends if its plan leaves memory_bytes to the daemon
+// (one the user named is the job's) and its loads are single batches: an
+// opportunistic order's windows and a block order's gathered ones are
+// loaded whole, each as large as the bound allows, and cannot run in two
+// batches' room.
+func (j *Job) bends() bool {
+	switch j.plan.Sampler.Kind {
+	case "block", "auto":
+		return false
+	}
+	return j.plan.Memory == 0 && j.plan.Loader.Opportunistic <= 1
+}
+
+// size sets the job's memory bound and returns what its batches need from
+// its allocator: twice the bound, so fragmentation never blocks the loader
+// for long, plus the metadata of as many batches as the bound lets a client
+// hold; and the least, twice the floor's bound, if its memory bends.
+func (j *Job) size(rows bool) (Ask, error) {
 	ds := j.src.ds
 	inf := ds.Info()
 	bs := j.plan.Loader.BatchSize
@@ -195,13 +222,46 @@ func (j *Job) size(rows bool) (int64, error) {
 		mem = jobMemory(mean, bs, biggest, j.env.opts.JobMemory)
 	}
 	if mem < biggest {
-		return 0, specErr("memory_bytes %d is smaller than one batch (up to %d bytes for batch_size %d of this dataset): raise memory_bytes or lower batch_size",
+		return Ask{}, specErr("memory_bytes %d is smaller than one batch (up to %d bytes for batch_size %d of this dataset): raise memory_bytes or lower batch_size",
 			mem, biggest, bs)
 	}
 	j.memory = mem
-	batches := mem/max(1, mulSat(int64(bs), mean)) + 16
-	return mulSat(2, mem) + mulSat(batches, metaBytes(bs)+64), nil
+	j.arenaOf = func(m int64) int64 {
+		batches := m/max(1, mulSat(int64(bs), mean)) + 16
+		return mulSat(2, m) + mulSat(batches, metaBytes(bs)+64)
+	}
+	ask := Ask{Want: j.arenaOf(mem), Floor: j.arenaOf(mem)}
+	if j.bends() {
+		j.floor = min(mem, mulSat(2, biggest))
+		ask.Floor = j.arenaOf(j.floor)
+	}
+	return ask, nil
 }
+
+// boundOf is the job's memory bound in size bytes of its allocator: the
+// largest whose arenaOf fits, between the floor and the full bound.
+func (j *Job) boundOf(size int64) int64 {
+	lo, hi := max(1, j.floor), j.memory
+	if j.arenaOf(hi) <= size {
+		return hi
+	}
+	for lo < hi {
+		m := lo + (hi-lo+1)/2
+		if j.arenaOf(m) <= size {
+			lo = m
+		} else {
+			hi = m - 1
+		}
+	}
+	return lo
+}
+
+// Resize tells the job its allocator holds size bytes now (its daemon's
+// budget bent it): its memory bound follows, between the floor and its
+// full bound. Lowered, the batches alive above the new bound stay until
+// their consumer releases them; the allocator gives the rest back once
+// they are gone. Safe from any goroutine, and after Close.
+func (j *Job) Resize(size int64) { j.l.SetMemory(j.boundOf(size)) }
 
 // maxBatchBytes is the size of the largest batch the dataset can make:
 // the sum of its batch largest records, each padded to the alignment and

@@ -28,6 +28,13 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 			return nil, err
 		}
 	}
+	if j.shed {
+		// Its memory went back while it waited (memory.go): read it again.
+		if err := l.reload(ctx, j); err != nil {
+			l.pending = j
+			return nil, err
+		}
+	}
 	select {
 	case <-j.done:
 		l.pending = nil
@@ -117,6 +124,7 @@ func (l *Loader) take(ctx context.Context) (*load, error) {
 		if l.flight != nil {
 			l.flight.taken(j.Epoch)
 		}
+		l.takenFromAhead(j)
 		return j, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -363,11 +363,18 @@ func (l *Loader) unitDone(j *load, i int) {
 // finishLoad marks j complete: every unit done, or failed. A batch of rows
 // is put together first, on the workers.
 func (l *Loader) finishLoad(j *load) {
-	if l.flight != nil {
+	if l.flight != nil && !j.again {
 		l.flight.done(len(j.units))
 	}
 	if l.rows == nil {
+		sheddable := j.sheddable // once done, j may be taken, released and reused
 		close(j.done)
+		if sheddable {
+			l.mem.poke() // a reload waiting for room may shed it
+			if l.mem.over(0) {
+				l.kickShed() // over a bound lowered while it was read
+			}
+		}
 		return
 	}
 	if j.failed.Load() || j.win != nil {

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
@@ -53,8 +52,14 @@ type Loader struct {
 	cancel  context.CancelFunc
 	g       *errgroup.Group
 	deliver chan *load
-	mem     *semaphore.Weighted
-	flight  *flight // adaptive read-ahead; nil with a fixed Prefetch
+	mem     *bound
+	// ahead are the loads sent to deliver and not yet taken by Next,
+	// oldest first, which shed may give the memory of back (memory.go).
+	aheadMu  sync.Mutex
+	ahead    []*load
+	shedKick chan struct{}
+	planEnd  chan struct{} // closed when plan returns: the shedder ends too
+	flight   *flight       // adaptive read-ahead; nil with a fixed Prefetch
 
 	io      sync.WaitGroup // reads submitted to the engine and not yet done
 	started chan struct{}  // closed when planning may begin (Lazy: at the first Next)
@@ -188,12 +193,17 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	}
 	l.deliver = make(chan *load, ahead)
 	l.freeLoads = make(chan *load, 64)
-	l.mem = semaphore.NewWeighted(opts.MemoryBytes)
+	l.mem = newBound(opts.MemoryStart)
 	l.started = make(chan struct{})
 	if !opts.Lazy {
 		close(l.started)
 	}
+	l.planEnd = make(chan struct{})
 	l.g.Go(l.plan)
+	if l.sheddable() {
+		l.shedKick = make(chan struct{}, 1)
+		l.g.Go(l.shedder)
+	}
 	return l, nil
 }
 
@@ -204,6 +214,7 @@ func (l *Loader) Batches() sampler.Batches {
 
 // plan turns batches into reads, in order, and starts them.
 func (l *Loader) plan() error {
+	defer close(l.planEnd)
 	defer close(l.deliver)
 	select {
 	case <-l.started:
@@ -289,7 +300,9 @@ func (l *Loader) load(e, b, nb int, bs sampler.Batches, skip []int) (bool, error
 		return false, fmt.Errorf("loader: allocating %d bytes for batch %d of epoch %d: %w", j.size(), b, e, err)
 	}
 	j.Batch.j = j
+	j.sheddable = l.canShed(j)
 	l.dispatch(j)
+	l.aheadOf(j) // after dispatch, which the shedder must not overlap; before Next can take it
 	select {
 	case l.deliver <- j:
 		return true, nil

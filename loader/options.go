@@ -36,6 +36,9 @@ type Options struct {
 	// ahead or held by the consumer; default 512 MiB. A batch larger than
 	// the bound is still loaded, alone.
 	MemoryBytes int64
+	// MemoryStart, if set, is the bound the loader starts at, below
+	// MemoryBytes; SetMemory moves it later, up to MemoryBytes.
+	MemoryStart int64
 	// Ordered keeps records in the sampler's order inside each batch.
 	// Otherwise a batch's records come in a uniformly random order of
 	// their own, a function of (Seed, epoch, batch): whatever the sampler
@@ -215,7 +218,7 @@ const (
 )
 
 func (o Options) withDefaults(h storage.Hints) (Options, error) {
-	if o.BatchSize < 0 || o.Depth < 0 || o.Prefetch < 0 || o.MemoryBytes < 0 || o.CoalesceGap < 0 || o.Epoch < 0 ||
+	if o.BatchSize < 0 || o.Depth < 0 || o.Prefetch < 0 || o.MemoryBytes < 0 || o.MemoryStart < 0 || o.CoalesceGap < 0 || o.Epoch < 0 ||
 		o.Batch < 0 || o.Opportunistic < 0 || o.StageBytes < 0 || o.BatchStride < 0 || o.BatchOffset < 0 {
 		return o, fmt.Errorf("loader options: negative value in %+v", o)
 	}
@@ -237,6 +240,9 @@ func (o Options) withDefaults(h storage.Hints) (Options, error) {
 	}
 	if o.MemoryBytes == 0 {
 		o.MemoryBytes = 512 << 20
+	}
+	if o.MemoryStart == 0 || o.MemoryStart > o.MemoryBytes {
+		o.MemoryStart = o.MemoryBytes
 	}
 	if o.Epochs == 0 {
 		o.Epochs = 1

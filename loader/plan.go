@@ -55,6 +55,9 @@ type load struct {
 	own      int     // a gathered load: the end of its window, in positions of the epoch
 	weight   int64
 	mark     any // a Stateful sampler's state after this batch
+	// sheddable says the load can give its memory back before Next takes
+	// it, shed that it did, again that it is being read again (memory.go).
+	sheddable, shed, again bool
 }
 
 // entry is one record of a batch.
@@ -112,6 +115,7 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 		j = &load{l: l}
 	}
 	j.err, j.errOnce, j.done, j.win, j.mark = nil, sync.Once{}, make(chan struct{}), nil, nil
+	j.sheddable, j.shed, j.again = false, false, false
 	j.failed.Store(false)
 	pos, _ := bs.Span(b)
 	lastPos, lastN := bs.Span(b + nb - 1)

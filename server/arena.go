@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"unsafe"
@@ -33,6 +34,12 @@ type Arena struct {
 	free    []span // sorted by off, never adjacent
 	used    map[int64]int64
 	done    bool
+	// limit bounds where regions end: the bytes the daemon's budget gives
+	// the job now (setLimit), at most the arena's size. fit, if set, is
+	// called once no region ends above fitAt.
+	limit int64
+	fit   func()
+	fitAt int64
 }
 
 type span struct{ off, n int64 }
@@ -58,7 +65,7 @@ func NewArena(name string, size int64) (*Arena, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("mapping shared memory: %w", err)
 	}
-	a := &Arena{fd: fd, mem: mem, free: []span{{0, size}}, used: map[int64]int64{}}
+	a := &Arena{fd: fd, mem: mem, free: []span{{0, size}}, used: map[int64]int64{}, limit: size}
 	a.cond = sync.NewCond(&a.mu)
 	return a, nil
 }
@@ -100,6 +107,9 @@ func (a *Arena) Alloc(ctx context.Context, n, align int) ([]byte, error) {
 		for i, s := range a.free {
 			// Free spans start at multiples of 64; align inside the span.
 			start := (s.off + int64(align) - 1) / int64(align) * int64(align)
+			if start+size > a.limit {
+				break // spans are sorted: none after fits under the limit
+			}
 			if start+size > s.off+s.n {
 				continue
 			}
@@ -135,9 +145,9 @@ func (a *Arena) Offset(b []byte) int64 {
 func (a *Arena) Free(b []byte) {
 	off := a.Offset(b)
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	n, ok := a.used[off]
 	if !ok {
+		a.mu.Unlock()
 		return // freed twice, or after Close
 	}
 	delete(a.used, off)
@@ -155,6 +165,62 @@ func (a *Arena) Free(b []byte) {
 		a.free = append(a.free[:i], a.free[i+1:]...)
 	}
 	a.cond.Broadcast()
+	var fit func()
+	if a.fit != nil && off+n > a.fitAt && a.end() <= a.fitAt {
+		fit, a.fit = a.fit, nil
+		a.trim()
+	}
+	a.mu.Unlock()
+	if fit != nil {
+		fit()
+	}
+}
+
+// setLimit bounds where regions end from now on to n bytes (the
+// daemon's budget bent the job's memory, budget.go), and reports whether
+// none ends above it now, the pages above then given back to the
+// system; if some do, fit is called once the last of them is freed (from
+// Free, without the arena's lock), the pages given back first. A later
+// setLimit replaces fit.
+func (a *Arena) setLimit(n int64, fit func()) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lower := n < a.limit
+	a.limit = min(n, int64(len(a.mem)))
+	a.fit = nil
+	a.cond.Broadcast() // a raised limit makes room for those waiting
+	if a.end() > a.limit {
+		a.fit, a.fitAt = fit, a.limit
+		return false
+	}
+	if lower {
+		a.trim()
+	}
+	return true
+}
+
+// end is where the last region ends; the lock is held.
+func (a *Arena) end() int64 {
+	var e int64
+	for off, n := range a.used {
+		e = max(e, off+n)
+	}
+	return e
+}
+
+// trim gives the pages above the limit, where no region lies, back to the
+// system (holes punched in the memfd, charged to nobody); the lock is held.
+func (a *Arena) trim() {
+	if a.done {
+		return // the descriptor may be closed, its number another file's
+	}
+	page := int64(unix.Getpagesize())
+	from := (a.limit + page - 1) / page * page
+	if size := int64(len(a.mem)); from < size {
+		if err := unix.Fallocate(a.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, from, size-from); err != nil {
+			slog.Warn("giving back a job's shared memory", "err", err)
+		}
+	}
 }
 
 // InUse is the bytes allocated now.

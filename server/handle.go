@@ -47,10 +47,9 @@ type handle struct {
 	reqs chan uint64 // tags of next requests, served in order
 	done chan struct{}
 
-	// reserved is the arena's bytes, reserved from the daemon's budget
-	// until unreserve gives them back, after the arena is closed.
-	reserved  int64
-	unreserve func()
+	// hold is the arena's part of the daemon's budget (budget.go), given
+	// back after the arena is closed.
+	hold *hold
 
 	mu   sync.Mutex
 	seq  uint64
@@ -75,29 +74,45 @@ func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (
 	}
 	h := &handle{s: s, inline: !shm, inMemoryOrder: memoryOrdered(plan), held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	alloc := func(size int64) (loader.Allocator, error) {
-		// The arena is all the memory the job's batches may take: reserved
-		// whole before any of it is made, waiting for room if need be.
-		release, err := s.budget.reserve(ctx, size)
+	alloc := func(ask job.Ask) (loader.Allocator, int64, error) {
+		// The arena is all the memory the job's batches may take, reserved
+		// before any of it is made, waiting for room if need be: all of
+		// it, or while memory is short as much as the job's share, at
+		// least two batches (budget.go). Its pages past what was reserved
+		// are never written, and so never charged.
+		hd, err := s.budget.reserve(ctx, ask.Want, ask.Floor)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		h.reserved, h.unreserve = size, release
-		a, err := NewArena("riffle-job", size)
+		h.hold = hd
+		a, err := NewArena("riffle-job", ask.Want)
+		if err != nil {
+			return nil, 0, err
+		}
 		h.arena = a
-		return a, err
+		a.setLimit(hd.size, nil) // not resized before it is attached: hd.size is what it was granted
+		return a, hd.size, nil
 	}
 	if h.j, err = s.env.Open(ctx, plan, alloc); err != nil {
 		h.cancel()
 		if h.arena != nil {
 			h.arena.Close()
 		}
-		if h.unreserve != nil {
-			h.unreserve()
+		if h.hold != nil {
+			s.budget.release(h.hold)
 		}
 		return nil, err
 	}
+	s.budget.attach(h.hold, h.resize)
 	return h, nil
+}
+
+// resize moves the job's memory to size bytes of its arena (the budget
+// bent it): the loader's bound, and the arena's limit. It reports whether
+// the arena holds nothing above size now; else fit is called once it does.
+func (h *handle) resize(size int64, fit func()) bool {
+	h.j.Resize(size)
+	return h.arena.setLimit(size, fit)
 }
 
 func pad8(n int) int { return (n + 7) &^ 7 }
@@ -346,13 +361,21 @@ func (h *handle) nextBatch(ctx context.Context) (*loader.Batch, error) {
 	if grace == 0 {
 		grace = heldGrace
 	}
+	bent := ""
+	if full := h.j.FullMemory(); mem < full {
+		// The daemon's memory is short and the job runs in less than all
+		// it may (budget.go): a client pipelining within all of it waits
+		// for its own releases, or for the job to grow, as an open waits.
+		grace = max(grace, h.s.budget.wait)
+		bent = fmt.Sprintf(" (bent from %s while the daemon's memory is short)", humanize.IBytes(uint64(full)))
+	}
 	wctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	b, err := h.j.Next(wctx)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		return nil, fmt.Errorf("%w: the client holds %d batches (%s) of this job's %s of memory_bytes, which leave no room for the next; "+
+		return nil, fmt.Errorf("%w: the client holds %d batches (%s) of this job's %s of memory_bytes%s, which leave no room for the next; "+
 			"drop the batches you are done with, or open the job with a larger memory_bytes (or a smaller batch_size)",
-			job.ErrMemory, n, humanize.IBytes(uint64(held)), humanize.IBytes(uint64(mem)))
+			job.ErrMemory, n, humanize.IBytes(uint64(held)), humanize.IBytes(uint64(mem)), bent)
 	}
 	return b, err
 }
@@ -384,7 +407,7 @@ func (h *handle) close() {
 		h.heldBytes = 0
 		h.mu.Unlock()
 		h.arena.Close()
-		h.unreserve()
+		h.s.budget.release(h.hold)
 		h.s.retire(h)
 	})
 }

@@ -53,6 +53,16 @@ var (
 	descMemWaiting  = prometheus.NewDesc("riffle_memory_waiting_opens", "Opens waiting for room in the budget.", nil, nil)
 	descMemRefused  = prometheus.NewDesc("riffle_memory_refused_total", "Opens refused for memory.", nil, nil)
 	descGoLimit     = prometheus.NewDesc("riffle_go_memory_limit_bytes", "The Go runtime's memory limit, which follows the jobs' reservations.", nil, nil)
+	descMemBent     = prometheus.NewDesc("riffle_memory_bent_jobs", "Jobs holding less than their full shared memory while memory is short.", nil, nil)
+	descMemShrunk   = prometheus.NewDesc("riffle_memory_shrunk_total", "Times a job was told to give shared memory back for an open.", nil, nil)
+	descMemGrown    = prometheus.NewDesc("riffle_memory_grown_total", "Times a job was given more shared memory as memory freed.", nil, nil)
+	descDecode      = prometheus.NewDesc("riffle_memory_decode_budget_bytes", "The most memory image decodes take at once.", nil, nil)
+	descDecoding    = prometheus.NewDesc("riffle_memory_decoding_bytes", "Memory image decodes hold now.", nil, nil)
+	descGoHeap      = prometheus.NewDesc("riffle_go_heap_bytes", "The Go heap's objects, the record cache among them.", nil, nil)
+	descGoRuntime   = prometheus.NewDesc("riffle_go_runtime_bytes", "Memory the Go runtime holds and has not given back to the system.", nil, nil)
+	descResident    = prometheus.NewDesc("riffle_memory_resident_bytes", "Resident memory by kind, as the kernel counts it (/proc/self/status): "+
+		"anon (the Go runtime, libjpeg), shmem (the jobs' arenas), file (mapped files: the binary, and data files' cached pages, which are the page cache's).", []string{"kind"}, nil)
+	descResidentMax = prometheus.NewDesc("riffle_memory_resident_peak_bytes", "The most resident memory so far (VmHWM), mapped files' cached pages included.", nil, nil)
 	descJobMemory   = prometheus.NewDesc("riffle_job_memory_bytes", "Each job's shared memory, reserved from the budget.", []string{"job"}, nil)
 	descJobRL       = prometheus.NewDesc("riffle_job_auto_randomization_level", "The randomization level of the order sampler auto chose for a job.", []string{"job", "sampler"}, nil)
 	descJobAutoRate = prometheus.NewDesc("riffle_job_auto_expected_samples_per_second", "The records per second the device's measured rate expects of the order sampler auto chose.", []string{"job", "sampler"}, nil)
@@ -62,6 +72,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReadBytes, descServedBytes, descJobs, descClients, descCacheBytes, descCacheBudget,
 		descCacheItems, descCacheHits, descCacheMisses, descCacheEvict, descGroupJobs, descShared, descJobSamples,
 		descMemLimit, descMemJobs, descMemHeld, descMemHolders, descMemWaiting, descMemRefused, descGoLimit, descJobMemory,
+		descMemBent, descMemShrunk, descMemGrown, descDecode, descDecoding, descGoHeap, descGoRuntime, descResident, descResidentMax,
 		descJobRL, descJobAutoRate} {
 		ch <- d
 	}
@@ -90,6 +101,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		m(descMemWaiting, prometheus.GaugeValue, float64(len(mem.Waiting)))
 		m(descMemRefused, prometheus.CounterValue, float64(mem.Refused))
 		m(descGoLimit, prometheus.GaugeValue, float64(mem.GoLimit))
+		m(descMemBent, prometheus.GaugeValue, float64(mem.Bent))
+		m(descMemShrunk, prometheus.CounterValue, float64(mem.Shrunk))
+		m(descMemGrown, prometheus.CounterValue, float64(mem.Grown))
+		m(descDecode, prometheus.GaugeValue, float64(mem.Decode))
+		m(descDecoding, prometheus.GaugeValue, float64(mem.Decoding))
+		m(descGoHeap, prometheus.GaugeValue, float64(mem.GoHeap))
+		m(descGoRuntime, prometheus.GaugeValue, float64(mem.GoRuntime))
+		m(descResident, prometheus.GaugeValue, float64(mem.RSSAnon), "anon")
+		m(descResident, prometheus.GaugeValue, float64(mem.RSSShmem), "shmem")
+		m(descResident, prometheus.GaugeValue, float64(mem.RSSFile), "file")
+		m(descResidentMax, prometheus.GaugeValue, float64(mem.RSSPeak))
 	}
 	for _, g := range st.Groups {
 		src := g.Source

@@ -265,7 +265,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer own.Close()
 	// A default job's memory is at most a 32nd of the jobs' budget (its
 	// arena twice that): sixteen default jobs fit at once.
-	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: sp.cache, JobMemory: sp.jobs / 32, IndexDir: s.IndexDir,
+	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: sp.cache, JobMemory: sp.jobs / 32, DecodeBytes: sp.decode, IndexDir: s.IndexDir,
 		PageCacheBytes: s.PageCacheBytes, IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.tier.Load, Open: s.opener})
 	if err != nil {
 		return err

@@ -2,7 +2,10 @@ package server
 
 import (
 	"fmt"
+	"os"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 
 	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/wire"
@@ -63,7 +66,7 @@ func (s *Server) status() *wire.Status {
 		out.Disk = &wire.DiskStatus{Bytes: ts.Bytes, Blocks: ts.Blocks, Hits: ts.Hits, Misses: ts.Misses}
 	}
 	out.Memory = s.budget.status()
-	out.Memory.GoLimit, out.Memory.GoHeap = goMemory()
+	s.memoryUse(out.Memory)
 	if c := s.cluster.Load(); c != nil {
 		cs := c.Stats()
 		out.Peers = &wire.PeersStatus{Node: s.Node, Nodes: len(s.Peers), Local: cs.Local, FromPeers: cs.FromPeers,
@@ -106,24 +109,52 @@ func (s *Server) groupStatus() []wire.GroupStatus {
 // status is the job's line in status: what the job says of itself, and
 // the memory its handle reserved.
 func (h *handle) status(st job.Status) wire.JobStatus {
-	return wire.JobStatus{ID: fmt.Sprint(st.ID), Subset: st.Subset, Epoch: st.Epoch, Position: st.Position,
-		SamplesSec: st.SamplesSec, Transform: st.Transform, Memory: h.reserved, Auto: st.Auto, Direct: st.Direct}
-}
-
-// goMemory is the Go runtime's memory limit and its heap's objects, live
-// or not yet collected.
-func goMemory() (limit, heap int64) {
-	ms := []metrics.Sample{{Name: "/gc/gomemlimit:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(ms)
-	for i, m := range ms {
-		if m.Value.Kind() == metrics.KindUint64 {
-			v := int64(min(m.Value.Uint64(), 1<<63-1))
-			if i == 0 {
-				limit = v
-			} else {
-				heap = v
-			}
+	js := wire.JobStatus{ID: fmt.Sprint(st.ID), Subset: st.Subset, Epoch: st.Epoch, Position: st.Position,
+		SamplesSec: st.SamplesSec, Transform: st.Transform, Auto: st.Auto, Direct: st.Direct}
+	if h.hold != nil {
+		js.Memory = h.s.budget.sizeOf(h.hold)
+		if js.Memory < h.hold.want {
+			js.MemoryFull = h.hold.want
 		}
 	}
-	return limit, heap
+	return js
+}
+
+// memoryUse fills in what the daemon's memory holds: the Go runtime's,
+// the decodes', and what the kernel counts resident, split by kind.
+func (s *Server) memoryUse(m *wire.MemoryStatus) {
+	ms := []metrics.Sample{{Name: "/gc/gomemlimit:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(ms)
+	v := make([]int64, len(ms))
+	for i, x := range ms {
+		if x.Value.Kind() == metrics.KindUint64 {
+			v[i] = int64(min(x.Value.Uint64(), 1<<63-1))
+		}
+	}
+	m.GoLimit, m.GoHeap, m.GoRuntime = v[0], v[1], v[2]-v[3]
+	d := s.env.Decodes()
+	m.Decoding, m.DecodePeak = d.Used, d.Peak
+	r := resident()
+	m.RSS, m.RSSPeak, m.RSSAnon, m.RSSFile, m.RSSShmem = r["VmRSS"], r["VmHWM"], r["RssAnon"], r["RssFile"], r["RssShmem"]
+}
+
+// resident reads the kernel's counts of the process's memory from
+// /proc/self/status, in bytes: VmRSS, VmHWM, RssAnon, RssFile, RssShmem.
+func resident() map[string]int64 {
+	out := map[string]int64{}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return out
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || !(strings.HasPrefix(k, "Rss") || k == "VmRSS" || k == "VmHWM") {
+			continue
+		}
+		if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
+			out[k] = kb << 10
+		}
+	}
+	return out
 }

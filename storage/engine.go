@@ -263,7 +263,7 @@ func (e *Engine) take(batch []*Request) ([]*Request, bool) {
 func (e *Engine) serve() {
 	debug.SetPanicOnFault(true) // a copy from a mapped file that shrank faults (mapped.go)
 	batch := make([]*Request, 0, 64)
-	var copied []*Request
+	var landed []*Request
 	for {
 		var ok bool
 		batch, ok = e.take(batch[:0])
@@ -272,13 +272,12 @@ func (e *Engine) serve() {
 		}
 		for _, r := range batch {
 			if e.serveOne(r) {
-				copied = append(copied, r)
+				landed = append(landed, r)
 			}
 		}
-		e.checkCopied(copied)
+		e.settle(landed)
 		clear(batch)
-		clear(copied)
-		copied = copied[:0]
+		landed = landed[:0]
 		// Serving a read-ahead from the cache never blocks, so without a
 		// yield the workers would hold every P until it is done, and the
 		// goroutine that hands a batch to its consumer would wait behind them.
@@ -287,7 +286,8 @@ func (e *Engine) serve() {
 }
 
 // serveOne serves r or sends it on; it reports true for a read copied
-// from a mapping, which checkCopied completes.
+// from the page cache (a mapping's, or with RWF_NOWAIT), which settle
+// completes.
 func (e *Engine) serveOne(r *Request) bool {
 	if err := r.Ctx.Err(); err != nil {
 		e.finish(r, err)
@@ -350,8 +350,7 @@ func (e *Engine) serveOne(r *Request) bool {
 	if r.first == 0 && !r.file.direct && e.probe() {
 		if r.file.TryReadAt(r.P, r.Off) {
 			e.hit()
-			e.complete(r, nil)
-			return false
+			return true
 		}
 		e.missRun.Add(1)
 	}
@@ -361,33 +360,6 @@ func (e *Engine) serveOne(r *Request) bool {
 		e.complete(r, r.Ctx.Err())
 	}
 	return false
-}
-
-// checkCopied completes reads copied from mappings once each file's size
-// says the copies read its bytes: one fstat a file a round (mapped.go).
-func (e *Engine) checkCopied(copied []*Request) {
-	for len(copied) > 0 {
-		f, end := copied[0].file, int64(0)
-		for _, r := range copied {
-			if r.file == f {
-				end = max(end, r.Off+int64(len(r.P)))
-			}
-		}
-		check := f.Copied(end)
-		rest := copied[:0]
-		for _, r := range copied {
-			if r.file != f {
-				rest = append(rest, r)
-				continue
-			}
-			var err error
-			if check != nil {
-				err = check(r.Off, len(r.P))
-			}
-			e.complete(r, err)
-		}
-		copied = rest
-	}
 }
 
 // Probing the page cache with RWF_NOWAIT is not free on a miss: the kernel
@@ -527,6 +499,7 @@ func (e *Engine) runRing(a *Async) error {
 		}
 	}
 	closed := false
+	var landed []*Request // this round's reads done, for settle
 	for {
 		// Take what has arrived, blocking only when nothing is in flight
 		// (a lane parks reads only while it has some in flight).
@@ -588,10 +561,16 @@ func (e *Engine) runRing(a *Async) error {
 			r.lane.inFlight--
 			r.lane.meter.reads++
 			r.lane = nil
-			e.complete(r, err)
+			if err != nil {
+				e.complete(r, err)
+				return
+			}
+			landed = append(landed, r)
 		}); err != nil {
 			return err
 		}
+		e.settle(landed)
+		landed = landed[:0]
 		unpark()
 	}
 }

@@ -56,6 +56,12 @@ type File struct {
 	// made at the first such read; nil where it is not mapped.
 	mapOnce sync.Once
 	mapped  atomic.Pointer[fileMap]
+	// opened is the file's version at open; reads after which an fstat
+	// finds another fail (changed.go): moved says one did, shortest is
+	// the least size it found.
+	opened   stamp
+	moved    atomic.Bool
+	shortest atomic.Int64
 }
 
 // OpenFile opens path for reading: a regular file of the unconfined
@@ -75,6 +81,7 @@ func newFile(fd int, name string, size int64, direct, pad bool) *File {
 		_ = unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM)
 	}
 	f := &File{name: name, fd: fd, closed: new(atomic.Bool), size: size, direct: direct, pad: direct || pad}
+	f.shortest.Store(size)
 	// As an *os.File would: a File dropped unclosed does not keep its
 	// descriptor.
 	runtime.AddCleanup(f, func(c *atomic.Bool) {
@@ -135,12 +142,26 @@ func (f *File) Close() error {
 	return nil
 }
 
-// ReadAt reads len(p) bytes at off with as many pread calls as it takes.
-// With O_DIRECT, an aligned read may run past Size up to the next aligned
-// boundary; the bytes past Size are left as they were. An unaligned one
-// (a footer, a page of a dataset of rows) is read through an aligned
-// buffer of its own, which the kernel would otherwise refuse (EINVAL).
+// ReadAt reads len(p) bytes at off with as many pread calls as it takes,
+// then checks that the file is still as it was opened (changed.go): a
+// write or truncation since fails the read, naming the file. With O_DIRECT, an aligned read may run past Size up to the next
+// aligned boundary; the bytes past Size are left as they were. An
+// unaligned one (a footer, a page of a dataset of rows) is read through an
+// aligned buffer of its own, which the kernel would otherwise refuse
+// (EINVAL).
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if len(p) == 0 {
+		return nil
+	}
+	if err := f.readAt(ctx, p, off); err != nil {
+		return err
+	}
+	return f.changed()(off, len(p))
+}
+
+// readAt reads len(p) bytes at off with as many pread calls as it
+// takes, unchecked: ReadAt's and the engine's callers check.
+func (f *File) readAt(ctx context.Context, p []byte, off int64) error {
 	// f's cleanup closes the descriptor once f is unreachable, which a
 	// caller's last use of f can make it while a pread runs.
 	defer runtime.KeepAlive(f)
@@ -179,7 +200,7 @@ func (f *File) readBounced(ctx context.Context, p []byte, off int64) error {
 	lo := off &^ (DirectAlign - 1)
 	hi := (off + int64(len(p)) + DirectAlign - 1) &^ (DirectAlign - 1)
 	buf := alignbuf.Make(int(hi-lo), DirectAlign)
-	if err := f.ReadAt(ctx, buf, lo); err != nil {
+	if err := f.readAt(ctx, buf, lo); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
 			e.Offset, e.Len = off, len(p) // the read asked for, not its aligned span
@@ -210,6 +231,7 @@ func (f *File) pastCache() *File {
 		}
 		p := newFile(fd, f.name, f.size, true, true)
 		p.version, p.dev = f.version, f.dev
+		p.opened = f.opened
 		f.past = p
 	})
 	return f.past

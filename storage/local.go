@@ -193,6 +193,7 @@ func (l *Local) OpenFile(name string) (*File, error) {
 	info, _ := statInfo(name, &st)
 	f.version = info.Version
 	f.dev = uint64(st.Dev)
+	f.opened = stampOf(&st)
 	return f, nil
 }
 

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -39,8 +38,9 @@ import (
 //     it) and a fault is no copy, so the read goes the old way and fails
 //     naming the file and offset. Within the new end's last page the
 //     mapping reads zeros where pread would stop short, so a copied read
-//     is checked against the file's size once the copies of a worker's
-//     round are done (checkMapped), one fstat a file a round.
+//     is checked against the file's size and version once the copies of a
+//     worker's round are done (Engine.settle, changed.go), one fstat a
+//     file a round.
 //   - A page dropped (File.Drop, the steward's) must leave the cache, and
 //     POSIX_FADV_DONTNEED skips pages mapped by a process: the first Drop
 //     ends the file's mapped reads and unmaps its pages (MADV_DONTNEED)
@@ -195,8 +195,9 @@ func (m *fileMap) stop() {
 // CopyCached copies len(p) bytes at off from f's mapping if the page
 // cache holds them by its last look, and reports whether it did. The
 // caller must call debug.SetPanicOnFault(true) in its goroutine first (a
-// truncated file faults) and check the copy with Copied after: bytes past
-// a shrunk end within its last page read as zeros.
+// truncated file faults) and check the copy against the file's stamp
+// after (Engine.settle): bytes past a shrunk end within its last page
+// read as zeros.
 func (f *File) CopyCached(p []byte, off int64) bool {
 	if len(p) == 0 || off < 0 || off+int64(len(p)) > f.size {
 		return false
@@ -206,30 +207,4 @@ func (f *File) CopyCached(p []byte, off int64) bool {
 		return false
 	}
 	return m.copyAt(p, off)
-}
-
-// Copied checks copies CopyCached made of f, all made before the call,
-// reading bytes below end: they read the file's bytes if it still holds
-// end bytes. Otherwise it returns, for a copy of n bytes at off, the error
-// ReadAt would have (nil for one the file still holds).
-func (f *File) Copied(end int64) func(off int64, n int) error {
-	defer runtime.KeepAlive(f)
-	var st unix.Stat_t
-	var err error
-	if f.closed.Load() {
-		err = os.ErrClosed // its descriptor's number may be another file's by now
-	} else if e := unix.Fstat(f.fd, &st); e != nil {
-		err = e
-	} else if st.Size >= end {
-		return nil
-	}
-	return func(off int64, n int) error {
-		if err != nil {
-			return &Error{Op: "fstat", Object: f.name, Offset: off, Len: n, Err: err}
-		}
-		if off+int64(n) <= st.Size {
-			return nil
-		}
-		return &Error{Op: "read", Object: f.name, Offset: off, Len: n, Err: f.endError(off, n, int(max(0, st.Size-off)))}
-	}
 }

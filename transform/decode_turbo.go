@@ -31,14 +31,14 @@ var dctScales = []int{1, 2, 4, 8}
 
 // render decodes a JPEG's region that pick's box needs, at the smallest
 // DCT scale that keeps at least ow x oh pixels in the box (so the resample
-// still only reduces), and resamples it to ow x oh in C. Other images, and
-// CMYK JPEGs (which libjpeg does not convert to RGB), go through Go's
-// decoders.
-func render(raw []byte, pick picker, ow, oh int, out []byte) error {
+// still only reduces), and resamples it to ow x oh in C, its memory
+// charged to m first. Other images, and CMYK JPEGs (which libjpeg does
+// not convert to RGB), go through Go's decoders.
+func render(m *Memory, raw []byte, pick picker, ow, oh int, out []byte) error {
 	d, w, h, err := openJPEG(raw)
 	if err != nil || d == nil {
 		if err == nil {
-			err = renderGo(raw, pick, ow, oh, out)
+			err = renderGo(m, raw, pick, ow, oh, out)
 		}
 		return err
 	}
@@ -59,8 +59,13 @@ func render(raw []byte, pick picker, ow, oh int, out []byte) error {
 	// at most 32 pixels more (two 16-pixel blocks at scale 16/8).
 	stride := (x1 - x0 + 32) * 3
 	rows := y1 - y0
-	sc := scratches.Get().(*scratch)
-	defer scratches.Put(sc)
+	release, err := takeTurbo(m, d, raw, int64(stride)*int64(rows)+int64(rows)*int64(ow)*3)
+	if err != nil {
+		return err
+	}
+	defer release()
+	sc := getScratch()
+	defer putScratch(sc)
 	sc.region = grown(sc.region, stride*rows+1) // SIMD reads a byte past the last pixel
 	var ax0 C.int
 	if C.rf_region(d, C.int(num), C.int(x0), C.int(y0), C.int(x1), C.int(y1),
@@ -89,8 +94,8 @@ func dctScale(b box, ow, oh int) int {
 // same arithmetic, so the same bytes.
 func resample(src []byte, ss int, kx, ky kernel, rows int, flip bool, out []byte) {
 	ow, oh := len(kx.first), len(ky.first)
-	sc := scratches.Get().(*scratch)
-	defer scratches.Put(sc)
+	sc := getScratch()
+	defer putScratch(sc)
 	sc.tmp = grown(sc.tmp, rows*ow*3+1) // SIMD writes a byte past the last pixel
 	sc.acc = grown(sc.acc, ow*3)
 	C.rf_resample((*C.uchar)(unsafe.Pointer(&src[0])), C.int(ss),
@@ -102,15 +107,20 @@ func resample(src []byte, ss int, kx, ky kernel, rows int, flip bool, out []byte
 // decodeRGB decodes a whole image to packed RGB (with a byte to spare
 // after it, for SIMD): JPEGs with libjpeg-turbo at full scale, other
 // images with Go's decoders.
-func decodeRGB(raw []byte) (pix []byte, w, h int, err error) {
+func decodeRGB(m *Memory, raw []byte) (pix []byte, w, h int, err error) {
 	d, w, h, err := openJPEG(raw)
 	if err != nil || d == nil {
 		if err == nil {
-			return decodeRGBGo(raw)
+			return decodeRGBGo(m, raw)
 		}
 		return nil, 0, 0, err
 	}
 	defer C.rf_free(d)
+	release, err := takeTurbo(m, d, raw, int64(w)*int64(h)*3+1)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer release()
 	pix = make([]byte, w*h*3+1)
 	var ax0 C.int
 	if C.rf_region(d, 8, 0, 0, C.int(w), C.int(h), (*C.uchar)(unsafe.Pointer(&pix[0])), C.int(w*3), &ax0) != 0 {
@@ -146,6 +156,24 @@ func openJPEG(raw []byte) (d *C.rf_dec, w, h int, err error) {
 		return nil, 0, 0, err
 	}
 	return d, int(cw), int(ch), nil
+}
+
+// takeTurbo charges m a decode by d of raw into out bytes of Go's (the
+// region, the resample's rows): those, and libjpeg's own, which it is held
+// to (max_memory_to_use: a progressive JPEG's coefficients, kept whole
+// while it is decoded, two bytes a sample, past which it fails rather
+// than allocate), with room for its row buffers.
+func takeTurbo(m *Memory, d *C.rf_dec, raw []byte, out int64) (func(), error) {
+	hd, err := jpegHeader(raw)
+	if err != nil {
+		return nil, err
+	}
+	own := 128*int64(hd.w)*int64(hd.comps) + 1<<20
+	if hd.progressive {
+		own += 2 * hd.samples()
+	}
+	C.rf_limit(d, C.long(own))
+	return m.take(out+own, hd.what())
 }
 
 func libjpegError(d *C.rf_dec) error {

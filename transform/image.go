@@ -83,14 +83,17 @@ type picker func(w, h int) (b box, flip bool)
 // crop's box in the source is where the crop lands in the resized image,
 // so only that box is decoded and resampled, and with the resize's own
 // scale on each axis, to the same pixels.
-type centerCrop struct{ size, crop int }
+type centerCrop struct {
+	size, crop int
+	mem        *Memory // decodes charge their memory here (memory.go)
+}
 
 func (t *centerCrop) Size() int { return t.crop * t.crop * 3 }
 
 func (t *centerCrop) Shape() (string, []int) { return "|u1", []int{t.crop, t.crop, 3} }
 
 func (t *centerCrop) Apply(raw, out []byte) error {
-	return render(raw, t.box, t.crop, t.crop, out)
+	return render(t.mem, raw, t.box, t.crop, t.crop, out)
 }
 
 // box follows torchvision 0.14's Resize (the shorter side becomes size,
@@ -116,6 +119,7 @@ type randomCrop struct {
 	size         int
 	scale, ratio [2]float64
 	flip         float64
+	mem          *Memory // decodes charge their memory here (memory.go)
 }
 
 func (t *randomCrop) Size() int { return t.size * t.size * 3 }
@@ -126,13 +130,13 @@ func (t *randomCrop) Shape() (string, []int) { return "|u1", []int{t.size, t.siz
 func (t *randomCrop) Apply(raw, out []byte) error { return t.ApplyRandom(raw, out, 0) }
 
 func (t *randomCrop) ApplyRandom(raw, out []byte, draw uint64) error {
-	return render(raw, func(w, h int) (box, bool) { return t.Box(draw, w, h) }, t.size, t.size, out)
+	return render(t.mem, raw, func(w, h int) (box, bool) { return t.Box(draw, w, h) }, t.size, t.size, out)
 }
 
 // Decode is raw decoded whole, as packed RGB with its size after it (and
 // whether its box could be shrunk while decoding, for a JPEG).
 func (t *randomCrop) Decode(raw []byte) ([]byte, error) {
-	pix, w, h, err := decodeRGB(raw)
+	pix, w, h, err := decodeRGB(t.mem, raw)
 	if err != nil {
 		return nil, err
 	}
@@ -257,9 +261,23 @@ func grown[T any](s []T, n int) []T {
 	return s[:n]
 }
 
+// getScratch takes a scratch from the pool; putScratch gives it back,
+// keeping only small buffers (keepScratch).
+func getScratch() *scratch { return scratches.Get().(*scratch) }
+
+func putScratch(sc *scratch) {
+	sc.trim()
+	scratches.Put(sc)
+}
+
 // renderGo renders with Go's decoders: the whole image is decoded, and
 // only the region the kernels read is converted to RGB.
-func renderGo(raw []byte, pick picker, ow, oh int, out []byte) error {
+func renderGo(m *Memory, raw []byte, pick picker, ow, oh int, out []byte) error {
+	release, err := takeGo(m, raw)
+	if err != nil {
+		return err
+	}
+	defer release()
 	src, err := decodeGo(raw)
 	if err != nil {
 		return err
@@ -268,8 +286,8 @@ func renderGo(raw []byte, pick picker, ow, oh int, out []byte) error {
 	w, h := bd.Dx(), bd.Dy()
 	b, flip := pick(w, h)
 	kx, ky, x0, y0, x1, y1 := layout(b, 1, w, h, ow, oh)
-	sc := scratches.Get().(*scratch)
-	defer scratches.Put(sc)
+	sc := getScratch()
+	defer putScratch(sc)
 	sc.region = rgbOf(src, image.Rect(x0, y0, x1, y1), sc.region)
 	kx.shift(x0)
 	ky.shift(y0)
@@ -290,8 +308,33 @@ func rgbOf(img image.Image, r image.Rectangle, buf []byte) []byte {
 	return buf
 }
 
+// takeGo charges m the memory Go's decoders take for raw, after checking
+// the size its header claims.
+func takeGo(m *Memory, raw []byte) (func(), error) {
+	hd, err := readHeader(raw)
+	if err != nil {
+		return nil, err
+	}
+	if hd.format == "" {
+		cfg, format, err := image.DecodeConfig(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		hd = header{format: format, w: cfg.Width, h: cfg.Height}
+	}
+	if err := checkSize(hd.w, hd.h); err != nil {
+		return nil, err
+	}
+	return m.take(hd.goCost(), hd.what())
+}
+
 // decodeRGBGo decodes a whole image to packed RGB with Go's decoders.
-func decodeRGBGo(raw []byte) ([]byte, int, int, error) {
+func decodeRGBGo(m *Memory, raw []byte) ([]byte, int, int, error) {
+	release, err := takeGo(m, raw)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer release()
 	img, err := decodeGo(raw)
 	if err != nil {
 		return nil, 0, 0, err
@@ -304,7 +347,7 @@ func decodeRGBGo(raw []byte) ([]byte, int, int, error) {
 // plain decode does (libjpeg-turbo in turbojpeg builds): the baseline the
 // image transforms are measured against. It returns the image's size.
 func DecodeFull(raw []byte) (w, h int, err error) {
-	_, w, h, err = decodeRGB(raw)
+	_, w, h, err = decodeRGB(nil, raw)
 	return w, h, err
 }
 

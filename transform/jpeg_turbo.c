@@ -71,6 +71,11 @@ int rf_header(rf_dec *s, const unsigned char *buf, unsigned long n, int *w, int 
 	return 0;
 }
 
+// rf_limit bounds the memory libjpeg may take for the decode (its
+// max_memory_to_use): past it, what would be a large allocation (a
+// progressive image's coefficients) fails, as there is no backing store.
+void rf_limit(rf_dec *s, long bytes) { s->d.mem->max_memory_to_use = bytes; }
+
 // rf_scaled gives the image's size decoded at num/8.
 int rf_scaled(rf_dec *s, int num, int *w, int *h) {
 	if (setjmp(s->jb)) {

@@ -12,6 +12,7 @@ rf_dec *rf_new(void);
 void rf_free(rf_dec *s);
 const char *rf_msg(rf_dec *s);
 int rf_header(rf_dec *s, const unsigned char *buf, unsigned long n, int *w, int *h, int *cmyk);
+void rf_limit(rf_dec *s, long bytes);
 int rf_scaled(rf_dec *s, int num, int *w, int *h);
 int rf_region(rf_dec *s, int num, int x0, int y0, int x1, int y1, unsigned char *out, int stride, int *ax0);
 // rf_resample's kernels are transform/resample.go's: output pixel i reads

@@ -367,21 +367,49 @@ type Status struct {
 }
 
 // MemoryStatus is how the daemon divides its memory limit, and what holds
-// the part for jobs: each open job's shared memory (arena), reserved
-// whole when it opens; opens that do not fit wait in a queue.
+// the part for jobs: each open job's shared memory (arena), reserved when
+// it opens, less than its full size while memory is short (bent), down to
+// two batches in flight; opens whose least does not fit wait in a queue.
 type MemoryStatus struct {
 	Limit   int64        `json:"limit"`   // the memory cgroup's limit, or the machine's memory
 	Cache   int64        `json:"cache"`   // the record cache's budget
 	Heap    int64        `json:"heap"`    // kept for the rest of the Go heap
+	Decode  int64        `json:"decode"`  // of Heap, the most image decodes take at once
 	Jobs    int64        `json:"jobs"`    // for the jobs' arenas
 	Held    int64        `json:"held"`    // of Jobs, reserved by open jobs
 	Holders int          `json:"holders"` // the jobs holding it
+	Bent    int          `json:"bent"`    // of them, those holding less than their full arena now
 	Waiting []MemoryWait `json:"waiting,omitempty"`
 	Refused int64        `json:"refused"` // opens refused for memory, since start
+	// Shrunk and Grown count the times a job was told to give memory
+	// back for another, and to take more as memory freed, since start.
+	Shrunk int64 `json:"shrunk"`
+	Grown  int64 `json:"grown"`
 	// GoLimit is the Go runtime's memory limit now, GoHeap its heap in
-	// use (objects, live or not yet collected).
-	GoLimit int64 `json:"go_limit"`
-	GoHeap  int64 `json:"go_heap"`
+	// use (objects, live or not yet collected; the record cache is among
+	// them), GoRuntime all the runtime holds and has not given back to
+	// the system (heap, stacks, its own structures).
+	GoLimit   int64 `json:"go_limit"`
+	GoHeap    int64 `json:"go_heap"`
+	GoRuntime int64 `json:"go_runtime"`
+	// Decoding is what the image decodes hold of Decode now, DecodePeak
+	// the most they held at once.
+	Decoding   int64 `json:"decoding"`
+	DecodePeak int64 `json:"decode_peak"`
+	// What the kernel counts resident for the daemon (/proc/self/status;
+	// docs/memory.md): RSS is RSSAnon + RSSFile + RSSShmem, RSSPeak its
+	// most. RSSAnon is anonymous memory: the Go runtime's (GoRuntime, the
+	// cache among it) and libjpeg's. RSSShmem is the jobs' arenas' pages
+	// the daemon has written (within Held). RSSFile is pages of files the
+	// daemon maps: its binary, and the data files whose cached pages it
+	// copies from a mapping (storage/mapped.go): the page cache, shared
+	// with every process and dropped by the kernel under pressure, not
+	// memory the daemon allocated.
+	RSS      int64 `json:"rss"`
+	RSSPeak  int64 `json:"rss_peak"`
+	RSSAnon  int64 `json:"rss_anon"`
+	RSSFile  int64 `json:"rss_file"`
+	RSSShmem int64 `json:"rss_shmem"`
 }
 
 // MemoryWait is an open waiting for room: the bytes it needs, and for how
@@ -447,7 +475,10 @@ type JobStatus struct {
 	Position   int     `json:"position"`
 	SamplesSec float64 `json:"samples_per_sec"`
 	Transform  string  `json:"transform,omitempty"`
-	Memory     int64   `json:"memory,omitempty"` // its shared memory, reserved from the daemon's budget
+	Memory     int64   `json:"memory,omitempty"` // its shared memory, reserved from the daemon's budget now
+	// MemoryFull is its shared memory with every batch it reads ahead:
+	// more than Memory while the daemon's memory is short.
+	MemoryFull int64 `json:"memory_full,omitempty"`
 	// Auto is the order sampler "auto" chose.
 	Auto *AutoOrder `json:"auto,omitempty"`
 	// Direct says the job reads its files with O_DIRECT, past the page

@@ -59,7 +59,10 @@ func run(specJSON, indexDir string, seconds float64, skip int, arena bool) (repo
 	var alloc job.Alloc
 	if arena {
 		// Batches in shared memory, as the daemon's are.
-		alloc = func(size int64) (loader.Allocator, error) { return server.NewArena("goload", size) }
+		alloc = func(ask job.Ask) (loader.Allocator, int64, error) {
+			a, err := server.NewArena("goload", ask.Want)
+			return a, ask.Want, err
+		}
 	}
 	j, err := env.Open(ctx, plan, alloc)
 	if err != nil {

@@ -17,8 +17,9 @@ func statusCmd() *cobra.Command {
 source (dependent sampling) and each job alone, with its subset's size, its
 place and its samples/s; the record cache's bytes, hit rate and evictions;
 the daemon's memory budget (its limit split into the record cache, the Go
-heap and the jobs' shared memory; what each job holds, and the opens waiting
-for room); the bytes read from storage and served to jobs; and, for each group, the
+heap, the image decodes and the jobs' shared memory; what each job holds, and
+the opens waiting for room) and its resident memory by kind (docs/memory.md);
+the bytes read from storage and served to jobs; and, for each group, the
 reads sharing avoided (a record read once for k jobs avoided k-1 reads,
 whatever a transform made of it).`,
 		Args: cobra.NoArgs,
@@ -43,9 +44,13 @@ whatever a transform made of it).`,
 			}
 			fmt.Fprintf(out, "cache: %s of %s, %d items, hit rate %.1f%%, %d evictions\n", human(float64(c.Bytes)), human(float64(c.Budget)), c.Items, hit, c.Evictions)
 			if m := st.Memory; m != nil {
-				fmt.Fprintf(out, "memory: %s limit: cache %s, heap %s beyond it (Go heap now %s, limit %s), jobs %s: %s held by %d jobs, %d waiting, %d refused\n",
+				fmt.Fprintf(out, "memory: %s limit: cache %s, heap %s beyond it (Go heap now %s, limit %s; image decodes %s of %s), jobs %s: %s held by %d jobs, %d waiting, %d refused; %d bent below their full memory\n",
 					human(float64(m.Limit)), human(float64(m.Cache)), human(float64(m.Heap)), human(float64(m.GoHeap)), human(float64(m.GoLimit)),
-					human(float64(m.Jobs)), human(float64(m.Held)), m.Holders, len(m.Waiting), m.Refused)
+					human(float64(m.Decoding)), human(float64(m.Decode)), human(float64(m.Jobs)), human(float64(m.Held)), m.Holders,
+					len(m.Waiting), m.Refused, m.Bent)
+				fmt.Fprintf(out, "resident: %s (peak %s): anon %s (the Go runtime's %s, its heap %s), shmem %s (jobs' arenas), file %s (mapped files: the binary, and data files' cached pages, which are the page cache's)\n",
+					human(float64(m.RSS)), human(float64(m.RSSPeak)), human(float64(m.RSSAnon)), human(float64(m.GoRuntime)), human(float64(m.GoHeap)),
+					human(float64(m.RSSShmem)), human(float64(m.RSSFile)))
 				for _, w := range m.Waiting {
 					fmt.Fprintf(out, "  an open waiting %.0fs for %s\n", w.Seconds, human(float64(w.Bytes)))
 				}
@@ -71,7 +76,11 @@ whatever a transform made of it).`,
 					if j.Direct {
 						reads = "direct"
 					}
-					fmt.Fprintf(out, "  %-6s %10d %6d %10d %12.0f %10s %8s  %s\n", j.ID, j.Subset, j.Epoch, j.Position, j.SamplesSec, human(float64(j.Memory)), reads, j.Transform)
+					mem := human(float64(j.Memory))
+					if j.MemoryFull > 0 { // bent while the daemon's memory is short
+						mem += "/" + human(float64(j.MemoryFull))
+					}
+					fmt.Fprintf(out, "  %-6s %10d %6d %10d %12.0f %10s %8s  %s\n", j.ID, j.Subset, j.Epoch, j.Position, j.SamplesSec, mem, reads, j.Transform)
 				}
 			}
 			return nil

@@ -11,7 +11,8 @@ import (
 )
 
 // status counts the clients besides itself, says how many reads sharing
-// avoided and what holds the memory budget, and a socket whose directory is missing is "no daemon", not a
+// avoided, what holds the memory budget and the daemon's resident memory
+// by kind, and a socket whose directory is missing is "no daemon", not a
 // system call's error.
 func TestStatus(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
@@ -29,7 +30,7 @@ func TestStatus(t *testing.T) {
 	<-s.Ready()
 	out, err := run(t, statusCmd(), "--socket", s.Addr())
 	if err != nil || !strings.Contains(out, "clients: 0\n") || !strings.Contains(out, "reads sharing avoided: 0 records") ||
-		!strings.Contains(out, "held by 0 jobs, 0 waiting, 0 refused") {
+		!strings.Contains(out, "held by 0 jobs, 0 waiting, 0 refused") || !strings.Contains(out, "\nresident: ") {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
 	missing := filepath.Join(t.TempDir(), "gone", "s.sock")

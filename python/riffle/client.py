@@ -26,6 +26,7 @@ import json
 import math
 import mmap
 import os
+import select
 import shutil
 import socket
 import stat
@@ -455,9 +456,21 @@ class Connection:
         except OSError as e:
             raise self._gone(f"the riffle daemon went away: {e}") from None
 
+    def _readable(self) -> bool:
+        """Whether a read would not wait: data is there, or the socket is closed (the read then says so)."""
+        try:
+            return bool(select.select([self.sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
+
     def _fill(self, n: int) -> None:
         """Read until ``n`` bytes are buffered, collecting passed descriptors."""
         while len(self._buf) < n:
+            if self._releases and not self._readable():
+                # About to wait for the daemon: it may be waiting for these
+                # batches' memory to load the next (a job whose memory the
+                # daemon bent below what this loader pipelines within).
+                self._send(self._releases_frames())
             try:
                 if self.shm:
                     data, anc, _, _ = self.sock.recvmsg(max(n - len(self._buf), 1 << 16), socket.CMSG_SPACE(4 * 4))
