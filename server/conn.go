@@ -203,10 +203,15 @@ func (cn *conn) reply(m *wire.Msg, payload ...[]byte) error {
 	// A client that stops reading loses its connection instead of
 	// holding a job's worker in a write for ever.
 	cn.c.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if err := wire.Write(cn.w, m, payload...); err != nil {
-		return err
+	err := wire.Write(cn.w, m, payload...)
+	if err == nil {
+		err = cn.w.Flush()
 	}
-	return cn.w.Flush()
+	if err != nil {
+		// Part of a frame may have gone: nothing after it would parse.
+		cn.cancel()
+	}
+	return err
 }
 
 func (cn *conn) fail(tag uint64, err error) error {
@@ -385,17 +390,33 @@ func (cn *conn) open(m *wire.Msg) {
 		cn.reply(r)
 		return
 	}
-	b, err := wire.Encode(r)
+	cn.replyRights(r, j.arena.Fd())
+}
+
+// replyRights writes one frame with descriptors passed along its first
+// byte. A sendmsg on a stream socket takes what the socket's buffer has
+// room for (about 200 KiB), not the whole frame: the rest follows in
+// plain writes, as many as it takes, so a frame of any size arrives whole
+// (an "opened" listing 8,000 paths is half a MiB).
+func (cn *conn) replyRights(m *wire.Msg, fds ...int) error {
+	b, err := wire.Encode(m)
 	if err != nil {
-		return
+		return err
 	}
 	cn.wmu.Lock()
 	defer cn.wmu.Unlock()
 	cn.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := cn.w.Flush(); err != nil {
-		return
+		return err
 	}
-	cn.unix.WriteMsgUnix(b, unix.UnixRights(j.arena.Fd()), nil)
+	n, _, err := cn.unix.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	if err == nil && n < len(b) {
+		_, err = cn.c.Write(b[n:])
+	}
+	if err != nil {
+		cn.cancel()
+	}
+	return err
 }
 
 // work serves a job's next requests in order until the job closes; the
