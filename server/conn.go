@@ -337,7 +337,6 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 	return true
 }
 
-// open opens a job and starts its worker.
 // check answers what an open of m's spec would: the job is made, lazy so
 // that it reads and allocates nothing (no arena), described and closed.
 func (cn *conn) check(m *wire.Msg) {
@@ -359,6 +358,7 @@ func (cn *conn) check(m *wire.Msg) {
 	cn.reply(r)
 }
 
+// open opens a job, starts its worker and replies.
 func (cn *conn) open(m *wire.Msg) {
 	j, err := cn.s.openHandle(cn.ctx, m.Spec, cn.unix != nil)
 	if err != nil {
@@ -367,23 +367,26 @@ func (cn *conn) open(m *wire.Msg) {
 		}
 		return
 	}
+	// The worker starts first: a handle's close waits for it, and the
+	// connection may have ended while the job was made (its client gone
+	// mid-open), in which case the job closes here and now.
 	cn.mu.Lock()
-	if cn.ctx.Err() != nil {
-		cn.mu.Unlock()
-		j.close()
-		return
-	}
 	cn.nextID++
 	j.id = cn.nextID
-	cn.jobs[j.id] = j
-	cn.s.jobs.Add(1)
-	cn.s.track(j)
-	cn.mu.Unlock()
 	cn.wg.Add(1)
 	go func() {
 		defer cn.wg.Done()
 		cn.work(j)
 	}()
+	if cn.ctx.Err() != nil {
+		cn.mu.Unlock()
+		j.close()
+		return
+	}
+	cn.jobs[j.id] = j
+	cn.s.jobs.Add(1)
+	cn.s.track(j)
+	cn.mu.Unlock()
 	r := j.opened()
 	r.Tag = m.Tag
 	if cn.unix == nil {

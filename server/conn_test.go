@@ -1,14 +1,20 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -99,5 +105,91 @@ func TestLargestMixtureOpens(t *testing.T) {
 	if m := cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Mixture: mix, RecordSize: 16, BatchSize: 64}}); m.Op != wire.OpError ||
 		m.Kind != wire.KindSpec || !strings.Contains(m.Message, "at most 16384") {
 		t.Fatalf("a mixture of 16,385 sources: %+v", m)
+	}
+}
+
+// Clients that go away 0 to 4 ms after asking for a job (Ctrl-C during an
+// open, a DataLoader worker killed while it opens) leave nothing behind:
+// no job, no reservation of the memory budget, no connection's place, no
+// client counted, and the daemon still stops when told. (A connection
+// that closed after its job was made and before the job's worker started
+// waited for that worker for ever: everything it held stayed held, the
+// daemon no longer stopped, and once the abandoned connections filled
+// the socket's places it refused everyone.)
+func TestAbandonedOpensLeaveNothing(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "d.bin")
+	if err := synth.WriteFixed(data, 500, 128, 0); err != nil {
+		t.Fatal(err)
+	}
+	const places = 16
+	s := &Server{Socket: sockPath(t), MaxConns: places, MemoryBytes: 1 << 30}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	<-s.Ready()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the daemon did not stop when told: a connection's close waits for ever")
+		}
+	}()
+	hello, _ := wire.Encode(&wire.Msg{Op: wire.OpHello, Tag: 1, Version: wire.Version})
+	open, _ := wire.Encode(&wire.Msg{Op: wire.OpOpen, Tag: 2, Spec: &wire.JobSpec{Paths: []string{data}, RecordSize: 128,
+		Shuffle: true, BatchSize: 64, Epochs: -1}})
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range places - 1 {
+		wg.Go(func() {
+			for i := range work {
+				c, err := net.Dial("unix", s.Addr())
+				if err != nil {
+					continue // refused: the check below says why
+				}
+				c.Write(append(slices.Clip(hello), open...))
+				time.Sleep(time.Duration(i%5) * time.Millisecond)
+				c.Close()
+			}
+		})
+	}
+	for i := range 300 {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	watch := dial(t, s.Addr())
+	defer watch.c.Close()
+	idle := func() string {
+		st := watch.req(t, &wire.Msg{Op: wire.OpStatus}).Status
+		jobs := watch.req(t, &wire.Msg{Op: wire.OpStats}).Jobs
+		if jobs != 0 || st.Clients != 1 || st.Memory.Held != 0 || st.Memory.Holders != 0 || len(st.Memory.Waiting) != 0 {
+			return fmt.Sprintf("%d jobs, %d clients, %d bytes held by %d jobs, %d opens waiting", jobs, st.Clients,
+				st.Memory.Held, st.Memory.Holders, len(st.Memory.Waiting))
+		}
+		return ""
+	}
+	deadline := time.Now().Add(time.Minute)
+	for idle() != "" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if now := idle(); now != "" {
+		t.Fatalf("after 300 abandoned opens the daemon is not idle: %s", now)
+	}
+	// Every place on the socket is free: as many clients as it serves at
+	// once (the watcher and 15 more) each get an answer.
+	var more []*client
+	for range places - 1 {
+		cl := dial(t, s.Addr())
+		defer cl.c.Close()
+		more = append(more, cl)
+	}
+	for _, cl := range more {
+		if m := cl.req(t, &wire.Msg{Op: wire.OpStats}); m.Op != wire.OpStats {
+			t.Fatalf("a client after the abandoned ones: %+v", m)
+		}
 	}
 }
