@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,11 +114,17 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 			c.SetReadDeadline(time.Now().Add(frameTimeout))
 		}
 		m, err := wire.ReadBody(r, n)
-		if err != nil {
+		var fe *wire.FieldError
+		if errors.As(err, &fe) && cn.authed && m.Tag != 0 {
+			// A whole frame, one of whose fields is of the wrong type:
+			// the request is refused, naming it, and the connection goes on.
+			if cn.refuse(m.Tag, fe) != nil {
+				return
+			}
+		} else if err != nil {
 			cn.logEnd(err)
 			return
-		}
-		if !cn.dispatch(m) {
+		} else if !cn.dispatch(m) {
 			return
 		}
 		if cn.authed {
@@ -218,6 +225,16 @@ func (cn *conn) fail(tag uint64, err error) error {
 	m := &wire.Msg{Op: wire.OpError, Tag: tag, Message: err.Error(), Kind: job.Kind(err)}
 	where(err, m)
 	return cn.reply(m)
+}
+
+// refuse answers a request one of whose fields did not decode: a spec's
+// as an invalid spec (a user's option, a Python ValueError), any other's
+// as a request a client should not have sent.
+func (cn *conn) refuse(tag uint64, fe *wire.FieldError) error {
+	if field, ok := strings.CutPrefix(fe.Field, "spec."); ok {
+		return cn.fail(tag, fmt.Errorf("%w: %s", job.ErrSpec, strings.Replace(fe.Error(), fe.Field, field, 1)))
+	}
+	return cn.reply(&wire.Msg{Op: wire.OpError, Tag: tag, Kind: wire.KindSpec, Message: "malformed request: " + fe.Error()})
 }
 
 // dispatch handles one request; false ends the connection.

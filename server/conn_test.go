@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -191,5 +192,37 @@ func TestAbandonedOpensLeaveNothing(t *testing.T) {
 		if m := cl.req(t, &wire.Msg{Op: wire.OpStats}); m.Op != wire.OpStats {
 			t.Fatalf("a client after the abandoned ones: %+v", m)
 		}
+	}
+}
+
+// A request with a field its type cannot hold (seed -1, from Python's
+// riffle.Loader(seed=-1)) is refused as an invalid spec naming the field,
+// and the connection serves the next request. (The frame failed to
+// decode, and the daemon dropped the connection: the client said the
+// daemon had died.)
+func TestFieldOfTheWrongTypeIsRefused(t *testing.T) {
+	cl, data := daemon(t, &Server{})
+	raw := func(tag int, op, spec string) {
+		b := []byte(fmt.Sprintf(`{"op":%q,"tag":%d,"spec":{"paths":[%q],"record_size":128,"batch_size":50,%s}}`, op, tag, data, spec))
+		if _, err := cl.c.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range []struct{ op, spec, says string }{
+		{wire.OpCheck, `"seed":-1`, "seed: -1 is not an integer from 0 to 18446744073709551615"},
+		{wire.OpOpen, `"seed":-1`, "seed: -1 is not an integer"},
+		{wire.OpOpen, `"seed":18446744073709551616`, "seed: 18446744073709551616 is not an integer"},
+		{wire.OpOpen, `"epochs":"all"`, "epochs: a string is not an integer"},
+		{wire.OpOpen, `"sampler_state":"***","sampler":"buffered","batch":2`, "sampler_state: illegal base64"},
+		{wire.OpOpen, `"subset":{"ids":[1,-2.5]}`, "subset.ids[1]: -2.5 is not an integer"},
+	} {
+		raw(100+i, c.op, c.spec)
+		m := cl.recv(t)
+		if m.Tag != uint64(100+i) || m.Op != wire.OpError || m.Kind != wire.KindSpec || !strings.Contains(m.Message, "invalid job spec: "+c.says) {
+			t.Errorf("%s %s: %+v, want an invalid spec saying %q", c.op, c.spec, m, c.says)
+		}
+	}
+	if ids := wholeEpoch(t, cl, &wire.JobSpec{Paths: []string{data}, RecordSize: 128, BatchSize: 50}); len(ids) != 500 {
+		t.Fatalf("a good job on the same connection delivered %d records", len(ids))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -87,4 +88,40 @@ func FuzzRead(f *testing.F) {
 			t.Fatalf("re-encoding changed the message: %v", err)
 		}
 	})
+}
+
+// A whole frame with a field its type cannot hold decodes all the rest,
+// and says which field, with what was wanted: the daemon answers it and
+// keeps the connection.
+func TestFieldErrors(t *testing.T) {
+	for _, c := range []struct{ json, field, says string }{
+		{`{"op":"check","tag":7,"spec":{"paths":["/d"],"seed":-1}}`, "spec.seed", "-1 is not an integer from 0 to 18446744073709551615"},
+		{`{"op":"open","tag":7,"spec":{"paths":["/d"],"batch_size":1e30}}`, "spec.batch_size", "1e30 is not an integer from -9223372036854775808"},
+		{`{"op":"open","tag":7,"spec":{"paths":["/d"],"seed":1.5}}`, "spec.seed", "1.5 is not an integer"},
+		{`{"op":"open","tag":7,"spec":{"paths":"/d"}}`, "spec.paths", "a string is not a list"},
+		{`{"op":"open","tag":7,"spec":{"paths":["/d"],"Shuffle":"yes"}}`, "spec.shuffle", "a string is not true or false"},
+		{`{"op":"open","tag":7,"spec":{"paths":["/d"],"sampler_state":"not base64!"}}`, "spec.sampler_state", "illegal base64"},
+		{`{"op":"open","tag":7,"spec":{"paths":["/d"],"delivered":[{"epoch":0},{"epoch":0,"sampler_state":"%%"}]}}`,
+			"spec.delivered[1].sampler_state", "illegal base64"},
+		{`{"op":"open","tag":7,"spec":{"mixture":[{"paths":["/a"],"weight":1},{"paths":["/b"],"weight":"heavy"}]}}`,
+			"spec.mixture[1].weight", "a string is not a finite number"},
+		{`{"op":"open","tag":7,"spec":{"paths":["/d"],"subset":{"ranges":[[0,1],[0,"9"]]}}}`, "spec.subset.ranges[1][1]", "a string is not an integer"},
+		{`{"op":"next","tag":7,"job":"one"}`, "job", "a string is not an integer"},
+	} {
+		m, err := Decode([]byte(c.json))
+		var fe *FieldError
+		if !errors.As(err, &fe) || !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: %v, want a FieldError", c.json, err)
+			continue
+		}
+		if m == nil || m.Tag != 7 || fe.Field != c.field || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: message %+v, field %q, %q; want tag 7, field %q saying %q", c.json, m, fe.Field, err, c.field, c.says)
+		}
+	}
+	// Not JSON, or of no op: the peer does not speak the protocol.
+	for _, b := range []string{`{"op":"open","tag":7,"spec":{"seed":NaN}}`, `{"tag":7,"job":"x"}`, `[1]`, `"open"`} {
+		if m, err := Decode([]byte(b)); m != nil || !errors.Is(err, ErrFrame) || errors.As(err, new(*FieldError)) {
+			t.Errorf("%s: %+v, %v; want a malformed frame", b, m, err)
+		}
+	}
 }
