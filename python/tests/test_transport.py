@@ -1,0 +1,119 @@
+"""The connection to the daemon: frames of any size arrive whole, and a timeout holds whatever the daemon does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+import riffle
+from riffle import wire
+
+from conftest import Daemon, write_fixed
+
+
+def long_named(root, n: int, width: int) -> str:
+    """n files of one 16-byte record each (its file's number), every path at least width bytes; their glob."""
+    root.mkdir()
+    pad = max(1, width - len(str(root)) - len("/-00000.bin"))
+    for i in range(n):
+        (root / f"{'r' * pad}-{i:05d}.bin").write_bytes(b"%016d" % i)
+    return str(root / "*.bin")
+
+
+def test_a_glob_of_8000_long_paths_opens(daemon, tmp_path):
+    # Its opened reply lists every path: over half a MiB, more than a socket's buffer.
+    glob = long_named(tmp_path / "many", 8000, 65)
+    ld = riffle.Loader(glob, batch_size=1000, record_size=16, seed=3, timeout=30)
+    assert len(ld.info()["paths"]) == 8000
+    got = sorted(int(bytes(b.record(i))) for b in ld for i in range(len(b)))
+    assert got == list(range(8000))
+
+
+class Stammerer:
+    """A peer on a Unix socket that answers hello as a daemon does, then answers the next request with the start of
+    a frame and one more byte every 0.2 s, for ever: what a client meets when a daemon's reply is cut."""
+
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(8)
+        self.stop = threading.Event()
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _frame(self, c: socket.socket) -> dict:
+        head = b""
+        while len(head) < 4:
+            head += c.recv(4 - len(head))
+        (n,) = struct.unpack("<I", head)
+        body = b""
+        while len(body) < n:
+            body += c.recv(n - len(body))
+        return wire.decode(body)
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self._answer, args=(c,), daemon=True).start()
+
+    def _answer(self, c: socket.socket) -> None:
+        try:
+            hello = self._frame(c)
+            c.sendall(wire.encode({"op": "hello", "tag": hello["tag"], "version": wire.VERSION}))
+            req = self._frame(c)
+            frame = wire.encode({"op": "opened", "tag": req["tag"], "records": 1, "info": {"paths": ["x" * 1000]}})
+            c.sendall(frame[:100])
+            for b in frame[100:]:
+                if self.stop.wait(0.2):
+                    return
+                c.sendall(bytes([b]))
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_a_cut_reply_cannot_hold_the_client_past_its_timeout(tmp_path):
+    (tmp_path / "run").mkdir(mode=0o700)
+    path = str(tmp_path / "run" / "s.sock")
+    peer = Stammerer(path)
+    try:
+        start = time.monotonic()
+        with pytest.raises(riffle.DaemonGone, match="within 2s"):
+            riffle.Loader(write_fixed(tmp_path / "d.bin", 10, 8), 10, record_size=8, socket=path, timeout=2, autostart=False)
+        # The open is tried once more on a new connection; each has the timeout the user gave. (A byte every
+        # 0.2 s held a client that waited its timeout between bytes for as long as the bytes came.)
+        assert time.monotonic() - start < 30
+    finally:
+        peer.close()
+
+
+def test_a_stopped_daemon_cannot_hold_an_open_past_the_timeout(tmp_path, monkeypatch):
+    d = Daemon(str(tmp_path / "s.sock"))
+    path = write_fixed(tmp_path / "d.bin", 100, 64)
+    try:
+        ld = riffle.Loader(path, 10, record_size=64, socket=d.sock, timeout=2, autostart=False, reconnect=0)
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        while "T (stopped)" not in open(f"/proc/{d.proc.pid}/status").read():
+            time.sleep(0.01)
+        start = time.monotonic()
+        with pytest.raises(riffle.DaemonGone, match="within 2s"):
+            next(iter(ld))  # the job opens here: an open waited ten minutes whatever the user's timeout
+        assert time.monotonic() - start < 30
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+        d.stop()
