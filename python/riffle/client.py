@@ -500,12 +500,16 @@ class Connection:
         than the bytes do."""
         if os.getpid() != self.pid:
             raise RiffleError("a riffle connection cannot cross fork(); each process connects itself")
-        frames = self._releases_frames()
-        tags = []
-        for msg in msgs:
-            self._tag += 1
-            frames.append(wire.encode(dict(msg, tag=self._tag)))
-            tags.append(self._tag)
+        tags = list(range(self._tag + 1, self._tag + 1 + len(msgs)))
+        try:
+            encoded = [wire.encode(dict(msg, tag=tag)) for msg, tag in zip(msgs, tags)]
+        except wire.FieldError as e:
+            # As the daemon names a field it cannot decode.
+            if e.field.startswith("spec."):
+                raise InvalidSpec(f"invalid job spec: {e.field[len('spec.'):]}: {e.why}") from None
+            raise RiffleError(f"malformed request: {e}") from None
+        self._tag += len(msgs)
+        frames = self._releases_frames() + encoded
         self._send(frames)
         self._waiting.update(tags)
         return tags

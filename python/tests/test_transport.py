@@ -1,4 +1,5 @@
-"""The connection to the daemon: frames of any size arrive whole, and a timeout holds whatever the daemon does."""
+"""The connection to the daemon: frames of any size arrive whole, a timeout holds whatever the daemon does, and a
+value the daemon cannot decode is an InvalidSpec naming it, on a connection that goes on."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import struct
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import riffle
-from riffle import wire
+from riffle import client, wire
 
 from conftest import Daemon, write_fixed
 
@@ -117,3 +119,21 @@ def test_a_stopped_daemon_cannot_hold_an_open_past_the_timeout(tmp_path, monkeyp
     finally:
         os.kill(d.proc.pid, signal.SIGCONT)
         d.stop()
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("seed", -1, "seed: -1 is not an integer from 0 to 18446744073709551615"),
+    ("seed", 2**64, "seed: 18446744073709551616 is not an integer"),
+    ("world_size", "2", "world: a string is not an integer"),
+    ("min_randomness", float("nan"), "min_randomness: nan is not a finite number"),
+    ("depth", object(), "depth: object"),
+])
+def test_a_value_of_the_wrong_type_is_an_invalid_spec(daemon, fixed_file, option, value, says):
+    # At construction, as the exception a PyTorch user catches; and the process's connection goes on.
+    conn = client.connect()
+    with pytest.raises(riffle.InvalidSpec, match=says) as e:
+        riffle.Loader(fixed_file, 100, record_size=64, **{option: value})
+    assert isinstance(e.value, ValueError)
+    assert not conn.dead and client.connect() is conn
+    ids = [i for b in riffle.Loader(fixed_file, 100, record_size=64, seed=np.int64(7)) for i in b.ids.tolist()]
+    assert sorted(ids) == list(range(1000))
