@@ -223,6 +223,9 @@ func (cn *conn) reply(m *wire.Msg, payload ...[]byte) error {
 
 func (cn *conn) fail(tag uint64, err error) error {
 	m := &wire.Msg{Op: wire.OpError, Tag: tag, Message: err.Error(), Kind: job.Kind(err)}
+	if outOfFDs(err) {
+		m.Message += ": " + fdAdvice()
+	}
 	where(err, m)
 	return cn.reply(m)
 }

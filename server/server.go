@@ -116,6 +116,7 @@ type Server struct {
 
 	gate     preAuth       // TCP connections not yet authenticated
 	tcpSlots chan struct{} // TCP connections authenticated
+	spare    spareFD       // for telling a client the daemon is out of descriptors (accept.go)
 
 	store   *storage.Router
 	env     *job.Env
@@ -325,6 +326,8 @@ func (s *Server) Serve(ctx context.Context) error {
 			return err
 		}
 	}
+	s.spare.keep()
+	defer s.spare.give()
 	g, gctx := errgroup.WithContext(ctx)
 	var conns sync.WaitGroup
 	maxConns := s.MaxConns
@@ -344,7 +347,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		})
 		g.Go(func() error {
 			for {
-				c, err := l.Accept()
+				c, err := s.accept(gctx, l, isUnix)
 				if err != nil {
 					if gctx.Err() != nil {
 						return nil
@@ -383,7 +386,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		g.Go(func() error { return s.serveMetrics(gctx, ml) })
 		g.Go(func() error { return s.sampleView(gctx) })
 	}
-	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "memory", sp.total, "cache", sp.cache, "jobs", sp.jobs)
+	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "memory", sp.total, "cache", sp.cache, "jobs", sp.jobs,
+		"descriptors", fdLimit())
 	close(s.ready)
 	err = g.Wait()
 	cancel()

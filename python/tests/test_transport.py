@@ -4,6 +4,7 @@ value the daemon cannot decode is an InvalidSpec naming it, on a connection that
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import struct
@@ -16,7 +17,7 @@ import pytest
 import riffle
 from riffle import client, wire
 
-from conftest import Daemon, write_fixed
+from conftest import Daemon, free_port, write_fixed
 
 
 def long_named(root, n: int, width: int) -> str:
@@ -137,3 +138,75 @@ def test_a_value_of_the_wrong_type_is_an_invalid_spec(daemon, fixed_file, option
     assert not conn.dead and client.connect() is conn
     ids = [i for b in riffle.Loader(fixed_file, 100, record_size=64, seed=np.int64(7)) for i in b.ids.tolist()]
     assert sorted(ids) == list(range(1000))
+
+
+def daemon_fds(d: Daemon) -> int:
+    return len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+
+
+def limit_fds(d: Daemon, n: int | None) -> None:
+    """Set the daemon's limit on open descriptors (its soft limit, which is what the kernel checks; None: its hard
+    limit)."""
+    hard = resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE)[1]
+    resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE, (hard if n is None else n, hard))
+
+
+def test_idle_metrics_connections_leave_the_owner_served(tmp_path):
+    # A daemon at a limit of 1,024 descriptors, and 1,012 idle keep-alive connections to its metrics port, which
+    # needs no token: the owner's next job is served. (The daemon took them all and then exited, its socket's
+    # accept failing for want of a descriptor.)
+    port = free_port()
+    d = Daemon(str(tmp_path / "s.sock"), "--metrics", f"127.0.0.1:{port}")
+    idle = []
+    try:
+        limit_fds(d, 1024)  # as `ulimit -n 1024` would start it
+        for _ in range(1012):
+            c = socket.create_connection(("127.0.0.1", port))
+            idle.append(c)
+            try:
+                c.sendall(b"GET /metrics HTTP/1.1\r\nHost: riffle\r\n\r\n")
+            except OSError:
+                pass  # refused: over the metrics connections' cap
+        path = write_fixed(tmp_path / "d.bin", 1000, 64)
+        ld = riffle.Loader(path, 100, record_size=64, socket=d.sock, autostart=False, reconnect=0)
+        assert sorted(i for b in ld for i in b.ids.tolist()) == list(range(1000))
+        assert d.proc.poll() is None
+    finally:
+        for c in idle:
+            c.close()
+        d.stop()
+
+
+def test_a_daemon_out_of_descriptors_lives_and_says_so(tmp_path):
+    d = Daemon(str(tmp_path / "s.sock"))
+    glob = long_named(tmp_path / "many", 1200, 40)
+    try:
+        # A job over more files than the daemon may open: a clear error, not a data error, and the daemon lives.
+        limit_fds(d, daemon_fds(d) + 100)
+        with pytest.raises(riffle.RiffleError, match="file descriptors.*ulimit -n") as e:
+            list(riffle.Loader(glob, 100, record_size=16, socket=d.sock, autostart=False, reconnect=0))
+        assert not isinstance(e.value, riffle.DataError)
+        limit_fds(d, None)
+        # A job holding every descriptor the daemon may have: the next connection is told so, the daemon lives,
+        # and once the job closes a connection is served again. (The socket's accept failed and ended the daemon.)
+        ld = riffle.Loader(glob, 100, record_size=16, socket=d.sock, autostart=False, reconnect=0)
+        it = iter(ld)
+        next(it)
+        limit_fds(d, daemon_fds(d))
+        with pytest.raises(riffle.RiffleError, match="out of file descriptors"):
+            client.Connection(d.sock, autostart=False, timeout=10)
+        assert d.proc.poll() is None
+        ld.close()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert d.stats().get("jobs", 0) == 0
+                break
+            except (riffle.RiffleError, AssertionError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        assert sorted(i for b in riffle.Loader(glob, 100, record_size=16, socket=d.sock, autostart=False)
+                      for i in b.ids.tolist()) == list(range(1200))
+    finally:
+        d.stop()
