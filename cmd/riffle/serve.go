@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/riffle-ml/riffle/server"
 )
@@ -75,6 +76,9 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 				return err
 			}
 			if err := checkServeFlags(cmd, &s); err != nil {
+				return err
+			}
+			if err := raiseFileLimit(); err != nil {
 				return err
 			}
 			s.Version = version
@@ -145,6 +149,27 @@ func checkServeFlags(cmd *cobra.Command, s *server.Server) error {
 	} {
 		if c.bad {
 			return errors.New(c.what)
+		}
+	}
+	return nil
+}
+
+// raiseFileLimit raises the process's soft limit on open descriptors to
+// its hard limit: each client's connection, each metrics connection and
+// each file a job reads takes one, and a daemon at a low soft limit
+// (1024, a shell's default) runs out with a job over a thousand files.
+// (Go's runtime does this too, since 1.19, for any program that imports
+// os; it is a process-wide setting, so the command says it where it
+// starts the daemon.)
+func raiseFileLimit() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("the limit on open files: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return fmt.Errorf("raising the limit on open files to %d: %w", lim.Max, err)
 		}
 	}
 	return nil
