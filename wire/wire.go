@@ -24,8 +24,14 @@ import (
 // Version is the protocol version a hello carries.
 const Version = 2
 
-// MaxHeader bounds a header's size; a larger length means a broken peer.
+// MaxHeader bounds the size of a request's header, which the daemon
+// reads from any client; a larger length means a broken peer.
 const MaxHeader = 16 << 20
+
+// MaxReply bounds the size of a reply's header, which a client reads from
+// its own daemon: an "opened" lists every file of its dataset, and a glob
+// may name a million.
+const MaxReply = 1 << 30
 
 // MaxHelloHeader bounds a header before the peer has authenticated: a
 // hello is small, and an unauthenticated peer must not make the daemon

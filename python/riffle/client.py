@@ -508,6 +508,12 @@ class Connection:
             if e.field.startswith("spec."):
                 raise InvalidSpec(f"invalid job spec: {e.field[len('spec.'):]}: {e.why}") from None
             raise RiffleError(f"malformed request: {e}") from None
+        for msg, frame in zip(msgs, encoded):
+            if len(frame) - 4 > wire.MAX_HEADER:
+                # The daemon would not read it: it bounds what any client may make it hold.
+                raise InvalidSpec(f"invalid job spec: the {msg.get('op')} request is {len(frame) - 4} bytes, at most "
+                                  f"{wire.MAX_HEADER}: name fewer or shorter paths (a glob or a directory names many "
+                                  "files in one path)")
         self._tag += len(msgs)
         frames = self._releases_frames() + encoded
         self._send(frames)
@@ -520,7 +526,7 @@ class Connection:
         if deadline - time.monotonic() > self.timeout:
             deadline, waited = time.monotonic() + self.timeout, self.timeout
         try:
-            n = wire.header_length(self._buf[:4])
+            n = wire.header_length(self._buf[:4], wire.MAX_REPLY)
             self._fill(4 + n, deadline, waited)
             reply = wire.decode(self._buf[4 : 4 + n])  # json reads a bytearray as it is
         except wire.FrameError as e:

@@ -16,7 +16,10 @@ import struct
 from typing import Any
 
 VERSION = 2
+# A request's header, which the daemon reads from any client; a reply's, which a client reads from its own daemon
+# (an "opened" lists every file of its dataset, and a glob may name a million).
 MAX_HEADER = 16 << 20
+MAX_REPLY = 1 << 30
 
 OP_HELLO = "hello"
 OP_OPEN = "open"
@@ -103,11 +106,11 @@ def encode(msg: dict[str, Any]) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-def header_length(prefix: bytes) -> int:
-    """Return the JSON length a frame's 4-byte prefix announces."""
+def header_length(prefix: bytes, limit: int = MAX_HEADER) -> int:
+    """Return the JSON length a frame's 4-byte prefix announces, at most ``limit``."""
     (n,) = _LEN.unpack(prefix)
-    if n > MAX_HEADER:
-        raise FrameError(f"header of {n} bytes")
+    if n > limit:
+        raise FrameError(f"header of {n} bytes, at most {limit}")
     return n
 
 

@@ -38,6 +38,35 @@ def test_a_glob_of_8000_long_paths_opens(daemon, tmp_path):
     assert got == list(range(8000))
 
 
+def deep_named(root, n: int) -> tuple[str, list[str]]:
+    """n files of one 16-byte record each in a directory ~3,600 bytes deep: their glob and their paths, a reply of
+    every path over 16 MiB for 5,000 of them."""
+    d = root
+    for i in range(14):
+        d = d / (f"{i:02d}" + "d" * 240)
+    d.mkdir(parents=True)
+    paths = []
+    for i in range(n):
+        p = d / (f"{i:05d}" + "f" * 95 + ".bin")
+        p.write_bytes(b"%016d" % i)
+        paths.append(str(p))
+    return str(d / "*.bin"), paths
+
+
+def test_a_reply_over_16_mib_arrives_and_a_request_over_it_is_refused(daemon, tmp_path):
+    glob, paths = deep_named(tmp_path / "deep", 5000)
+    # The daemon's reply lists every path: 18 MB, more than a request may be, which a client takes from its daemon.
+    ld = riffle.Loader(glob, 1000, record_size=16, seed=1, timeout=60)
+    assert len(ld.info()["paths"]) == 5000
+    assert sorted(int(bytes(b.record(i))) for b in ld for i in range(len(b))) == list(range(5000))
+    # Naming every path in the request is more than the daemon reads from a client: refused before it is sent, saying
+    # what to do. (The daemon dropped the connection, and the client said it had died.)
+    conn = client.connect()
+    with pytest.raises(riffle.InvalidSpec, match="at most 16777216: name fewer or shorter paths"):
+        riffle.Loader(paths, 1000, record_size=16)
+    assert not conn.dead
+
+
 class Stammerer:
     """A peer on a Unix socket that answers hello as a daemon does, then answers the next request with the start of
     a frame and one more byte every 0.2 s, for ever: what a client meets when a daemon's reply is cut."""
