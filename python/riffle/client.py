@@ -415,15 +415,13 @@ class Connection:
         else:
             path = sock_path or default_socket()
             private_dir(os.path.dirname(path), create=False)
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                self.sock.connect(path)
+                self.sock = self._connect(path)
             except OSError:
                 if not autostart:
                     raise DaemonGone(f"no riffle daemon at {path}; start one with `riffle serve`") from None
                 start_daemon(path)
-                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self.sock.connect(path)
+                self.sock = self._connect(path)
             uid = _peer_uid(self.sock)
             if uid != os.geteuid():
                 self.sock.close()
@@ -432,6 +430,25 @@ class Connection:
         self.sock.settimeout(self.timeout)
         hello = self.request({"op": wire.OP_HELLO, "version": wire.VERSION, "token": token or ""})
         self.server = hello[0].get("server", "")
+
+    def _connect(self, path: str) -> socket.socket:
+        """A socket connected to the daemon at ``path``. A blocking connect would wait for as long as the daemon's
+        listen queue is full (a daemon stopped, or swamped): the timeout holds for it too."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                sock.connect(path)
+                return sock
+            except BlockingIOError:  # its queue is full
+                if time.monotonic() >= deadline:
+                    sock.close()
+                    raise DaemonGone(f"the riffle daemon at {path} did not take the connection within {self.timeout:g}s") from None
+                time.sleep(0.01)
+            except OSError:
+                sock.close()
+                raise
 
     def close(self) -> None:
         try:

@@ -239,3 +239,30 @@ def test_a_daemon_out_of_descriptors_lives_and_says_so(tmp_path):
                       for i in b.ids.tolist()) == list(range(1200))
     finally:
         d.stop()
+
+
+def test_a_full_listen_queue_cannot_hold_a_connect_past_the_timeout(tmp_path):
+    # A listener that takes no connection and queues none (a daemon stopped with its queue full): connect waits.
+    (tmp_path / "run").mkdir(mode=0o700)
+    path = str(tmp_path / "run" / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    queued = []
+    try:
+        for _ in range(2):  # fill the queue: the kernel takes one more than the backlog
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(path)
+            except BlockingIOError:
+                pass
+            queued.append(s)
+        start = time.monotonic()
+        with pytest.raises(riffle.DaemonGone, match="did not take the connection within 2s"):
+            client.Connection(path, timeout=2, autostart=False)
+        assert time.monotonic() - start < 30
+    finally:
+        for s in queued:
+            s.close()
+        listener.close()
