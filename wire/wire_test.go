@@ -2,9 +2,11 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -67,6 +69,10 @@ func TestBadFrames(t *testing.T) {
 	}
 }
 
+// Frames as the daemon reads them from a client (and a Go client its
+// replies): any bytes give a message or an error, never a panic; a
+// message re-encodes to itself; a field of the wrong type is named by a
+// path that is one of the message's fields.
 func FuzzRead(f *testing.F) {
 	var buf bytes.Buffer
 	Write(&buf, &Msg{Op: OpNext, Job: 1})
@@ -74,7 +80,19 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Read(bytes.NewReader(b))
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			name, _, _ := strings.Cut(strings.TrimLeft(fe.Field, "."), ".")
+			name, _, _ = strings.Cut(name, "[")
+			if m == nil || m.Op == "" || !slices.Contains(msgFields(), strings.ToLower(name)) {
+				t.Fatalf("a field error %q (%v) of %+v", fe.Field, err, m)
+			}
+			return
+		}
 		if err != nil {
+			if m != nil || !errors.Is(err, ErrFrame) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("a failed read returned %+v, %v", m, err)
+			}
 			return
 		}
 		if m.Op == "" {
@@ -124,4 +142,82 @@ func TestFieldErrors(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want a malformed frame", b, m, err)
 		}
 	}
+}
+
+// msgFields are Msg's fields by their JSON names, lower case as json
+// matches them.
+func msgFields() []string {
+	t := reflect.TypeFor[Msg]()
+	var out []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		out = append(out, strings.ToLower(name))
+	}
+	return out
+}
+
+// Frames as a reader gets them from a stream socket, in pieces of any
+// size: whatever a message holds (any text, a payload of any length), a
+// writer's frames and their payloads come out of the reader whole and in
+// order, the same message. (A daemon's reply cut by a short write, or a
+// client's read cut by the socket's buffer, is this case.)
+func FuzzFrameStream(f *testing.F) {
+	f.Add("opened", uint64(3), "/data/a.bin", "", []byte(nil), uint16(1))
+	f.Add("batch", uint64(1<<40), "", "", []byte("records"), uint16(7))
+	f.Add("error", uint64(9), "/d/\x00\"\u2028", "bad\xff", bytes.Repeat([]byte{0}, 5000), uint16(4096))
+	f.Fuzz(func(t *testing.T, op string, tag uint64, path, message string, payload []byte, piece uint16) {
+		if op == "" {
+			op = OpBatch
+		}
+		msgs := []*Msg{
+			{Op: op, Tag: tag, Message: message, Info: &Info{Paths: []string{path, path + path}}, Payload: int64(len(payload))},
+			{Op: OpEnd, Tag: tag + 1},
+		}
+		var buf bytes.Buffer
+		if err := Write(&buf, msgs[0], payload); err != nil {
+			return // not JSON (an invalid UTF-8 op is written as U+FFFD, not refused)
+		}
+		Write(&buf, msgs[1])
+		r := &pieces{b: buf.Bytes(), n: max(1, int(piece))}
+		for i, want := range msgs {
+			got, err := Read(r)
+			if err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+			again, _ := Decode(mustJSON(t, want))
+			if !reflect.DeepEqual(got, again) {
+				t.Fatalf("frame %d: %+v, want %+v", i, got, again)
+			}
+			p := make([]byte, got.Payload)
+			if _, err := io.ReadFull(r, p); err != nil || (i == 0 && !bytes.Equal(p, payload)) {
+				t.Fatalf("frame %d's payload: %v", i, err)
+			}
+		}
+		if _, err := Read(r); !errors.Is(err, io.EOF) {
+			t.Fatalf("after the last frame: %v", err)
+		}
+	})
+}
+
+func mustJSON(t *testing.T, m *Msg) []byte {
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// pieces reads b at most n bytes at a time.
+type pieces struct {
+	b []byte
+	n int
+}
+
+func (p *pieces) Read(b []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(b[:min(len(b), p.n)], p.b)
+	p.b = p.b[k:]
+	return k, nil
 }
