@@ -226,3 +226,74 @@ func TestFieldOfTheWrongTypeIsRefused(t *testing.T) {
 		t.Fatalf("a good job on the same connection delivered %d records", len(ids))
 	}
 }
+
+// Any bytes a client sends after its hello, fuzzed, against a running
+// daemon: whatever they open, ask or break, the daemon reads them to their
+// end and closes the connection, and then serves a new one and holds no
+// job, no memory and no client of it.
+func FuzzConn(f *testing.F) {
+	s := &Server{Socket: sockPathF(f), MaxConns: 4}
+	data := filepath.Join(f.TempDir(), "d.bin")
+	synth.WriteFixed(data, 200, 128, 0)
+	frames := func(ms ...*wire.Msg) []byte {
+		var b []byte
+		for _, m := range ms {
+			e, _ := wire.Encode(m)
+			b = append(b, e...)
+		}
+		return b
+	}
+	spec := &wire.JobSpec{Paths: []string{data}, RecordSize: 128, BatchSize: 16, Shuffle: true, Epochs: 1}
+	f.Add(frames(&wire.Msg{Op: wire.OpOpen, Tag: 2, Spec: spec}, &wire.Msg{Op: wire.OpNext, Tag: 3, Job: 1},
+		&wire.Msg{Op: wire.OpNext, Tag: 4, Job: 1}, &wire.Msg{Op: wire.OpRelease, Job: 1, Seqs: []uint64{1, 2, 9}},
+		&wire.Msg{Op: wire.OpState, Tag: 5, Job: 1, Epoch: 0, Index: 1}, &wire.Msg{Op: wire.OpLocate, Tag: 6, Job: 1, IDs: []int{0, 199, 200, -1}},
+		&wire.Msg{Op: wire.OpClose, Tag: 7, Job: 1}))
+	f.Add(frames(&wire.Msg{Op: wire.OpCheck, Tag: 2, Spec: spec}, &wire.Msg{Op: wire.OpStatus, Tag: 3}, &wire.Msg{Op: wire.OpStats, Tag: 4}))
+	f.Add(frames(&wire.Msg{Op: wire.OpOpen, Tag: 2, Spec: spec}, &wire.Msg{Op: wire.OpOpen, Tag: 3, Spec: spec},
+		&wire.Msg{Op: wire.OpNext, Tag: 4, Job: 2}, &wire.Msg{Op: wire.OpClose, Tag: 5, Job: 9}))
+	f.Add(append(frames(&wire.Msg{Op: wire.OpOpen, Tag: 2, Spec: spec}), []byte("\xff\xff\xff\x00{")...))
+	f.Add([]byte(`` + "\x40\x00\x00\x00" + `{"op":"open","tag":2,"spec":{"paths":["/nope"],"seed":-1}}                `))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	<-s.Ready()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cl := dial(t, s.Addr())
+		// Whatever the daemon answers is read and dropped, so that it never
+		// waits on a client that stopped reading.
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			buf := make([]byte, 1<<16)
+			oob := make([]byte, unix.CmsgSpace(4*4))
+			for {
+				_, oobn, _, _, err := cl.c.(*net.UnixConn).ReadMsgUnix(buf, oob)
+				if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+					for _, m := range msgs {
+						fds, _ := unix.ParseUnixRights(&m)
+						for _, fd := range fds {
+							unix.Close(fd)
+						}
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		cl.c.Write(b)
+		cl.c.(*net.UnixConn).CloseWrite() // the daemon reads to the end, then closes
+		<-drained
+		cl.c.Close()
+		watch := dial(t, s.Addr())
+		defer watch.c.Close()
+		eventually(t, "the fuzzed connection's end", func() bool {
+			st := watch.req(t, &wire.Msg{Op: wire.OpStatus}).Status
+			return st.Clients == 1 && st.Memory.Held == 0 && len(st.Groups) == 0
+		})
+	})
+}
