@@ -101,7 +101,10 @@ def abandon(p: subprocess.Popen, role: str, rng: random.Random) -> None:
 
 def idle(sock: str) -> str:
     """'' when the daemon holds nothing for anyone (the one connection asking counted), else what it holds."""
-    st = status(sock)
+    try:
+        st = status(sock)
+    except riffle.DaemonGone as e:  # refused: every place on the socket is taken, for now
+        return str(e)
     jobs = sum(len(g["jobs"] or []) for g in st["groups"] or [])
     mem = st["memory"]
     if jobs or st["clients"] != 1 or mem["held"] or mem["holders"] or mem.get("waiting"):
