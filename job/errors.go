@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"syscall"
 
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
@@ -32,6 +33,9 @@ func Kind(err error) string {
 		return wire.KindChanged
 	case errors.Is(err, fs.ErrNotExist):
 		return wire.KindNotFound
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		// The daemon's descriptors ran out opening a file: not the data's fault.
+		return wire.KindInternal
 	case errors.Is(err, errSpec), errors.Is(err, dataset.ErrUnknownFormat), errors.Is(err, dataset.ErrEmpty),
 		errors.Is(err, dataset.ErrUnsupported), errors.Is(err, storage.ErrOutsideRoots), errors.Is(err, storage.ErrNotRegular),
 		errors.Is(err, storage.ErrTooLarge), errors.Is(err, columnar.ErrNoColumn):

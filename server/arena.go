@@ -52,13 +52,21 @@ func NewArena(name string, size int64) (*Arena, error) {
 	if size <= 0 || size > job.MaxMemory()*3 {
 		return nil, fmt.Errorf("shared memory of %d bytes: want 1 to %d", size, job.MaxMemory()*3)
 	}
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
 	if err := unix.Ftruncate(fd, size); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("sizing shared memory to %d bytes: %w", size, err)
+	}
+	// The client gets this descriptor. Had it shrunk the file, the
+	// daemon's next write into the pages gone would be a SIGBUS, which
+	// ends every job; so its size is sealed (and the seals too, so that
+	// no one seals writes away), and the kernel refuses the change.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("sealing shared memory's size: %w", err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

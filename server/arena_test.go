@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/riffle-ml/riffle/wire"
 )
 
 // A closing job's arena keeps the pages of the batches its client may
@@ -56,5 +58,48 @@ func TestArenaDropExcept(t *testing.T) {
 	}
 	if a.mem[5*(100<<10)+8192] != 0 {
 		t.Fatalf("a dropped batch's page still reads its bytes")
+	}
+}
+
+// A client cannot change the size of the arena it was handed: truncating
+// it, growing it and adding seals of its own are refused by the kernel,
+// and the job goes on serving its batches. (A truncate left the daemon's
+// mapping without pages and killed it with SIGBUS at its next write.)
+func TestArenaSizeIsSealed(t *testing.T) {
+	cl, data := daemon(t, &Server{})
+	op := cl.req(t, &wire.Msg{Op: wire.OpOpen, Spec: &wire.JobSpec{Paths: []string{data}, RecordSize: 128, Shuffle: true,
+		BatchSize: 64, Epochs: 2}})
+	if op.Op != wire.OpOpened || cl.fd < 0 {
+		t.Fatalf("opened: %+v fd %d", op, cl.fd)
+	}
+	defer unix.Close(cl.fd)
+	for name, change := range map[string]func() error{
+		"truncate to 0":      func() error { return unix.Ftruncate(cl.fd, 0) },
+		"truncate by a page": func() error { return unix.Ftruncate(cl.fd, op.ArenaSize-4096) },
+		"grow":               func() error { return unix.Ftruncate(cl.fd, op.ArenaSize+4096) },
+		"grow by fallocate":  func() error { return unix.Fallocate(cl.fd, 0, op.ArenaSize, 4096) },
+		"seal further writes": func() error {
+			_, err := unix.FcntlInt(uintptr(cl.fd), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE)
+			return err
+		},
+	} {
+		if err := change(); err == nil {
+			t.Fatalf("the client could %s its arena: the daemon's next write into it would fault", name)
+		}
+	}
+	n := 0
+	for {
+		b := cl.req(t, &wire.Msg{Op: wire.OpNext, Job: op.Job})
+		if b.Op == wire.OpEnd {
+			break
+		}
+		if b.Op != wire.OpBatch {
+			t.Fatalf("next: %+v", b)
+		}
+		n += b.N
+		cl.send(t, &wire.Msg{Op: wire.OpRelease, Job: op.Job, Seqs: []uint64{b.Seq}})
+	}
+	if n != 1000 {
+		t.Fatalf("two epochs of 500 records delivered %d", n)
 	}
 }

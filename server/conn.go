@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,11 +114,17 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 			c.SetReadDeadline(time.Now().Add(frameTimeout))
 		}
 		m, err := wire.ReadBody(r, n)
-		if err != nil {
+		var fe *wire.FieldError
+		if errors.As(err, &fe) && cn.authed && m.Tag != 0 {
+			// A whole frame, one of whose fields is of the wrong type:
+			// the request is refused, naming it, and the connection goes on.
+			if cn.refuse(m.Tag, fe) != nil {
+				return
+			}
+		} else if err != nil {
 			cn.logEnd(err)
 			return
-		}
-		if !cn.dispatch(m) {
+		} else if !cn.dispatch(m) {
 			return
 		}
 		if cn.authed {
@@ -203,16 +210,34 @@ func (cn *conn) reply(m *wire.Msg, payload ...[]byte) error {
 	// A client that stops reading loses its connection instead of
 	// holding a job's worker in a write for ever.
 	cn.c.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if err := wire.Write(cn.w, m, payload...); err != nil {
-		return err
+	err := wire.Write(cn.w, m, payload...)
+	if err == nil {
+		err = cn.w.Flush()
 	}
-	return cn.w.Flush()
+	if err != nil {
+		// Part of a frame may have gone: nothing after it would parse.
+		cn.cancel()
+	}
+	return err
 }
 
 func (cn *conn) fail(tag uint64, err error) error {
 	m := &wire.Msg{Op: wire.OpError, Tag: tag, Message: err.Error(), Kind: job.Kind(err)}
+	if outOfFDs(err) {
+		m.Message += ": " + fdAdvice()
+	}
 	where(err, m)
 	return cn.reply(m)
+}
+
+// refuse answers a request one of whose fields did not decode: a spec's
+// as an invalid spec (a user's option, a Python ValueError), any other's
+// as a request a client should not have sent.
+func (cn *conn) refuse(tag uint64, fe *wire.FieldError) error {
+	if field, ok := strings.CutPrefix(fe.Field, "spec."); ok {
+		return cn.fail(tag, fmt.Errorf("%w: %s", job.ErrSpec, strings.Replace(fe.Error(), fe.Field, field, 1)))
+	}
+	return cn.reply(&wire.Msg{Op: wire.OpError, Tag: tag, Kind: wire.KindSpec, Message: "malformed request: " + fe.Error()})
 }
 
 // dispatch handles one request; false ends the connection.
@@ -332,7 +357,6 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 	return true
 }
 
-// open opens a job and starts its worker.
 // check answers what an open of m's spec would: the job is made, lazy so
 // that it reads and allocates nothing (no arena), described and closed.
 func (cn *conn) check(m *wire.Msg) {
@@ -354,6 +378,7 @@ func (cn *conn) check(m *wire.Msg) {
 	cn.reply(r)
 }
 
+// open opens a job, starts its worker and replies.
 func (cn *conn) open(m *wire.Msg) {
 	j, err := cn.s.openHandle(cn.ctx, m.Spec, cn.unix != nil)
 	if err != nil {
@@ -362,40 +387,59 @@ func (cn *conn) open(m *wire.Msg) {
 		}
 		return
 	}
+	// The worker starts first: a handle's close waits for it, and the
+	// connection may have ended while the job was made (its client gone
+	// mid-open), in which case the job closes here and now.
 	cn.mu.Lock()
-	if cn.ctx.Err() != nil {
-		cn.mu.Unlock()
-		j.close()
-		return
-	}
 	cn.nextID++
 	j.id = cn.nextID
-	cn.jobs[j.id] = j
-	cn.s.jobs.Add(1)
-	cn.s.track(j)
-	cn.mu.Unlock()
 	cn.wg.Add(1)
 	go func() {
 		defer cn.wg.Done()
 		cn.work(j)
 	}()
+	if cn.ctx.Err() != nil {
+		cn.mu.Unlock()
+		j.close()
+		return
+	}
+	cn.jobs[j.id] = j
+	cn.s.jobs.Add(1)
+	cn.s.track(j)
+	cn.mu.Unlock()
 	r := j.opened()
 	r.Tag = m.Tag
 	if cn.unix == nil {
 		cn.reply(r)
 		return
 	}
-	b, err := wire.Encode(r)
+	cn.replyRights(r, j.arena.Fd())
+}
+
+// replyRights writes one frame with descriptors passed along its first
+// byte. A sendmsg on a stream socket takes what the socket's buffer has
+// room for (about 200 KiB), not the whole frame: the rest follows in
+// plain writes, as many as it takes, so a frame of any size arrives whole
+// (an "opened" listing 8,000 paths is half a MiB).
+func (cn *conn) replyRights(m *wire.Msg, fds ...int) error {
+	b, err := wire.Encode(m)
 	if err != nil {
-		return
+		return err
 	}
 	cn.wmu.Lock()
 	defer cn.wmu.Unlock()
 	cn.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := cn.w.Flush(); err != nil {
-		return
+		return err
 	}
-	cn.unix.WriteMsgUnix(b, unix.UnixRights(j.arena.Fd()), nil)
+	n, _, err := cn.unix.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	if err == nil && n < len(b) {
+		_, err = cn.c.Write(b[n:])
+	}
+	if err != nil {
+		cn.cancel()
+	}
+	return err
 }
 
 // work serves a job's next requests in order until the job closes; the

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -205,7 +206,12 @@ func (s *Server) serveMetrics(ctx context.Context, l net.Listener) error {
 		hashed.ServeHTTP(w, r)
 	})
 	s.viewRoutes(mux)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Anyone on the machine may connect, with no token: each connection
+	// is bounded in time, and the connections in number (capped), so
+	// that idle ones cannot take the descriptors the daemon's clients need.
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+	l = &capped{Listener: l, slots: make(chan struct{}, maxMetricsConns)}
 	shut := make(chan struct{})
 	go func() {
 		defer close(shut)
@@ -220,4 +226,47 @@ func (s *Server) serveMetrics(ctx context.Context, l net.Listener) error {
 	}
 	<-shut
 	return nil
+}
+
+// maxMetricsConns bounds the metrics listener's connections: a scraper
+// and a few pages of the live view need a handful.
+const maxMetricsConns = 64
+
+// capped is a listener that serves at most cap(slots) connections at
+// once: one more is closed as soon as it is accepted, and so holds no
+// descriptor, where netutil.LimitListener would leave it waiting in the
+// listen queue.
+type capped struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *capped) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
+		default:
+			// Debug, not Warn: a flood would fill the log.
+			slog.Debug("too many metrics connections; refusing one", "max", cap(l.slots))
+			c.Close()
+		}
+	}
+}
+
+// slotConn gives its place back when it closes.
+type slotConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
 }

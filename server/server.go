@@ -18,6 +18,7 @@ import (
 
 	"github.com/riffle-ml/riffle/catalogue"
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
@@ -118,6 +119,7 @@ type Server struct {
 
 	gate     preAuth       // TCP connections not yet authenticated
 	tcpSlots chan struct{} // TCP connections authenticated
+	spare    spareFD       // for telling a client the daemon is out of descriptors (accept.go)
 
 	store   *storage.Router
 	env     *job.Env
@@ -200,14 +202,20 @@ func (s *Server) Serve(ctx context.Context) error {
 	if len(s.Peers) > 0 && (s.Node < 0 || s.Node >= len(s.Peers)) {
 		return fmt.Errorf("node %d is not in a peer list of %d", s.Node, len(s.Peers))
 	}
+	if err := s.checkDirs(); err != nil {
+		return err
+	}
 	// What stands in front of the object store: the nodes' memory, then
-	// this node's disk.
+	// this node's disk. They are made with the store, at its first use;
+	// with peers, below, before the daemon serves.
+	var tierErr error
 	wrap := func(inner storage.Store) storage.Store {
 		st := inner
 		if len(s.Peers) > 0 {
 			c, err := peer.New(st, peer.Options{Peers: s.Peers, Self: s.Node, Token: s.Token,
 				Budget: max(s.PeerBytes, 1<<26), Timeout: s.PeerTimeout})
 			if err != nil {
+				tierErr = fmt.Errorf("the cluster's memory tier (--peers): %w", err)
 				slog.Warn("no cluster tier", "err", err)
 			} else {
 				s.cluster.Store(c)
@@ -217,6 +225,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		if s.TierDir != "" {
 			t, err := tier.New(st, tier.Options{Dir: s.TierDir, Budget: max(s.TierBytes, 1<<26)})
 			if err != nil {
+				tierErr = fmt.Errorf("the disk tier (--cache-dir): %w", err)
 				slog.Warn("no disk tier", "dir", s.TierDir, "err", err)
 			} else {
 				s.tier.Store(t)
@@ -231,6 +240,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		// tier must be there from the start.
 		if _, err := s.store.Remote(); err != nil {
 			return fmt.Errorf("--peers: the object store: %w", err)
+		}
+		if tierErr != nil {
+			return tierErr
 		}
 	}
 	defer func() {
@@ -317,6 +329,8 @@ func (s *Server) Serve(ctx context.Context) error {
 			return err
 		}
 	}
+	s.spare.keep()
+	defer s.spare.give()
 	g, gctx := errgroup.WithContext(ctx)
 	var conns sync.WaitGroup
 	maxConns := s.MaxConns
@@ -336,7 +350,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		})
 		g.Go(func() error {
 			for {
-				c, err := l.Accept()
+				c, err := s.accept(gctx, l, isUnix)
 				if err != nil {
 					if gctx.Err() != nil {
 						return nil
@@ -375,12 +389,37 @@ func (s *Server) Serve(ctx context.Context) error {
 		g.Go(func() error { return s.serveMetrics(gctx, ml) })
 		g.Go(func() error { return s.sampleView(gctx) })
 	}
-	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "memory", sp.total, "cache", sp.cache, "jobs", sp.jobs)
+	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "memory", sp.total, "cache", sp.cache, "jobs", sp.jobs,
+		"descriptors", fdLimit())
 	close(s.ready)
 	err = g.Wait()
 	cancel()
 	conns.Wait()
 	return err
+}
+
+// checkDirs checks, before the daemon serves, the directories it was told
+// to keep its own data in (the disk tier's blocks, indexes, persisted
+// outputs): each is made if missing and must be private to the daemon's
+// user (internal/privdir). One another user owns, or anyone may write,
+// stops the daemon at start with the fix, rather than a job at its first
+// read, or a warning nobody reads and a tier that is quietly not there.
+func (s *Server) checkDirs() error {
+	for _, d := range []struct{ what, dir string }{
+		{"the disk tier's directory (--cache-dir)", s.TierDir},
+		{"the index directory (--index-dir)", s.IndexDir},
+		{"the catalogue of outputs (--outputs)", s.Outputs},
+	} {
+		if d.dir == "" {
+			continue
+		}
+		pd, err := privdir.Open(d.dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.what, err)
+		}
+		pd.Close()
+	}
+	return nil
 }
 
 // listenTCP listens on the TCP address (loopback for a bare port) and

@@ -463,3 +463,46 @@ func TestMetricsHidePaths(t *testing.T) {
 		t.Fatalf("metrics with a wrong token (%d):\n%s", code, body)
 	}
 }
+
+// A directory the daemon was told to keep its data in that it cannot
+// trust stops it at start, saying which flag and what to do: one another
+// user owns, or one anyone may write. (A --cache-dir another user owned
+// was skipped with a warning when the first object was read, and the
+// daemon ran without the tier it was asked for.)
+func TestUntrustedDirsStopTheDaemonAtStart(t *testing.T) {
+	foreign := filepath.Join(t.TempDir(), "theirs")
+	os.Mkdir(foreign, 0o700)
+	if err := os.Chown(foreign, 65534, 65534); err != nil {
+		t.Skipf("this test gives a directory to another user: %v", err)
+	}
+	open := filepath.Join(t.TempDir(), "open")
+	os.Mkdir(open, 0o700)
+	os.Chmod(open, 0o777)
+	for _, c := range []struct {
+		flag string
+		set  func(s *Server, dir string)
+	}{
+		{"--cache-dir", func(s *Server, dir string) { s.TierDir = dir }},
+		{"--index-dir", func(s *Server, dir string) { s.IndexDir = dir }},
+		{"--outputs", func(s *Server, dir string) { s.Outputs = dir }},
+	} {
+		for dir, says := range map[string]string{foreign: "owned by uid 65534", open: "chmod go-w " + open} {
+			s := &Server{Socket: sockPath(t)}
+			c.set(s, dir)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Serve(ctx) }()
+			select {
+			case <-s.Ready():
+				t.Errorf("%s %s: the daemon served", c.flag, dir)
+				cancel()
+				<-done
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), says) {
+					t.Errorf("%s %s: %v, want an error naming the flag and saying %q", c.flag, dir, err, says)
+				}
+			}
+			cancel()
+		}
+	}
+}

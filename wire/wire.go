@@ -24,8 +24,14 @@ import (
 // Version is the protocol version a hello carries.
 const Version = 2
 
-// MaxHeader bounds a header's size; a larger length means a broken peer.
+// MaxHeader bounds the size of a request's header, which the daemon
+// reads from any client; a larger length means a broken peer.
 const MaxHeader = 16 << 20
+
+// MaxReply bounds the size of a reply's header, which a client reads from
+// its own daemon: an "opened" lists every file of its dataset, and a glob
+// may name a million.
+const MaxReply = 1 << 30
 
 // MaxHelloHeader bounds a header before the peer has authenticated: a
 // hello is small, and an unauthenticated peer must not make the daemon
@@ -610,16 +616,131 @@ func ReadBody(r io.Reader, n int) (*Msg, error) {
 	return Decode(b)
 }
 
-// Decode parses a frame's JSON header.
+// Decode parses a frame's JSON header. A header that is JSON, of an op,
+// with a field whose value its type cannot hold (a negative seed, a
+// number past its field's range, a state that is not base64) returns the
+// message with its other fields decoded and a *FieldError naming the
+// field: the frame was whole, so a daemon answers it with an error and
+// the connection goes on.
 func Decode(b []byte) (*Msg, error) {
 	m := &Msg{}
 	if err := json.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrFrame, err)
+		if !json.Valid(b) || m.Op == "" {
+			return nil, fmt.Errorf("%w: %w", ErrFrame, err)
+		}
+		field, ferr := fieldOf(b, reflect.TypeFor[Msg](), "")
+		if ferr == nil {
+			ferr = err
+		}
+		return m, &FieldError{Field: field, Err: ferr}
 	}
 	if m.Op == "" {
 		return nil, fmt.Errorf("%w: no op", ErrFrame)
 	}
 	return m, nil
+}
+
+// FieldError is a field of a whole frame whose JSON value does not fit
+// the field's type. It is an ErrFrame too.
+type FieldError struct {
+	// Field is the field's path: "spec.seed", "spec.delivered[2].sampler_state".
+	Field string
+	Err   error // json's, or base64's
+}
+
+func (e *FieldError) Error() string {
+	var te *json.UnmarshalTypeError
+	if errors.As(e.Err, &te) {
+		got, isNumber := strings.CutPrefix(te.Value, "number ")
+		if !isNumber {
+			got = "a " + got
+		}
+		return fmt.Sprintf("%s: %s is not %s", e.Field, got, describe(te.Type))
+	}
+	return fmt.Sprintf("%s: %v", e.Field, e.Err)
+}
+
+func (e *FieldError) Unwrap() []error { return []error{ErrFrame, e.Err} }
+
+// describe says what a field of type t holds, for an error about a value
+// that it does not.
+func describe(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return fmt.Sprintf("an integer from %d to %d", int64(-1)<<(t.Bits()-1), uint64(1)<<(t.Bits()-1)-1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("an integer from 0 to %d", ^uint64(0)>>(64-t.Bits()))
+	case reflect.Float32, reflect.Float64:
+		return "a finite number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "base64 text"
+		}
+		return "a list"
+	case reflect.Array:
+		return fmt.Sprintf("a list of %d", t.Len())
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return describe(t.Elem())
+	}
+	return t.String()
+}
+
+// fieldOf finds a field of raw, a JSON value of a t, whose value does not
+// decode, by decoding its parts one at a time: its path under path, and
+// the error of its value alone. Only for a header that failed: json says
+// which field a type error is of, but not a base64 error's, nor the
+// index in a list.
+func fieldOf(raw []byte, t reflect.Type, path string) (string, error) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t.Kind() == reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) != nil {
+			break
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			for k, v := range obj {
+				if strings.EqualFold(k, name) && decode(v, f.Type) != nil {
+					if path != "" {
+						name = path + "." + name
+					}
+					return fieldOf(v, f.Type, name)
+				}
+			}
+		}
+	case t.Kind() == reflect.Array || (t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8):
+		var items []json.RawMessage
+		if json.Unmarshal(raw, &items) != nil {
+			break
+		}
+		for i, v := range items {
+			if decode(v, t.Elem()) != nil {
+				return fieldOf(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	}
+	return path, decode(raw, t)
+}
+
+// decode decodes raw into a new value of type t.
+func decode(raw []byte, t reflect.Type) error {
+	return json.Unmarshal(raw, reflect.New(t).Interface())
 }
 
 // AutoOrder is the order sampler "auto" chose for a job: the sampler and

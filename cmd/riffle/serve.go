@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/riffle-ml/riffle/server"
 )
@@ -74,6 +75,12 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 			if err := resolvePeers(cmd.Context(), &s, peers, node); err != nil {
 				return err
 			}
+			if err := checkServeFlags(cmd, &s); err != nil {
+				return err
+			}
+			if err := raiseFileLimit(); err != nil {
+				return err
+			}
 			s.Version = version
 			// The daemon keeps the Go heap's limit at what its jobs' shared
 			// memory leaves, unless the user set one.
@@ -120,6 +127,53 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log every request")
 	fl.BoolVar(&quiet, "quiet", false, "log only warnings; exit quietly if another daemon serves the socket")
 	return cmd
+}
+
+// checkServeFlags refuses, before the daemon starts, a flag it could not
+// honour: a budget for a tier not asked for, a bound that would be
+// quietly replaced by the default. (The directories the flags name are
+// checked by Serve, before it listens.)
+func checkServeFlags(cmd *cobra.Command, s *server.Server) error {
+	fl := cmd.Flags()
+	for _, c := range []struct {
+		bad  bool
+		what string
+	}{
+		{fl.Changed("cache-dir-bytes") && s.TierDir == "", "--cache-dir-bytes is the budget of the disk tier --cache-dir makes: give --cache-dir too"},
+		{fl.Changed("peer-bytes") && len(s.Peers) == 0, "--peer-bytes is the memory this node gives the cluster's tier: give --peers too"},
+		{fl.Changed("node") && len(s.Peers) == 0, "--node is this node's index in --peers: give --peers too"},
+		{s.MaxConns < 1, fmt.Sprintf("--max-conns %d: want at least 1", s.MaxConns)},
+		{s.IdleExit < 0, fmt.Sprintf("--idle-exit %s: want 0 (never) or a positive duration", s.IdleExit)},
+		{s.MemoryWait <= 0, fmt.Sprintf("--memory-wait %s: want a positive duration", s.MemoryWait)},
+		{fl.Changed("memory") && s.MemoryBytes <= 0, "--memory: want a positive size, like 16GiB"},
+		{fl.Changed("cache-bytes") && s.CacheBytes <= 0, "--cache-bytes: want a positive size, like 8GiB"},
+	} {
+		if c.bad {
+			return errors.New(c.what)
+		}
+	}
+	return nil
+}
+
+// raiseFileLimit raises the process's soft limit on open descriptors to
+// its hard limit: each client's connection, each metrics connection and
+// each file a job reads takes one, and a daemon at a low soft limit
+// (1024, a shell's default) runs out with a job over a thousand files.
+// (Go's runtime does this too, since 1.19, for any program that imports
+// os; it is a process-wide setting, so the command says it where it
+// starts the daemon.)
+func raiseFileLimit() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("the limit on open files: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return fmt.Errorf("raising the limit on open files to %d: %w", lim.Max, err)
+		}
+	}
+	return nil
 }
 
 // resolvePeers fills the server's peer list and node index from the flags

@@ -377,6 +377,11 @@ def _token_for(address: str) -> str:
         return ""
 
 
+# Seconds a reply may take by default: any request's, and an open's, which may build an index or wait for memory.
+DEFAULT_TIMEOUT = 60.0
+OPEN_TIMEOUT = 600.0
+
+
 class Connection:
     """One connection to the daemon, used by one thread at a time.
 
@@ -387,8 +392,11 @@ class Connection:
     """
 
     def __init__(self, sock_path: str | None = None, address: str | None = None, token: str | None = None,
-                 timeout: float = 60.0, autostart: bool = True):
-        self.timeout = timeout
+                 timeout: float | None = None, autostart: bool = True):
+        # Seconds a reply may take, whole: a deadline, not a wait between bytes. An open may build an index or
+        # wait for memory, so by default it has ten minutes; a timeout the user gives holds for opens too.
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+        self.open_timeout = OPEN_TIMEOUT if timeout is None else timeout
         self.address = address
         self.pid = os.getpid()
         self.dead = False
@@ -402,29 +410,46 @@ class Connection:
         self._dropped: set[int] = set()
         if address:
             host, port = address.rsplit(":", 1)
-            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+            self.sock = socket.create_connection((host, int(port)), timeout=self.timeout)
             self.shm = False
             token = token or _token_for(address)
         else:
             path = sock_path or default_socket()
             private_dir(os.path.dirname(path), create=False)
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                self.sock.connect(path)
+                self.sock = self._connect(path)
             except OSError:
                 if not autostart:
                     raise DaemonGone(f"no riffle daemon at {path}; start one with `riffle serve`") from None
                 start_daemon(path)
-                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self.sock.connect(path)
+                self.sock = self._connect(path)
             uid = _peer_uid(self.sock)
             if uid != os.geteuid():
                 self.sock.close()
                 raise UnsafeSocket(f"the process answering at {path} runs as uid {uid}, not as you (uid {os.geteuid()})")
             self.shm = True
-        self.sock.settimeout(timeout)
+        self.sock.settimeout(self.timeout)
         hello = self.request({"op": wire.OP_HELLO, "version": wire.VERSION, "token": token or ""})
         self.server = hello[0].get("server", "")
+
+    def _connect(self, path: str) -> socket.socket:
+        """A socket connected to the daemon at ``path``. A blocking connect would wait for as long as the daemon's
+        listen queue is full (a daemon stopped, or swamped): the timeout holds for it too."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                sock.connect(path)
+                return sock
+            except BlockingIOError:  # its queue is full
+                if time.monotonic() >= deadline:
+                    sock.close()
+                    raise DaemonGone(f"the riffle daemon at {path} did not take the connection within {self.timeout:g}s") from None
+                time.sleep(0.01)
+            except OSError:
+                sock.close()
+                raise
 
     def close(self) -> None:
         try:
@@ -463,15 +488,20 @@ class Connection:
         except (OSError, ValueError):
             return True
 
-    def _fill(self, n: int) -> None:
-        """Read until ``n`` bytes are buffered, collecting passed descriptors."""
+    def _fill(self, n: int, deadline: float, waited: float) -> None:
+        """Read until ``n`` bytes are buffered, collecting passed descriptors, by ``deadline`` (time.monotonic()):
+        a daemon that sends part of a frame, or a byte at a time, cannot hold the caller past it."""
         while len(self._buf) < n:
             if self._releases and not self._readable():
                 # About to wait for the daemon: it may be waiting for these
                 # batches' memory to load the next (a job whose memory the
                 # daemon bent below what this loader pipelines within).
                 self._send(self._releases_frames())
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._gone(f"the riffle daemon did not answer within {waited:g}s")
             try:
+                self.sock.settimeout(left)
                 if self.shm:
                     data, anc, _, _ = self.sock.recvmsg(max(n - len(self._buf), 1 << 16), socket.CMSG_SPACE(4 * 4))
                     for level, kind, fdata in anc:
@@ -482,7 +512,7 @@ class Connection:
                 else:
                     data = self.sock.recv(max(n - len(self._buf), 1 << 16))
             except socket.timeout:
-                raise self._gone(f"the riffle daemon did not answer within {self.sock.gettimeout()}s") from None
+                raise self._gone(f"the riffle daemon did not answer within {waited:g}s") from None
             except OSError as e:
                 raise self._gone(f"the riffle daemon went away: {e}") from None
             if not data:
@@ -500,23 +530,39 @@ class Connection:
         than the bytes do."""
         if os.getpid() != self.pid:
             raise RiffleError("a riffle connection cannot cross fork(); each process connects itself")
-        frames = self._releases_frames()
-        tags = []
-        for msg in msgs:
-            self._tag += 1
-            frames.append(wire.encode(dict(msg, tag=self._tag)))
-            tags.append(self._tag)
+        tags = list(range(self._tag + 1, self._tag + 1 + len(msgs)))
+        try:
+            encoded = [wire.encode(dict(msg, tag=tag)) for msg, tag in zip(msgs, tags)]
+        except wire.FieldError as e:
+            # As the daemon names a field it cannot decode.
+            if e.field.startswith("spec."):
+                raise InvalidSpec(f"invalid job spec: {e.field[len('spec.'):]}: {e.why}") from None
+            raise RiffleError(f"malformed request: {e}") from None
+        for msg, frame in zip(msgs, encoded):
+            if len(frame) - 4 > wire.MAX_HEADER:
+                # The daemon would not read it: it bounds what any client may make it hold.
+                raise InvalidSpec(f"invalid job spec: the {msg.get('op')} request is {len(frame) - 4} bytes, at most "
+                                  f"{wire.MAX_HEADER}: name fewer or shorter paths (a glob or a directory names many "
+                                  "files in one path)")
+        self._tag += len(msgs)
+        frames = self._releases_frames() + encoded
         self._send(frames)
         self._waiting.update(tags)
         return tags
 
-    def _read_reply(self) -> tuple[dict[str, Any], bytes | None, list[int]]:
-        self._fill(4)
-        n = wire.header_length(self._buf[:4])
-        self._fill(4 + n)
-        reply = wire.decode(self._buf[4 : 4 + n])  # json reads a bytearray as it is
+    def _read_reply(self, deadline: float, waited: float) -> tuple[dict[str, Any], bytes | None, list[int]]:
+        self._fill(4, deadline, waited)
+        # Once a frame has begun, its rest comes within the connection's timeout, however long an open may wait.
+        if deadline - time.monotonic() > self.timeout:
+            deadline, waited = time.monotonic() + self.timeout, self.timeout
+        try:
+            n = wire.header_length(self._buf[:4], wire.MAX_REPLY)
+            self._fill(4 + n, deadline, waited)
+            reply = wire.decode(self._buf[4 : 4 + n])  # json reads a bytearray as it is
+        except wire.FrameError as e:
+            raise self._gone(f"the riffle daemon sent a malformed frame ({e})") from None
         total = 4 + n + int(reply.get("payload") or 0)
-        self._fill(total)
+        self._fill(total, deadline, waited)
         payload = bytes(self._buf[4 + n : total]) if reply.get("payload") else None
         del self._buf[:total]
         # Only "opened" frames carry descriptors (one arena each), with the
@@ -529,11 +575,11 @@ class Connection:
         if tag in self._stash:
             got = self._stash.pop(tag)
         else:
-            if timeout is not None:
-                self.sock.settimeout(timeout)
+            waited = self.timeout if timeout is None else timeout
+            deadline = time.monotonic() + waited
             try:
                 while True:
-                    got = self._read_reply()
+                    got = self._read_reply(deadline, waited)
                     t = got[0].get("tag", 0)
                     self._waiting.discard(t)
                     if t == tag:
@@ -545,7 +591,7 @@ class Connection:
                     else:
                         self._stash[t] = got
             finally:
-                if timeout is not None:
+                if not self.dead:
                     self.sock.settimeout(self.timeout)
         reply, payload, fds = got
         if reply["op"] == wire.OP_ERROR:
@@ -585,7 +631,7 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 def connect(sock_path: str | None = None, address: str | None = None, token: str | None = None,
-            timeout: float = 60.0, autostart: bool = True) -> Connection:
+            timeout: float | None = None, autostart: bool = True) -> Connection:
     """A shared connection for this process and thread to the daemon at ``sock_path`` or ``address``."""
     key = (os.getpid(), threading.get_ident(), sock_path or default_socket(), address, token)
     with _conn_lock:
@@ -1010,7 +1056,7 @@ class Loader:
                  rank: int = 0, world_size: int = 1, drop_last: bool = False, rank_drop_last: bool = False,
                  prefetch: int | None = None, depth: int | None = None, memory: int | None = None,
                  ordered: bool | None = None, epoch: int = 0, socket: str | None = None, address: str | None = None,
-                 token: str | None = None, timeout: float = 60.0, autostart: bool = True, dtype=None,
+                 token: str | None = None, timeout: float | None = None, autostart: bool = True, dtype=None,
                  shape: Sequence[int] | None = None, sampler: str | None = None, block_size: int | None = None,
                  window: int | None = None, buffer: int | None = None, reservoir: int | None = None,
                  opportunistic: int | None = None, pipeline: int = 8, share: bool | None = None,
@@ -1277,10 +1323,10 @@ class Loader:
         none answers. An index may be built on the way, so the reply may take long."""
         conn = self._conn()
         try:
-            reply, _, fds = conn.request(msg, timeout=max(conn.timeout, 600.0))
+            reply, _, fds = conn.request(msg, timeout=conn.open_timeout)
         except DaemonGone:
             conn = self._conn()
-            reply, _, fds = conn.request(msg, timeout=max(conn.timeout, 600.0))
+            reply, _, fds = conn.request(msg, timeout=conn.open_timeout)
         return conn, reply, fds
 
     def _check(self) -> None:
