@@ -330,28 +330,53 @@ def find_binary() -> str:
 
 
 def start_daemon(sock_path: str, timeout: float = 30.0, idle_exit: str = "300s") -> None:
-    """Start a daemon on ``sock_path`` and wait until it answers."""
+    """Start a daemon on ``sock_path`` and wait until it answers.
+
+    A daemon that exits before it answers fails this at once, with its exit status and the last lines it logged,
+    unless another daemon answers there by then (two clients starting one at once: the second exits)."""
     d = os.path.dirname(sock_path)
     private_dir(d, create=True)
-    log = open(sock_path + ".log", "ab")  # inside the private directory checked above
-    subprocess.Popen(
+    log_path = sock_path + ".log"
+    log = open(log_path, "ab")  # inside the private directory checked above
+    logged = log.tell()  # the log is the socket's across daemons: this one's lines start here
+    proc = subprocess.Popen(
         [find_binary(), "serve", "--socket", sock_path, "--idle-exit", idle_exit, "--quiet"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
     )
     log.close()
-    if not wait_for_socket(sock_path, timeout):
-        raise RiffleError(f"the riffle daemon did not start on {sock_path} within {timeout}s (see {sock_path}.log)")
+    if wait_for_socket(sock_path, timeout, proc):
+        return
+    status = proc.poll()
+    if status is None:
+        raise RiffleError(f"the riffle daemon did not start on {sock_path} within {timeout}s (see {log_path})")
+    raise RiffleError(f"the riffle daemon exited with status {status} before it answered on {sock_path}; "
+                      f"its log ({log_path}) ends:\n{_log_tail(log_path, logged)}")
 
 
-def wait_for_socket(path: str, timeout: float) -> bool:
-    """Wait until something accepts connections at the Unix socket ``path``."""
+def _log_tail(path: str, start: int, lines: int = 20) -> str:
+    """The last lines written to the log at ``path`` from byte ``start`` on."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return f"(unreadable: {e})"
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(nothing)"
+
+
+def wait_for_socket(path: str, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    """Wait until something accepts connections at the Unix socket ``path``; with ``proc``, the daemon started to
+    listen there, only while it runs (then one last try: another may have answered in its place)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        exited = proc is not None and proc.poll() is not None
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(path)
             return True
         except OSError:
+            if exited:
+                return False
             time.sleep(0.02)
         finally:
             s.close()
