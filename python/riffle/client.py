@@ -1114,6 +1114,10 @@ class Loader:
         # opened from and the ids of the batches delivered since (_kept).
         self._taken: _Taken | None = None
         self._conn_args = (socket, address, token, timeout, autostart)
+        # Whether the place is one load_state_dict gave, not iterated from yet (set_epoch keeps it); and the epoch
+        # set_epoch asked for that the loaded place is past the end of (the next iteration delivers nothing).
+        self._loaded = False
+        self._over: int | None = None
         self._meta: dict | None = None
         self._held = 0
         self._job: _Job | None = None
@@ -1122,10 +1126,34 @@ class Loader:
 
     # --- epochs and checkpoints ---
     def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch)."""
+        """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch).
+
+        After ``load_state_dict(state)``, until the next iteration, ``set_epoch`` of the epoch the state is in keeps
+        the loaded place: the next iteration is the rest of that epoch, as a training loop that calls
+        ``set_epoch(epoch)`` at each epoch's start expects when it resumes at its checkpoint's epoch. A state taken
+        after an epoch's last batch is at the start of the next and at the end of that one: ``set_epoch`` of the
+        epoch it ended makes an iteration of no batches, nothing of it being left, and the next iteration is the
+        state's epoch. Any other epoch starts at its beginning, and the loaded place is dropped.
+        """
+        epoch = int(epoch)
+        if self._loaded and epoch == self.epoch:
+            self._over = None
+            return
+        if self._loaded and epoch == self.epoch - 1 and self._at_start():
+            self._over = epoch
+            return
+        self._loaded, self._over = False, None
+        self._to_epoch(epoch)
+
+    def _to_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` from its beginning."""
         if epoch != self.epoch or self._batch or self._start or self._delivered:
             self.epoch, self._batch, self._sampler_state, self._skip = epoch, 0, None, None
             self._start, self._unresolved, self._delivered, self._ended = 0, False, None, None
+
+    def _at_start(self) -> bool:
+        """Whether this loader's place is its epoch's start: nothing of the epoch delivered."""
+        return not (self._batch or self._start or self._delivered or self._sampler_state or self._skip)
 
     def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
         """A mixture's new weights, from ``epoch`` on: by default the next epoch this loader begins (this one, if
@@ -1241,6 +1269,8 @@ class Loader:
                 self.auto = dict(self.auto, **order)
                 self._pin(order)
         self._unresolved = False
+        # set_epoch of the loaded place's epoch keeps it, until the next iteration (see set_epoch).
+        self._loaded, self._over = True, None
         self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
         self._delivered, self._ended = None, None
         world = int(state.get("world", self._world()))
@@ -1323,17 +1353,8 @@ class Loader:
         """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then)."""
         return 1 if self.spec.get("refresh") else -1
 
-    def _open(self) -> _Job:
-        """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
-        j = self._job
-        spec, weights = self._at(self.epoch)
-        if (j is not None and (j.epoch, j.batch, j.start, j.rest) == (self.epoch, self._batch, self._start, bool(self._delivered))
-                and os.getpid() == j.conn.pid
-                and j.weights == (self._weights_gen, weights) and (self._epochs() < 0 or j.opened_at[0] == self.epoch)):
-            return j
-        if self._unresolved and j is not None and os.getpid() == j.conn.pid:
-            self._resolve()  # the new job starts from the whole state
-        self.close()
+    def _place_spec(self, spec: dict) -> dict:
+        """spec (of this loader's epoch) with the place a job opens at: this loader's."""
         spec.update(epoch=self.epoch, batch=self._batch, epochs=self._epochs())
         if self._generations and self._generations[0] == self.epoch:
             spec["generations"] = self._generations[1]
@@ -1345,6 +1366,37 @@ class Loader:
             spec["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
             spec["skip"] = self._skip
+        return spec
+
+    def left(self) -> int:
+        """Batches this loader delivers from its place to its epoch's end, as the daemon counts them: the whole
+        epoch's at its start, the rest of it after ``load_state_dict`` of a place inside it (``len()`` stays the
+        whole epoch's)."""
+        if self._over is not None:
+            return 0
+        if self._unresolved:
+            self._resolve()  # the place's sampler state, which a check opens from
+        j = self._job
+        if j is not None and (j.epoch, j.batch) == (self.epoch, self._batch) and self._batch in (0, j.opened_at[1]):
+            return self._left(j)
+        spec, _ = self._at(self.epoch)
+        _, reply, fds = self._opening({"op": wire.OP_CHECK, "spec": self._place_spec(spec)})
+        for fd in fds:
+            os.close(fd)
+        return int(reply.get("left") or 0)
+
+    def _open(self) -> _Job:
+        """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
+        j = self._job
+        spec, weights = self._at(self.epoch)
+        if (j is not None and (j.epoch, j.batch, j.start, j.rest) == (self.epoch, self._batch, self._start, bool(self._delivered))
+                and os.getpid() == j.conn.pid
+                and j.weights == (self._weights_gen, weights) and (self._epochs() < 0 or j.opened_at[0] == self.epoch)):
+            return j
+        if self._unresolved and j is not None and os.getpid() == j.conn.pid:
+            self._resolve()  # the new job starts from the whole state
+        self.close()
+        spec = self._place_spec(spec)
         conn, reply, fds = self._opening({"op": wire.OP_OPEN, "spec": spec})
         mm, arena = None, None
         if reply.get("arena_size"):
@@ -1431,6 +1483,10 @@ class Loader:
         rebuilt from what the loader delivered (opportunistic windows, a
         mixture, the rest of an epoch on another topology).
         """
+        if self._over is not None:
+            self._over = None  # the epoch set_epoch asked for ended at the loaded place
+            return
+        self._loaded = False
         epoch = self.epoch
         while True:
             try:

@@ -139,6 +139,16 @@ def _rank0s(value: Any, world: int, what: str, instead: str) -> Any:
     return box[0]
 
 
+def _at_start(state: dict) -> bool:
+    """Whether a loaded place (this dataset's form of a state) is its epoch's start, nothing of the epoch delivered
+    by this rank (or, of every rank's states merged, by any rank)."""
+    if (int(state.get("batch", 0) or 0) or state.get("start") or state.get("position") or state.get("sampler_state")
+            or state.get("skip") or state.get("rest") or state.get("delivered")):
+        return False
+    ranks = (state.get("ranks") or {}).values()
+    return all(int(st["epoch"]) == int(state["epoch"]) and _at_start(st) for st in ranks)
+
+
 # A batch and the place after it, from a worker, for the loader's state;
 # with the positions of its epoch delivered before its job's batch 0 (the
 # rest of an epoch resumed on another topology), and whether it is the
@@ -229,6 +239,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._iterated = False
         self._driven = False  # a RiffleDataLoader advances epochs and collects states
         self._resume: dict | None = None
+        self._over: int | None = None  # the epoch set_epoch asked for that the loaded place is past the end of
+        self._resumed: list | None = None  # the state the epoch being read resumed from, and its count of batches
         self._states: dict[int, dict] = {}
         self._workers = 0
         self._next = 0  # the role of the worker whose batch comes next
@@ -267,21 +279,47 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._ld = None  # the next loader takes them
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration epoch ``epoch`` (each iteration is the next epoch without it)."""
-        self._epoch.value = epoch
+        """Make the next iteration epoch ``epoch`` (each iteration is the next epoch without it), as
+        DistributedSampler.set_epoch.
+
+        After ``load_state_dict(state)``, until the next iteration, ``set_epoch`` of the epoch the state is in keeps
+        the loaded place: the next iteration is the rest of that epoch, as a training loop that calls
+        ``set_epoch(epoch)`` at each epoch's start expects when it resumes at its checkpoint's epoch. A state taken
+        after an epoch's last batch is at the start of the next epoch, and so at the end of the one it ended:
+        ``set_epoch`` of that one makes an iteration of no batches (nothing of it is left; ``len()`` is 0), and the
+        next iteration is the state's epoch. Any other epoch starts at its beginning, and the loaded place is
+        dropped.
+        """
+        epoch = int(epoch)
+        res = self._resume
         self._explicit = True
+        if res is not None and epoch == int(res["epoch"]):
+            self._epoch.value, self._over = epoch, None
+            return
+        if res is not None and epoch == int(res["epoch"]) - 1 and _at_start(res):
+            self._epoch.value, self._over = epoch, epoch
+            return
+        self._epoch.value, self._over = epoch, None
         self._resume = None
 
-    def _begin(self) -> None:
-        """Start an iteration in the main process: the next epoch, unless one was set."""
+    def _begin(self) -> bool:
+        """Start an iteration in the main process: the next epoch, unless one was set. False if the epoch set
+        ended at the loaded place: the iteration delivers nothing, and the next is the place's epoch."""
+        if self._over is not None:
+            self._over = None
+            self._explicit, self._iterated = False, True
+            return False
         if self._iterated and not self._explicit:
             self._epoch.value += 1
         self._explicit, self._iterated = False, True
         self._where()
+        # The count of batches a resumed epoch delivers, for len() while it is read (worked out when asked).
+        self._resumed = [dict(self._resume), None] if self._resume is not None else None
         if self._resume is None:
             # A new epoch: every worker's role starts at its beginning, and
             # worker 0 plays role 0, as in a run never interrupted.
             self._states, self._shift.value, self._next, self._place = {}, 0, 0, None
+        return True
 
     def _where(self) -> tuple[int, int]:
         """This rank and world size: resolved in the main process, carried to workers."""
@@ -331,6 +369,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 if not _shared(self.loader_kwargs, self.shuffle):
                     out.update(batch_size=self.batch_size, window=int(self.loader_kwargs["opportunistic"]))
             return self._with_weights(out)
+        if self._resume is not None:
+            # Loaded, not iterated yet: the loaded place, as the loader that resumes from it says it.
+            return self._with_weights(self._loader().state_dict())
         if self._ld is not None:
             return self._with_weights(self._ld.state_dict())
         return self._with_weights({"epoch": self.epoch, "batch": 0, "seed": self.seed})
@@ -392,6 +433,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._epoch.value = int(state["epoch"])
         self._explicit = True
         self._resume = dict(state)
+        self._over = None
         self._ld = None  # a loader of another seed, or place, is not this one
         self._place = None
         if "workers" in state:
@@ -506,7 +548,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if res is not None and "batch" in res:
             ld.load_state_dict(res)
         else:
-            ld.set_epoch(epoch)
+            ld._to_epoch(epoch)
         return ld
 
     def info(self) -> dict:
@@ -588,8 +630,19 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return self.samples
 
     def _batches(self) -> int:
-        """Batches per epoch for this rank, all workers' together, as the daemon counts them."""
-        if not self._workers or torch.utils.data.get_worker_info() is not None:
+        """Batches this rank delivers in the epoch it reads (or reads next), all workers' together, as the daemon
+        counts them: after a resume, those after the loaded place, until that epoch ends."""
+        if torch.utils.data.get_worker_info() is not None:
+            return len(self._loader())
+        if self._over is not None:
+            return 0
+        if self._resume is not None:
+            return self._left(self._resume)
+        if self._resumed is not None and not self._explicit:
+            if self._resumed[1] is None:
+                self._resumed[1] = self._left(self._resumed[0])
+            return self._resumed[1]
+        if not self._workers:
             return len(self._loader())
         # Each worker's share is its own job's count: the daemon's, for each
         # role (a shared job's roles are dealt records, not batches).
@@ -600,7 +653,25 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             ld.close()
         return total
 
+    def _left(self, state: dict) -> int:
+        """Batches this rank delivers of the epoch from a loaded place (this dataset's form of it) to the end."""
+        total = 0
+        for role in range(max(1, self._workers)):
+            st = state["workers"].get(str(role)) if "workers" in state else state
+            ld = self._role_loader(role)
+            try:
+                if st is not None and "batch" in st:
+                    ld.load_state_dict(st)
+                else:
+                    ld._to_epoch(int(state["epoch"]))
+                # A role past the epoch delivered its last batch of it before the state was saved.
+                total += 0 if ld.epoch > int(state["epoch"]) else ld.left()
+            finally:
+                ld.close()
+        return total
+
     def _role_loader(self, role: int) -> Loader:
+        """A loader of this rank's batches that worker ``role`` delivers (all of them without workers)."""
         kw = self.loader_kwargs
         if self._workers > 1:
             kw = dict(kw, batch_stride=self._workers, batch_offset=role)
@@ -608,14 +679,15 @@ class RiffleDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
-        if info is None and not self._driven:
-            self._begin()
+        if info is None and not self._driven and not self._begin():
+            return
         ld = self._loader()
         self._resume = None
         if ld.epoch > self.epoch:
             # This role delivered its last batch of the epoch before the
             # state was saved (its place is the next epoch's start): it has
             # nothing left of this epoch.
+            self._resumed = None
             return
         stamp = info is not None and self._driven
         worker = info.id if info is not None else 0
@@ -626,6 +698,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 out = _lent(ld, batch, out)
             yield _Stamped(out, worker, batch.state, batch.epoch, batch.index, start, batch.last) if stamp else out
             del batch, out
+        if info is None and not self._driven:
+            self._resumed = None  # the resumed epoch is over: len() is the next's
 
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
         try:
@@ -970,13 +1044,86 @@ _REFUSED = {
 }
 
 
+class RiffleSampler:
+    """``loader.sampler`` of a riffle loader: what DDP code reads of a DataLoader's DistributedSampler. riffle
+    orders the records and splits them over ranks itself, in its daemon; this sampler says how, and its
+    ``set_epoch`` is the dataset's (see :meth:`RiffleDataset.set_epoch`: after ``load_state_dict``, the epoch the
+    state is in goes on from the loaded place). ``len()`` is this rank's samples per epoch, as DistributedSampler's
+    ``num_samples``. It yields no indices: riffle's order is the daemon's, batch by batch."""
+
+    def __init__(self, dataset: "RiffleDataset"):
+        self.dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.epoch
+
+    @property
+    def rank(self) -> int:
+        return self.dataset._where()[0]
+
+    @property
+    def num_replicas(self) -> int:
+        return self.dataset._where()[1]
+
+    @property
+    def seed(self) -> int:
+        return self.dataset.seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self.dataset.shuffle
+
+    @property
+    def drop_last(self) -> bool:
+        return self.dataset.rank_drop_last
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.dataset.info()["positions"])
+
+    @property
+    def total_size(self) -> int:
+        return self.num_samples * self.num_replicas
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        raise TypeError("riffle.torch: a riffle loader's sampler yields no indices: the daemon orders the records; "
+                        "iterate the loader")
+
+
 class RiffleDataLoader(torch.utils.data.DataLoader):
     """A DataLoader over a :class:`RiffleDataset` that advances the epoch each iteration and keeps a state per worker."""
 
     def __init__(self, dataset: RiffleDataset, **kwargs: Any):
         dataset._driven = True
         dataset._workers = int(kwargs.get("num_workers") or 0)
+        self._sampler = RiffleSampler(dataset)
         super().__init__(dataset, batch_size=None, **kwargs)
+
+    # DataLoader's own sampler of an IterableDataset (one that yields None for ever) drives its iterators;
+    # ``sampler`` is what DDP code reads: set_epoch, len, rank, num_replicas.
+    @property
+    def sampler(self) -> RiffleSampler:
+        return self._sampler
+
+    @sampler.setter
+    def sampler(self, value) -> None:
+        self._dl_sampler = value  # DataLoader.__init__ sets its own; after it, DataLoader refuses any change
+
+    @property
+    def _index_sampler(self):
+        return self._dl_sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch``, as DistributedSampler.set_epoch (see RiffleDataset.set_epoch:
+        after load_state_dict, the epoch the state is in goes on from the loaded place)."""
+        self.dataset.set_epoch(epoch)
 
     # DataLoader keeps batch_size (None: riffle makes the batches); code that
     # computes steps from it reads the dataset's.
@@ -998,12 +1145,14 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
         pass  # DataLoader's own drop_last is meaningless with batch_size=None; riffle's is the dataset's
 
     def __len__(self) -> int:
-        """Batches this rank delivers per epoch, as the daemon counts them."""
+        """Batches this rank delivers in the epoch it reads (or reads next), as the daemon counts them: after
+        load_state_dict, those left of the loaded place's epoch, until that epoch ends; then every epoch's."""
         return self.dataset._batches()
 
     def __iter__(self):
         ds = self.dataset
-        ds._begin()
+        if not ds._begin():
+            return  # the epoch set ended at the loaded place: nothing of it is left
         it = super().__iter__()
         if ds._workers:
             # The workers started with the resume state, if any, by value;
@@ -1015,6 +1164,7 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
                 yield item.data
             else:
                 yield item
+        ds._resumed = None  # the resumed epoch is over: len() is the next's
 
     def state_dict(self, all_ranks: bool = False) -> dict[str, Any]:
         """The place after the last batch delivered (the dataset's; see RiffleDataset.state_dict for all_ranks)."""
