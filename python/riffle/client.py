@@ -883,6 +883,22 @@ def _check_args(paths: Sequence, batch_size: Any) -> None:
             raise PathNotFound(f"No such file or directory: {p!r}", p)
 
 
+def _check_sendable(name: str, value: Any) -> None:
+    """Refuse an option's value the daemon cannot be sent (a Python object where riffle takes a name or a number),
+    naming the option: json.dumps would say only that some object is not serializable."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        keyword, kind = spec.OPTIONS[name][0], spec.OPTIONS[name][1]
+        hint = ""
+        if name == "sampler":
+            hint = (": riffle orders and shards the records itself (rank= and world_size= split each epoch as "
+                    "DistributedSampler does); riffle.torch.loader takes a DistributedSampler, RandomSampler, "
+                    "SequentialSampler or SubsetRandomSampler and reads what it says")
+        raise TypeError(f"riffle: {keyword}= takes a {kind} ({spec.OPTIONS[name][5]}), not a "
+                        f"{type(value).__name__}{hint}") from None
+
+
 def _mixture(mixture) -> list[dict]:
     """A mixture as the daemon takes it, [{"paths": [...], "weight": w}, ...], from [(paths, weight), ...]."""
     if isinstance(mixture, (str, bytes, os.PathLike)) or not isinstance(mixture, Sequence) or not mixture:
@@ -1062,6 +1078,8 @@ class Loader:
             ("buffer", buffer), ("reservoir", reservoir), ("opportunistic", opportunistic), ("share", share),
             ("batch_stride", batch_stride), ("batch_offset", batch_offset), ("min_randomness", min_randomness),
             ("auto_order", auto_order))}
+        for k, v in dict(given, seed=seed, shuffle=shuffle).items():
+            _check_sendable(k, v)
         self.spec = {"batch_size": batch_size, "shuffle": shuffle, "seed": seed}
         if mixture is None:
             self.spec["paths"] = [_abspath(p) for p in paths]

@@ -51,6 +51,7 @@ import torch
 import torch.utils.data
 
 from . import decode as _decode
+from . import ported as _ported
 from . import spec
 from .client import (Batch, Loader, RiffleError, _check_dataset, _check_rank, _history, _mixture, _own, _positional, _rest,
                      _rest_places, _restable, _segments, _shared, _state_weights, _weights_state, _with_weights, merge_states)
@@ -159,29 +160,106 @@ _Stamped = collections.namedtuple("_Stamped", "data worker state epoch index sta
 class RiffleDataset(torch.utils.data.IterableDataset):
     """An iterable of batches, for ``DataLoader(ds, batch_size=None)`` (``loader()`` makes one).
 
+    ``paths`` is what riffle reads: a file, a glob, a directory (of class
+    folders, as ImageFolder's root) or a list of those; or a dataset object
+    a DataLoader script built, whose files riffle reads as it would
+    (``riffle.ported``): torchvision's ``ImageFolder`` or ``DatasetFolder``
+    (its root, samples, loader, transform and target_transform), a Hugging
+    Face ``datasets.Dataset`` in files (``load_from_disk``; its columns,
+    select/filter, format and transform), or a ``Subset`` of one of those.
+    ``sampler`` is riffle's order by name (``"block"``, ...), or a torch
+    sampler: a ``DistributedSampler`` gives its rank, num_replicas, seed,
+    shuffle and drop_last (``rank_drop_last``), and its ``set_epoch`` calls
+    reach this dataset; ``RandomSampler``, ``SequentialSampler`` and
+    ``SubsetRandomSampler`` say shuffle (and ids); any other is refused.
+
     ``decode`` turns a :class:`riffle.Batch` into data: ``"auto"`` picks by
     format (fixed/npy: a tensor of ``dtype`` and per-record ``shape``;
     libsvm: a dense float tensor if ``n_features`` is given, else a sparse
-    CSR tensor, with labels; jsonl: dicts; text: strings; tfrecord and dir:
-    bytes), ``"image"`` opens each record with PIL as an RGB image (as
-    ImageFolder does), or pass a callable. ``transform`` applies to each
-    sample (torchvision transforms after ``"image"``) and
-    ``batch_transform`` to the decoded batch. An error in either names the
-    record, its file and offset. A ``transform`` given as a string names a
-    transform the daemon runs instead (``"image:size=256,crop=224"``,
-    ``"libsvm_dense:n_features=N"``), once for every sharing job: the batch
-    is then its outputs, one uint8 or float32 tensor.
+    CSR tensor, with labels; jsonl: dicts; text: strings; tfrecord and
+    directories: bytes), ``"image"`` opens each record with PIL as an RGB
+    image (as ImageFolder does), or pass a callable. ``transform`` applies
+    to each sample, one at a time (torchvision transforms after
+    ``"image"``; of rows, one row as a dict), ``target_transform`` to each
+    label, and ``batch_transform`` to the decoded batch. An error in any
+    names the record, its file and offset. A ``transform`` given as a
+    string names a transform the daemon runs instead
+    (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``), once
+    for every sharing job: the batch is then its outputs, one uint8 or
+    float32 tensor. A function written for ``datasets``' ``with_transform``
+    takes a batch (a dict of lists), not a row: give riffle the dataset
+    with it, ``load_from_disk(path).with_transform(f)``, which runs it as
+    datasets does.
     """
 
-    def __init__(self, paths: str | Sequence[str] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, *, shuffle: bool = True, seed: int | None = None,
-                 decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None, shape: Sequence[int] | None = None,
-                 n_features: int | None = None, transform: Callable | None = None,
-                 batch_transform: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 drop_last: bool = False, rank_drop_last: bool = False,
-                 is_valid_file: Callable[[str], bool] | None = None, **loader_kwargs: Any):
+    def __init__(self, paths: Any = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, *, shuffle: bool | None = None,
+                 seed: int | None = None, decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None,
+                 shape: Sequence[int] | None = None, n_features: int | None = None, transform: Callable | None = None,
+                 target_transform: Callable | None = None, batch_transform: Callable | None = None,
+                 rank: int | None = None, world_size: int | None = None, drop_last: bool = False,
+                 rank_drop_last: bool | None = None, is_valid_file: Callable[[str], bool] | None = None,
+                 **loader_kwargs: Any):
         super().__init__()
         if not callable(decode) and decode not in DECODERS:
             raise ValueError(f"decode={decode!r}: want a callable or one of {', '.join(DECODERS)}")
+        connect = {k: v for k, v in loader_kwargs.items() if k in ("socket", "address", "token", "autostart")}
+        # A torch sampler, as riffle's options; the DistributedSampler whose set_epoch calls this dataset follows.
+        sampler = loader_kwargs.get("sampler")
+        follows, said, sampler_source = None, {}, None
+        if sampler is not None and not isinstance(sampler, str):
+            loader_kwargs.pop("sampler")
+            if shuffle:
+                raise ValueError(f"riffle.torch: sampler={type(sampler).__name__} and shuffle=True given: the sampler "
+                                 "says whether to shuffle (as DataLoader, which takes one or the other)")
+            said, follows = _ported.take_sampler(sampler, None)
+            sampler_source = getattr(sampler, "dataset", getattr(sampler, "data_source", None))
+            for k, mine in (("rank", rank), ("world_size", world_size), ("seed", seed), ("rank_drop_last", rank_drop_last)):
+                if k in said and mine is not None and mine != said[k]:
+                    raise ValueError(f"riffle.torch: {k}={mine!r} given, and sampler={type(sampler).__name__} says "
+                                     f"{said[k]!r}: give one")
+            shuffle = said.get("shuffle", shuffle)
+            rank, world_size = said.get("rank", rank), said.get("world_size", world_size)
+            seed = said.get("seed", seed)
+            rank_drop_last = said.get("rank_drop_last", rank_drop_last)
+        shuffle = True if shuffle is None else shuffle
+        rank_drop_last = bool(rank_drop_last)
+        # A dataset object a DataLoader script built: its files, and the options that say its records and decode them.
+        taken = None
+        self._hf: _ported.HFRows | None = None
+        if not _ported.is_paths(paths):
+            if is_valid_file is not None:
+                raise ValueError("riffle.torch: is_valid_file= given with a dataset object, whose samples say which "
+                                 "files are records: give it to the dataset, or pass its root")
+            taken = _ported.take_dataset(paths, connect)
+            paths = taken.paths
+            mine = {"decode": decode, "transform": transform, "target_transform": target_transform}
+            for k, v in taken.opts.items():
+                if k == "hf_rows":
+                    self._hf = v
+                elif k in mine:
+                    if v is not None and mine[k] not in (None, "auto", v):
+                        raise ValueError(f"riffle.torch: {k}= given, and {taken.what} has its own: keep one")
+                    if v is not None:
+                        mine[k] = v
+                elif loader_kwargs.get(k) is not None:
+                    raise ValueError(f"riffle.torch: {k}= given with {taken.what}, which says its own: drop {k}=")
+                else:
+                    loader_kwargs[k] = v
+            decode, transform, target_transform = mine["decode"], mine["transform"], mine["target_transform"]
+            if self._hf is not None and self._hf.custom and transform is not None:
+                raise ValueError("riffle.torch: transform= given with a datasets.Dataset that has its own transform "
+                                 "(with_transform or set_transform): keep one")
+            if self._hf is not None and decode != "auto":
+                raise ValueError("riffle.torch: decode= given with a datasets.Dataset, whose features and format "
+                                 "decode its rows: drop decode=")
+        if "ids" in said:
+            # A SubsetRandomSampler's indices are the dataset's samples: their records.
+            ids = taken.record(said["ids"]) if taken is not None else said["ids"]
+            if loader_kwargs.get("subset") is not None or loader_kwargs.get("ids") is not None:
+                if taken is None:
+                    raise ValueError("riffle.torch: sampler=SubsetRandomSampler and subset= or ids= given: give one")
+            loader_kwargs.pop("subset", None)
+            loader_kwargs["ids"] = ids
         if decode == "image":
             try:
                 import PIL.Image  # noqa: F401
@@ -189,8 +267,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 raise ValueError('decode="image" needs Pillow (pip install pillow)') from None
             # As ImageFolder: only image files are records (a labels.csv in
             # a class folder is not one), unless extensions= or
-            # is_valid_file= says otherwise.
-            if is_valid_file is None:
+            # is_valid_file= says otherwise (or the dataset object's samples).
+            if is_valid_file is None and taken is None:
                 loader_kwargs.setdefault("extensions", IMG_EXTENSIONS)
         if is_valid_file is not None:
             if loader_kwargs.get("extensions"):
@@ -213,6 +291,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self.paths, self.batch_size, self.shuffle, self.seed = paths, batch_size, shuffle, seed
         self.decode, self.dtype, self.shape, self.n_features = decode, dtype, shape, n_features
         self.transform, self.batch_transform = transform, batch_transform
+        self.target_transform = target_transform
         self.drop_last, self.rank_drop_last = drop_last, rank_drop_last
         if isinstance(transform, str):
             loader_kwargs["transform"], transform = transform, None
@@ -224,6 +303,12 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         # The data as it is now is the dataset's: a state saved over other data is refused, and every loader made
         # for it (a DataLoader worker's, each epoch's) reads these files or says they changed (DataChanged).
         self._dataset_version, self._dataset_records = probe._version, probe._records
+        if sampler_source is not None and hasattr(sampler_source, "__len__"):
+            samples = int(probe.info().get("samples") or probe._records or 0)
+            if len(sampler_source) != samples:
+                raise ValueError(f"riffle.torch: sampler={type(sampler).__name__} was built over a dataset of "
+                                 f"{len(sampler_source)} samples, and riffle reads {samples} here: build it over the "
+                                 "dataset given to riffle.torch.loader, or delete it")
         self._auto_order: dict | None = None
         if probe.auto is not None:
             # sampler="auto" chose an order: every rank and worker reads the
@@ -249,6 +334,11 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._ld_owner: tuple[int, int] | None = None
         self._info: dict | None = None
         self._samples: list[tuple[str, int]] | None = None
+        if follows is not None:
+            # The script calls its DistributedSampler's set_epoch each epoch: so this dataset's is called.
+            _ported.follow(follows, self)
+            if int(follows.epoch):
+                self.set_epoch(int(follows.epoch))
 
     def __getstate__(self):
         s = dict(self.__dict__)
@@ -561,6 +651,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     def classes(self) -> list[str]:
         """Class names: a directory dataset's, sorted, as ImageFolder's; a Hugging Face dataset's ClassLabel names
         (the ``label`` column's, else the first ClassLabel's), as ``features[...].names``."""
+        if self._hf is not None:
+            return list(self._hf.classes)
         info = self.info()
         if info.get("classes"):
             return list(info["classes"])
@@ -702,6 +794,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             self._resumed = None  # the resumed epoch is over: len() is the next's
 
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
+        if self._hf is not None:
+            return self._convert_hf(batch, ld)
         try:
             data = self._decode(batch, ld)
         except _decode.DecodeError as e:
@@ -755,7 +849,49 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         labels = None if batch.labels is None else torch.from_numpy(batch.labels)
         if labels is None and row_labels is not None:
             labels = row_labels if isinstance(row_labels, torch.Tensor) else torch.as_tensor(row_labels)
+        if labels is not None and self.target_transform is not None:
+            targets = []
+            for i, y in enumerate(labels.tolist()):
+                try:
+                    targets.append(self.target_transform(y))
+                except Exception as e:
+                    if _environmental(e):
+                        raise
+                    raise self._record_error(ld, batch, i, "target_transform", e) from e
+            labels = _collate(targets)
         return data if labels is None else (data, labels)
+
+    def _convert_hf(self, batch: Batch, ld: Loader) -> Any:
+        """A batch of a datasets.Dataset's rows, as DataLoader makes one of it: each row formatted as the dataset
+        formats ``dataset[i]`` (its format, or its with_transform function run on the batch, as datasets runs it:
+        on a dict of lists), then riffle's ``transform`` of each row, if any, then collated as default_collate
+        does (in a worker, into shared memory)."""
+        import pyarrow as pa
+        table = pa.Table.from_batches([batch.data])
+        try:
+            formatted = self._hf.batch(table)
+            rows = self._hf.rows(formatted, batch.n)
+        except Exception as e:
+            if _environmental(e):
+                raise
+            ids = ", ".join(str(int(i)) for i in batch.ids[:8]) + (", ..." if batch.n > 8 else "")
+            what = "its transform (with_transform or set_transform)" if self._hf.custom else f"its {self._hf.type} format"
+            raise RecordError(f"a batch of records {ids} of the datasets.Dataset: {what} failed: "
+                              f"{type(e).__name__}: {e}") from e
+        if self.transform is not None:
+            out = []
+            for i, row in enumerate(rows):
+                try:
+                    out.append(self.transform(row))
+                except Exception as e:
+                    if _environmental(e):
+                        raise
+                    raise self._record_error(ld, batch, i, "transform", e) from e
+            rows = out
+        data = torch.utils.data.default_collate(rows) if rows else rows
+        if self.batch_transform is not None:
+            data = self.batch_transform(data)
+        return data
 
     def _image(self, ld: Loader, batch: Batch, i: int, v: Any):
         """A Hugging Face Image cell ({bytes, path}) as a PIL image, as datasets decodes it (mode kept)."""
@@ -1039,7 +1175,8 @@ def _stack(samples: list[torch.Tensor], shared: bool) -> torch.Tensor:
 _PASSED = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context", "prefetch_factor",
            "persistent_workers", "pin_memory_device", "generator"}
 _REFUSED = {
-    "batch_sampler": "riffle makes the batches: pass batch_size= and drop_last=",
+    "batch_sampler": "riffle makes the batches, in an order of its own split over ranks as DistributedSampler splits "
+                     "it: pass batch_size= and drop_last= (and shuffle=, seed=, ids= for what a sampler chose)",
     "collate_fn": "riffle makes the batches: pass decode=, transform= or batch_transform=",
 }
 
@@ -1188,7 +1325,7 @@ def loader(paths: str | Sequence[str] | None = None, batch_size: int = spec.DEFA
     prefetch_factor, persistent_workers, ...) are passed on, the rest go to the dataset."""
     for k, why in _REFUSED.items():
         if k in kwargs:
-            raise TypeError(f"riffle.torch.loader: {k}= is not taken: {why}")
+            raise TypeError(f"riffle.torch.loader: {k}={type(kwargs[k]).__name__} is not taken: {why}")
     dl = {k: kwargs.pop(k) for k in list(kwargs) if k in _PASSED}
     workers = int(dl.get("num_workers") or 0)
     for k in ("prefetch_factor", "persistent_workers"):

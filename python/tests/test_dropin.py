@@ -90,3 +90,173 @@ def test_a_loader_keeps_its_loaded_place_through_set_epoch(daemon, fixed_file):
     assert ld.left() == 0 and ids(ld) == []
     ld.set_epoch(2)
     assert ids(ld) == ids(riffle.Loader(str(fixed_file), 100, record_size=64, seed=2, epoch=2))
+
+
+# --- samplers passed to riffle.torch.loader ---
+
+def test_distributed_sampler_is_taken_and_followed(daemon, tmp_path):
+    """A DistributedSampler built before the loader (as PyTorch's ImageNet example builds it, over the dataset)
+    gives its rank, num_replicas, seed, shuffle and drop_last; the script's later set_epoch calls on it reach the
+    loader, and after load_state_dict, its set_epoch of the state's epoch keeps the loaded place."""
+    import torch.utils.data as tud
+    from conftest import write_fixed
+    p = write_fixed(tmp_path / "n.bin", 1001, 64)
+    s = tud.DistributedSampler(range(1001), num_replicas=2, rank=1, seed=7, drop_last=True)
+    dl = fixed_loader(p, sampler=s, shuffle=False)  # the example passes shuffle=(train_sampler is None)
+    want = dict(seed=7, rank=1, world_size=2, rank_drop_last=True)
+    assert [ids_of(t) for t in dl] == epoch_of(p, 0, **want)
+    assert sum(len(b) for b in epoch_of(p, 0, **want)) == len(s) == 500
+    s.set_epoch(4)
+    assert s.epoch == 4 and [ids_of(t) for t in dl] == epoch_of(p, 4, **want)
+    # A checkpoint in epoch 4, resumed as the script does: load, then set_epoch(4) on its own sampler.
+    s.set_epoch(4)
+    it = iter(dl)
+    head = [ids_of(next(it)) for _ in range(3)]
+    state = dl.state_dict()
+    del it
+    s2 = tud.DistributedSampler(range(1001), num_replicas=2, rank=1, seed=7, drop_last=True)
+    dl2 = fixed_loader(p, sampler=s2)
+    dl2.load_state_dict(state)
+    s2.set_epoch(4)
+    assert head + [ids_of(t) for t in dl2] == epoch_of(p, 4, **want)
+    # A sampler whose epoch was set before the loader was built starts the loader there.
+    s3 = tud.DistributedSampler(range(1001), num_replicas=2, rank=1, seed=7, drop_last=True)
+    s3.set_epoch(6)
+    assert [ids_of(t) for t in fixed_loader(p, sampler=s3)] == epoch_of(p, 6, **want)
+
+
+def test_a_sampler_and_what_contradicts_it_are_refused(daemon, fixed_file):
+    import torch.utils.data as tud
+    s = tud.DistributedSampler(range(1000), num_replicas=2, rank=0)
+    with pytest.raises(ValueError, match="shuffle=True"):
+        fixed_loader(fixed_file, sampler=s, shuffle=True)
+    with pytest.raises(ValueError, match="seed=5 given, and sampler=DistributedSampler says 0"):
+        fixed_loader(fixed_file, sampler=s, seed=5)
+    with pytest.raises(ValueError, match="built over a dataset of 999 samples"):
+        fixed_loader(fixed_file, sampler=tud.DistributedSampler(range(999), num_replicas=2, rank=0))
+
+
+class Every(torch.utils.data.Sampler):
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self):
+        return self.n
+
+
+def test_other_samplers_are_taken_or_refused_by_name(daemon, fixed_file):
+    """RandomSampler is a shuffle (its generator's draw the seed, as it draws one), SequentialSampler file order,
+    SubsetRandomSampler a shuffle of its indices; what riffle cannot do is refused by name with the fix, at
+    construction: never the JSON TypeError a sampler object made deep in the client."""
+    import torch
+    import torch.utils.data as tud
+    ids = sorted(i for t in fixed_loader(fixed_file, sampler=tud.RandomSampler(range(1000))) for i in ids_of(t))
+    assert ids == list(range(1000))
+    orders = [[ids_of(t) for t in fixed_loader(fixed_file, sampler=tud.RandomSampler(
+        range(1000), generator=torch.Generator().manual_seed(9)))] for _ in range(2)]
+    assert orders[0] == orders[1], "one generator seed, one order"
+    seq = [i for t in fixed_loader(fixed_file, sampler=tud.SequentialSampler(range(1000))) for i in ids_of(t)]
+    assert seq == list(range(1000))
+    part = [i for t in fixed_loader(fixed_file, sampler=tud.SubsetRandomSampler(range(100, 300))) for i in ids_of(t)]
+    assert sorted(part) == list(range(100, 300)) and part != sorted(part)
+    refused = [
+        (dict(sampler=tud.RandomSampler(range(1000), replacement=True)), ValueError, "replacement=True"),
+        (dict(sampler=tud.WeightedRandomSampler([1.0] * 1000, 1000)), TypeError, "WeightedRandomSampler is not taken"),
+        (dict(sampler=Every(1000)), TypeError, "sampler=Every is not taken"),
+        (dict(batch_sampler=tud.BatchSampler(range(1000), 50, False)), TypeError, "batch_sampler=BatchSampler is not"),
+    ]
+    for kw, exc, msg in refused:
+        with pytest.raises(exc, match=msg):
+            fixed_loader(fixed_file, **kw)
+    with pytest.raises(TypeError, match="sampler= takes a string .* not a DistributedSampler"):
+        riffle.Loader(str(fixed_file), 50, record_size=64, sampler=tud.DistributedSampler(range(1000), 1, 0))
+
+
+# --- dataset objects: torchvision's folders ---
+
+def write_images(root, classes=("cat", "dog", "emu"), per=6, extra=None):
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    for c in classes:
+        (root / c).mkdir(parents=True)
+        for i in range(per):
+            Image.fromarray(rng.integers(0, 255, (20 + i, 24, 3), dtype=np.uint8)).save(root / c / f"{i:03d}.jpg")
+    for name, data in (extra or {}).items():
+        (root / name).write_bytes(data)
+    return root
+
+
+def by_content(batches) -> list[tuple[int, bytes]]:
+    """(label, image bytes) of every sample of an epoch, sorted: what identifies an image, whatever the order."""
+    out = []
+    for x, y in batches:
+        out += [(int(lab), img.numpy().tobytes()) for img, lab in zip(x, y)]
+    return sorted(out)
+
+
+def test_image_folder_object_is_read_as_dataloader_reads_it(daemon, tmp_path):
+    """ImageFolder(root, transform, target_transform) where a path was: the same samples, images, transforms and
+    labels as DataLoader over it (it failed with "expected str, bytes or os.PathLike object, not tuple")."""
+    import torch
+    import torchvision
+    import torchvision.transforms as T
+    import riffle.torch as rt
+    root = write_images(tmp_path / "imgs", extra={"cat/notes.txt": b"not an image"})
+    tf = T.Compose([T.Resize((16, 16)), T.ToTensor()])
+    folder = torchvision.datasets.ImageFolder(str(root), tf, target_transform=lambda y: 10 * y)
+    want = by_content(torch.utils.data.DataLoader(folder, 5, shuffle=True))
+    dl = rt.loader(folder, 5, num_workers=2)
+    assert by_content(dl) == want and len(dl.dataset) == len(folder) == 18
+    assert dl.dataset.classes == folder.classes and dl.dataset.class_to_idx == folder.class_to_idx
+    # is_valid_file picks samples: riffle reads those records, and no other.
+    some = torchvision.datasets.ImageFolder(str(root), tf, is_valid_file=lambda p: p.endswith(".jpg") and "002" not in p)
+    assert by_content(rt.loader(some, 4)) == by_content(torch.utils.data.DataLoader(some, 4)) and len(some) == 15
+    # A Subset (random_split) is its samples' records.
+    train, val = torch.utils.data.random_split(folder, [12, 6], generator=torch.Generator().manual_seed(1))
+    for part in (train, val):
+        assert by_content(rt.loader(part, 4)) == by_content(torch.utils.data.DataLoader(part, 4))
+    with pytest.raises(ValueError, match="transform= given, and ImageFolder.* has its own"):
+        rt.loader(folder, 4, transform=T.ToTensor())
+
+
+def test_a_folder_riffle_cannot_honour_is_refused_by_name(daemon, tmp_path):
+    import numpy as np
+    import torchvision
+    from torchvision.datasets.folder import pil_loader
+    import riffle.torch as rt
+    root = write_images(tmp_path / "imgs")
+    np.save(tmp_path / "arr.npy", np.zeros(3))
+
+    def my_loader(path):
+        return pil_loader(path).convert("L")
+
+    with pytest.raises(TypeError, match=r"ImageFolder\(loader=.*my_loader\) is not taken.*decode="):
+        rt.loader(torchvision.datasets.ImageFolder(str(root), loader=my_loader), 4)
+    # A DatasetFolder with torchvision's PIL loader is an image folder.
+    df = torchvision.datasets.DatasetFolder(str(root), pil_loader, extensions=(".jpg",))
+    assert sum(len(y) for _, y in rt.loader(df, 4)) == 18
+
+    class Relabelled(torchvision.datasets.ImageFolder):
+        def __getitem__(self, i):
+            return super().__getitem__(i)[0], 0
+
+    with pytest.raises(TypeError, match="Relabelled overrides __getitem__"):
+        rt.loader(Relabelled(str(root)), 4)
+
+    class Memory(torch.utils.data.Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return i
+
+    with pytest.raises(TypeError, match="a Memory is not taken.*ImageFolder"):
+        rt.loader(Memory(), 4)
+    with pytest.raises(TypeError, match="a ConcatDataset is not taken"):
+        rt.loader(torch.utils.data.ConcatDataset([Memory(), Memory()]), 4)
+    with pytest.raises(TypeError, match="paths is a tuple holding a object"):
+        rt.loader((str(root), object()), 4)
