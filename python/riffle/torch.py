@@ -176,7 +176,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     ``decode`` turns a :class:`riffle.Batch` into data: ``"auto"`` picks by
     format (fixed/npy: a tensor of ``dtype`` and per-record ``shape``;
     libsvm: a dense float tensor if ``n_features`` is given, else a sparse
-    CSR tensor, with labels; jsonl: dicts; text: strings; tfrecord and
+    CSR tensor, with labels; jsonl: dicts; text: strings; a directory whose
+    every file is an image: images, as ``"image"``; tfrecord and other
     directories: bytes), ``"image"`` opens each record with PIL as an RGB
     image (as ImageFolder does), or pass a callable. ``transform`` applies
     to each sample, one at a time (torchvision transforms after
@@ -309,6 +310,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 raise ValueError(f"riffle.torch: sampler={type(sampler).__name__} was built over a dataset of "
                                  f"{len(sampler_source)} samples, and riffle reads {samples} here: build it over the "
                                  "dataset given to riffle.torch.loader, or delete it")
+        if decode == "auto" and taken is None and probe.info().get("format") == "dir" and _all_images(probe, paths,
+                                                                                                   loader_kwargs):
+            self.decode = "image"  # every record is an image file: open them as ImageFolder does
         self._auto_order: dict | None = None
         if probe.auto is not None:
             # sampler="auto" chose an order: every rank and worker reads the
@@ -828,7 +832,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 except Exception as e:
                     if _environmental(e):
                         raise  # the environment's failure, reported once as itself, not as a record's
-                    raise self._record_error(ld, batch, i, "transform", e) from e
+                    raise self._record_error(ld, batch, i, "transform", f"{e}{_transform_hint(x, batch)}") from e
             if samples and isinstance(samples[0], torch.Tensor):
                 data = _stack(samples, shared)
             else:
@@ -989,6 +993,26 @@ def _record_paths(ld: Loader) -> Iterator[str]:
             yield path
 
 
+def _all_images(probe: Loader, paths: Any, kw: dict) -> bool:
+    """Whether every file of a directory dataset is an image file (by ImageFolder's extensions), so that
+    decode="auto" opens its records as images: the records the daemon lists of image files alone are all of them."""
+    if kw.get("extensions") or not probe._records:
+        return False
+    try:
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        return False
+    try:
+        ld = Loader(paths, 1, shuffle=False, extensions=IMG_EXTENSIONS,
+                    **{k: v for k, v in kw.items() if k in ("format", "socket", "address", "token", "autostart")})
+    except RiffleError:
+        return False  # no image file at all
+    try:
+        return ld._records == probe._records
+    finally:
+        ld.close()
+
+
 def _valid_files(paths: Any, is_valid_file: Callable[[str], bool], kw: dict) -> list[int]:
     """The records whose file is_valid_file takes, as ImageFolder's is_valid_file: a subset of ids, found
     once from where each record lives (the daemon's own listing, so the ids are its)."""
@@ -1001,6 +1025,18 @@ def _valid_files(paths: Any, is_valid_file: Callable[[str], bool], kw: dict) -> 
     if not ids:
         raise FileNotFoundError(f"is_valid_file took no file of {paths}")
     return ids
+
+
+def _transform_hint(x: Any, batch: Batch) -> str:
+    """What a transform that failed on sample x may have wanted instead: an image, or a batch of rows."""
+    if isinstance(x, (bytes, memoryview)) and batch.info.get("format") == "dir":
+        return ('. The records are the files\' bytes (not every file is an image, so decode="auto" left them so): '
+                'to open images as ImageFolder does, pass decode="image", which reads only image files')
+    if isinstance(x, dict):
+        return (". transform= takes one row (a dict of its values); a function written for datasets' "
+                "with_transform takes a batch (a dict of lists): give riffle the dataset with it, "
+                "riffle.torch.loader(load_from_disk(path).with_transform(f), ...)")
+    return ""
 
 
 def _environmental(e: BaseException) -> bool:

@@ -260,3 +260,18 @@ def test_a_folder_riffle_cannot_honour_is_refused_by_name(daemon, tmp_path):
         rt.loader(torch.utils.data.ConcatDataset([Memory(), Memory()]), 4)
     with pytest.raises(TypeError, match="paths is a tuple holding a object"):
         rt.loader((str(root), object()), 4)
+
+
+def test_an_image_folder_path_decodes_images_by_default(daemon, tmp_path):
+    """A directory whose every file is an image is opened as ImageFolder opens it without decode="image"; one
+    with other files gives bytes, and a transform failing on them says to pass decode="image"."""
+    import torchvision.transforms as T
+    import riffle.torch as rt
+    root = write_images(tmp_path / "imgs")
+    tf = T.Compose([T.Resize((16, 16)), T.ToTensor()])
+    assert by_content(rt.loader(str(root), 5, transform=tf)) == by_content(
+        rt.loader(str(root), 5, transform=tf, decode="image"))
+    (root / "cat" / "labels.csv").write_text("a,b\n")
+    with pytest.raises(rt.RecordError, match='transform failed.*pass decode="image"'):
+        for _ in rt.loader(str(root), 5, transform=tf):
+            pass

@@ -121,3 +121,11 @@ def test_what_riffle_cannot_honour_is_refused_by_name(daemon, hf_dir):
         rt.loader(train(hf_dir).with_format("pandas"), 8)
     with pytest.raises(ValueError, match="has its own transform.*keep one"):
         rt.loader(train(hf_dir).with_transform(pixels), 8, transform=lambda row: row)
+
+
+def test_a_with_transform_function_given_as_transform_says_so(daemon, hf_dir):
+    """riffle's transform= takes one row; a function written for with_transform takes a batch. Given one as the
+    other, the error says so and what to pass (it failed with "'PngImageFile' object is not iterable")."""
+    with pytest.raises(rt.RecordError, match=r"transform= takes one row.*with_transform\(f\)"):
+        for _ in rt.loader(hf_dir, 8, split="train", transform=pixels):
+            pass
