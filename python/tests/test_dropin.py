@@ -92,6 +92,35 @@ def test_a_loader_keeps_its_loaded_place_through_set_epoch(daemon, fixed_file):
     assert ids(ld) == ids(riffle.Loader(str(fixed_file), 100, record_size=64, seed=2, epoch=2))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_checkpoint_taken_before_a_resumed_run_moves_is_the_loaded_place(daemon, fixed_file, workers):
+    """A script that saves the loader's state right after loading it (a checkpoint at the resumed epoch's start, or
+    at the end of an epoch a state after its last batch left nothing of) saves the loaded place, not the start of
+    the epoch: resumed from it, no batch comes twice (without workers it was epoch 0's start: the epoch replayed)."""
+    whole = [epoch_of(fixed_file, e, seed=3) for e in (0, 1)]
+    dl = fixed_loader(fixed_file, seed=3, num_workers=workers)
+    it = iter(dl)
+    head = [ids_of(next(it)) for _ in range(4)]
+    mid = dl.state_dict()
+    rest = [ids_of(t) for t in it]
+    end = dl.state_dict()
+    for state, before in ((mid, head), (end, head + rest)):
+        dl = fixed_loader(fixed_file, seed=3, num_workers=workers)
+        dl.load_state_dict(state)
+        dl.set_epoch(0)
+        again = dl.state_dict()
+        if state is end:
+            assert [ids_of(t) for t in dl] == []  # nothing of epoch 0 is left: the checkpoint at its end
+            again = dl.state_dict()
+        dl = fixed_loader(fixed_file, seed=3, num_workers=workers)
+        dl.load_state_dict(again)
+        got = []
+        for epoch in (0, 1):
+            dl.set_epoch(epoch)
+            got.append([ids_of(t) for t in dl])
+        assert before + got[0] == whole[0] and got[1] == whole[1]
+
+
 # --- samplers passed to riffle.torch.loader ---
 
 def test_distributed_sampler_is_taken_and_followed(daemon, tmp_path):
