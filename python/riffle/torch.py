@@ -7,20 +7,28 @@ Replace::
 with::
 
     import riffle.torch
-    loader = riffle.torch.loader("train.bin", batch_size=256, record_size=3072, dtype="uint8", shape=(3, 32, 32),
-                                 num_workers=4)
+    loader = riffle.torch.loader(dataset, batch_size=256, shuffle=True, num_workers=4)
+
+where ``dataset`` is a torchvision ``ImageFolder`` or ``DatasetFolder``, a
+Hugging Face ``datasets.Dataset`` in files (``load_from_disk``), a
+``Subset`` of one, or the path of files riffle reads
+(``riffle.torch.loader("train.bin", batch_size=256, record_size=3072,
+dtype="uint8", shape=(3, 32, 32))``); a ``sampler=DistributedSampler(...)``
+is taken too (see :class:`RiffleDataset`).
 
 Each item is a batch, its records in a random order: a tensor (fixed-size
 and ``.npy`` records, made with ``torch.from_numpy``, no copy), images
 (``decode="image"``), or ``(data, labels)`` when the dataset has labels.
 Each new iteration is the next epoch, as with ``DataLoader(shuffle=True)``;
-``set_epoch`` is needed only where ranks must agree on the epoch (DDP after
-a restart), as with DistributedSampler. Rank and world size come from
+``set_epoch`` (``loader.set_epoch``, ``loader.sampler.set_epoch``, or a
+DistributedSampler's the loader was given) sets it, as DistributedSampler's
+does; after ``load_state_dict``, ``set_epoch`` of the loaded state's epoch
+goes on from the loaded place. Rank and world size come from
 ``torch.distributed`` when it is initialized, else from RANK and
 WORLD_SIZE. DataLoader workers split each rank's batches between them
 without padding: an epoch holds the same samples for any ``num_workers``.
 ``loader.state_dict()`` and ``load_state_dict()`` resume exactly, workers
-included.
+included; ``len(loader)`` is what the rank delivers of the epoch it reads.
 
 How long a batch's memory is valid: a tensor of fixed-size records or of
 the daemon's transform outputs is a view of the shared memory the daemon
@@ -1357,8 +1365,11 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
 
 
 def loader(paths: str | Sequence[str] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, **kwargs: Any) -> RiffleDataLoader:
-    """A DataLoader over a :class:`RiffleDataset`; DataLoader's own options (num_workers, pin_memory,
-    prefetch_factor, persistent_workers, ...) are passed on, the rest go to the dataset."""
+    """A DataLoader over a :class:`RiffleDataset`, called as DataLoader is: ``paths`` is the dataset (a path, or
+    an ImageFolder, a datasets.Dataset, a Subset: see RiffleDataset), and ``sampler=`` may be the
+    DistributedSampler a DDP script built. DataLoader's own options (num_workers, pin_memory, prefetch_factor,
+    persistent_workers, ...) are passed on, the rest go to the dataset; ``batch_sampler`` and ``collate_fn`` are
+    refused, saying what to pass instead."""
     for k, why in _REFUSED.items():
         if k in kwargs:
             raise TypeError(f"riffle.torch.loader: {k}={type(kwargs[k]).__name__} is not taken: {why}")
