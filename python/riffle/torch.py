@@ -318,9 +318,10 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 raise ValueError(f"riffle.torch: sampler={type(sampler).__name__} was built over a dataset of "
                                  f"{len(sampler_source)} samples, and riffle reads {samples} here: build it over the "
                                  "dataset given to riffle.torch.loader, or delete it")
-        if decode == "auto" and taken is None and probe.info().get("format") == "dir" and _all_images(probe, paths,
-                                                                                                   loader_kwargs):
-            self.decode = "image"  # every record is an image file: open them as ImageFolder does
+        if (decode == "auto" and taken is None and not loader_kwargs.get("transform")
+                and probe.info().get("format") == "dir" and _all_images(probe, paths, loader_kwargs)):
+            # Every record is an image file (and the daemon transforms none): open them as ImageFolder does.
+            self.decode = "image"
         self._auto_order: dict | None = None
         if probe.auto is not None:
             # sampler="auto" chose an order: every rank and worker reads the
