@@ -217,12 +217,20 @@ func TestBadInput(t *testing.T) {
 		{"empty fixed", write("empty.bin", nil), Options{RecordSize: 8}, ErrEmpty, -1},
 		{"empty lines", write("empty.txt", nil), Options{}, ErrEmpty, -1},
 		{"unknown format", write("x.unknown", []byte("abc")), Options{}, ErrUnknownFormat, -1},
+		// Object arrays as numpy writes them now and as older numpy did (the size of a pointer), and as a field.
+		{"npy object array", write("obj.npy", npyWithDescr("'|O'", 3)), Options{}, ErrUnsupported, -1},
+		{"npy object array of old numpy", write("obj8.npy", npyWithDescr("'|O8'", 3)), Options{}, ErrUnsupported, -1},
+		{"npy object field", write("objf.npy", npyWithDescr("[('id', '<i8'), ('meta', '|O8')]", 3)), Options{}, ErrUnsupported, -1},
 	}
 	// What a message says where it is not plain from the error and offset:
 	// a frame cut in its header has no end to say.
 	says := map[string]string{
 		"tfrecord cut short":       fmt.Sprintf("frame ends at %d", len(goodTF)),
 		"tfrecord cut in a header": "5 of its 12-byte header there",
+		// Why riffle refuses it, and what to save instead.
+		"npy object array":              "pickled Python objects, which riffle does not unpickle",
+		"npy object array of old numpy": "save instead a fixed-dtype array",
+		"npy object field":              "a structured dtype for rows of several fields, or one record per file",
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -314,6 +322,17 @@ func dataset0(t *testing.T, dir string) []byte {
 		b = AppendTFRecord(b, synth.Record(id, 8+id*(57-8)/3))
 	}
 	return b
+}
+
+// npyWithDescr is a version 1.0 .npy file of n rows of 8 bytes whose header names descr (a Python literal).
+func npyWithDescr(descr string, n int) []byte {
+	h := fmt.Sprintf("{'descr': %s, 'fortran_order': False, 'shape': (%d,), }", descr, n)
+	for (10+len(h)+1)%64 != 0 {
+		h += " "
+	}
+	h += "\n"
+	b := append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), byte(len(h)>>8))
+	return append(append(b, h...), make([]byte, 8*n)...)
 }
 
 func npyBytes(t *testing.T, dir string) []byte {

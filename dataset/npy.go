@@ -239,10 +239,22 @@ func trunc(s string) string {
 	return s
 }
 
+// isObjectDtype says whether d is numpy's object dtype: "|O" as numpy
+// writes it now, "|O8" (or "|O4") as older numpy wrote it with the size of
+// a pointer.
+func isObjectDtype(d string) bool {
+	s := strings.TrimLeft(d, "<>|=")
+	return s == "O" || s == "O4" || s == "O8"
+}
+
 // dtypeSize returns the item size of a simple numpy dtype string.
 func dtypeSize(d string) (int, error) {
-	if strings.TrimLeft(d, "<>|=") == "O" {
-		return 0, fmt.Errorf("dtype %q is an object array: numpy pickles its elements (Python objects), so its rows have no fixed size to read one by one (np.load needs allow_pickle=True for it); save a fixed-size dtype instead (fixed-width 'S' or 'U' strings, or padded numbers): %w", d, ErrUnsupported)
+	if isObjectDtype(d) {
+		return 0, fmt.Errorf("dtype %q is an object array: the file holds pickled Python objects, which riffle does not "+
+			"unpickle (unpickling runs code, and a pickled row has no fixed size to read one by one; np.load needs "+
+			"allow_pickle=True for it); save instead a fixed-dtype array (numbers, or fixed-width strings: "+
+			"np.array(rows, dtype=\"U20\")), a structured dtype for rows of several fields, or one record per file "+
+			"(a directory, or a WebDataset tar): %w", d, ErrUnsupported)
 	}
 	if len(d) < 2 {
 		return 0, fmt.Errorf("dtype %q: %w", d, ErrUnsupported)

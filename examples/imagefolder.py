@@ -1,9 +1,11 @@
 """Train a small classifier on an ImageFolder tree through riffle.torch.
 
 The same pipeline as torchvision's ImageFolder + DataLoader(shuffle=True):
-only the loader line changes. riffle reads the JPEGs in a global shuffle
-with many parallel reads; decoding and the random augmentations run per
-sample, in DataLoader workers, as before.
+only the loader's name changes (torch.utils.data.DataLoader becomes
+riffle.torch.loader, its arguments as they were). riffle reads the JPEGs of
+the ImageFolder's samples in a global shuffle with many parallel reads;
+decoding (as the ImageFolder's loader) and its transform run per sample, in
+DataLoader workers, as before.
 
     python examples/imagefolder.py /data/imagenet/train --epochs 2
 """
@@ -12,6 +14,7 @@ import argparse
 import time
 
 import torch
+import torchvision.datasets as datasets
 import torchvision.transforms as T
 
 import riffle.torch
@@ -26,9 +29,9 @@ def main() -> None:
     args = ap.parse_args()
 
     transform = T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToTensor()])
-    # before: DataLoader(ImageFolder(root, transform), batch_size=32, shuffle=True, num_workers=2)
-    loader = riffle.torch.loader(args.root, args.batch_size, decode="image", transform=transform,
-                                 num_workers=args.workers)
+    dataset = datasets.ImageFolder(args.root, transform)
+    # before: torch.utils.data.DataLoader(dataset, batch_size=..., shuffle=True, num_workers=...)
+    loader = riffle.torch.loader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
     classes = loader.dataset.classes
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 64 * 64, len(classes)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

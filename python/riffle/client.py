@@ -331,28 +331,53 @@ def find_binary() -> str:
 
 
 def start_daemon(sock_path: str, timeout: float = 30.0, idle_exit: str = "300s") -> None:
-    """Start a daemon on ``sock_path`` and wait until it answers."""
+    """Start a daemon on ``sock_path`` and wait until it answers.
+
+    A daemon that exits before it answers fails this at once, with its exit status and the last lines it logged,
+    unless another daemon answers there by then (two clients starting one at once: the second exits)."""
     d = os.path.dirname(sock_path)
     private_dir(d, create=True)
-    log = open(sock_path + ".log", "ab")  # inside the private directory checked above
-    subprocess.Popen(
+    log_path = sock_path + ".log"
+    log = open(log_path, "ab")  # inside the private directory checked above
+    logged = log.tell()  # the log is the socket's across daemons: this one's lines start here
+    proc = subprocess.Popen(
         [find_binary(), "serve", "--socket", sock_path, "--idle-exit", idle_exit, "--quiet"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
     )
     log.close()
-    if not wait_for_socket(sock_path, timeout):
-        raise RiffleError(f"the riffle daemon did not start on {sock_path} within {timeout}s (see {sock_path}.log)")
+    if wait_for_socket(sock_path, timeout, proc):
+        return
+    status = proc.poll()
+    if status is None:
+        raise RiffleError(f"the riffle daemon did not start on {sock_path} within {timeout}s (see {log_path})")
+    raise RiffleError(f"the riffle daemon exited with status {status} before it answered on {sock_path}; "
+                      f"its log ({log_path}) ends:\n{_log_tail(log_path, logged)}")
 
 
-def wait_for_socket(path: str, timeout: float) -> bool:
-    """Wait until something accepts connections at the Unix socket ``path``."""
+def _log_tail(path: str, start: int, lines: int = 20) -> str:
+    """The last lines written to the log at ``path`` from byte ``start`` on."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return f"(unreadable: {e})"
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(nothing)"
+
+
+def wait_for_socket(path: str, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    """Wait until something accepts connections at the Unix socket ``path``; with ``proc``, the daemon started to
+    listen there, only while it runs (then one last try: another may have answered in its place)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        exited = proc is not None and proc.poll() is not None
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(path)
             return True
         except OSError:
+            if exited:
+                return False
             time.sleep(0.02)
         finally:
             s.close()
@@ -917,6 +942,22 @@ def _check_args(paths: Sequence, batch_size: Any) -> None:
             raise PathNotFound(f"No such file or directory: {p!r}", p)
 
 
+def _check_sendable(name: str, value: Any) -> None:
+    """Refuse an option's value the daemon cannot be sent (a Python object where riffle takes a name or a number),
+    naming the option: json.dumps would say only that some object is not serializable."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        keyword, kind = spec.OPTIONS[name][0], spec.OPTIONS[name][1]
+        hint = ""
+        if name == "sampler":
+            hint = (": riffle orders and shards the records itself (rank= and world_size= split each epoch as "
+                    "DistributedSampler does); riffle.torch.loader takes a DistributedSampler, RandomSampler, "
+                    "SequentialSampler or SubsetRandomSampler and reads what it says")
+        raise TypeError(f"riffle: {keyword}= takes a {kind} ({spec.OPTIONS[name][5]}), not a "
+                        f"{type(value).__name__}{hint}") from None
+
+
 def _mixture(mixture) -> list[dict]:
     """A mixture as the daemon takes it, [{"paths": [...], "weight": w}, ...], from [(paths, weight), ...]."""
     if isinstance(mixture, (str, bytes, os.PathLike)) or not isinstance(mixture, Sequence) or not mixture:
@@ -1096,6 +1137,8 @@ class Loader:
             ("buffer", buffer), ("reservoir", reservoir), ("opportunistic", opportunistic), ("share", share),
             ("batch_stride", batch_stride), ("batch_offset", batch_offset), ("min_randomness", min_randomness),
             ("auto_order", auto_order))}
+        for k, v in dict(given, seed=seed, shuffle=shuffle).items():
+            _check_sendable(k, v)
         self.spec = {"batch_size": batch_size, "shuffle": shuffle, "seed": seed}
         if mixture is None:
             self.spec["paths"] = [_abspath(p) for p in paths]
@@ -1148,6 +1191,10 @@ class Loader:
         # opened from and the ids of the batches delivered since (_kept).
         self._taken: _Taken | None = None
         self._conn_args = (socket, address, token, timeout, autostart)
+        # Whether the place is one load_state_dict gave, not iterated from yet (set_epoch keeps it); and the epoch
+        # set_epoch asked for that the loaded place is past the end of (the next iteration delivers nothing).
+        self._loaded = False
+        self._over: int | None = None
         self._meta: dict | None = None
         self._held = 0
         self._job: _Job | None = None
@@ -1156,10 +1203,34 @@ class Loader:
 
     # --- epochs and checkpoints ---
     def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch)."""
+        """Start the next iteration at ``epoch`` (as DistributedSampler.set_epoch).
+
+        After ``load_state_dict(state)``, until the next iteration, ``set_epoch`` of the epoch the state is in keeps
+        the loaded place: the next iteration is the rest of that epoch, as a training loop that calls
+        ``set_epoch(epoch)`` at each epoch's start expects when it resumes at its checkpoint's epoch. A state taken
+        after an epoch's last batch is at the start of the next and at the end of that one: ``set_epoch`` of the
+        epoch it ended makes an iteration of no batches, nothing of it being left, and the next iteration is the
+        state's epoch. Any other epoch starts at its beginning, and the loaded place is dropped.
+        """
+        epoch = int(epoch)
+        if self._loaded and epoch == self.epoch:
+            self._over = None
+            return
+        if self._loaded and epoch == self.epoch - 1 and self._at_start():
+            self._over = epoch
+            return
+        self._loaded, self._over = False, None
+        self._to_epoch(epoch)
+
+    def _to_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` from its beginning."""
         if epoch != self.epoch or self._batch or self._start or self._delivered:
             self.epoch, self._batch, self._sampler_state, self._skip = epoch, 0, None, None
             self._start, self._unresolved, self._delivered, self._ended = 0, False, None, None
+
+    def _at_start(self) -> bool:
+        """Whether this loader's place is its epoch's start: nothing of the epoch delivered."""
+        return not (self._batch or self._start or self._delivered or self._sampler_state or self._skip)
 
     def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
         """A mixture's new weights, from ``epoch`` on: by default the next epoch this loader begins (this one, if
@@ -1275,6 +1346,8 @@ class Loader:
                 self.auto = dict(self.auto, **order)
                 self._pin(order)
         self._unresolved = False
+        # set_epoch of the loaded place's epoch keeps it, until the next iteration (see set_epoch).
+        self._loaded, self._over = True, None
         self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
         self._delivered, self._ended = None, None
         world = int(state.get("world", self._world()))
@@ -1357,17 +1430,8 @@ class Loader:
         """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then)."""
         return 1 if self.spec.get("refresh") else -1
 
-    def _open(self) -> _Job:
-        """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
-        j = self._job
-        spec, weights = self._at(self.epoch)
-        if (j is not None and (j.epoch, j.batch, j.start, j.rest) == (self.epoch, self._batch, self._start, bool(self._delivered))
-                and os.getpid() == j.conn.pid
-                and j.weights == (self._weights_gen, weights) and (self._epochs() < 0 or j.opened_at[0] == self.epoch)):
-            return j
-        if self._unresolved and j is not None and os.getpid() == j.conn.pid:
-            self._resolve()  # the new job starts from the whole state
-        self.close()
+    def _place_spec(self, spec: dict) -> dict:
+        """spec (of this loader's epoch) with the place a job opens at: this loader's."""
         spec.update(epoch=self.epoch, batch=self._batch, epochs=self._epochs())
         if self._generations and self._generations[0] == self.epoch:
             spec["generations"] = self._generations[1]
@@ -1379,6 +1443,37 @@ class Loader:
             spec["sampler_state"] = base64.b64encode(self._sampler_state).decode()
         if self._skip:
             spec["skip"] = self._skip
+        return spec
+
+    def left(self) -> int:
+        """Batches this loader delivers from its place to its epoch's end, as the daemon counts them: the whole
+        epoch's at its start, the rest of it after ``load_state_dict`` of a place inside it (``len()`` stays the
+        whole epoch's)."""
+        if self._over is not None:
+            return 0
+        if self._unresolved:
+            self._resolve()  # the place's sampler state, which a check opens from
+        j = self._job
+        if j is not None and (j.epoch, j.batch) == (self.epoch, self._batch) and self._batch in (0, j.opened_at[1]):
+            return self._left(j)
+        spec, _ = self._at(self.epoch)
+        _, reply, fds = self._opening({"op": wire.OP_CHECK, "spec": self._place_spec(spec)})
+        for fd in fds:
+            os.close(fd)
+        return int(reply.get("left") or 0)
+
+    def _open(self) -> _Job:
+        """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
+        j = self._job
+        spec, weights = self._at(self.epoch)
+        if (j is not None and (j.epoch, j.batch, j.start, j.rest) == (self.epoch, self._batch, self._start, bool(self._delivered))
+                and os.getpid() == j.conn.pid
+                and j.weights == (self._weights_gen, weights) and (self._epochs() < 0 or j.opened_at[0] == self.epoch)):
+            return j
+        if self._unresolved and j is not None and os.getpid() == j.conn.pid:
+            self._resolve()  # the new job starts from the whole state
+        self.close()
+        spec = self._place_spec(spec)
         conn, reply, fds = self._opening({"op": wire.OP_OPEN, "spec": spec})
         mm, arena = None, None
         if reply.get("arena_size"):
@@ -1465,6 +1560,10 @@ class Loader:
         rebuilt from what the loader delivered (opportunistic windows, a
         mixture, the rest of an epoch on another topology).
         """
+        if self._over is not None:
+            self._over = None  # the epoch set_epoch asked for ended at the loaded place
+            return
+        self._loaded = False
         epoch = self.epoch
         while True:
             try:

@@ -7,20 +7,28 @@ Replace::
 with::
 
     import riffle.torch
-    loader = riffle.torch.loader("train.bin", batch_size=256, record_size=3072, dtype="uint8", shape=(3, 32, 32),
-                                 num_workers=4)
+    loader = riffle.torch.loader(dataset, batch_size=256, shuffle=True, num_workers=4)
+
+where ``dataset`` is a torchvision ``ImageFolder`` or ``DatasetFolder``, a
+Hugging Face ``datasets.Dataset`` in files (``load_from_disk``), a
+``Subset`` of one, or the path of files riffle reads
+(``riffle.torch.loader("train.bin", batch_size=256, record_size=3072,
+dtype="uint8", shape=(3, 32, 32))``); a ``sampler=DistributedSampler(...)``
+is taken too (see :class:`RiffleDataset`).
 
 Each item is a batch, its records in a random order: a tensor (fixed-size
 and ``.npy`` records, made with ``torch.from_numpy``, no copy), images
 (``decode="image"``), or ``(data, labels)`` when the dataset has labels.
 Each new iteration is the next epoch, as with ``DataLoader(shuffle=True)``;
-``set_epoch`` is needed only where ranks must agree on the epoch (DDP after
-a restart), as with DistributedSampler. Rank and world size come from
+``set_epoch`` (``loader.set_epoch``, ``loader.sampler.set_epoch``, or a
+DistributedSampler's the loader was given) sets it, as DistributedSampler's
+does; after ``load_state_dict``, ``set_epoch`` of the loaded state's epoch
+goes on from the loaded place. Rank and world size come from
 ``torch.distributed`` when it is initialized, else from RANK and
 WORLD_SIZE. DataLoader workers split each rank's batches between them
 without padding: an epoch holds the same samples for any ``num_workers``.
 ``loader.state_dict()`` and ``load_state_dict()`` resume exactly, workers
-included.
+included; ``len(loader)`` is what the rank delivers of the epoch it reads.
 
 How long a batch's memory is valid: a tensor of fixed-size records or of
 the daemon's transform outputs is a view of the shared memory the daemon
@@ -51,6 +59,7 @@ import torch
 import torch.utils.data
 
 from . import decode as _decode
+from . import ported as _ported
 from . import spec
 from .client import (Batch, Loader, RiffleError, _check_dataset, _check_rank, _history, _mixture, _own, _positional, _rest,
                      _rest_places, _restable, _segments, _shared, _state_weights, _weights_state, _with_weights, merge_states)
@@ -139,6 +148,16 @@ def _rank0s(value: Any, world: int, what: str, instead: str) -> Any:
     return box[0]
 
 
+def _at_start(state: dict) -> bool:
+    """Whether a loaded place (this dataset's form of a state) is its epoch's start, nothing of the epoch delivered
+    by this rank (or, of every rank's states merged, by any rank)."""
+    if (int(state.get("batch", 0) or 0) or state.get("start") or state.get("position") or state.get("sampler_state")
+            or state.get("skip") or state.get("rest") or state.get("delivered")):
+        return False
+    ranks = (state.get("ranks") or {}).values()
+    return all(int(st["epoch"]) == int(state["epoch"]) and _at_start(st) for st in ranks)
+
+
 # A batch and the place after it, from a worker, for the loader's state;
 # with the positions of its epoch delivered before its job's batch 0 (the
 # rest of an epoch resumed on another topology), and whether it is the
@@ -149,29 +168,107 @@ _Stamped = collections.namedtuple("_Stamped", "data worker state epoch index sta
 class RiffleDataset(torch.utils.data.IterableDataset):
     """An iterable of batches, for ``DataLoader(ds, batch_size=None)`` (``loader()`` makes one).
 
+    ``paths`` is what riffle reads: a file, a glob, a directory (of class
+    folders, as ImageFolder's root) or a list of those; or a dataset object
+    a DataLoader script built, whose files riffle reads as it would
+    (``riffle.ported``): torchvision's ``ImageFolder`` or ``DatasetFolder``
+    (its root, samples, loader, transform and target_transform), a Hugging
+    Face ``datasets.Dataset`` in files (``load_from_disk``; its columns,
+    select/filter, format and transform), or a ``Subset`` of one of those.
+    ``sampler`` is riffle's order by name (``"block"``, ...), or a torch
+    sampler: a ``DistributedSampler`` gives its rank, num_replicas, seed,
+    shuffle and drop_last (``rank_drop_last``), and its ``set_epoch`` calls
+    reach this dataset; ``RandomSampler``, ``SequentialSampler`` and
+    ``SubsetRandomSampler`` say shuffle (and ids); any other is refused.
+
     ``decode`` turns a :class:`riffle.Batch` into data: ``"auto"`` picks by
     format (fixed/npy: a tensor of ``dtype`` and per-record ``shape``;
     libsvm: a dense float tensor if ``n_features`` is given, else a sparse
-    CSR tensor, with labels; jsonl: dicts; text: strings; tfrecord and dir:
-    bytes), ``"image"`` opens each record with PIL as an RGB image (as
-    ImageFolder does), or pass a callable. ``transform`` applies to each
-    sample (torchvision transforms after ``"image"``) and
-    ``batch_transform`` to the decoded batch. An error in either names the
-    record, its file and offset. A ``transform`` given as a string names a
-    transform the daemon runs instead (``"image:size=256,crop=224"``,
-    ``"libsvm_dense:n_features=N"``), once for every sharing job: the batch
-    is then its outputs, one uint8 or float32 tensor.
+    CSR tensor, with labels; jsonl: dicts; text: strings; a directory whose
+    every file is an image: images, as ``"image"``; tfrecord and other
+    directories: bytes), ``"image"`` opens each record with PIL as an RGB
+    image (as ImageFolder does), or pass a callable. ``transform`` applies
+    to each sample, one at a time (torchvision transforms after
+    ``"image"``; of rows, one row as a dict), ``target_transform`` to each
+    label, and ``batch_transform`` to the decoded batch. An error in any
+    names the record, its file and offset. A ``transform`` given as a
+    string names a transform the daemon runs instead
+    (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``), once
+    for every sharing job: the batch is then its outputs, one uint8 or
+    float32 tensor. A function written for ``datasets``' ``with_transform``
+    takes a batch (a dict of lists), not a row: give riffle the dataset
+    with it, ``load_from_disk(path).with_transform(f)``, which runs it as
+    datasets does.
     """
 
-    def __init__(self, paths: str | Sequence[str] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, *, shuffle: bool = True, seed: int | None = None,
-                 decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None, shape: Sequence[int] | None = None,
-                 n_features: int | None = None, transform: Callable | None = None,
-                 batch_transform: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 drop_last: bool = False, rank_drop_last: bool = False,
-                 is_valid_file: Callable[[str], bool] | None = None, **loader_kwargs: Any):
+    def __init__(self, paths: Any = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, *, shuffle: bool | None = None,
+                 seed: int | None = None, decode: str | Callable[[Batch], Any] = "auto", dtype: Any = None,
+                 shape: Sequence[int] | None = None, n_features: int | None = None, transform: Callable | None = None,
+                 target_transform: Callable | None = None, batch_transform: Callable | None = None,
+                 rank: int | None = None, world_size: int | None = None, drop_last: bool = False,
+                 rank_drop_last: bool | None = None, is_valid_file: Callable[[str], bool] | None = None,
+                 **loader_kwargs: Any):
         super().__init__()
         if not callable(decode) and decode not in DECODERS:
             raise ValueError(f"decode={decode!r}: want a callable or one of {', '.join(DECODERS)}")
+        connect = {k: v for k, v in loader_kwargs.items() if k in ("socket", "address", "token", "autostart")}
+        # A torch sampler, as riffle's options; the DistributedSampler whose set_epoch calls this dataset follows.
+        sampler = loader_kwargs.get("sampler")
+        follows, said, sampler_source = None, {}, None
+        if sampler is not None and not isinstance(sampler, str):
+            loader_kwargs.pop("sampler")
+            if shuffle:
+                raise ValueError(f"riffle.torch: sampler={type(sampler).__name__} and shuffle=True given: the sampler "
+                                 "says whether to shuffle (as DataLoader, which takes one or the other)")
+            said, follows = _ported.take_sampler(sampler, None)
+            sampler_source = getattr(sampler, "dataset", getattr(sampler, "data_source", None))
+            for k, mine in (("rank", rank), ("world_size", world_size), ("seed", seed), ("rank_drop_last", rank_drop_last)):
+                if k in said and mine is not None and mine != said[k]:
+                    raise ValueError(f"riffle.torch: {k}={mine!r} given, and sampler={type(sampler).__name__} says "
+                                     f"{said[k]!r}: give one")
+            shuffle = said.get("shuffle", shuffle)
+            rank, world_size = said.get("rank", rank), said.get("world_size", world_size)
+            seed = said.get("seed", seed)
+            rank_drop_last = said.get("rank_drop_last", rank_drop_last)
+        shuffle = True if shuffle is None else shuffle
+        rank_drop_last = bool(rank_drop_last)
+        # A dataset object a DataLoader script built: its files, and the options that say its records and decode them.
+        taken = None
+        self._hf: _ported.HFRows | None = None
+        if not _ported.is_paths(paths):
+            if is_valid_file is not None:
+                raise ValueError("riffle.torch: is_valid_file= given with a dataset object, whose samples say which "
+                                 "files are records: give it to the dataset, or pass its root")
+            taken = _ported.take_dataset(paths, connect)
+            paths = taken.paths
+            mine = {"decode": decode, "transform": transform, "target_transform": target_transform}
+            for k, v in taken.opts.items():
+                if k == "hf_rows":
+                    self._hf = v
+                elif k in mine:
+                    if v is not None and mine[k] not in (None, "auto", v):
+                        raise ValueError(f"riffle.torch: {k}= given, and {taken.what} has its own: keep one")
+                    if v is not None:
+                        mine[k] = v
+                elif loader_kwargs.get(k) is not None:
+                    raise ValueError(f"riffle.torch: {k}= given with {taken.what}, which says its own: drop {k}=")
+                else:
+                    loader_kwargs[k] = v
+            decode, transform, target_transform = mine["decode"], mine["transform"], mine["target_transform"]
+            if self._hf is not None and self._hf.custom and transform is not None:
+                raise ValueError("riffle.torch: transform= given with a datasets.Dataset that has its own transform "
+                                 "(with_transform or set_transform): keep one")
+            if self._hf is not None and decode != "auto":
+                raise ValueError("riffle.torch: decode= given with a datasets.Dataset, whose features and format "
+                                 "decode its rows: drop decode=")
+        if "ids" in said:
+            # A SubsetRandomSampler's indices are the dataset's samples: their records.
+            ids = taken.record(said["ids"]) if taken is not None else said["ids"]
+            if loader_kwargs.get("subset") is not None or loader_kwargs.get("ids") is not None:
+                if taken is None:
+                    raise ValueError("riffle.torch: sampler=SubsetRandomSampler and subset= or ids= given: give one")
+            loader_kwargs.pop("subset", None)
+            loader_kwargs["ids"] = ids
         if decode == "image":
             try:
                 import PIL.Image  # noqa: F401
@@ -179,8 +276,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 raise ValueError('decode="image" needs Pillow (pip install pillow)') from None
             # As ImageFolder: only image files are records (a labels.csv in
             # a class folder is not one), unless extensions= or
-            # is_valid_file= says otherwise.
-            if is_valid_file is None:
+            # is_valid_file= says otherwise (or the dataset object's samples).
+            if is_valid_file is None and taken is None:
                 loader_kwargs.setdefault("extensions", IMG_EXTENSIONS)
         if is_valid_file is not None:
             if loader_kwargs.get("extensions"):
@@ -203,6 +300,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self.paths, self.batch_size, self.shuffle, self.seed = paths, batch_size, shuffle, seed
         self.decode, self.dtype, self.shape, self.n_features = decode, dtype, shape, n_features
         self.transform, self.batch_transform = transform, batch_transform
+        self.target_transform = target_transform
         self.drop_last, self.rank_drop_last = drop_last, rank_drop_last
         if isinstance(transform, str):
             loader_kwargs["transform"], transform = transform, None
@@ -214,6 +312,16 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         # The data as it is now is the dataset's: a state saved over other data is refused, and every loader made
         # for it (a DataLoader worker's, each epoch's) reads these files or says they changed (DataChanged).
         self._dataset_version, self._dataset_records = probe._version, probe._records
+        if sampler_source is not None and hasattr(sampler_source, "__len__"):
+            samples = int(probe.info().get("samples") or probe._records or 0)
+            if len(sampler_source) != samples:
+                raise ValueError(f"riffle.torch: sampler={type(sampler).__name__} was built over a dataset of "
+                                 f"{len(sampler_source)} samples, and riffle reads {samples} here: build it over the "
+                                 "dataset given to riffle.torch.loader, or delete it")
+        if (decode == "auto" and taken is None and not loader_kwargs.get("transform")
+                and probe.info().get("format") == "dir" and _all_images(probe, paths, loader_kwargs)):
+            # Every record is an image file (and the daemon transforms none): open them as ImageFolder does.
+            self.decode = "image"
         self._auto_order: dict | None = None
         if probe.auto is not None:
             # sampler="auto" chose an order: every rank and worker reads the
@@ -229,6 +337,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._iterated = False
         self._driven = False  # a RiffleDataLoader advances epochs and collects states
         self._resume: dict | None = None
+        self._over: int | None = None  # the epoch set_epoch asked for that the loaded place is past the end of
+        self._resumed: list | None = None  # the state the epoch being read resumed from, and its count of batches
         self._states: dict[int, dict] = {}
         self._workers = 0
         self._next = 0  # the role of the worker whose batch comes next
@@ -237,6 +347,11 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._ld_owner: tuple[int, int] | None = None
         self._info: dict | None = None
         self._samples: list[tuple[str, int]] | None = None
+        if follows is not None:
+            # The script calls its DistributedSampler's set_epoch each epoch: so this dataset's is called.
+            _ported.follow(follows, self)
+            if int(follows.epoch):
+                self.set_epoch(int(follows.epoch))
 
     def __getstate__(self):
         s = dict(self.__dict__)
@@ -267,21 +382,47 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._ld = None  # the next loader takes them
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration epoch ``epoch`` (each iteration is the next epoch without it)."""
-        self._epoch.value = epoch
+        """Make the next iteration epoch ``epoch`` (each iteration is the next epoch without it), as
+        DistributedSampler.set_epoch.
+
+        After ``load_state_dict(state)``, until the next iteration, ``set_epoch`` of the epoch the state is in keeps
+        the loaded place: the next iteration is the rest of that epoch, as a training loop that calls
+        ``set_epoch(epoch)`` at each epoch's start expects when it resumes at its checkpoint's epoch. A state taken
+        after an epoch's last batch is at the start of the next epoch, and so at the end of the one it ended:
+        ``set_epoch`` of that one makes an iteration of no batches (nothing of it is left; ``len()`` is 0), and the
+        next iteration is the state's epoch. Any other epoch starts at its beginning, and the loaded place is
+        dropped.
+        """
+        epoch = int(epoch)
+        res = self._resume
         self._explicit = True
+        if res is not None and epoch == int(res["epoch"]):
+            self._epoch.value, self._over = epoch, None
+            return
+        if res is not None and epoch == int(res["epoch"]) - 1 and _at_start(res):
+            self._epoch.value, self._over = epoch, epoch
+            return
+        self._epoch.value, self._over = epoch, None
         self._resume = None
 
-    def _begin(self) -> None:
-        """Start an iteration in the main process: the next epoch, unless one was set."""
+    def _begin(self) -> bool:
+        """Start an iteration in the main process: the next epoch, unless one was set. False if the epoch set
+        ended at the loaded place: the iteration delivers nothing, and the next is the place's epoch."""
+        if self._over is not None:
+            self._over = None
+            self._explicit, self._iterated = False, True
+            return False
         if self._iterated and not self._explicit:
             self._epoch.value += 1
         self._explicit, self._iterated = False, True
         self._where()
+        # The count of batches a resumed epoch delivers, for len() while it is read (worked out when asked).
+        self._resumed = [dict(self._resume), None] if self._resume is not None else None
         if self._resume is None:
             # A new epoch: every worker's role starts at its beginning, and
             # worker 0 plays role 0, as in a run never interrupted.
             self._states, self._shift.value, self._next, self._place = {}, 0, 0, None
+        return True
 
     def _where(self) -> tuple[int, int]:
         """This rank and world size: resolved in the main process, carried to workers."""
@@ -331,6 +472,9 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 if not _shared(self.loader_kwargs, self.shuffle):
                     out.update(batch_size=self.batch_size, window=int(self.loader_kwargs["opportunistic"]))
             return self._with_weights(out)
+        if self._resume is not None:
+            # Loaded, not iterated yet: the loaded place, as the loader that resumes from it says it.
+            return self._with_weights(self._loader().state_dict())
         if self._ld is not None:
             return self._with_weights(self._ld.state_dict())
         return self._with_weights({"epoch": self.epoch, "batch": 0, "seed": self.seed})
@@ -392,6 +536,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         self._epoch.value = int(state["epoch"])
         self._explicit = True
         self._resume = dict(state)
+        self._over = None
         self._ld = None  # a loader of another seed, or place, is not this one
         self._place = None
         if "workers" in state:
@@ -506,7 +651,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         if res is not None and "batch" in res:
             ld.load_state_dict(res)
         else:
-            ld.set_epoch(epoch)
+            ld._to_epoch(epoch)
         return ld
 
     def info(self) -> dict:
@@ -519,6 +664,8 @@ class RiffleDataset(torch.utils.data.IterableDataset):
     def classes(self) -> list[str]:
         """Class names: a directory dataset's, sorted, as ImageFolder's; a Hugging Face dataset's ClassLabel names
         (the ``label`` column's, else the first ClassLabel's), as ``features[...].names``."""
+        if self._hf is not None:
+            return list(self._hf.classes)
         info = self.info()
         if info.get("classes"):
             return list(info["classes"])
@@ -588,8 +735,19 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         return self.samples
 
     def _batches(self) -> int:
-        """Batches per epoch for this rank, all workers' together, as the daemon counts them."""
-        if not self._workers or torch.utils.data.get_worker_info() is not None:
+        """Batches this rank delivers in the epoch it reads (or reads next), all workers' together, as the daemon
+        counts them: after a resume, those after the loaded place, until that epoch ends."""
+        if torch.utils.data.get_worker_info() is not None:
+            return len(self._loader())
+        if self._over is not None:
+            return 0
+        if self._resume is not None:
+            return self._left(self._resume)
+        if self._resumed is not None and not self._explicit:
+            if self._resumed[1] is None:
+                self._resumed[1] = self._left(self._resumed[0])
+            return self._resumed[1]
+        if not self._workers:
             return len(self._loader())
         # Each worker's share is its own job's count: the daemon's, for each
         # role (a shared job's roles are dealt records, not batches).
@@ -600,7 +758,25 @@ class RiffleDataset(torch.utils.data.IterableDataset):
             ld.close()
         return total
 
+    def _left(self, state: dict) -> int:
+        """Batches this rank delivers of the epoch from a loaded place (this dataset's form of it) to the end."""
+        total = 0
+        for role in range(max(1, self._workers)):
+            st = state["workers"].get(str(role)) if "workers" in state else state
+            ld = self._role_loader(role)
+            try:
+                if st is not None and "batch" in st:
+                    ld.load_state_dict(st)
+                else:
+                    ld._to_epoch(int(state["epoch"]))
+                # A role past the epoch delivered its last batch of it before the state was saved.
+                total += 0 if ld.epoch > int(state["epoch"]) else ld.left()
+            finally:
+                ld.close()
+        return total
+
     def _role_loader(self, role: int) -> Loader:
+        """A loader of this rank's batches that worker ``role`` delivers (all of them without workers)."""
         kw = self.loader_kwargs
         if self._workers > 1:
             kw = dict(kw, batch_stride=self._workers, batch_offset=role)
@@ -608,14 +784,15 @@ class RiffleDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
-        if info is None and not self._driven:
-            self._begin()
+        if info is None and not self._driven and not self._begin():
+            return
         ld = self._loader()
         self._resume = None
         if ld.epoch > self.epoch:
             # This role delivered its last batch of the epoch before the
             # state was saved (its place is the next epoch's start): it has
             # nothing left of this epoch.
+            self._resumed = None
             return
         stamp = info is not None and self._driven
         worker = info.id if info is not None else 0
@@ -626,8 +803,12 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 out = _lent(ld, batch, out)
             yield _Stamped(out, worker, batch.state, batch.epoch, batch.index, start, batch.last) if stamp else out
             del batch, out
+        if info is None and not self._driven:
+            self._resumed = None  # the resumed epoch is over: len() is the next's
 
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
+        if self._hf is not None:
+            return self._convert_hf(batch, ld)
         try:
             data = self._decode(batch, ld)
         except _decode.DecodeError as e:
@@ -660,7 +841,7 @@ class RiffleDataset(torch.utils.data.IterableDataset):
                 except Exception as e:
                     if _environmental(e):
                         raise  # the environment's failure, reported once as itself, not as a record's
-                    raise self._record_error(ld, batch, i, "transform", e) from e
+                    raise self._record_error(ld, batch, i, "transform", f"{e}{_transform_hint(x, batch)}") from e
             if samples and isinstance(samples[0], torch.Tensor):
                 data = _stack(samples, shared)
             else:
@@ -681,7 +862,49 @@ class RiffleDataset(torch.utils.data.IterableDataset):
         labels = None if batch.labels is None else torch.from_numpy(batch.labels)
         if labels is None and row_labels is not None:
             labels = row_labels if isinstance(row_labels, torch.Tensor) else torch.as_tensor(row_labels)
+        if labels is not None and self.target_transform is not None:
+            targets = []
+            for i, y in enumerate(labels.tolist()):
+                try:
+                    targets.append(self.target_transform(y))
+                except Exception as e:
+                    if _environmental(e):
+                        raise
+                    raise self._record_error(ld, batch, i, "target_transform", e) from e
+            labels = _collate(targets)
         return data if labels is None else (data, labels)
+
+    def _convert_hf(self, batch: Batch, ld: Loader) -> Any:
+        """A batch of a datasets.Dataset's rows, as DataLoader makes one of it: each row formatted as the dataset
+        formats ``dataset[i]`` (its format, or its with_transform function run on the batch, as datasets runs it:
+        on a dict of lists), then riffle's ``transform`` of each row, if any, then collated as default_collate
+        does (in a worker, into shared memory)."""
+        import pyarrow as pa
+        table = pa.Table.from_batches([batch.data])
+        try:
+            formatted = self._hf.batch(table)
+            rows = self._hf.rows(formatted, batch.n)
+        except Exception as e:
+            if _environmental(e):
+                raise
+            ids = ", ".join(str(int(i)) for i in batch.ids[:8]) + (", ..." if batch.n > 8 else "")
+            what = "its transform (with_transform or set_transform)" if self._hf.custom else f"its {self._hf.type} format"
+            raise RecordError(f"a batch of records {ids} of the datasets.Dataset: {what} failed: "
+                              f"{type(e).__name__}: {e}") from e
+        if self.transform is not None:
+            out = []
+            for i, row in enumerate(rows):
+                try:
+                    out.append(self.transform(row))
+                except Exception as e:
+                    if _environmental(e):
+                        raise
+                    raise self._record_error(ld, batch, i, "transform", e) from e
+            rows = out
+        data = torch.utils.data.default_collate(rows) if rows else rows
+        if self.batch_transform is not None:
+            data = self.batch_transform(data)
+        return data
 
     def _image(self, ld: Loader, batch: Batch, i: int, v: Any):
         """A Hugging Face Image cell ({bytes, path}) as a PIL image, as datasets decodes it (mode kept)."""
@@ -779,6 +1002,26 @@ def _record_paths(ld: Loader) -> Iterator[str]:
             yield path
 
 
+def _all_images(probe: Loader, paths: Any, kw: dict) -> bool:
+    """Whether every file of a directory dataset is an image file (by ImageFolder's extensions), so that
+    decode="auto" opens its records as images: the records the daemon lists of image files alone are all of them."""
+    if kw.get("extensions") or not probe._records:
+        return False
+    try:
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        return False
+    try:
+        ld = Loader(paths, 1, shuffle=False, extensions=IMG_EXTENSIONS,
+                    **{k: v for k, v in kw.items() if k in ("format", "socket", "address", "token", "autostart")})
+    except RiffleError:
+        return False  # no image file at all
+    try:
+        return ld._records == probe._records
+    finally:
+        ld.close()
+
+
 def _valid_files(paths: Any, is_valid_file: Callable[[str], bool], kw: dict) -> list[int]:
     """The records whose file is_valid_file takes, as ImageFolder's is_valid_file: a subset of ids, found
     once from where each record lives (the daemon's own listing, so the ids are its)."""
@@ -791,6 +1034,18 @@ def _valid_files(paths: Any, is_valid_file: Callable[[str], bool], kw: dict) -> 
     if not ids:
         raise FileNotFoundError(f"is_valid_file took no file of {paths}")
     return ids
+
+
+def _transform_hint(x: Any, batch: Batch) -> str:
+    """What a transform that failed on sample x may have wanted instead: an image, or a batch of rows."""
+    if isinstance(x, (bytes, memoryview)) and batch.info.get("format") == "dir":
+        return ('. The records are the files\' bytes (not every file is an image, so decode="auto" left them so): '
+                'to open images as ImageFolder does, pass decode="image", which reads only image files')
+    if isinstance(x, dict):
+        return (". transform= takes one row (a dict of its values); a function written for datasets' "
+                "with_transform takes a batch (a dict of lists): give riffle the dataset with it, "
+                "riffle.torch.loader(load_from_disk(path).with_transform(f), ...)")
+    return ""
 
 
 def _environmental(e: BaseException) -> bool:
@@ -965,9 +1220,63 @@ def _stack(samples: list[torch.Tensor], shared: bool) -> torch.Tensor:
 _PASSED = {"num_workers", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context", "prefetch_factor",
            "persistent_workers", "pin_memory_device", "generator"}
 _REFUSED = {
-    "batch_sampler": "riffle makes the batches: pass batch_size= and drop_last=",
+    "batch_sampler": "riffle makes the batches, in an order of its own split over ranks as DistributedSampler splits "
+                     "it: pass batch_size= and drop_last= (and shuffle=, seed=, ids= for what a sampler chose)",
     "collate_fn": "riffle makes the batches: pass decode=, transform= or batch_transform=",
 }
+
+
+class RiffleSampler:
+    """``loader.sampler`` of a riffle loader: what DDP code reads of a DataLoader's DistributedSampler. riffle
+    orders the records and splits them over ranks itself, in its daemon; this sampler says how, and its
+    ``set_epoch`` is the dataset's (see :meth:`RiffleDataset.set_epoch`: after ``load_state_dict``, the epoch the
+    state is in goes on from the loaded place). ``len()`` is this rank's samples per epoch, as DistributedSampler's
+    ``num_samples``. It yields no indices: riffle's order is the daemon's, batch by batch."""
+
+    def __init__(self, dataset: "RiffleDataset"):
+        self.dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.epoch
+
+    @property
+    def rank(self) -> int:
+        return self.dataset._where()[0]
+
+    @property
+    def num_replicas(self) -> int:
+        return self.dataset._where()[1]
+
+    @property
+    def seed(self) -> int:
+        return self.dataset.seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self.dataset.shuffle
+
+    @property
+    def drop_last(self) -> bool:
+        return self.dataset.rank_drop_last
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.dataset.info()["positions"])
+
+    @property
+    def total_size(self) -> int:
+        return self.num_samples * self.num_replicas
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        raise TypeError("riffle.torch: a riffle loader's sampler yields no indices: the daemon orders the records; "
+                        "iterate the loader")
 
 
 class RiffleDataLoader(torch.utils.data.DataLoader):
@@ -976,7 +1285,27 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
     def __init__(self, dataset: RiffleDataset, **kwargs: Any):
         dataset._driven = True
         dataset._workers = int(kwargs.get("num_workers") or 0)
+        self._sampler = RiffleSampler(dataset)
         super().__init__(dataset, batch_size=None, **kwargs)
+
+    # DataLoader's own sampler of an IterableDataset (one that yields None for ever) drives its iterators;
+    # ``sampler`` is what DDP code reads: set_epoch, len, rank, num_replicas.
+    @property
+    def sampler(self) -> RiffleSampler:
+        return self._sampler
+
+    @sampler.setter
+    def sampler(self, value) -> None:
+        self._dl_sampler = value  # DataLoader.__init__ sets its own; after it, DataLoader refuses any change
+
+    @property
+    def _index_sampler(self):
+        return self._dl_sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch``, as DistributedSampler.set_epoch (see RiffleDataset.set_epoch:
+        after load_state_dict, the epoch the state is in goes on from the loaded place)."""
+        self.dataset.set_epoch(epoch)
 
     # DataLoader keeps batch_size (None: riffle makes the batches); code that
     # computes steps from it reads the dataset's.
@@ -998,12 +1327,14 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
         pass  # DataLoader's own drop_last is meaningless with batch_size=None; riffle's is the dataset's
 
     def __len__(self) -> int:
-        """Batches this rank delivers per epoch, as the daemon counts them."""
+        """Batches this rank delivers in the epoch it reads (or reads next), as the daemon counts them: after
+        load_state_dict, those left of the loaded place's epoch, until that epoch ends; then every epoch's."""
         return self.dataset._batches()
 
     def __iter__(self):
         ds = self.dataset
-        ds._begin()
+        if not ds._begin():
+            return  # the epoch set ended at the loaded place: nothing of it is left
         it = super().__iter__()
         if ds._workers:
             # The workers started with the resume state, if any, by value;
@@ -1015,6 +1346,7 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
                 yield item.data
             else:
                 yield item
+        ds._resumed = None  # the resumed epoch is over: len() is the next's
 
     def state_dict(self, all_ranks: bool = False) -> dict[str, Any]:
         """The place after the last batch delivered (the dataset's; see RiffleDataset.state_dict for all_ranks)."""
@@ -1034,11 +1366,14 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
 
 
 def loader(paths: str | Sequence[str] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, **kwargs: Any) -> RiffleDataLoader:
-    """A DataLoader over a :class:`RiffleDataset`; DataLoader's own options (num_workers, pin_memory,
-    prefetch_factor, persistent_workers, ...) are passed on, the rest go to the dataset."""
+    """A DataLoader over a :class:`RiffleDataset`, called as DataLoader is: ``paths`` is the dataset (a path, or
+    an ImageFolder, a datasets.Dataset, a Subset: see RiffleDataset), and ``sampler=`` may be the
+    DistributedSampler a DDP script built. DataLoader's own options (num_workers, pin_memory, prefetch_factor,
+    persistent_workers, ...) are passed on, the rest go to the dataset; ``batch_sampler`` and ``collate_fn`` are
+    refused, saying what to pass instead."""
     for k, why in _REFUSED.items():
         if k in kwargs:
-            raise TypeError(f"riffle.torch.loader: {k}= is not taken: {why}")
+            raise TypeError(f"riffle.torch.loader: {k}={type(kwargs[k]).__name__} is not taken: {why}")
     dl = {k: kwargs.pop(k) for k in list(kwargs) if k in _PASSED}
     workers = int(dl.get("num_workers") or 0)
     for k in ("prefetch_factor", "persistent_workers"):

@@ -371,12 +371,13 @@ def test_compressed_tfrecord_is_refused_as_compressed(daemon, tmp_path, codec):
     assert got == sorted([b"one", b"two", b"three" * 40])
 
 
-# 4. An object array is refused as one.
+# 4. An object array is refused as one: what it holds, and what to save instead.
 
 def test_object_npy_is_refused_as_pickled(daemon, tmp_path):
     p = tmp_path / "objects.npy"
     np.save(p, np.array([{"a": 1}, "text", None], dtype=object))
-    refused(p, "object array", "pickles", "no fixed size")
+    refused(p, "object array", "pickled Python objects, which riffle does not unpickle", "no fixed size",
+            "fixed-dtype array", "structured dtype", "one record per file")
 
 
 # 6. Timestamps as pyarrow reads them.
