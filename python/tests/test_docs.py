@@ -493,3 +493,16 @@ def test_block(b: Block, page_runs, monkeypatch, request):
         _run_sh(b, page)
     elif b.lang == "go":
         _run_go(b, page, request.getfixturevalue("go_programs"))
+
+
+def test_site_build_fails_on_a_broken_link(tmp_path):
+    """make docs, as make test runs it, fails on a link to no page: the site of a copy of the docs with one."""
+    for name in ("mkdocs.yml", "Makefile", "README.md", "BENCHMARKS.md"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "docs", tmp_path / "docs")
+    shutil.copytree(REPO / "python" / "riffle", tmp_path / "python" / "riffle")
+    with open(tmp_path / "docs" / "cli.md", "a") as f:
+        f.write("\nSee [the missing page](no-such-page.md).\n")
+    p = subprocess.run(["make", "-s", "docs", f"PYTHON={sys.executable}"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode != 0 and "no-such-page.md" in p.stdout + p.stderr, p.stdout + p.stderr
