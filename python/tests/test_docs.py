@@ -35,10 +35,8 @@ import re
 import shlex
 import shutil
 import signal
-import struct
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
