@@ -7,7 +7,7 @@ PYTHON ?= $(CURDIR)/.venv/bin/python
 # (scripts/install-deps.sh installs them); pure Go otherwise.
 TAGS ?= $(shell ./scripts/go-tags)
 
-.PHONY: all build demo test test-go test-python bench bench-peers clean
+.PHONY: all build demo test test-go test-python docs bench bench-peers clean
 
 all: build
 
@@ -29,6 +29,14 @@ test: build
 	@if [ -d python/tests ]; then cd python && RIFFLE_BIN=$(CURDIR)/bin/riffle $(PYTHON) -m pytest -q tests; fi
 	$(PYTHON) -m pytest -q -p no:cacheprovider bench/peers/test_harness.py
 	./scripts/test-installed.sh
+	$(MAKE) docs
+
+# The documentation site (mkdocs.yml) into site/: --strict fails on a broken
+# link or anchor, a page missing from the nav or a nav entry with no page.
+# Every code block of the pages runs in python/tests/test_docs.py. Not
+# --quiet: it hides the warnings --strict counts, and the build passes.
+docs:
+	$(PYTHON) -m mkdocs build --strict
 
 bench: build
 	./bench/run.sh
