@@ -33,7 +33,7 @@ epochs, each in a fresh global shuffle of --seed, with many parallel reads per
 batch, checks that every record came exactly once per epoch (and, for the
 sample data, that each record's bytes are the file's bytes for its id), and
 prints samples/s and MB/s.`,
-		Example: "  riffle demo\n  riffle demo --records 1000000 --record-size 4096\n  riffle demo data/train.jsonl --epochs 2",
+		Example: "  riffle demo\n  riffle demo --records 1000000 --size 4096\n  riffle demo data/train.jsonl --epochs 2",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			synthetic := len(args) == 0

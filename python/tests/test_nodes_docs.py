@@ -106,7 +106,7 @@ def test_kubernetes_manifests():
 
 
 def test_slurm_script():
-    (script,) = [b for b in blocks("bash") if "#SBATCH" in b]
+    (script,) = [b for b in blocks("sh") if "#SBATCH" in b]
     p = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     served = status = 0
