@@ -48,15 +48,20 @@ Kubernetes), and a --token all nodes share; every daemon needs --tcp.
 The daemon adds up its memory: --memory (default its memory cgroup's
 limit, or the machine's memory) is split into the record cache (a quarter,
 or --cache-bytes), a reserve for the Go heap, and the jobs' shared memory.
-Each job's open reserves its arena from that part; one that does not fit
-waits up to --memory-wait for others to end, then is refused with an error
-that says what it needs and what holds the budget. riffle status shows the
-budget. Start the daemon inside its cgroup: it reads the limit at start.
+Each job's open reserves its arena from that part. Under pressure memory
+bends before it refuses: an open gets fewer batches in flight (down to a
+floor of two), and jobs above their share give batches back, growing again
+as others close; an open whose floor does not fit waits up to
+--memory-wait, then is refused with an error that says what it needs and
+what holds the budget. riffle status shows the budget. Start the daemon
+inside its cgroup: it reads the limit at start.
 
 --root limits the files jobs may read to those directories: every file is
-opened through them, so no symlink leads out, and indexes are written beside
-the data there. Without --root the daemon reads any file its user can, and
-keeps indexes only in its cache directory. --tcp adds a listener for remote
+opened through them, so no symlink leads out, and an index may be kept
+beside the data there when its directory is one the daemon trusts (its
+user's, writable by no one else); otherwise, and without --root, indexes
+are kept in the private index directory. Without --root the daemon reads
+any file its user can. --tcp adds a listener for remote
 clients (batches then travel over the socket); every TCP client needs the
 token (--token, $RIFFLE_TOKEN, or one the daemon makes and writes next to
 the socket, mode 0600). The socket's directory must belong to you with mode
@@ -119,7 +124,7 @@ the socket, mode 0600). The socket's directory must belong to you with mode
 	fl.Var(sizeFlag{&s.CacheBytes}, "cache-bytes", "the record cache's budget, like 8GiB (default a quarter of --memory)")
 	fl.Var(sizeFlag{&s.MemoryBytes}, "memory", "the memory the daemon may use, like 16GiB: the record cache, the Go heap and every job's shared memory (default its memory cgroup's limit, or the machine's memory)")
 	fl.Var(sizeFlag{&s.PageCacheBytes}, "page-cache", "what the page cache may keep of the jobs' files, like 8GiB: a shuffle that would find under 1 in 8 of its reads there (a global shuffle not shared: under 30% of its files kept) reads with O_DIRECT unless its spec says (default half the machine's memory, or of the cgroup's limit); set, it also bounds the pages a share group, or a file's steward for jobs not sharing, keeps there, by default what the cgroup's limit or the machine leaves")
-	fl.DurationVar(&s.MemoryWait, "memory-wait", 2*time.Minute, "how long a job's open waits for room in the memory budget before it is refused")
+	fl.DurationVar(&s.MemoryWait, "memory-wait", 2*time.Minute, "how long an open whose floor of two batches does not fit in the memory budget waits before it is refused")
 	fl.StringVar(&peers, "peers", "", "every node's daemon (host:port,... in the same order on every node, or dns:NAME:PORT for a headless service; default $RIFFLE_PEERS): their memory holds s3:// blocks together")
 	fl.IntVar(&node, "node", -1, "this node's index in --peers (default $RIFFLE_NODE, $NODE_RANK, $GROUP_RANK, $SLURM_NODEID, else where --tcp is in the list)")
 	fl.Var(sizeFlag{&s.PeerBytes}, "peer-bytes", "memory for the blocks this node owns, like 8GiB (default 64MiB)")
