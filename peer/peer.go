@@ -188,9 +188,11 @@ func (c *Cluster) Open(ctx context.Context, name string) (storage.Reader, error)
 	return &object{Reader: r, c: c, version: versionOf(r)}, nil
 }
 
+// versionOf names the version of r's bytes its blocks are kept under:
+// its own, or its size where its store cannot say.
 func versionOf(r storage.Reader) string {
-	if v, ok := r.(storage.Versioned); ok {
-		return v.Version()
+	if v := r.Version(); v != "" {
+		return v
 	}
 	return fmt.Sprint(r.Size())
 }

@@ -42,7 +42,7 @@ func TestAbsurdBlockRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	version := r.(storage.Versioned).Version()
+	version := r.Version()
 	r.Close()
 
 	sockDir := filepath.Join(t.TempDir(), "sock")

@@ -26,9 +26,6 @@ type Faulty struct {
 	Reads atomic.Int64
 }
 
-// Hints are the wrapped Reader's.
-func (f *Faulty) Hints() Hints { return HintsOf(f.Reader) }
-
 // inject applies Inject and Short to a read of n bytes at off: the error
 // to fail it with, or the length of its short first attempt (0 for none).
 func (f *Faulty) inject(off int64, n int) (int, error) {

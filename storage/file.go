@@ -22,7 +22,7 @@ import (
 type FileOptions struct {
 	// Direct opens the file with O_DIRECT so a dataset larger than memory
 	// does not churn the page cache. Reads must then use buffers, offsets and
-	// lengths aligned to Alignment(); the loader does this.
+	// lengths aligned to its Hints().Align; the loader does this.
 	Direct bool
 }
 
@@ -117,13 +117,14 @@ func (f *File) Drop(off, n int64) error {
 	return nil
 }
 
-// Alignment is the required alignment of buffers, offsets and lengths: 1
-// unless the file was opened with O_DIRECT.
-func (f *File) Alignment() int {
+// Hints are a local file's (DefaultHints), its buffers, offsets and
+// lengths aligned to DirectAlign if it was opened with O_DIRECT.
+func (f *File) Hints() Hints {
+	h := DefaultHints
 	if f.pad {
-		return DirectAlign
+		h.Align = DirectAlign
 	}
-	return 1
+	return h
 }
 
 // Close closes the file; a second Close is an error, never a close of
@@ -251,14 +252,6 @@ func CanPastCache(r Reader, p []byte, off int64) bool {
 func pastAligned(p []byte, off int64) bool {
 	return off%DirectAlign == 0 && len(p)%DirectAlign == 0 && alignbuf.Aligned(p, DirectAlign)
 }
-
-// Aligned is implemented by readers whose reads must be aligned (O_DIRECT).
-type Aligned interface {
-	Alignment() int
-}
-
-// AlignmentOf returns r's required alignment, 1 if it has none.
-func AlignmentOf(r Reader) int { return HintsOf(r).Align }
 
 // endError explains a read of want bytes at off that found the end of the
 // file after done bytes: the file shrank since it was opened, or the read

@@ -142,6 +142,17 @@ func (f setFile) Size() int64  { return f.s.sizes[f.i] }
 func (f setFile) Close() error { return nil }
 func (f setFile) Hints() Hints { return f.s.hints }
 
+// Version is the file's version as it is open now, opening it if it is
+// not open; "" if it cannot be opened (its reads then fail, naming why).
+func (f setFile) Version() string {
+	r, err := f.s.acquire(context.Background(), f.i)
+	if err != nil {
+		return ""
+	}
+	defer f.s.release(f.i)
+	return r.Version()
+}
+
 func (f setFile) ReadAt(ctx context.Context, p []byte, off int64) error {
 	r, err := f.s.acquire(ctx, f.i)
 	if err != nil {

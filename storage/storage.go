@@ -33,6 +33,13 @@ type Reader interface {
 	Size() int64
 	// Name identifies the object in errors: a path or a URL.
 	Name() string
+	// Version identifies the object's bytes as they were opened
+	// (ObjectInfo.Version), so that what was read and what is described
+	// are the same object; "" when the store cannot say.
+	Version() string
+	// Hints say how the object likes to be read; a field left 0 is
+	// DefaultHints' (HintsOf fills them in).
+	Hints() Hints
 	Close() error
 }
 

@@ -236,11 +236,7 @@ func (t *Tier) Open(ctx context.Context, name string) (storage.Reader, error) {
 	}
 	// A local file's version has its ctime, which utime cannot set back:
 	// an edit in place that restores size and mtime is a new version.
-	v := ""
-	if vr, ok := r.(storage.Versioned); ok {
-		v = vr.Version()
-	}
-	h := sha256.Sum256([]byte(name + "\x00" + v))
+	h := sha256.Sum256([]byte(name + "\x00" + r.Version()))
 	o := &tierObject{Reader: r, t: t, name: name, id: hex.EncodeToString(h[:10])}
 	copy(o.idSum[:], h[:])
 	return o, nil
@@ -259,13 +255,6 @@ func (o *tierObject) Hints() storage.Hints {
 	h := storage.HintsOf(o.Reader)
 	h.BlockSize = int(o.t.opts.Block)
 	return h
-}
-
-func (o *tierObject) Version() string {
-	if v, ok := o.Reader.(storage.Versioned); ok {
-		return v.Version()
-	}
-	return ""
 }
 
 // blockName is a block's file name in its object's directory (k.obj).
