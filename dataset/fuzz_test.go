@@ -196,6 +196,8 @@ func FuzzDecodeIndex(f *testing.F) {
 // memReader is an object in memory, for fuzzing the scanners.
 type memReader struct{ b []byte }
 
+var _ storage.Reader = memReader{}
+
 func (m memReader) ReadAt(_ context.Context, p []byte, off int64) error {
 	if off < 0 || off > int64(len(m.b)) || int64(len(p)) > int64(len(m.b))-off {
 		return io.ErrUnexpectedEOF

@@ -27,6 +27,11 @@ type memObject struct {
 	s *memStore
 }
 
+var (
+	_ storage.Store  = (*memStore)(nil)
+	_ storage.Reader = (*memObject)(nil)
+)
+
 func (s *memStore) Open(ctx context.Context, name string) (storage.Reader, error) {
 	if name != s.name {
 		return nil, &storage.Error{Op: "open", Object: name, Err: fs.ErrNotExist}

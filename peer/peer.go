@@ -197,11 +197,17 @@ func versionOf(r storage.Reader) string {
 	return fmt.Sprint(r.Size())
 }
 
+// object reads one object through the cluster. It keeps the object's
+// name and size, and has a version and hints of its own; it does not
+// unwrap (storage.Wrapper): its bytes come from the owners' memory, and
+// reading the object under it directly would go around them.
 type object struct {
 	storage.Reader
 	c       *Cluster
 	version string
 }
+
+var _ storage.Reader = (*object)(nil)
 
 func (o *object) Version() string { return o.version }
 

@@ -64,6 +64,13 @@ type File struct {
 	shortest atomic.Int64
 }
 
+// A File has every optional behaviour a wrapper unwraps to.
+var (
+	_ Dropper    = (*File)(nil)
+	_ Descriptor = (*File)(nil)
+	_ ringer     = (*File)(nil)
+)
+
 // OpenFile opens path for reading: a regular file of the unconfined
 // local file system.
 func OpenFile(path string, opts FileOptions) (*File, error) {
@@ -243,7 +250,7 @@ func (f *File) pastCache() *File {
 // the cache, on a file system that allows O_DIRECT, and the read is
 // aligned as O_DIRECT needs.
 func CanPastCache(r Reader, p []byte, off int64) bool {
-	f, ok := r.(*File)
+	f, ok := As[*File](r)
 	return ok && pastAligned(p, off) && f.pastCache() != nil
 }
 
@@ -289,17 +296,12 @@ func (f *File) TryReadAt(p []byte, off int64) bool {
 
 func unixTime(t unix.Timespec) time.Time { return time.Unix(t.Sec, t.Nsec) }
 
-// DeviceOf returns the device r's object lives on, 0 when it is not a
-// local file (or not open yet): readers of one device share a read engine.
+// DeviceOf returns the device r's object lives on, 0 when it is not an
+// open local file (an object store's, a FileSet's file, which opens at its
+// first read): readers of one device share a read engine.
 func DeviceOf(r Reader) uint64 {
-	for {
-		switch x := r.(type) {
-		case *Faulty:
-			r = x.Reader
-			continue
-		case *File:
-			return x.dev
-		}
-		return 0
+	if f, ok := As[*File](r); ok {
+		return f.dev
 	}
+	return 0
 }

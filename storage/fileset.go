@@ -132,10 +132,19 @@ func (s *FileSet) Close() error {
 	return nil
 }
 
+// setFile is file i of a set, opened at its first read. It drops pages
+// and goes to io_uring through the file it opens; it has no descriptor of
+// its own to give (the set may close the file between reads).
 type setFile struct {
 	s *FileSet
 	i int
 }
+
+var _ interface {
+	Reader
+	Dropper
+	ringer
+} = setFile{}
 
 func (f setFile) Name() string { return f.s.paths[f.i] }
 func (f setFile) Size() int64  { return f.s.sizes[f.i] }
@@ -170,7 +179,7 @@ func (f setFile) Drop(off, n int64) error {
 		return err
 	}
 	defer f.s.release(f.i)
-	d, ok := r.(Dropper)
+	d, ok := As[Dropper](r)
 	if !ok {
 		return nil
 	}

@@ -43,12 +43,6 @@ type Reader interface {
 	Close() error
 }
 
-// Dropper is a Reader whose cached pages can be dropped (File.Drop): a
-// local file read through the page cache.
-type Dropper interface {
-	Drop(off, n int64) error
-}
-
 // Error records a failed read and where it happened, like os.PathError.
 type Error struct {
 	Op     string // "read", "open", "stat"

@@ -242,7 +242,11 @@ func (t *Tier) Open(ctx context.Context, name string) (storage.Reader, error) {
 	return o, nil
 }
 
-// tierObject reads one object through the tier.
+// tierObject reads one object through the tier. It keeps the object's
+// name, size and version, and has hints of its own; it does not unwrap
+// (storage.Wrapper): its bytes come from the tier's blocks, and reading
+// the object under it through io_uring, or dropping that file's pages,
+// would go around them.
 type tierObject struct {
 	storage.Reader
 	t     *Tier
@@ -250,6 +254,8 @@ type tierObject struct {
 	id    string  // its blocks' directory: a hash of its name and version
 	idSum [8]byte // the hash's first bytes, its blocks' space in flight
 }
+
+var _ storage.Reader = (*tierObject)(nil)
 
 func (o *tierObject) Hints() storage.Hints {
 	h := storage.HintsOf(o.Reader)

@@ -276,10 +276,14 @@ type countingStore struct {
 	gate  chan struct{}
 }
 
+// countingReader counts and gates the reads of the reader it wraps. It
+// must see every read, so it does not unwrap (storage.Wrapper).
 type countingReader struct {
 	storage.Reader
 	s *countingStore
 }
+
+var _ storage.Reader = (*countingReader)(nil)
 
 func (s *countingStore) Open(ctx context.Context, name string) (storage.Reader, error) {
 	r, err := s.Store.Open(ctx, name)
