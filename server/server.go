@@ -278,7 +278,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// A default job's memory is at most a 32nd of the jobs' budget (its
 	// arena twice that): sixteen default jobs fit at once.
 	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: sp.cache, JobMemory: sp.jobs / 32, DecodeBytes: sp.decode, IndexDir: s.IndexDir,
-		PageCacheBytes: s.PageCacheBytes, IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.tier.Load, Open: s.opener})
+		PageCacheBytes: s.PageCacheBytes, IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.futures, Open: s.opener})
 	if err != nil {
 		return err
 	}
@@ -396,6 +396,15 @@ func (s *Server) Serve(ctx context.Context) error {
 	cancel()
 	conns.Wait()
 	return err
+}
+
+// futures is the disk tier jobs tell their next reads, nil while there
+// is none (never a nil *tier.Tier in a non-nil job.Futures).
+func (s *Server) futures() job.Futures {
+	if t := s.tier.Load(); t != nil {
+		return t
+	}
+	return nil
 }
 
 // checkDirs checks, before the daemon serves, the directories it was told
