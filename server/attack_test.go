@@ -20,8 +20,8 @@ import (
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
-	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/storage/peer"
 	"github.com/riffle-ml/riffle/wire"
 )
 

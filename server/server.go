@@ -20,9 +20,9 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/job"
-	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/tier"
+	"github.com/riffle-ml/riffle/storage/peer"
+	"github.com/riffle-ml/riffle/storage/tier"
 )
 
 // Server is the daemon. The zero value serves a Unix socket at

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/riffle-ml/riffle/internal/synth"
-	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/tier"
+	"github.com/riffle-ml/riffle/storage/peer"
+	"github.com/riffle-ml/riffle/storage/tier"
 )
 
 // A file opened through each wrapper keeps what the wrapper says it

@@ -1,8 +1,9 @@
 // Package tier is the disk tier in front of an object store: blocks of
 // remote objects kept on local disk, evicted by each job's next use
 // (Belady's MIN), fetched once however many readers miss them. It wraps a
-// storage.Store and is one; it sits beside storage, not in it, so that
-// storage (where the bytes live) imports no cache.
+// storage.Store and is one; it is a package under storage, not part of
+// it, so that storage (where the bytes live) imports no cache.
+// storage/stack puts it in front of the object store.
 package tier
 
 import (

@@ -27,7 +27,7 @@ import (
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/tier"
+	"github.com/riffle-ml/riffle/storage/tier"
 )
 
 // epochOver reads every record of an object once in a global order's
