@@ -71,6 +71,8 @@ type Cluster struct {
 	st struct{ local, fromPeers, served, fallbacks, fetched atomic.Int64 }
 }
 
+var _ storage.Store = (*Cluster)(nil)
+
 // Stats count a cluster's work.
 type Stats struct {
 	Local     int64 // blocks this node owns read from its memory or fetched for it
@@ -144,9 +146,6 @@ func (c *Cluster) Stats() Stats {
 	return Stats{Local: c.st.local.Load(), FromPeers: c.st.fromPeers.Load(), Served: c.st.served.Load(),
 		Fallbacks: c.st.fallbacks.Load(), Fetched: c.st.fetched.Load(), Bytes: c.mem.Stats().Bytes}
 }
-
-// Unwrap is the store behind the cluster.
-func (c *Cluster) Unwrap() storage.Store { return c.inner }
 
 func (c *Cluster) Stat(ctx context.Context, name string) (storage.ObjectInfo, error) {
 	return c.inner.Stat(ctx, name)

@@ -68,6 +68,8 @@ type Tier struct {
 	hits, misses, shared, fetched atomic.Int64
 }
 
+var _ storage.Store = (*Tier)(nil)
+
 // tierFlightBlocks bounds the blocks in flight at once, in blocks: a reader
 // that finds no room fetches for itself alone, as if no other reader
 // wanted the block.
@@ -210,9 +212,6 @@ func (t *Tier) Stats() Stats {
 	return Stats{Hits: t.hits.Load(), Misses: t.misses.Load(), Shared: t.shared.Load(), Fetched: t.fetched.Load(),
 		Bytes: t.used, Blocks: len(t.blocks)}
 }
-
-// Unwrap is the store behind the tier.
-func (t *Tier) Unwrap() storage.Store { return t.inner }
 
 func (t *Tier) Stat(ctx context.Context, name string) (storage.ObjectInfo, error) {
 	return t.inner.Stat(ctx, name)
