@@ -149,7 +149,7 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 // by a node that went away.
 func (cn *conn) servePeer(r *bufio.Reader, helloBy time.Time) {
 	pc := &peekedConn{Conn: cn.c, r: r}
-	cl := cn.s.cluster.Load()
+	cl := cn.s.stack.Cluster()
 	if cl == nil {
 		peer.Refuse(pc, "this daemon has no peers (serve --peers)")
 		return
