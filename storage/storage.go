@@ -1,6 +1,7 @@
-// Package storage is where riffle's bytes live: every tier (local files now,
-// object stores and a local cache tier later) is a Reader that serves byte
-// ranges of one named object.
+// Package storage is where riffle's bytes live: every tier (local files, an
+// S3 store, and in front of it the nodes' memory and this node's disk,
+// packages storage/peer and storage/tier) is a Reader that serves byte
+// ranges of one named object. storage/stack builds them into one stack.
 //
 // The shape follows pebble's objstorage.Readable: ReadAt fills the whole
 // buffer or fails (no partial reads), and is safe for concurrent calls, so
