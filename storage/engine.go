@@ -62,8 +62,8 @@ type EngineOptions struct {
 // shares it; one engine per device is the daemon's design, so that jobs
 // sharing a disk share its queue instead of each sizing its own.
 //
-// Reads of local files (File, a FileSet's files, and readers that wrap
-// either: Wrapper) go through io_uring: one goroutine keeps each device's depth of
+// Reads of local files (File, a FileSet's files, and the Wrappers of
+// either) go through io_uring: one goroutine keeps each device's depth of
 // them in flight with one system call per round, where as many goroutines
 // blocked in pread would reach the device's queue depth only as fast as
 // Go's runtime hands their scheduler slots over (on a 2-core machine, a

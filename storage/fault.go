@@ -11,8 +11,8 @@ import (
 // is slow, without a mock standing in for the real file underneath. It is
 // an Interceptor: an Engine injects the same faults on the path the wrapped
 // reader's reads take (io_uring for a local file), so fault tests exercise
-// the path users run. Everything else of the wrapped reader (its version,
-// hints, Drop, descriptor) is found through Unwrap.
+// the path users run. Its version and hints are the wrapped reader's, and
+// the wrapped reader's Drop and descriptor are found through it (As).
 type Faulty struct {
 	Reader
 	// Inject is called before each read; a non-nil error fails the read.
