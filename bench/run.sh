@@ -32,7 +32,7 @@ $r quality --records 100000 --record-size 256 --sampler block --window 8
 .venv/bin/python bench/pack.py --parts jpeg,packed
 # Object storage, the disk tier and many nodes (issue 15).
 go test ./bench -run '^$' -bench S3 -benchtime 1x
-go test ./tier -run '^$' -bench TierPolicies -benchtime 1x
+go test ./storage/tier -run '^$' -bench TierPolicies -benchtime 1x
 .venv/bin/python bench/nodes.py
 # The peers' table (issue 16).
 ./bench/peers/setup.sh

@@ -338,10 +338,5 @@ func describe(paths []string) string {
 	return fmt.Sprintf("%s and %d more files", paths[0], len(paths)-1)
 }
 
-// version is a Reader's object version, if it knows it.
-func version(r storage.Reader) string {
-	if v, ok := r.(storage.Versioned); ok {
-		return v.Version()
-	}
-	return ""
-}
+// version is a Reader's object version, "" if its store cannot say.
+func version(r storage.Reader) string { return r.Version() }

@@ -73,13 +73,8 @@ func openFiles(ctx context.Context, names []string, f *Format, opts Options) (Da
 	return d, nil
 }
 
-// version is a Reader's object version, if it knows it.
-func version(r storage.Reader) string {
-	if v, ok := r.(storage.Versioned); ok {
-		return v.Version()
-	}
-	return ""
-}
+// version is a Reader's object version, "" if its store cannot say.
+func version(r storage.Reader) string { return r.Version() }
 
 func describe(paths []string) string {
 	if len(paths) == 1 {

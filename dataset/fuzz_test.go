@@ -23,6 +23,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/riffle-ml/riffle/columnar"
+	"github.com/riffle-ml/riffle/storage"
 )
 
 func FuzzParseNpyHeader(f *testing.F) {
@@ -195,6 +196,8 @@ func FuzzDecodeIndex(f *testing.F) {
 // memReader is an object in memory, for fuzzing the scanners.
 type memReader struct{ b []byte }
 
+var _ storage.Reader = memReader{}
+
 func (m memReader) ReadAt(_ context.Context, p []byte, off int64) error {
 	if off < 0 || off > int64(len(m.b)) || int64(len(p)) > int64(len(m.b))-off {
 		return io.ErrUnexpectedEOF
@@ -202,9 +205,11 @@ func (m memReader) ReadAt(_ context.Context, p []byte, off int64) error {
 	copy(p, m.b[off:])
 	return nil
 }
-func (m memReader) Size() int64  { return int64(len(m.b)) }
-func (m memReader) Name() string { return "fuzz" }
-func (m memReader) Close() error { return nil }
+func (m memReader) Size() int64          { return int64(len(m.b)) }
+func (m memReader) Name() string         { return "fuzz" }
+func (m memReader) Close() error         { return nil }
+func (m memReader) Version() string      { return "" }
+func (m memReader) Hints() storage.Hints { return storage.Hints{} }
 
 // tarOf makes a tar of the given members with archive/tar.
 func tarOf(members map[string]string, long bool) []byte {

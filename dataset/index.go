@@ -112,7 +112,7 @@ func sourceKey(r storage.Reader, variant uint32) indexKey {
 // changeTime is the ctime, in nanoseconds, of a reader of a local file
 // (one with a descriptor).
 func changeTime(r storage.Reader) (int64, bool) {
-	f, ok := r.(interface{ Fd() int })
+	f, ok := storage.As[storage.Descriptor](r)
 	if !ok {
 		return 0, false
 	}
@@ -467,7 +467,7 @@ func readBeside(ctx context.Context, store storage.Store, p string, limit int64)
 		return nil, err
 	}
 	defer r.Close()
-	f, ok := r.(interface{ Fd() int })
+	f, ok := storage.As[storage.Descriptor](r)
 	if !ok {
 		return nil, fmt.Errorf("%s: read through a %T, whose owner cannot be checked: %w", p, r, privdir.ErrNotPrivate)
 	}

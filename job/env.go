@@ -11,7 +11,6 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/tier"
 	"github.com/riffle-ml/riffle/transform"
 )
 
@@ -38,9 +37,10 @@ type EnvOptions struct {
 	// instead of transforming. Outputs is the store they are read from.
 	Catalogue Catalogue
 	Outputs   storage.Store
-	// Tier, if set, is the disk tier in front of the object store: each
-	// job tells it when it next reads each block.
-	Tier func() *tier.Tier
+	// Tier, if set, returns the disk tier in front of the object store,
+	// or nil while there is none: each job tells it when it next reads
+	// each block.
+	Tier func() Futures
 	// PageCacheBytes is what the page cache may keep of a job's files:
 	// a shuffle it would answer few reads of reads with O_DIRECT when its
 	// spec leaves direct unset (job/direct.go). Default half the memory
@@ -56,6 +56,15 @@ type EnvOptions struct {
 	// refused, naming it. Default a sixteenth of the memory the process
 	// may use.
 	DecodeBytes int64
+}
+
+// Futures is told when a job next reads each range of an object: the
+// daemon's disk tier, which evicts the block next used farthest away.
+// fn(object, off, n) is the position of the job's order at which it next
+// reads a byte of that range, cache.Never if it will not. The returned
+// function removes fn.
+type Futures interface {
+	AddFuture(fn func(object string, off, n int64) int64) (remove func())
 }
 
 // Catalogue finds the persisted outputs of a transform over a source at

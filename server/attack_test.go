@@ -20,8 +20,8 @@ import (
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/synth"
-	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/storage/peer"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -613,16 +613,9 @@ func TestPeerConnections(t *testing.T) {
 		t.Fatalf("a daemon without peers: %+v", a)
 	}
 
-	s := &Server{TCP: "127.0.0.1:0", Token: "secret", peerIdle: 100 * time.Millisecond}
-	local, err := storage.NewLocal(false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := peer.New(local, peer.Options{Peers: []string{"self", "127.0.0.1:1"}, Token: "secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cluster.Store(c) // what Serve does with Peers, without an object store
+	// Peers, and an object store no request reaches.
+	s := &Server{TCP: "127.0.0.1:0", Token: "secret", Peers: []string{"self", "127.0.0.1:1"},
+		S3: storage.S3Options{Endpoint: "http://127.0.0.1:1"}, peerIdle: 100 * time.Millisecond}
 	daemon(t, s)
 	if _, _, a := peerHello(s.TCPAddr(), "wrong"); a.Status != peer.StatusError || a.Message != "wrong token" {
 		t.Fatalf("a wrong token: %+v", a)

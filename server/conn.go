@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/riffle-ml/riffle/job"
-	"github.com/riffle-ml/riffle/peer"
+	"github.com/riffle-ml/riffle/storage/peer"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -92,7 +92,7 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 	r := bufio.NewReader(c)
 	if cn.unix == nil {
 		// Another node's daemon opens with the peer protocol's magic,
-		// which no client frame can start with (peer/frame.go).
+		// which no client frame can start with (storage/peer/frame.go).
 		if b, err := r.Peek(len(peer.Magic)); err == nil && string(b) == peer.Magic {
 			cn.servePeer(r, helloBy)
 			return
@@ -149,7 +149,7 @@ func (s *Server) serveConn(parent context.Context, c net.Conn) {
 // by a node that went away.
 func (cn *conn) servePeer(r *bufio.Reader, helloBy time.Time) {
 	pc := &peekedConn{Conn: cn.c, r: r}
-	cl := cn.s.cluster.Load()
+	cl := cn.s.stack.Cluster()
 	if cl == nil {
 		peer.Refuse(pc, "this daemon has no peers (serve --peers)")
 		return

@@ -2,6 +2,8 @@
 // job on a machine (OneAccess's shared loading layer, oneaccess.txt §3).
 // It holds transport only: sockets, authentication, admission, the
 // shared-memory arenas, frames to and from job calls, status and metrics.
+// The stores it reads through are built by storage/stack from its fields,
+// in one call, and the jobs' environment by job.NewEnv.
 // What a job is (its options, its order, its memory, its share group, the
 // datasets it shares with other jobs) is package job's; the daemon keeps
 // one job.Env for all its clients, so that jobs on the same data share

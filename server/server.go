@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +21,8 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/job"
-	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/tier"
+	"github.com/riffle-ml/riffle/storage/stack"
 )
 
 // Server is the daemon. The zero value serves a Unix socket at
@@ -121,11 +121,9 @@ type Server struct {
 	tcpSlots chan struct{} // TCP connections authenticated
 	spare    spareFD       // for telling a client the daemon is out of descriptors (accept.go)
 
-	store   *storage.Router
-	env     *job.Env
-	budget  *budget
-	tier    atomic.Pointer[tier.Tier]
-	cluster atomic.Pointer[peer.Cluster]
+	stack  *stack.Stack
+	env    *job.Env
+	budget *budget
 	// opener, if set, opens datasets in place of dataset.Open (a test
 	// holds an open with it).
 	opener   func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)
@@ -184,151 +182,155 @@ func (s *Server) TokenFile() string { return s.tokenFile }
 func (s *Server) MetricsAddr() string { return s.metricsAddr }
 
 // Serve listens and serves until ctx is cancelled or, with IdleExit, the
-// daemon has had no client for that long.
+// daemon has had no client for that long. It builds what the daemon
+// carries batches from (the store stack, the memory budget, the jobs'
+// environment), each from its fields and each checked before the daemon
+// listens, then listens and serves.
 func (s *Server) Serve(ctx context.Context) error {
 	s.init()
-	s.socket = s.Socket
-	if s.socket == "" {
-		s.socket = DefaultSocket()
-	}
-	var err error
-	local, err := storage.NewLocal(false, s.Roots)
+	s.socket = cmp.Or(s.Socket, DefaultSocket())
+	stk, err := stack.Open(s.stackSettings())
 	if err != nil {
 		return err
 	}
-	if len(s.Peers) > 0 && s.Token == "" {
-		return errors.New("--peers needs --token (or $RIFFLE_TOKEN): every node's daemon must share one")
-	}
-	if len(s.Peers) > 0 && (s.Node < 0 || s.Node >= len(s.Peers)) {
-		return fmt.Errorf("node %d is not in a peer list of %d", s.Node, len(s.Peers))
-	}
+	defer stk.Close()
+	s.stack = stk
 	if err := s.checkDirs(); err != nil {
 		return err
 	}
-	// What stands in front of the object store: the nodes' memory, then
-	// this node's disk. They are made with the store, at its first use;
-	// with peers, below, before the daemon serves.
-	var tierErr error
-	wrap := func(inner storage.Store) storage.Store {
-		st := inner
-		if len(s.Peers) > 0 {
-			c, err := peer.New(st, peer.Options{Peers: s.Peers, Self: s.Node, Token: s.Token,
-				Budget: max(s.PeerBytes, 1<<26), Timeout: s.PeerTimeout})
-			if err != nil {
-				tierErr = fmt.Errorf("the cluster's memory tier (--peers): %w", err)
-				slog.Warn("no cluster tier", "err", err)
-			} else {
-				s.cluster.Store(c)
-				st = c
-			}
-		}
-		if s.TierDir != "" {
-			t, err := tier.New(st, tier.Options{Dir: s.TierDir, Budget: max(s.TierBytes, 1<<26)})
-			if err != nil {
-				tierErr = fmt.Errorf("the disk tier (--cache-dir): %w", err)
-				slog.Warn("no disk tier", "dir", s.TierDir, "err", err)
-			} else {
-				s.tier.Store(t)
-				st = t
-			}
-		}
-		return st
+	s.budget = s.newBudget()
+	env, err := job.NewEnv(s.envOptions())
+	if err != nil {
+		return err
 	}
-	s.store = storage.NewRouter(local, s.S3, wrap)
-	if len(s.Peers) > 0 {
-		// Peers ask for blocks before this node reads any: the cluster
-		// tier must be there from the start.
-		if _, err := s.store.Remote(); err != nil {
-			return fmt.Errorf("--peers: the object store: %w", err)
-		}
-		if tierErr != nil {
-			return tierErr
-		}
+	defer env.Close()
+	s.env = env
+	s.live = map[*handle]bool{}
+	s.idle = make(chan struct{}, 1)
+	ls, err := s.listen()
+	if err != nil {
+		return err
 	}
-	defer func() {
-		if c := s.cluster.Load(); c != nil {
-			c.Close()
-		}
-	}()
-	defer s.store.Close()
+	defer ls.close()
+	return s.serve(ctx, ls)
+}
+
+// stackSettings are the store stack's: where files may be read from,
+// the object store and the tiers in front of it.
+func (s *Server) stackSettings() stack.Settings {
+	return stack.Settings{Roots: s.Roots, S3: s.S3, TierDir: s.TierDir, TierBytes: s.TierBytes,
+		Peers: s.Peers, Node: s.Node, Token: s.Token, PeerBytes: s.PeerBytes, PeerTimeout: s.PeerTimeout}
+}
+
+// newBudget splits the daemon's memory (budget.go) and, with HeapLimit,
+// keeps the Go heap's limit at what the jobs' reservations leave.
+func (s *Server) newBudget() *budget {
 	total := s.MemoryBytes
 	if total <= 0 {
 		total = job.AvailableMemory()
 	}
-	sp := splitMemory(total, s.CacheBytes)
 	wait := s.MemoryWait
 	if wait <= 0 {
 		wait = 2 * time.Minute
 	}
-	s.budget = &budget{sp: sp, wait: wait}
+	b := &budget{sp: splitMemory(total, s.CacheBytes), wait: wait}
 	if s.HeapLimit {
-		s.budget.changed = func(held int64) { debug.SetMemoryLimit(sp.heapLimit(held)) }
-		s.budget.changed(0)
+		b.changed = func(held int64) { debug.SetMemoryLimit(b.sp.heapLimit(held)) }
+		b.changed(0)
 	}
-	// The catalogue is the daemon's own directory, outside any root.
+	return b
+}
+
+// envOptions are the jobs' environment's: the stack's store and disk
+// tier, the budget's parts for the record cache, jobs and decodes, and
+// the daemon's directories.
+func (s *Server) envOptions() job.EnvOptions {
+	sp := s.budget.sp
+	// The catalogue is the daemon's own directory, outside any root: the
+	// environment reads it through a store of its own.
 	cat := catalogue.Default()
 	if s.Outputs != "" {
 		cat = catalogue.Catalogue{Dir: s.Outputs}
 	}
-	own, err := storage.NewLocal(false, nil)
-	if err != nil {
-		return err
-	}
-	defer own.Close()
 	// A default job's memory is at most a 32nd of the jobs' budget (its
 	// arena twice that): sixteen default jobs fit at once.
-	env, err := job.NewEnv(job.EnvOptions{Store: s.store, CacheBytes: sp.cache, JobMemory: sp.jobs / 32, DecodeBytes: sp.decode, IndexDir: s.IndexDir,
-		PageCacheBytes: s.PageCacheBytes, IndexInDirOnly: len(s.Roots) == 0, Catalogue: cat, Outputs: own, Tier: s.tier.Load, Open: s.opener})
-	if err != nil {
-		return err
-	}
-	s.env = env
-	defer env.Close()
-	s.live = map[*handle]bool{}
-	s.idle = make(chan struct{}, 1)
+	return job.EnvOptions{Store: s.stack.Store(), CacheBytes: sp.cache, JobMemory: sp.jobs / 32, DecodeBytes: sp.decode,
+		IndexDir: s.IndexDir, IndexInDirOnly: len(s.Roots) == 0, PageCacheBytes: s.PageCacheBytes, Catalogue: cat,
+		Tier: s.futures, Open: s.opener}
+}
+
+// listeners are what the daemon serves: its Unix socket, held by the
+// lock that makes it the socket's one daemon, TCP if asked, and metrics.
+type listeners struct {
+	lock    *os.File
+	socket  string         // removed at close, once listened on
+	conns   []net.Listener // the socket's, then TCP's
+	metrics net.Listener   // nil without Metrics
+}
+
+// listen takes the socket (one daemon per socket: the lock decides, so
+// that clients racing to start a daemon end up sharing one) and listens.
+func (s *Server) listen() (*listeners, error) {
 	if err := privateDir(filepath.Dir(s.socket)); err != nil {
-		return err
+		return nil, err
 	}
-	// One daemon per socket: the lock decides, so that clients racing to
-	// start a daemon end up sharing one.
 	lock, err := os.OpenFile(s.socket+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer lock.Close()
+	ls := &listeners{lock: lock}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fmt.Errorf("%s: %w", s.socket, ErrRunning)
+		lock.Close()
+		return nil, fmt.Errorf("%s: %w", s.socket, ErrRunning)
 	}
 	os.Remove(s.socket) // a dead daemon's socket
 	old := unix.Umask(0o177)
 	ul, err := net.Listen("unix", s.socket)
 	unix.Umask(old)
 	if err != nil {
-		return err
+		lock.Close()
+		return nil, err
 	}
 	os.Chmod(s.socket, 0o600)
-	defer os.Remove(s.socket)
-	listeners := []net.Listener{ul}
+	ls.socket, ls.conns = s.socket, append(ls.conns, ul)
 	s.token = s.Token
 	if s.TCP != "" {
 		tl, err := s.listenTCP()
 		if err != nil {
-			ul.Close()
-			return err
+			ls.close()
+			return nil, err
 		}
-		listeners = append(listeners, tl)
+		ls.conns = append(ls.conns, tl)
 	}
+	if s.Metrics != "" {
+		if ls.metrics, err = s.listenMetrics(); err != nil {
+			ls.close()
+			return nil, err
+		}
+	}
+	return ls, nil
+}
+
+// close closes the listeners, removes the socket and lets the lock go.
+func (ls *listeners) close() {
+	for _, l := range ls.conns {
+		l.Close()
+	}
+	if ls.metrics != nil {
+		ls.metrics.Close()
+	}
+	if ls.socket != "" {
+		os.Remove(ls.socket)
+	}
+	ls.lock.Close()
+}
+
+// serve accepts and serves connections until ctx is cancelled, a
+// listener fails or the daemon has been idle for IdleExit, then waits
+// for every connection's goroutine.
+func (s *Server) serve(ctx context.Context, ls *listeners) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var ml net.Listener
-	if s.Metrics != "" {
-		if ml, err = s.listenMetrics(); err != nil {
-			for _, l := range listeners {
-				l.Close()
-			}
-			return err
-		}
-	}
 	s.spare.keep()
 	defer s.spare.give()
 	g, gctx := errgroup.WithContext(ctx)
@@ -342,7 +344,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	unixSlots := make(chan struct{}, maxConns)
 	s.tcpSlots = make(chan struct{}, maxConns)
 	s.gate = preAuth{max: maxPreAuth, perAddr: maxPreAuthAddr}
-	for _, l := range listeners {
+	for _, l := range ls.conns {
 		_, isUnix := l.(*net.UnixListener)
 		g.Go(func() error {
 			<-gctx.Done()
@@ -385,28 +387,37 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.IdleExit > 0 {
 		g.Go(func() error { return s.watchIdle(gctx, cancel) })
 	}
-	if ml != nil {
-		g.Go(func() error { return s.serveMetrics(gctx, ml) })
+	if ls.metrics != nil {
+		g.Go(func() error { return s.serveMetrics(gctx, ls.metrics) })
 		g.Go(func() error { return s.sampleView(gctx) })
 	}
+	sp := s.budget.sp
 	slog.Info("riffle daemon serving", "socket", s.socket, "tcp", s.tcpAddr, "memory", sp.total, "cache", sp.cache, "jobs", sp.jobs,
 		"descriptors", fdLimit())
 	close(s.ready)
-	err = g.Wait()
+	err := g.Wait()
 	cancel()
 	conns.Wait()
 	return err
 }
 
+// futures is the disk tier jobs tell their next reads, nil while there
+// is none (never a nil *tier.Tier in a non-nil job.Futures).
+func (s *Server) futures() job.Futures {
+	if t := s.stack.Tier(); t != nil {
+		return t
+	}
+	return nil
+}
+
 // checkDirs checks, before the daemon serves, the directories it was told
-// to keep its own data in (the disk tier's blocks, indexes, persisted
-// outputs): each is made if missing and must be private to the daemon's
-// user (internal/privdir). One another user owns, or anyone may write,
-// stops the daemon at start with the fix, rather than a job at its first
-// read, or a warning nobody reads and a tier that is quietly not there.
+// to keep its own data in (indexes, persisted outputs; the disk tier's
+// blocks are the store stack's to check): each is made if missing and
+// must be private to the daemon's user (internal/privdir). One another
+// user owns, or anyone may write, stops the daemon at start with the fix,
+// rather than a job at its first read, or a warning nobody reads.
 func (s *Server) checkDirs() error {
 	for _, d := range []struct{ what, dir string }{
-		{"the disk tier's directory (--cache-dir)", s.TierDir},
 		{"the index directory (--index-dir)", s.IndexDir},
 		{"the catalogue of outputs (--outputs)", s.Outputs},
 	} {

@@ -55,20 +55,16 @@ func (s *Server) status() *wire.Status {
 		ReadBytes:   read,
 		ServedBytes: served,
 	}
-	if s.store.RemoteMade() {
-		if r, err := s.store.Remote(); err == nil {
-			rs := r.Stats()
-			out.Remote = &wire.RemoteStatus{Gets: rs.Gets, Bytes: rs.Bytes, Retries: rs.Retries}
-		}
+	stk := s.stack.Stats()
+	if rs := stk.Remote; rs != nil {
+		out.Remote = &wire.RemoteStatus{Gets: rs.Gets, Bytes: rs.Bytes, Retries: rs.Retries}
 	}
-	if t := s.tier.Load(); t != nil {
-		ts := t.Stats()
+	if ts := stk.Disk; ts != nil {
 		out.Disk = &wire.DiskStatus{Bytes: ts.Bytes, Blocks: ts.Blocks, Hits: ts.Hits, Misses: ts.Misses}
 	}
 	out.Memory = s.budget.status()
 	s.memoryUse(out.Memory)
-	if c := s.cluster.Load(); c != nil {
-		cs := c.Stats()
+	if cs := stk.Peers; cs != nil {
 		out.Peers = &wire.PeersStatus{Node: s.Node, Nodes: len(s.Peers), Local: cs.Local, FromPeers: cs.FromPeers,
 			Served: cs.Served, Fallbacks: cs.Fallbacks, Fetched: cs.Fetched, Bytes: cs.Bytes}
 	}

@@ -34,11 +34,12 @@ type Request struct {
 	// same bytes.
 	PastCache bool
 
-	file    *File  // the file under R, when the read can go to the ring
-	lane    *lane  // the file's device in the ring
-	release func() // gives the file back (a FileSet's descriptor)
-	first   int    // an injected short first read, 0 for none
-	delayed bool   // an injected delay has passed
+	file    *File       // the file under R, when the read can go to the ring
+	lane    *lane       // the file's device in the ring
+	release func()      // gives the file back (a FileSet's descriptor)
+	ic      Interceptor // R's, once it has let the read through
+	first   int         // an injected short first read, 0 for none
+	delayed bool        // an injected delay has passed
 }
 
 // EngineOptions configures an Engine. The zero value works.
@@ -61,7 +62,7 @@ type EngineOptions struct {
 // shares it; one engine per device is the daemon's design, so that jobs
 // sharing a disk share its queue instead of each sizing its own.
 //
-// Reads of local files (File, a FileSet's files, and Faulty wrappers of
+// Reads of local files (File, a FileSet's files, and the Wrappers of
 // either) go through io_uring: one goroutine keeps each device's depth of
 // them in flight with one system call per round, where as many goroutines
 // blocked in pread would reach the device's queue depth only as fast as
@@ -297,13 +298,13 @@ func (e *Engine) serveOne(r *Request) bool {
 		e.finish(r, nil) // a zero-length record costs no read
 		return false
 	}
-	if f, ok := r.R.(*Faulty); ok {
-		if f.Delay > 0 && !r.delayed {
+	if ic, ok := As[Interceptor](r.R); ok {
+		if d := ic.Hold(); d > 0 && !r.delayed {
 			// A slow read must not hold a worker: it comes back later,
 			// or fails as soon as its context is done.
 			r.delayed = true
 			var once sync.Once
-			t := time.AfterFunc(f.Delay, func() { once.Do(func() { e.enqueue(r) }) })
+			t := time.AfterFunc(d, func() { once.Do(func() { e.enqueue(r) }) })
 			context.AfterFunc(r.Ctx, func() {
 				once.Do(func() {
 					t.Stop()
@@ -312,14 +313,14 @@ func (e *Engine) serveOne(r *Request) bool {
 			})
 			return false
 		}
-		first, err := f.inject(r.Off, len(r.P))
+		first, err := ic.Intercept(r.Off, len(r.P))
 		if err != nil {
 			e.finish(r, err)
 			return false
 		}
-		r.first = first
+		r.ic, r.first = ic, first
 	}
-	rf, ok := r.R.(ringer)
+	rf, ok := As[ringer](r.R)
 	if !ok {
 		e.toPool(r)
 		return false
@@ -422,10 +423,8 @@ func (e *Engine) complete(r *Request, err error) {
 		r.release()
 		r.release = nil
 	}
-	if r.R != nil {
-		if f, ok := r.R.(*Faulty); ok && err == nil {
-			f.Reads.Add(1)
-		}
+	if r.ic != nil {
+		r.ic.Served(err)
 	}
 	e.finish(r, err)
 }
@@ -592,23 +591,15 @@ func (e *Engine) Ring() bool { return e.ring }
 
 // ringer is implemented by Readers whose reads can go to io_uring: it
 // returns the open file under the Reader and a function to call once the
-// read has finished.
+// read has finished. It is found through Unwrap (As).
 type ringer interface {
 	ringFile() (*File, func(), error)
 }
 
 func (f *File) ringFile() (*File, func(), error) { return f, nil, nil }
 
-// errNotFile says a wrapped Reader has no local file under it.
+// errNotFile says a Reader has no local file under it.
 var errNotFile = errors.New("not a local file")
-
-func (f *Faulty) ringFile() (*File, func(), error) {
-	rf, ok := f.Reader.(ringer)
-	if !ok {
-		return nil, nil, errNotFile
-	}
-	return rf.ringFile()
-}
 
 // through is the file r reads f through: its O_DIRECT twin where r asks
 // to read past the page cache and can, else f.
@@ -621,22 +612,23 @@ func (r *Request) through(f *File) *File {
 	return f
 }
 
-// readAt serves a request with blocking reads, for the goroutine pool. A
-// Faulty's faults were injected already; its short first read is served as
-// two reads, as a continuation after a short read would be.
+// readAt serves a request with blocking reads, for the goroutine pool.
+// An Interceptor's faults were injected already: the read is served by
+// the reader under it, its short first read as two reads, as a
+// continuation after a short read would be.
 func (r *Request) readAt() error {
 	rd := r.R
+	if r.ic != nil {
+		rd = r.ic.Unwrap()
+	}
 	if f, ok := rd.(*File); ok {
 		rd = r.through(f)
 	}
-	if f, ok := rd.(*Faulty); ok {
-		rd = f.Reader
-		if r.first > 0 {
-			if err := rd.ReadAt(r.Ctx, r.P[:r.first], r.Off); err != nil {
-				return err
-			}
-			return rd.ReadAt(r.Ctx, r.P[r.first:], r.Off+int64(r.first))
+	if r.first > 0 {
+		if err := rd.ReadAt(r.Ctx, r.P[:r.first], r.Off); err != nil {
+			return err
 		}
+		return rd.ReadAt(r.Ctx, r.P[r.first:], r.Off+int64(r.first))
 	}
 	return rd.ReadAt(r.Ctx, r.P, r.Off)
 }

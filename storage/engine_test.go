@@ -80,7 +80,7 @@ func TestEngineReadsEveryKindOfReader(t *testing.T) {
 				}
 				set := NewFileSet(&Local{direct: direct}, []string{p}, []int64{int64(len(want))}, 1)
 				readers := []Reader{f, set.Object(0), &Faulty{Reader: f}, &Faulty{Reader: set.Object(0)}}
-				readAll(t, e, readers, want, f.Alignment())
+				readAll(t, e, readers, want, AlignmentOf(f))
 				set.Close()
 				f.Close()
 			}
@@ -249,7 +249,7 @@ func TestEngineDepthBounds(t *testing.T) {
 			// O_DIRECT reads, all submitted at once: far more offered than
 			// any bound, so only the lane's depth holds them back.
 			for range 4 {
-				readAll(t, e, []Reader{f}, want, f.Alignment())
+				readAll(t, e, []Reader{f}, want, AlignmentOf(f))
 			}
 			if d := e.Stats().Depth; d < 1 || d > tc.max {
 				t.Fatalf("depth %d, want within [1, %d]", d, tc.max)

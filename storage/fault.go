@@ -8,9 +8,11 @@ import (
 
 // Faulty wraps a Reader and injects faults, as pebble's errorfs does for its
 // file system: a test decides per read whether it fails, comes back short or
-// is slow, without a mock standing in for the real file underneath. An
-// Engine recognises a Faulty over a local file and injects the same faults
-// on its io_uring path, so fault tests exercise the path users run.
+// is slow, without a mock standing in for the real file underneath. It is
+// an Interceptor: an Engine injects the same faults on the path the wrapped
+// reader's reads take (io_uring for a local file), so fault tests exercise
+// the path users run. Its version and hints are the wrapped reader's, and
+// the wrapped reader's Drop and descriptor are found through it (As).
 type Faulty struct {
 	Reader
 	// Inject is called before each read; a non-nil error fails the read.
@@ -26,12 +28,18 @@ type Faulty struct {
 	Reads atomic.Int64
 }
 
-// Hints are the wrapped Reader's.
-func (f *Faulty) Hints() Hints { return HintsOf(f.Reader) }
+var _ Interceptor = (*Faulty)(nil)
 
-// inject applies Inject and Short to a read of n bytes at off: the error
-// to fail it with, or the length of its short first attempt (0 for none).
-func (f *Faulty) inject(off int64, n int) (int, error) {
+// Unwrap is the wrapped Reader.
+func (f *Faulty) Unwrap() Reader { return f.Reader }
+
+// Hold is Delay.
+func (f *Faulty) Hold() time.Duration { return f.Delay }
+
+// Intercept applies Inject and Short to a read of n bytes at off: the
+// error to fail it with, or the length of its short first attempt (0 for
+// none).
+func (f *Faulty) Intercept(off int64, n int) (int, error) {
 	if f.Inject != nil {
 		if err := f.Inject(off, n); err != nil {
 			return 0, &Error{Op: "read", Object: f.Name(), Offset: off, Len: n, Err: err}
@@ -45,6 +53,13 @@ func (f *Faulty) inject(off int64, n int) (int, error) {
 	return 0, nil
 }
 
+// Served counts a read that succeeded.
+func (f *Faulty) Served(err error) {
+	if err == nil {
+		f.Reads.Add(1)
+	}
+}
+
 // ReadAt injects the configured faults, then reads from the wrapped Reader.
 func (f *Faulty) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if f.Delay > 0 {
@@ -56,19 +71,17 @@ func (f *Faulty) ReadAt(ctx context.Context, p []byte, off int64) error {
 			return ctx.Err()
 		}
 	}
-	first, err := f.inject(off, len(p))
+	first, err := f.Intercept(off, len(p))
 	if err != nil {
 		return err
 	}
 	if first > 0 {
-		if err := f.Reader.ReadAt(ctx, p[:first], off); err != nil {
-			return err
-		}
+		err = f.Reader.ReadAt(ctx, p[:first], off)
 		p, off = p[first:], off+int64(first)
 	}
-	if err := f.Reader.ReadAt(ctx, p, off); err != nil {
-		return err
+	if err == nil {
+		err = f.Reader.ReadAt(ctx, p, off)
 	}
-	f.Reads.Add(1)
-	return nil
+	f.Served(err)
+	return err
 }

@@ -22,7 +22,7 @@ import (
 type FileOptions struct {
 	// Direct opens the file with O_DIRECT so a dataset larger than memory
 	// does not churn the page cache. Reads must then use buffers, offsets and
-	// lengths aligned to Alignment(); the loader does this.
+	// lengths aligned to its Hints().Align; the loader does this.
 	Direct bool
 }
 
@@ -63,6 +63,13 @@ type File struct {
 	moved    atomic.Bool
 	shortest atomic.Int64
 }
+
+// A File has every optional behaviour a wrapper unwraps to.
+var (
+	_ Dropper    = (*File)(nil)
+	_ Descriptor = (*File)(nil)
+	_ ringer     = (*File)(nil)
+)
 
 // OpenFile opens path for reading: a regular file of the unconfined
 // local file system.
@@ -117,13 +124,14 @@ func (f *File) Drop(off, n int64) error {
 	return nil
 }
 
-// Alignment is the required alignment of buffers, offsets and lengths: 1
-// unless the file was opened with O_DIRECT.
-func (f *File) Alignment() int {
+// Hints are a local file's (DefaultHints), its buffers, offsets and
+// lengths aligned to DirectAlign if it was opened with O_DIRECT.
+func (f *File) Hints() Hints {
+	h := DefaultHints
 	if f.pad {
-		return DirectAlign
+		h.Align = DirectAlign
 	}
-	return 1
+	return h
 }
 
 // Close closes the file; a second Close is an error, never a close of
@@ -242,7 +250,7 @@ func (f *File) pastCache() *File {
 // the cache, on a file system that allows O_DIRECT, and the read is
 // aligned as O_DIRECT needs.
 func CanPastCache(r Reader, p []byte, off int64) bool {
-	f, ok := r.(*File)
+	f, ok := As[*File](r)
 	return ok && pastAligned(p, off) && f.pastCache() != nil
 }
 
@@ -251,14 +259,6 @@ func CanPastCache(r Reader, p []byte, off int64) bool {
 func pastAligned(p []byte, off int64) bool {
 	return off%DirectAlign == 0 && len(p)%DirectAlign == 0 && alignbuf.Aligned(p, DirectAlign)
 }
-
-// Aligned is implemented by readers whose reads must be aligned (O_DIRECT).
-type Aligned interface {
-	Alignment() int
-}
-
-// AlignmentOf returns r's required alignment, 1 if it has none.
-func AlignmentOf(r Reader) int { return HintsOf(r).Align }
 
 // endError explains a read of want bytes at off that found the end of the
 // file after done bytes: the file shrank since it was opened, or the read
@@ -296,17 +296,12 @@ func (f *File) TryReadAt(p []byte, off int64) bool {
 
 func unixTime(t unix.Timespec) time.Time { return time.Unix(t.Sec, t.Nsec) }
 
-// DeviceOf returns the device r's object lives on, 0 when it is not a
-// local file (or not open yet): readers of one device share a read engine.
+// DeviceOf returns the device r's object lives on, 0 when it is not an
+// open local file (an object store's, a FileSet's file, which opens at its
+// first read): readers of one device share a read engine.
 func DeviceOf(r Reader) uint64 {
-	for {
-		switch x := r.(type) {
-		case *Faulty:
-			r = x.Reader
-			continue
-		case *File:
-			return x.dev
-		}
-		return 0
+	if f, ok := As[*File](r); ok {
+		return f.dev
 	}
+	return 0
 }

@@ -132,15 +132,35 @@ func (s *FileSet) Close() error {
 	return nil
 }
 
+// setFile is file i of a set, opened at its first read. It drops pages
+// and goes to io_uring through the file it opens; it has no descriptor of
+// its own to give (the set may close the file between reads).
 type setFile struct {
 	s *FileSet
 	i int
 }
 
+var _ interface {
+	Reader
+	Dropper
+	ringer
+} = setFile{}
+
 func (f setFile) Name() string { return f.s.paths[f.i] }
 func (f setFile) Size() int64  { return f.s.sizes[f.i] }
 func (f setFile) Close() error { return nil }
 func (f setFile) Hints() Hints { return f.s.hints }
+
+// Version is the file's version as it is open now, opening it if it is
+// not open; "" if it cannot be opened (its reads then fail, naming why).
+func (f setFile) Version() string {
+	r, err := f.s.acquire(context.Background(), f.i)
+	if err != nil {
+		return ""
+	}
+	defer f.s.release(f.i)
+	return r.Version()
+}
 
 func (f setFile) ReadAt(ctx context.Context, p []byte, off int64) error {
 	r, err := f.s.acquire(ctx, f.i)
@@ -159,7 +179,7 @@ func (f setFile) Drop(off, n int64) error {
 		return err
 	}
 	defer f.s.release(f.i)
-	d, ok := r.(Dropper)
+	d, ok := As[Dropper](r)
 	if !ok {
 		return nil
 	}

@@ -20,11 +20,6 @@ type Hints struct {
 	Align int
 }
 
-// Hinter is implemented by Readers that know their hints.
-type Hinter interface {
-	Hints() Hints
-}
-
 // DefaultHints are those of a local file read through the page cache. Its
 // depth search starts deep: a depth too deep costs latency, one too
 // shallow costs rate, and from 256 a fast NVMe (about 200 at its knee) or
@@ -35,25 +30,23 @@ type Hinter interface {
 // frame neighbouring records instead: loader.neighbourGap).
 var DefaultHints = Hints{Depth: 256, CoalesceGap: 0, BlockSize: 4096, Align: 1}
 
-// HintsOf returns r's hints, with DefaultHints for what r does not say.
+// HintsOf returns r's hints, with DefaultHints for what r leaves 0.
 func HintsOf(r Reader) Hints {
-	h := DefaultHints
-	if hr, ok := r.(Hinter); ok {
-		got := hr.Hints()
-		if got.Depth > 0 {
-			h.Depth = got.Depth
-		}
-		if got.CoalesceGap > 0 {
-			h.CoalesceGap = got.CoalesceGap
-		}
-		if got.BlockSize > 0 {
-			h.BlockSize = got.BlockSize
-		}
-		if got.Align > 0 {
-			h.Align = got.Align
-		}
-	} else if a, ok := r.(Aligned); ok {
-		h.Align = a.Alignment()
+	h, got := DefaultHints, r.Hints()
+	if got.Depth > 0 {
+		h.Depth = got.Depth
+	}
+	if got.CoalesceGap > 0 {
+		h.CoalesceGap = got.CoalesceGap
+	}
+	if got.BlockSize > 0 {
+		h.BlockSize = got.BlockSize
+	}
+	if got.Align > 0 {
+		h.Align = got.Align
 	}
 	return h
 }
+
+// AlignmentOf returns r's required alignment, 1 if it has none.
+func AlignmentOf(r Reader) int { return HintsOf(r).Align }

@@ -21,17 +21,18 @@ type Router struct {
 
 // remoteStore is the S3 store, made once, shared by copies of a Router.
 type remoteStore struct {
-	opts S3Options
-	tier func(Store) Store
-	once sync.Once
-	made atomic.Bool
-	s3   Store
-	err  error
+	opts  S3Options
+	tier  func(Store) Store
+	once  sync.Once
+	made  atomic.Bool
+	s3    *S3
+	front Store // s3, or the tiers in front of it
+	err   error
 }
 
 // NewRouter routes s3:// names to an S3 store configured by opts (wrapped
-// by tier, if set: the tiers of memory and disk in front of it, each with
-// an Unwrap method) and the rest to local.
+// by tier, if set: the tiers in front of it, which storage/stack makes)
+// and the rest to local.
 func NewRouter(local *Local, opts S3Options, tier func(Store) Store) *Router {
 	return &Router{Local: local, rs: &remoteStore{opts: opts, tier: tier}}
 }
@@ -48,15 +49,14 @@ func (r *Router) remote() (Store, error) {
 	}
 	rs.once.Do(func() {
 		defer rs.made.Store(true)
-		var s *S3
-		if s, rs.err = NewS3(rs.opts); rs.err == nil {
-			rs.s3 = s
+		if rs.s3, rs.err = NewS3(rs.opts); rs.err == nil {
+			rs.front = rs.s3
 			if rs.tier != nil {
-				rs.s3 = rs.tier(s)
+				rs.front = rs.tier(rs.s3)
 			}
 		}
 	})
-	return rs.s3, rs.err
+	return rs.front, rs.err
 }
 
 func (r *Router) pick(name string) (Store, error) {
@@ -124,25 +124,13 @@ func (r *Router) Close() error { return r.Local.Close() }
 // made), without making it.
 func (r *Router) RemoteMade() bool { return r.rs != nil && r.rs.made.Load() }
 
-// Remote is the S3 store s3:// names go to (not its disk tier), made if
-// it was not yet.
+// Remote is the S3 store s3:// names go to (not the tiers in front of
+// it), made if it was not yet.
 func (r *Router) Remote() (*S3, error) {
-	s, err := r.remote()
-	if err != nil {
+	if _, err := r.remote(); err != nil {
 		return nil, err
 	}
-	for {
-		u, ok := s.(interface{ Unwrap() Store })
-		if !ok {
-			break
-		}
-		s = u.Unwrap()
-	}
-	s3, ok := s.(*S3)
-	if !ok {
-		return nil, fmt.Errorf("the object store is a %T", s)
-	}
-	return s3, nil
+	return r.rs.s3, nil
 }
 
 // Stream opens a whole object to read in order: one GET from an object

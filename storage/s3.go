@@ -248,6 +248,8 @@ type s3Object struct {
 	modified          time.Time // pins reads where the store gives no ETag
 }
 
+var _ Reader = (*s3Object)(nil)
+
 func (o *s3Object) Size() int64     { return o.size }
 func (o *s3Object) Name() string    { return o.name }
 func (o *s3Object) Close() error    { return nil }

@@ -1,6 +1,7 @@
-// Package storage is where riffle's bytes live: every tier (local files now,
-// object stores and a local cache tier later) is a Reader that serves byte
-// ranges of one named object.
+// Package storage is where riffle's bytes live: every tier (local files, an
+// S3 store, and in front of it the nodes' memory and this node's disk,
+// packages storage/peer and storage/tier) is a Reader that serves byte
+// ranges of one named object. storage/stack builds them into one stack.
 //
 // The shape follows pebble's objstorage.Readable: ReadAt fills the whole
 // buffer or fails (no partial reads), and is safe for concurrent calls, so
@@ -33,13 +34,14 @@ type Reader interface {
 	Size() int64
 	// Name identifies the object in errors: a path or a URL.
 	Name() string
+	// Version identifies the object's bytes as they were opened
+	// (ObjectInfo.Version), so that what was read and what is described
+	// are the same object; "" when the store cannot say.
+	Version() string
+	// Hints say how the object likes to be read; a field left 0 is
+	// DefaultHints' (HintsOf fills them in).
+	Hints() Hints
 	Close() error
-}
-
-// Dropper is a Reader whose cached pages can be dropped (File.Drop): a
-// local file read through the page cache.
-type Dropper interface {
-	Drop(off, n int64) error
 }
 
 // Error records a failed read and where it happened, like os.PathError.

@@ -65,7 +65,7 @@ func directTestFile(t *testing.T) (*File, []byte) {
 
 func TestDirectTail(t *testing.T) {
 	f, want := directTestFile(t)
-	if f.Alignment() != DirectAlign {
+	if AlignmentOf(f) != DirectAlign {
 		t.Skip("file system refused O_DIRECT")
 	}
 	buf := alignbuf.Make(2*DirectAlign, DirectAlign)

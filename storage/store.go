@@ -56,13 +56,6 @@ var (
 	ErrTooLarge = errors.New("larger than allowed")
 )
 
-// Versioned is implemented by Readers that know their object's version
-// as it was opened (ObjectInfo.Version), so that what was read and what is
-// described are the same object.
-type Versioned interface {
-	Version() string
-}
-
 // SkipDir, returned by a Walk callback for a directory, skips it.
 var SkipDir = errors.New("skip this directory")
 

@@ -27,6 +27,11 @@ type memObject struct {
 	s *memStore
 }
 
+var (
+	_ storage.Store  = (*memStore)(nil)
+	_ storage.Reader = (*memObject)(nil)
+)
+
 func (s *memStore) Open(ctx context.Context, name string) (storage.Reader, error) {
 	if name != s.name {
 		return nil, &storage.Error{Op: "open", Object: name, Err: fs.ErrNotExist}
@@ -59,10 +64,11 @@ func (o *memObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	copy(p, o.s.data[off:])
 	return nil
 }
-func (o *memObject) Size() int64     { return int64(len(o.s.data)) }
-func (o *memObject) Name() string    { return o.s.name }
-func (o *memObject) Close() error    { return nil }
-func (o *memObject) Version() string { return "v1" }
+func (o *memObject) Size() int64          { return int64(len(o.s.data)) }
+func (o *memObject) Name() string         { return o.s.name }
+func (o *memObject) Close() error         { return nil }
+func (o *memObject) Version() string      { return "v1" }
+func (o *memObject) Hints() storage.Hints { return storage.Hints{} }
 
 const fuzzObject = "s3://bkt/fuzz.bin"
 

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/riffle-ml/riffle/internal/s3test"
-	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/server"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/storage/peer"
 )
 
 // A peer's block request whose numbers overflow (an offset near 2^63, a
@@ -42,7 +42,7 @@ func TestAbsurdBlockRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	version := r.(storage.Versioned).Version()
+	version := r.Version()
 	r.Close()
 
 	sockDir := filepath.Join(t.TempDir(), "sock")

@@ -71,6 +71,8 @@ type Cluster struct {
 	st struct{ local, fromPeers, served, fallbacks, fetched atomic.Int64 }
 }
 
+var _ storage.Store = (*Cluster)(nil)
+
 // Stats count a cluster's work.
 type Stats struct {
 	Local     int64 // blocks this node owns read from its memory or fetched for it
@@ -145,9 +147,6 @@ func (c *Cluster) Stats() Stats {
 		Fallbacks: c.st.fallbacks.Load(), Fetched: c.st.fetched.Load(), Bytes: c.mem.Stats().Bytes}
 }
 
-// Unwrap is the store behind the cluster.
-func (c *Cluster) Unwrap() storage.Store { return c.inner }
-
 func (c *Cluster) Stat(ctx context.Context, name string) (storage.ObjectInfo, error) {
 	return c.inner.Stat(ctx, name)
 }
@@ -188,18 +187,26 @@ func (c *Cluster) Open(ctx context.Context, name string) (storage.Reader, error)
 	return &object{Reader: r, c: c, version: versionOf(r)}, nil
 }
 
+// versionOf names the version of r's bytes its blocks are kept under:
+// its own, or its size where its store cannot say.
 func versionOf(r storage.Reader) string {
-	if v, ok := r.(storage.Versioned); ok {
-		return v.Version()
+	if v := r.Version(); v != "" {
+		return v
 	}
 	return fmt.Sprint(r.Size())
 }
 
+// object reads one object through the cluster. It keeps the object's
+// name and size, and has a version and hints of its own; it does not
+// unwrap (storage.Wrapper): its bytes come from the owners' memory, and
+// reading the object under it directly would go around them.
 type object struct {
 	storage.Reader
 	c       *Cluster
 	version string
 }
+
+var _ storage.Reader = (*object)(nil)
 
 func (o *object) Version() string { return o.version }
 

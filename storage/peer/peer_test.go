@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riffle-ml/riffle/peer"
 	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/storage/peer"
 )
 
 // Every node computes the same owner; owners are balanced; a node leaving

@@ -1,8 +1,9 @@
 // Package tier is the disk tier in front of an object store: blocks of
 // remote objects kept on local disk, evicted by each job's next use
 // (Belady's MIN), fetched once however many readers miss them. It wraps a
-// storage.Store and is one; it sits beside storage, not in it, so that
-// storage (where the bytes live) imports no cache.
+// storage.Store and is one; it is a package under storage, not part of
+// it, so that storage (where the bytes live) imports no cache.
+// storage/stack puts it in front of the object store.
 package tier
 
 import (
@@ -66,6 +67,8 @@ type Tier struct {
 
 	hits, misses, shared, fetched atomic.Int64
 }
+
+var _ storage.Store = (*Tier)(nil)
 
 // tierFlightBlocks bounds the blocks in flight at once, in blocks: a reader
 // that finds no room fetches for itself alone, as if no other reader
@@ -210,9 +213,6 @@ func (t *Tier) Stats() Stats {
 		Bytes: t.used, Blocks: len(t.blocks)}
 }
 
-// Unwrap is the store behind the tier.
-func (t *Tier) Unwrap() storage.Store { return t.inner }
-
 func (t *Tier) Stat(ctx context.Context, name string) (storage.ObjectInfo, error) {
 	return t.inner.Stat(ctx, name)
 }
@@ -236,17 +236,17 @@ func (t *Tier) Open(ctx context.Context, name string) (storage.Reader, error) {
 	}
 	// A local file's version has its ctime, which utime cannot set back:
 	// an edit in place that restores size and mtime is a new version.
-	v := ""
-	if vr, ok := r.(storage.Versioned); ok {
-		v = vr.Version()
-	}
-	h := sha256.Sum256([]byte(name + "\x00" + v))
+	h := sha256.Sum256([]byte(name + "\x00" + r.Version()))
 	o := &tierObject{Reader: r, t: t, name: name, id: hex.EncodeToString(h[:10])}
 	copy(o.idSum[:], h[:])
 	return o, nil
 }
 
-// tierObject reads one object through the tier.
+// tierObject reads one object through the tier. It keeps the object's
+// name, size and version, and has hints of its own; it does not unwrap
+// (storage.Wrapper): its bytes come from the tier's blocks, and reading
+// the object under it through io_uring, or dropping that file's pages,
+// would go around them.
 type tierObject struct {
 	storage.Reader
 	t     *Tier
@@ -255,17 +255,12 @@ type tierObject struct {
 	idSum [8]byte // the hash's first bytes, its blocks' space in flight
 }
 
+var _ storage.Reader = (*tierObject)(nil)
+
 func (o *tierObject) Hints() storage.Hints {
 	h := storage.HintsOf(o.Reader)
 	h.BlockSize = int(o.t.opts.Block)
 	return h
-}
-
-func (o *tierObject) Version() string {
-	if v, ok := o.Reader.(storage.Versioned); ok {
-		return v.Version()
-	}
-	return ""
 }
 
 // blockName is a block's file name in its object's directory (k.obj).

@@ -25,6 +25,8 @@ type gatedStore struct {
 // first block until resume closes: the cluster asks an object's size as
 // a read begins and again while it takes the block for its owner's
 // memory, so an armed object's read stops inside the owner's path.
+var _ storage.Reader = (*gatedObject)(nil)
+
 type gatedObject struct {
 	memObject
 	g      *gatedStore

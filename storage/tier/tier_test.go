@@ -27,7 +27,7 @@ import (
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
-	"github.com/riffle-ml/riffle/tier"
+	"github.com/riffle-ml/riffle/storage/tier"
 )
 
 // epochOver reads every record of an object once in a global order's
@@ -276,10 +276,14 @@ type countingStore struct {
 	gate  chan struct{}
 }
 
+// countingReader counts and gates the reads of the reader it wraps. It
+// must see every read, so it does not unwrap (storage.Wrapper).
 type countingReader struct {
 	storage.Reader
 	s *countingStore
 }
+
+var _ storage.Reader = (*countingReader)(nil)
 
 func (s *countingStore) Open(ctx context.Context, name string) (storage.Reader, error) {
 	r, err := s.Store.Open(ctx, name)
