@@ -61,8 +61,12 @@ import torch.utils.data
 from . import decode as _decode
 from . import ported as _ported
 from . import spec
-from .client import (Batch, Loader, RiffleError, _check_dataset, _check_rank, _history, _mixture, _own, _positional, _rest,
-                     _rest_places, _restable, _segments, _shared, _state_weights, _weights_state, _with_weights, merge_states)
+from .batch import Batch
+from .client import Loader
+from .errors import RiffleError
+from .mixture import _history, _mixture, _segments, _state_weights, _weights_state, _with_weights
+from .state import (_check_dataset, _check_rank, _own, _positional, _rest, _rest_places, _restable, _shared,
+                    merge_states)
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
