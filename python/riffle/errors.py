@@ -22,6 +22,11 @@ class InvalidSpec(RiffleError, ValueError):
     """An argument the daemon refuses (an option out of bounds, a format it cannot read): also a ``ValueError``."""
 
 
+class WrongType(InvalidSpec, TypeError):
+    """An option's value of a type riffle cannot send (an object where it takes a name or a number): an
+    :class:`InvalidSpec`, and the ``TypeError`` Python raises for an argument of the wrong type."""
+
+
 class PathNotFound(RiffleError, FileNotFoundError):
     """A path names nothing: also a ``FileNotFoundError``, as ImageFolder raises."""
 

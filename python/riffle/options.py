@@ -9,8 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import spec
-from .errors import PathNotFound
+from . import spec, wire
+from .errors import PathNotFound, WrongType
 
 
 def _subset(s) -> dict | None:
@@ -78,19 +78,23 @@ def _check_args(paths: Sequence, batch_size: Any) -> None:
 
 
 def _check_sendable(name: str, value: Any) -> None:
-    """Refuse an option's value the daemon cannot be sent (a Python object where riffle takes a name or a number),
-    naming the option: json.dumps would say only that some object is not serializable."""
+    """Refuse an option's value of a type the daemon cannot be sent (a Python object where riffle takes a name or a
+    number), naming the option: json.dumps would say only that some object is not serializable. The error is a
+    ``TypeError``, as Python raises for an argument of the wrong type, and an :class:`InvalidSpec`, as the daemon's
+    refusal of a value is. Numbers of any type (numpy's) are sent as the numbers they are (wire.encode); a value of
+    the right type the daemon refuses (a NaN, a bound) is the daemon's, or wire's, to name."""
     try:
-        json.dumps(value)
-    except (TypeError, ValueError):
+        json.dumps(value, default=wire._number)
+    except TypeError:
         keyword, kind = spec.OPTIONS[name][0], spec.OPTIONS[name][1]
         hint = ""
         if name == "sampler":
             hint = (": riffle orders and shards the records itself (rank= and world_size= split each epoch as "
                     "DistributedSampler does); riffle.torch.loader takes a DistributedSampler, RandomSampler, "
                     "SequentialSampler or SubsetRandomSampler and reads what it says")
-        raise TypeError(f"riffle: {keyword}= takes a {kind} ({spec.OPTIONS[name][5]}), not a "
-                        f"{type(value).__name__}{hint}") from None
+        what = type(value).__name__
+        raise WrongType(f"invalid job spec: {name}: {what} is not a {kind}; {keyword}= takes a {kind} "
+                        f"({spec.OPTIONS[name][5]}), not a {what}{hint}") from None
 
 
 def _abspath(p) -> str:
