@@ -4,6 +4,7 @@ a PyTorch user catches (a bad option is a ``ValueError``, a missing path a ``Fil
 from __future__ import annotations
 
 import errno
+import re
 from typing import Any
 
 from . import wire
@@ -75,3 +76,18 @@ def error_from(reply: dict[str, Any]) -> RiffleError:
 
 class UnsafeSocket(RiffleError):
     """The socket's directory, or the daemon behind it, is not this user's."""
+
+
+class RecordError(RiffleError):
+    """Decoding or transforming a record failed; names the record, its file and offset."""
+
+    def __init__(self, message: str, record: int | None = None, path: str | None = None, offset: int | None = None):
+        if record is None:
+            # Made again from its message alone: DataLoader re-raises a worker's exception in the main process as
+            # its type called with the message (its traceback's text), which names them as _record_error wrote.
+            # The last match: the traceback's last line is this error's, after those of its causes.
+            m = ([None] + list(re.finditer(r"record (\d+)(?: \((.*) at offset (\d+)\))?: ", message)))[-1]
+            if m:
+                record, path, offset = int(m[1]), m[2], None if m[3] is None else int(m[3])
+        super().__init__(message, path, offset)
+        self.record = record
