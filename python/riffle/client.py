@@ -39,8 +39,8 @@ from .errors import (DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed,
                      RiffleError, UnsafeSocket, error_from)
 from .mixture import _mixture, _mixture_at, _segments, _state_weights, _weights_state, _with_weights
 from .options import _abspath, _check_args, _check_sendable, _filter, _ids, _subset
-from .state import (_check_dataset, _check_rank, _own, _positional, _rest, _rest_places, _restable, _shared, _Taken,
-                    merge_states)
+from .state import (_check_dataset, _check_rank, _keeps, _own, _positional, _rest, _rest_places, _restable, _shared,
+                    _Taken, merge_states)
 
 # The client's parts live in the modules above; their public names are this module's too.
 __all__ = ["Batch", "Connection", "DEFAULT_TIMEOUT", "DaemonGone", "DataChanged", "DataError", "InvalidSpec",
@@ -663,10 +663,8 @@ class Loader:
                 time.sleep(0.1)
 
     def _keeps(self) -> bool:
-        """Whether this loader keeps what rebuilds its job's state: a shared order that delivers each batch whole
-        (not opportunistic, not a mixture's, not the rest of an epoch on another topology)."""
-        return (_shared(self.spec) and int(self.spec.get("opportunistic") or 1) <= 1 and not self.spec.get("mixture")
-                and not self._delivered and not self._start)
+        """Whether this loader keeps what rebuilds its job's state (state._keeps)."""
+        return _keeps(self.spec, bool(self._delivered or self._start))
 
     def _kept(self, taken: _Taken | None = None, n: int = 0, epoch: int = 0) -> bytes | None:
         """The shared job's state at this place (or after the first n batches of taken, a place of epoch), as the

@@ -41,6 +41,13 @@ def _positional(options: dict, shuffle: bool = True) -> bool:
             and options.get("sampler") in (None, "global", "block", "sequential", "buffered", "reservoir", "auto"))
 
 
+def _keeps(options: dict, rest: bool) -> bool:
+    """Whether a loader of these options keeps what rebuilds its job's state: a shared order that delivers each batch
+    whole (not opportunistic, not a mixture's, not ``rest``: the rest of an epoch on another topology)."""
+    return (_shared(options) and int(options.get("opportunistic") or 1) <= 1 and not options.get("mixture")
+            and not rest)
+
+
 def _rest(state: dict, world: int, workers: int | None = None) -> bool:
     """Whether a shared order's state resumes as the rest of its epoch: it is one already, or it was saved on
     another topology (ranks, or DataLoader workers: ``workers`` is this run's, None if not asked)."""
