@@ -61,9 +61,14 @@ def find_binary() -> str:
         return found
     repo = Path(__file__).resolve().parents[2]
     built = repo / "bin" / "riffle"
-    if not built.exists() and (repo / "go.mod").exists():
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        subprocess.run([go, "build", "-o", str(built), "./cmd/riffle"], cwd=repo, check=True)
+    build = repo / "scripts" / "build-daemon"
+    if not built.exists() and (repo / "go.mod").exists() and build.exists():
+        # The project's one way to build the daemon (make build, the wheel): with the build tags this machine
+        # takes (libjpeg-turbo's decoder where it is installed), which a plain go build would leave out.
+        done = subprocess.run([str(build), str(built)], cwd=repo)
+        if done.returncode != 0:
+            raise RiffleError(f"building the daemon with {build} failed (status {done.returncode}; it said why above): "
+                              "set RIFFLE_BIN, put riffle on PATH, or fix the build and run `make build`")
     if built.exists():
         return str(built)
     raise RiffleError("riffle binary not found: set RIFFLE_BIN, put riffle on PATH, or run `make build`")
