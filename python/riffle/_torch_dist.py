@@ -9,6 +9,8 @@ from typing import Any
 import torch
 import torch.distributed
 
+from .options import _ORDER_KEYS
+
 
 def _dist() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -32,7 +34,7 @@ def _draw_seed(world: int) -> int:
 
 def _agree_order(auto: dict, world: int) -> dict:
     """The sampler, block_size and window sampler="auto" chose, rank 0's on every rank (as _draw_seed's seed)."""
-    order = {k: auto[k] for k in ("sampler", "block_size", "window") if auto.get(k)}
+    order = {k: auto[k] for k in _ORDER_KEYS if auto.get(k)}
     return dict(_rank0s(order, world, "rank 0's sampler='auto' choice", "name the sampler, block_size and window"))
 
 

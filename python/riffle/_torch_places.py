@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .mixture import _mixture, _segments, _state_weights, _weights_state
+from .options import _ORDER_KEYS
 from .state import _check_dataset, _check_rank, _own, _positional, _rest, _rest_places, _restable, _shared, merge_states
 
 
@@ -91,7 +92,7 @@ class _Places:
             # The order auto chose for the run that saved this, not another
             # choice on another measure of the device.
             if self._auto_order is None:
-                mine = {k: self.loader_kwargs.get(k) for k in ("sampler", "block_size", "window") if self.loader_kwargs.get(k)}
+                mine = {k: self.loader_kwargs.get(k) for k in _ORDER_KEYS if self.loader_kwargs.get(k)}
                 if mine != state["order"]:
                     raise ValueError(f"this state was saved by a run whose sampler='auto' chose {state['order']}; this "
                                      f"one reads {mine or 'the global order'}: give it sampler='auto' or that order")

@@ -38,7 +38,7 @@ from .daemon import default_socket, find_binary, private_dir, start_daemon, wait
 from .errors import (DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed, MemoryBudget, PathNotFound,
                      RiffleError, UnsafeSocket, error_from)
 from .mixture import _mixture, _mixture_at, _segments, _state_weights, _weights_state, _with_weights
-from .options import _abspath, _check_args, _check_sendable, _filter, _ids, _subset
+from .options import _ORDER_KEYS, _abspath, _check_args, _check_sendable, _filter, _ids, _subset
 from .state import (_check_dataset, _check_rank, _keeps, _own, _positional, _rest, _rest_places, _restable, _shared,
                     _Taken, merge_states)
 
@@ -402,7 +402,7 @@ class Loader:
             # same, not a choice made again on another measure of the device.
             order = state["order"]
             if self.auto is None:
-                mine = {k: self.spec.get(k) for k in ("sampler", "block_size", "window") if self.spec.get(k)}
+                mine = {k: self.spec.get(k) for k in _ORDER_KEYS if self.spec.get(k)}
                 if mine != order:
                     raise ValueError(f"this state was saved by a loader whose sampler='auto' chose {order}; this "
                                      f"loader reads {mine or 'the global order'}: give it sampler='auto' or that order")
@@ -488,7 +488,7 @@ class Loader:
 
     def _pin(self, order: dict) -> None:
         """Read the order sampler="auto" chose (or a state recorded) from now on, without choosing again."""
-        self.spec["auto_order"] = {k: order[k] for k in ("sampler", "block_size", "window") if order.get(k)}
+        self.spec["auto_order"] = {k: order[k] for k in _ORDER_KEYS if order.get(k)}
 
     def _epochs(self) -> int:
         """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then)."""

@@ -65,6 +65,7 @@ class DaemonGone(RiffleError):
 _KINDS: dict[str, type[RiffleError]] = {
     wire.KIND_SPEC: InvalidSpec, wire.KIND_NOT_FOUND: PathNotFound, wire.KIND_DATA: DataError,
     wire.KIND_CHANGED: DataChanged, wire.KIND_CLOSED: JobClosed, wire.KIND_MEMORY: MemoryBudget,
+    wire.KIND_INTERNAL: RiffleError,  # the daemon's own failure
 }
 
 

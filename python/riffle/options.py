@@ -13,6 +13,11 @@ from . import spec, wire
 from .errors import PathNotFound, WrongType
 
 
+# The fields of the order sampler="auto" chose (wire.AutoOrder) that name it: what a later open, or a resumed run,
+# reads again instead of choosing (the others are its measures: rl, rate, sequential).
+_ORDER_KEYS = ("sampler", "block_size", "window")
+
+
 def _subset(s) -> dict | None:
     """A subset as the daemon takes it: a range, ids, or a dict of ranges, ids and labels."""
     if s is None or isinstance(s, dict):
