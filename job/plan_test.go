@@ -121,6 +121,24 @@ func setInt(f reflect.Value, v int64) {
 	f.SetInt(v)
 }
 
+// Every option is of one of Groups, and every group has options: the
+// Python client's keywords follow them.
+func TestOptionGroups(t *testing.T) {
+	used := map[string]int{}
+	for _, o := range Options {
+		used[o.Group]++
+	}
+	for _, g := range Groups {
+		if used[g.Name] == 0 {
+			t.Errorf("group %s has no option", g.Name)
+		}
+		delete(used, g.Name)
+	}
+	for g := range used {
+		t.Errorf("options of group %q, which Groups does not list", g)
+	}
+}
+
 // A start (the rest of an epoch begun on another topology) is one epoch of
 // an order that is a function of position: anything else is refused.
 func TestStartNeedsOneEpochOfAPositionalOrder(t *testing.T) {
