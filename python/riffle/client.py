@@ -103,15 +103,34 @@ def _close_job(job: _Job | None) -> None:
 class Loader:
     """An iterable of batches of a dataset in a global shuffle, one epoch per iteration.
 
-    ``paths`` is a file, a glob, a directory (ImageFolder) or a list of
-    those. ``batch.data`` gives fixed-size records as an ``(n, ...)`` array of
-    ``dtype`` and per-record ``shape`` (``.npy``: the file's), other records
-    as memoryviews. Records come in a random order inside each batch
-    (``ordered=True`` keeps the sampler's). ``sampler`` picks a cheaper
-    order than the global shuffle: ``"block"``, ``"buffered"``,
-    ``"reservoir"``, or ``"sequential"``; ``opportunistic=W`` makes each
-    batch of whichever records of the next W batches arrive first.
+    ``batch.data`` gives fixed-size records as an ``(n, ...)`` array, other
+    records as memoryviews. ``state_dict()`` is the place of the next batch;
+    pass it to ``load_state_dict()`` to resume exactly there. The daemon
+    keeps one job for this loader across epochs, reading the next epoch
+    ahead while this one ends; ``close()`` (or dropping the loader) ends it.
 
+    The keywords come in the groups of the daemon's table of job options
+    (``riffle.spec.GROUPS``; ``riffle.spec.OPTIONS`` gives each one's bounds,
+    default and meaning), then the client's own: how batches are viewed, and
+    how the daemon is reached. The signature lists them in that order.
+
+    Dataset
+    -------
+    What the records are. ``paths`` is a file, a glob, a directory
+    (ImageFolder) or a list of those; ``mixture=[(paths, weight), ...]``
+    instead mixes datasets: each batch takes records from the sources in
+    proportion to their weights, each source in its own shuffle;
+    ``mixture_stop`` is ``"first_exhausted"`` (an epoch ends when the
+    schedule names a source that is used up) or ``"all_exhausted"`` (when
+    every source was used up, the others going on into their next epochs);
+    ``set_weights`` changes the weights from the next epoch. ``format``
+    names the format when the file's extension does not; ``record_size`` and
+    ``header_bytes`` shape a file of fixed-size records, ``drop_partial``
+    drops its partial last record; ``csv_header`` says a CSV's first line is
+    its header; ``skip_crc`` skips TFRecord CRCs; ``direct`` reads with
+    O_DIRECT (by default, a shuffle the page cache would seldom answer
+    does); ``columns`` and ``split`` pick a rows dataset's columns and a
+    Hugging Face split; ``extensions`` the file endings a directory takes.
     ``subset`` reads part of the dataset: a ``range``, a list of ids, or
     ``{"ranges": [[lo, hi], ...], "ids": [...], "labels": [...]}``; ``ids``
     an array of ids or a file of them (an integer ``.npy``, or one id per
@@ -119,55 +138,96 @@ class Loader:
     given: ``{"label": 3}`` (or a list), ``{"min_size": n, "max_size": m}``
     bytes, ``{"glob": "*.jpg"}`` on the record's file, and on a dataset of
     rows ``{"column": "lang", "in": ["en", "de"]}`` or ``{"column": "score",
-    "min": 0.5}`` on a column's values. ``dedup=True`` counts
-    records of equal bytes once. Each is applied once, when the job opens:
-    no byte of data is rewritten, and DDP ranks get equal parts of what is
-    left. ``mixture=[(paths, weight), ...]`` instead of ``paths`` mixes
-    datasets: each batch takes records from the sources in proportion to
-    their weights, each source in its own shuffle; ``mixture_stop`` is
-    ``"first_exhausted"`` (an epoch ends when the schedule names a source that
-    is used up) or ``"all_exhausted"`` (when every source was used up, the
-    others going on into their next epochs); ``set_weights`` changes the
-    weights from the next epoch. ``refresh="epoch"`` lets a glob or directory
-    dataset grow: each epoch reads the files found by its start, new files'
-    records after the old ones', whose ids stay; a state resumes an epoch
-    with the files it read.
+    "min": 0.5}`` on a column's values. ``dedup=True`` counts records of
+    equal bytes once. Each is applied once, when the job opens: no byte of
+    data is rewritten, and DDP ranks get equal parts of what is left.
+    ``refresh="epoch"`` lets a glob or directory dataset grow: each epoch
+    reads the files found by its start, new files' records after the old
+    ones', whose ids stay; a state resumes an epoch with the files it read.
     ``transform`` names a transform the daemon runs on every record
     (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``);
-    ``batch.data`` is then its outputs as one array. ``share=True`` lets the
-    job sample dependently with the other sharing jobs on its source: each
-    shared record is read (and transformed) once for all of them, and each
-    job still sees each of its records once per epoch in a uniform order,
-    though no longer one fixed by (seed, epoch).
+    ``batch.data`` is then its outputs as one array.
 
-    ``rank``/``world_size`` split each epoch as DistributedSampler does;
-    ``rank_drop_last`` is its ``drop_last`` (drop the tail so ranks get
-    equal shares) and ``drop_last`` DataLoader's (drop the last short
-    batch). ``state_dict()`` is the place of the next batch; pass it to
-    ``load_state_dict()`` to resume exactly there.
+    Order
+    -----
+    Which records in which order each epoch: ``shuffle`` (a fresh global
+    shuffle of ``seed`` and the epoch each time; False reads in file order).
+    ``sampler`` picks a cheaper order than the global shuffle: ``"block"``
+    (of ``block_size`` bytes, spread over ``window`` batches),
+    ``"buffered"`` (``buffer`` records at a time), ``"reservoir"`` (of
+    ``reservoir`` records), ``"sequential"``, or ``"auto"``: the global or
+    block order of least device time whose randomization reaches
+    ``min_randomness``. ``opportunistic=W`` makes each batch of whichever
+    records of the next W batches arrive first.
 
-    The daemon keeps one job for this loader across epochs, reading the
-    next epoch ahead while this one ends; ``close()`` (or dropping the
-    loader) ends it.
+    Sharing
+    -------
+    How an epoch is split and shared. ``rank``/``world_size`` split each
+    epoch as DistributedSampler does; ``rank_drop_last`` is its
+    ``drop_last`` (drop the tail so ranks get equal shares;
+    ``shard_drop_last`` is its old name). ``batch_stride`` and
+    ``batch_offset`` deliver only batches offset, offset+stride, ... (a
+    DataLoader worker's turn). ``share=True`` lets the job sample
+    dependently with the other sharing jobs on its source: each shared
+    record is read (and transformed) once for all of them, and each job
+    still sees each of its records once per epoch in a uniform order, though
+    no longer one fixed by (seed, epoch).
+
+    Batches
+    -------
+    ``batch_size`` records each; ``drop_last`` is DataLoader's (drop the
+    last short batch). Records come in a random order inside each batch
+    (``ordered=True`` keeps the sampler's). ``prefetch`` batches are read
+    ahead, ``depth`` reads in flight (the daemon chooses both by default),
+    and ``memory`` bounds the bytes of batches in flight and held.
+
+    Place
+    -----
+    Where the loader starts: ``epoch``; ``mixture_history``, a mixture's
+    weights before its current ones; ``auto_order``, the order an earlier
+    ``sampler="auto"`` chose, read again. A state (``load_state_dict``)
+    sets the rest.
+
+    View
+    ----
+    How ``batch.data`` views fixed-size records: of ``dtype`` and
+    per-record ``shape`` (``.npy``: the file's).
+
+    Connection
+    ----------
+    The daemon at ``socket`` (by default the user's), or over TCP at
+    ``address`` with ``token``; ``autostart`` starts one if none answers.
+    ``timeout`` bounds each reply; ``reconnect`` is how long to wait for a
+    daemon again after it went away mid-epoch; ``pipeline`` requests stay
+    ahead of the user.
     """
 
-    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
-                 mixture: Sequence | None = None, mixture_stop: str | None = None, mixture_history: Sequence[dict] | None = None,
-                 shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
-                 header_bytes: int | None = None, csv_header: bool = False, skip_crc: bool = False,
-                 drop_partial: bool = False, direct: bool | None = None, columns: Sequence[str] | None = None,
-                 split: str | None = None, extensions: Sequence[str] | None = None, subset: dict | None = None,
-                 transform: str | None = None,
-                 rank: int = 0, world_size: int = 1, drop_last: bool = False, rank_drop_last: bool = False,
-                 prefetch: int | None = None, depth: int | None = None, memory: int | None = None,
-                 ordered: bool | None = None, epoch: int = 0, socket: str | None = None, address: str | None = None,
-                 token: str | None = None, timeout: float | None = None, autostart: bool = True, dtype=None,
-                 shape: Sequence[int] | None = None, sampler: str | None = None, block_size: int | None = None,
-                 window: int | None = None, buffer: int | None = None, reservoir: int | None = None,
-                 opportunistic: int | None = None, pipeline: int = 8, share: bool | None = None,
-                 batch_stride: int | None = None, batch_offset: int | None = None, reconnect: float = 60.0,
-                 shard_drop_last: bool | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False,
-                 refresh: str | None = None, min_randomness: float | None = None, auto_order: dict | None = None):
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+                 batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
+                 # dataset
+                 mixture: Sequence | None = None, mixture_stop: str | None = None, format: str | None = None,
+                 record_size: int | None = None, header_bytes: int | None = None, csv_header: bool = False,
+                 skip_crc: bool = False, drop_partial: bool = False, direct: bool | None = None,
+                 columns: Sequence[str] | None = None, split: str | None = None, extensions: Sequence[str] | None = None,
+                 subset: dict | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False,
+                 refresh: str | None = None, transform: str | None = None,
+                 # order
+                 shuffle: bool = True, sampler: str | None = None, min_randomness: float | None = None,
+                 block_size: int | None = None, window: int | None = None, buffer: int | None = None,
+                 reservoir: int | None = None, opportunistic: int | None = None, seed: int = 0,
+                 # sharing
+                 rank: int = 0, world_size: int = 1, rank_drop_last: bool = False, shard_drop_last: bool | None = None,
+                 share: bool | None = None, batch_stride: int | None = None, batch_offset: int | None = None,
+                 # batches
+                 drop_last: bool = False, prefetch: int | None = None, depth: int | None = None,
+                 memory: int | None = None, ordered: bool | None = None,
+                 # place
+                 epoch: int = 0, mixture_history: Sequence[dict] | None = None, auto_order: dict | None = None,
+                 # view
+                 dtype=None, shape: Sequence[int] | None = None,
+                 # connection
+                 socket: str | None = None, address: str | None = None, token: str | None = None,
+                 timeout: float | None = None, autostart: bool = True, reconnect: float = 60.0, pipeline: int = 8):
         if shard_drop_last is not None:
             # The old name: a "shard" is a pack's file of records, a rank's split of an epoch its part.
             warnings.warn("shard_drop_last is now rank_drop_last", DeprecationWarning, stacklevel=2)
