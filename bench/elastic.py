@@ -235,7 +235,7 @@ def run(n: int, kills: int, seed: int, batch: int = 64, max_procs: int = 12, log
                 if p.returncode in (0, -signal.SIGKILL):
                     continue
                 lines = err.decode().strip().splitlines() or [""]
-                if daemon_killed and lines[-1].startswith("riffle.client.DaemonGone"):
+                if daemon_killed and lines[-1].startswith("riffle.errors.DaemonGone"):
                     # A rank that gave up on its killed daemon before we
                     # killed it: the loader should have reconnected (README),
                     # so it is counted; as a kill it costs the rank nothing.

@@ -38,7 +38,7 @@ type Option struct {
 	Default string
 	// Doc says what it means.
 	Doc string
-	// Group is the part of a job it decides: dataset, order, batches, place.
+	// Group is the part of a job it decides: one of Groups.
 	Group string
 	// int reads an int option's value from a spec.
 	int func(*wire.JobSpec) int64
@@ -76,6 +76,16 @@ const (
 	// DefaultBatchSize is a client's batch size when it names none.
 	DefaultBatchSize = loader.DefaultBatchSize
 )
+
+// Groups are the parts of a job an option decides, in the order a client
+// lists them (the Python Loader's keywords follow them).
+var Groups = []struct{ Name, Doc string }{
+	{"dataset", "what the records are: the files, their format, which of them are read, a transform of each"},
+	{"order", "which records in which order each epoch"},
+	{"sharing", "how an epoch is split over ranks and DataLoader workers, and shared with other jobs"},
+	{"batches", "how batches are made and loaded: their size, what is read ahead, their memory"},
+	{"place", "where in the epochs a job starts, and what it carries on from: a client sets them from a state"},
+}
 
 // Options is the table of job options, in the order the docs list them.
 var Options = []Option{
@@ -133,12 +143,12 @@ var Options = []Option{
 		Doc: "batches of whichever records of that many batches arrive first", int: func(s *wire.JobSpec) int64 { return int64(s.Opportunistic) }},
 	{Name: "seed", Kind: "int", Group: "order", Min: 0, Max: math.MaxInt64, Default: "0 (riffle.torch: drawn from torch's generator)",
 		Doc: "the order's seed: epochs are functions of (seed, epoch)", int: func(s *wire.JobSpec) int64 { return int64(s.Seed >> 1) }},
-	{Name: "rank", Kind: "int", Group: "order", Max: maxWorld - 1, Default: "0", Doc: "this rank, as DistributedSampler's",
+	{Name: "rank", Kind: "int", Group: "sharing", Max: maxWorld - 1, Default: "0", Doc: "this rank, as DistributedSampler's",
 		int: func(s *wire.JobSpec) int64 { return int64(s.Rank) }},
-	{Name: "world", Python: "world_size", Kind: "int", Group: "order", Max: maxWorld, Default: "1", Doc: "ranks sharing each epoch",
+	{Name: "world", Python: "world_size", Kind: "int", Group: "sharing", Max: maxWorld, Default: "1", Doc: "ranks sharing each epoch",
 		int: func(s *wire.JobSpec) int64 { return int64(s.World) }},
-	{Name: "rank_drop_last", Kind: "bool", Group: "order", Default: "false", Doc: "DistributedSampler's drop_last: ranks drop the tail instead of padding"},
-	{Name: "share", Kind: "bool", Group: "order", Default: "false",
+	{Name: "rank_drop_last", Kind: "bool", Group: "sharing", Default: "false", Doc: "DistributedSampler's drop_last: ranks drop the tail instead of padding"},
+	{Name: "share", Kind: "bool", Group: "sharing", Default: "false",
 		Doc: "sample dependently with the other sharing jobs on this source: reads, transforms and the cache shared (a global shuffle's: another order reads alone)"},
 	{Name: "batch_size", Kind: "int", Group: "batches", Min: 1, Max: loader.MaxBatchSize, Default: fmt.Sprint(DefaultBatchSize),
 		Doc: "records per batch", int: func(s *wire.JobSpec) int64 { return int64(s.BatchSize) }},
@@ -150,9 +160,9 @@ var Options = []Option{
 	{Name: "memory_bytes", Python: "memory", Kind: "int", Group: "batches", Max: math.MaxInt64, Default: "room for 16 batches, at least 64 MiB (in a small memory budget, a 32nd of its part for jobs)",
 		Doc: "the bound on batches in flight and held", int: func(s *wire.JobSpec) int64 { return s.MemoryBytes }},
 	{Name: "ordered", Kind: "bool", Group: "batches", Default: "false when shuffling", Doc: "keep the sampler's order inside batches"},
-	{Name: "batch_stride", Kind: "int", Group: "batches", Max: maxWorld, Default: "1",
+	{Name: "batch_stride", Kind: "int", Group: "sharing", Max: maxWorld, Default: "1",
 		Doc: "deliver only batches offset, offset+stride, ... (DataLoader workers)", int: func(s *wire.JobSpec) int64 { return int64(s.BatchStride) }},
-	{Name: "batch_offset", Kind: "int", Group: "batches", Max: maxWorld - 1, Default: "0",
+	{Name: "batch_offset", Kind: "int", Group: "sharing", Max: maxWorld - 1, Default: "0",
 		Doc: "see batch_stride", int: func(s *wire.JobSpec) int64 { return int64(s.BatchOffset) }},
 	{Name: "epoch", Kind: "int", Group: "place", Max: maxEpoch, Default: "0", Doc: "the epoch to start at",
 		int: func(s *wire.JobSpec) int64 { return int64(s.Epoch) }},

@@ -2,6 +2,8 @@ package job
 
 import (
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,25 +17,9 @@ func TestCheckBounds(t *testing.T) {
 	if _, err := Check(base()); err != nil {
 		t.Fatalf("a good spec: %v", err)
 	}
-	set := map[string]func(*wire.JobSpec, int64){
-		"record_size": func(s *wire.JobSpec, v int64) { s.RecordSize = int(v) }, "header_bytes": func(s *wire.JobSpec, v int64) { s.HeaderBytes = v },
-		"block_size": func(s *wire.JobSpec, v int64) { s.BlockSize = int(v) }, "window": func(s *wire.JobSpec, v int64) { s.Window = int(v) },
-		"buffer": func(s *wire.JobSpec, v int64) { s.Buffer = int(v) }, "reservoir": func(s *wire.JobSpec, v int64) { s.Reservoir = int(v) },
-		"opportunistic": func(s *wire.JobSpec, v int64) { s.Opportunistic = int(v) }, "rank": func(s *wire.JobSpec, v int64) { s.Rank = int(v) },
-		"world": func(s *wire.JobSpec, v int64) { s.World = int(v) }, "batch_size": func(s *wire.JobSpec, v int64) { s.BatchSize = int(v) },
-		"prefetch": func(s *wire.JobSpec, v int64) { s.Prefetch = int(v) }, "depth": func(s *wire.JobSpec, v int64) { s.Depth = int(v) },
-		"memory_bytes": func(s *wire.JobSpec, v int64) { s.MemoryBytes = v }, "batch_stride": func(s *wire.JobSpec, v int64) { s.BatchStride = int(v) },
-		"batch_offset": func(s *wire.JobSpec, v int64) { s.BatchOffset = int(v) }, "epoch": func(s *wire.JobSpec, v int64) { s.Epoch = int(v) },
-		"start": func(s *wire.JobSpec, v int64) { s.Start = int(v) }, "generations": func(s *wire.JobSpec, v int64) { s.Generations = int(v) },
-		"batch": func(s *wire.JobSpec, v int64) { s.Batch = int(v) }, "epochs": func(s *wire.JobSpec, v int64) { s.Epochs = int(v) },
-	}
 	for _, o := range Options {
 		if o.int == nil || o.Name == "seed" {
 			continue
-		}
-		f, ok := set[o.Name]
-		if !ok {
-			t.Fatalf("no test setter for %s", o.Name)
 		}
 		hi := o.Max
 		if o.Name == "memory_bytes" {
@@ -44,7 +30,7 @@ func TestCheckBounds(t *testing.T) {
 				continue // every negative count means without end
 			}
 			s := base()
-			f(s, v)
+			setInt(specField(s, o.Name), v)
 			_, err := Check(s)
 			if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), o.Name) {
 				t.Errorf("%s = %d: %v, want a spec error naming it", o.Name, v, err)
@@ -70,6 +56,86 @@ func TestOptionsCoverTheSpec(t *testing.T) {
 	}
 	for name := range seen {
 		t.Errorf("Options has %s, which no spec field is", name)
+	}
+}
+
+// Each option's kind is its spec field's Go type, and an int option's
+// bounds are checked on its own field: the table's rows and JobSpec's
+// fields are matched by name, and nothing else keeps them so.
+func TestOptionKindsMatchTheSpec(t *testing.T) {
+	kinds := map[string][]reflect.Type{
+		"int":     {reflect.TypeFor[int](), reflect.TypeFor[int64](), reflect.TypeFor[uint64]()},
+		"bool":    {reflect.TypeFor[bool](), reflect.TypeFor[*bool]()},
+		"string":  {reflect.TypeFor[string]()},
+		"strings": {reflect.TypeFor[[]string]()},
+		"float":   {reflect.TypeFor[float64]()},
+		"ids":     {reflect.TypeFor[[]int]()},
+		"bytes":   {reflect.TypeFor[[]byte]()},
+		"subset":  {reflect.TypeFor[*wire.Subset]()},
+		"filter":  {reflect.TypeFor[*wire.Filter]()},
+		"mixture": {reflect.TypeFor[[]wire.MixSource]()},
+		"weights": {reflect.TypeFor[[]wire.MixWeights]()},
+		"order":   {reflect.TypeFor[*wire.AutoOrder]()},
+		"states":  {reflect.TypeFor[[]wire.State]()},
+	}
+	for _, o := range Options {
+		f := specField(&wire.JobSpec{}, o.Name)
+		if !f.IsValid() {
+			t.Errorf("%s: no spec field", o.Name)
+			continue
+		}
+		if !slices.Contains(kinds[o.Kind], f.Type()) {
+			t.Errorf("%s: kind %q, and its spec field is a %s", o.Name, o.Kind, f.Type())
+		}
+		if (o.int != nil) != (o.Kind == "int") {
+			t.Errorf("%s: kind %q with a bound check %v", o.Name, o.Kind, o.int != nil)
+		}
+		if o.int == nil || o.Name == "seed" { // seed's check reads it halved: every uint64 seed is in bounds
+			continue
+		}
+		s := &wire.JobSpec{}
+		setInt(specField(s, o.Name), 1234)
+		if got := o.int(s); got != 1234 {
+			t.Errorf("%s: its bound check reads %d, not its field's 1234", o.Name, got)
+		}
+	}
+}
+
+// specField is s's field whose JSON name is name (not valid if none).
+func specField(s *wire.JobSpec, name string) reflect.Value {
+	v := reflect.ValueOf(s).Elem()
+	for i := range v.NumField() {
+		if tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ","); tag == name {
+			return v.Field(i)
+		}
+	}
+	return reflect.Value{}
+}
+
+// setInt sets an integer field to v.
+func setInt(f reflect.Value, v int64) {
+	if f.CanUint() {
+		f.SetUint(uint64(v))
+		return
+	}
+	f.SetInt(v)
+}
+
+// Every option is of one of Groups, and every group has options: the
+// Python client's keywords follow them.
+func TestOptionGroups(t *testing.T) {
+	used := map[string]int{}
+	for _, o := range Options {
+		used[o.Group]++
+	}
+	for _, g := range Groups {
+		if used[g.Name] == 0 {
+			t.Errorf("group %s has no option", g.Name)
+		}
+		delete(used, g.Name)
+	}
+	for g := range used {
+		t.Errorf("options of group %q, which Groups does not list", g)
 	}
 }
 

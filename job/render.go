@@ -33,6 +33,30 @@ from __future__ import annotations
 		fmt.Fprintf(&b, "    %q: (%q, %q, %s, %s, %q, %q),\n", o.Name, o.PythonName(), o.Kind, lo, hi, o.Default, o.Doc)
 	}
 	b.WriteString("}\n\n# Python keyword -> spec name.\nBY_KEYWORD = {v[0]: k for k, v in OPTIONS.items()}\n")
+	b.WriteString("\n# The parts of a job the options decide: group: (what it decides, its options' Python keywords).\n")
+	b.WriteString("GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {\n")
+	for _, g := range Groups {
+		fmt.Fprintf(&b, "    %q: (\n        %q,\n", g.Name, g.Doc)
+		line, n := "        (", 0
+		for _, o := range Options {
+			if o.Group != g.Name {
+				continue
+			}
+			item := fmt.Sprintf("%q, ", o.PythonName())
+			if len(line)+len(item) > 120 {
+				b.WriteString(strings.TrimRight(line, " ") + "\n")
+				line = "         "
+			}
+			line += item
+			n++
+		}
+		line = strings.TrimSuffix(line, ", ")
+		if n == 1 {
+			line += ","
+		}
+		b.WriteString(line + ")),\n")
+	}
+	b.WriteString("}\n")
 	return b.Bytes()
 }
 

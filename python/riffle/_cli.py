@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .client import find_binary
+from .daemon import find_binary
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The connection to the riffle daemon and the :class:`Loader` over it.
+"""The :class:`Loader`: riffle's client, a job in the daemon read as batches.
 
 A :class:`Loader` is an iterable of :class:`Batch` objects, one epoch per
 ``iter()``: a fresh global shuffle of ``seed`` and the epoch each time. The
@@ -9,822 +9,44 @@ stay valid while anything refers to the batch or to an array made from it
 only when the last reference goes is the region given back to the daemon
 for a later batch.
 
-If no daemon answers at the socket, the client starts one and later clients
-on the machine share it. The socket's directory must belong to this user
-with mode 0700, and the daemon answering must run as this user: otherwise
-someone else could stand in for the daemon.
+The client's other parts: ``errors`` (an exception per error kind),
+``daemon`` (finding and starting the daemon), ``connection`` (a connection
+to it), ``batch``, ``options`` (keywords as the daemon takes them),
+``mixture`` (a mixture's weights by epoch) and ``state`` (resume
+arithmetic). Their public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import array
 import base64
-import errno
 import collections
 import gc
-import json
-import math
 import mmap
 import os
-import select
-import shutil
-import socket
-import stat
 import struct
-import subprocess
-import threading
 import time
 import warnings
 import weakref
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from . import spec, wire
-
-
-class RiffleError(Exception):
-    """An error from riffle; ``path`` and ``offset`` say where in the data, if known."""
-
-    def __init__(self, message: str, path: str | None = None, offset: int | None = None):
-        super().__init__(message)
-        self.path = path
-        self.offset = offset
-
-
-class InvalidSpec(RiffleError, ValueError):
-    """An argument the daemon refuses (an option out of bounds, a format it cannot read): also a ``ValueError``."""
-
-
-class PathNotFound(RiffleError, FileNotFoundError):
-    """A path names nothing: also a ``FileNotFoundError``, as ImageFolder raises."""
-
-    def __init__(self, message: str, path: str | None = None, offset: int | None = None):
-        super().__init__(message, path, offset)
-        self.errno, self.strerror, self.filename = errno.ENOENT, message, path
-
-    def __str__(self) -> str:
-        return self.strerror
-
-
-class DataError(RiffleError):
-    """The data is bad: corrupt, truncated, a CRC mismatch, a record a transform refused."""
-
-
-class DataChanged(DataError):
-    """The data changed since the job opened it: build a new loader to read it as it is now."""
-
-
-def _shared(options: dict, shuffle: bool = True) -> bool:
-    """Whether these options (a spec, or a loader's keywords) ask for a shared order: ``share`` with the global
-    shuffle, the one order jobs sample dependently (job.Check's rule); another order with ``share`` reads alone."""
-    kind = options.get("sampler")
-    return bool(options.get("share")) and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False))
-
-
-def _restable(options: dict, shuffle: bool = True) -> bool:
-    """Whether the order these options ask for resumes on another topology as the rest of its epoch, from the places
-    of every part (rank, worker) of the run: a shared order, whose records each rank's group chose, or an
-    opportunistic global one, whose windows deliver records in the order reads end (job.Check's rule)."""
-    kind = options.get("sampler")
-    return _shared(options, shuffle) or (
-        int(options.get("opportunistic") or 1) > 1 and not options.get("mixture")
-        and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False)))
-
-
-def _positional(options: dict, shuffle: bool = True) -> bool:
-    """Whether the order these options (a spec, or a loader's keywords: the same names) ask for is a function of
-    (seed, epoch, position), so that a place in it is a position any topology resumes from (auto picks a global or
-    a block order)."""
-    return (not _shared(options, shuffle) and int(options.get("opportunistic") or 1) <= 1
-            and options.get("sampler") in (None, "global", "block", "sequential", "buffered", "reservoir", "auto"))
-
-
-def _rest(state: dict, world: int, workers: int | None = None) -> bool:
-    """Whether a shared order's state resumes as the rest of its epoch: it is one already, or it was saved on
-    another topology (ranks, or DataLoader workers: ``workers`` is this run's, None if not asked)."""
-    def any_delivered(st: dict) -> bool:
-        return bool(st.get("delivered") or st.get("rest")) or any(any_delivered(r) for r in (st.get("workers") or {}).values())
-    if not (int(state.get("batch", 0)) or state.get("sampler_state") or state.get("skip") or "workers" in state
-            or "ranks" in state or any_delivered(state)):
-        return False  # an epoch's start: any topology begins it
-    saved_workers = int(state.get("num_workers", 0)) if "workers" in state else 0
-    return ("ranks" in state or any_delivered(state) or int(state.get("world", world)) != world
-            or (workers is not None and max(1, saved_workers) != max(1, workers)))
-
-
-def _own(state: dict, world: int, rank: int, workers: int | None = None) -> dict:
-    """Of every rank's states merged, this rank's own, when the run goes on on the topology that saved them and
-    not in the rest of an epoch: it resumes as it was. Any other state as it is."""
-    if "ranks" not in state or int(state.get("world", world)) != world:
-        return state
-    own = state["ranks"].get(str(rank))
-    if own is None or any(_rest(st, world, workers) for st in state["ranks"].values()):
-        return state
-    return own
-
-
-def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False,
-                 shared: bool = True) -> tuple[int, list[dict]]:
-    """A shared or opportunistic order's state as the rest of its epoch: the epoch, and the places of every part
-    (rank, worker) of the run that saved it, whose records the rest leaves out. A uniform permutation's rest, given
-    the records before it, is a uniform permutation of the others, so any topology goes on from them exactly
-    once. A shared part's place is the set it delivered; an opportunistic one's, its window less what it delivered
-    of it (``skip``), in batches of its ``batch_size`` in windows of ``window``."""
-    saved = int(state.get("world", world))
-    if "ranks" in state:
-        ranks = {int(r): st for r, st in state["ranks"].items()}
-        if set(ranks) != set(range(saved)):
-            raise ValueError(f"this merged state holds the states of ranks {sorted(ranks)} of {saved}: every rank's "
-                             "is needed to resume a shared order")
-        parts = list(ranks.values())
-    elif saved != world and saved > 1:
-        raise ValueError(f"this state is one rank's of {saved}, and this run has {world}: a shared or opportunistic "
-                         "order's ranks deliver records whose place their own state alone says, so resuming on "
-                         "another number of ranks needs every rank's state: save each (or state_dict(all_ranks=True) "
-                         "in riffle.torch) and pass riffle.merge_states([...])")
-    else:
-        if saved == world:
-            _check_rank(state, rank)
-        parts = [state]  # of one rank: every rank's
-    # Each role (a rank's DataLoader worker, or the rank) and whose part it is.
-    roles = []
-    for p in parts:
-        whose = {"rank": int(p.get("rank", 0) or 0), "world": saved, "drop_last": bool(drop_last)}
-        if not shared and p.get("batch_size") and p.get("window"):
-            whose.update(batch_size=int(p["batch_size"]), window=int(p["window"]))
-        if "workers" in p:
-            k = int(p.get("num_workers", len(p["workers"])))
-            roles += [(r, dict(whose, worker=int(w), workers=k)) for w, r in p["workers"].items()]
-        else:
-            roles.append((p, dict(whose, worker=0, workers=1)))
-    epoch = min(int(r["epoch"]) for r, _ in roles)
-    # A role handed the places of the run before a rest, not opened yet, holds them (``rest``); once opened, it
-    # holds the rest's basis instead (``delivered``: one set, the daemon's), and its place is of the rest's run.
-    # When any role opened, the run is the rest's: every role's place is of it, those not opened having delivered
-    # none; when none did, the places handed are all there is. (A shared order's places are sets: any union of
-    # them is what was delivered, so a shared role's handed places are kept too.)
-    opened = any(r.get("delivered") for r, _ in roles)
-    places, seen, progress = [], set(), False
-    for r, part in roles:
-        own = []
-        moved = bool(int(r.get("batch", 0)) or r.get("skip") or r.get("sampler_state") or int(r["epoch"]) > epoch)
-        unopened = bool(r.get("rest")) and not (opened and not shared)
-        if int(r["epoch"]) > epoch:
-            # Past the epoch: this part delivered all of its records of it, which only whose part it is names (of
-            # a rest, dealt from what its run was opened without: the places it ended with say what).
-            own = [{"epoch": int(r["epoch"]), "batch": 0, "part": part}] + list(r.get("ended") or [])
-        elif r.get("sampler_state") or (not shared and not unopened):
-            # An opportunistic part's place, even at its start: the rest needs every rank's.
-            own = [{"epoch": int(r["epoch"]), "batch": int(r["batch"]), "skip": list(r.get("skip") or []),
-                    "part": part}]
-            if r.get("sampler_state"):
-                own[0]["sampler_state"] = r["sampler_state"]
-        elif moved:
-            raise ValueError(f"a place in epoch {epoch} (batch {r['batch']}) without its sampler state: it was taken "
-                             "after its job closed; call state_dict() while iterating")
-        if own and not shared and "batch_size" not in part:
-            raise ValueError("this state of an opportunistic order does not say its batch size and window (an older "
-                             "riffle saved it): resume it on the topology that saved it")
-        progress = progress or moved
-        kept = list(r.get("delivered") or [])
-        if not (opened and not shared):
-            kept += list(r.get("rest") or [])
-        for p in kept + own:
-            key = json.dumps(p, sort_keys=True)
-            if key not in seen:
-                seen.add(key)
-                places.append(p)
-    if progress and saved > 1 and "ranks" not in state:
-        # Every rank at the start of one rest (the same places) deals it alike; past it, each rank's own progress
-        # is needed to deal the rest again.
-        raise ValueError(f"this state is one rank's of {saved}, of a shared or opportunistic order on another number of DataLoader "
-                         "workers (or in the rest of an epoch resumed so): the rest of its epoch is dealt to the "
-                         "ranks from what every rank delivered, so it needs every rank's state: "
-                         "state_dict(all_ranks=True) in riffle.torch, or riffle.merge_states([...])")
-    return epoch, places
-
-
-def _check_rank(state: dict, rank: int) -> None:
-    """Refuse another rank's state of a shared or opportunistic order: its ranks read other records, in windows of
-    their own."""
-    if state.get("rank") is not None and "ranks" not in state and int(state["rank"]) != rank:
-        raise ValueError(f"this state is rank {state['rank']}'s, and this loader is rank {rank}: a shared or "
-                         "opportunistic order's ranks deliver other records; load each rank's own state (or "
-                         "riffle.merge_states of them all)")
-
-
-def merge_states(states: Sequence[dict]) -> dict:
-    """Every rank's ``state_dict()`` of one step as one state, which any number of ranks and DataLoader workers
-    resumes from. An order that is a function of position needs only one rank's state; a shared order's ranks read
-    records their daemons chose, so a resume on another number of ranks needs them all."""
-    states = list(states)
-    if not states:
-        raise ValueError("merge_states: no states")
-    world = int(states[0].get("world", 1))
-    ranks = {}
-    for k, st in enumerate(states):
-        if int(st.get("world", 1)) != world or st.get("seed") != states[0].get("seed"):
-            raise ValueError(f"merge_states: state {k} is of another run (world {st.get('world')}, seed {st.get('seed')})")
-        if "ranks" in st:
-            ranks.update({int(r): v for r, v in st["ranks"].items()})
-            continue
-        r = int(st.get("rank", k))
-        if r in ranks:
-            raise ValueError(f"merge_states: rank {r}'s state given twice")
-        ranks[r] = st
-    if set(ranks) != set(range(world)):
-        raise ValueError(f"merge_states: the states of ranks {sorted(ranks)}, of a world of {world}: give every rank's")
-    out = {k: v for k, v in states[0].items() if k not in ("sampler_state", "skip", "delivered", "rest", "workers", "rank",
-                                                          "num_workers", "next_worker")}
-    out["ranks"] = {str(r): ranks[r] for r in sorted(ranks)}
-    out["epoch"] = min(int(st["epoch"]) for st in ranks.values())
-    return out
-
-
-def _check_dataset(state: dict, version: str | None) -> None:
-    """Refuse a state saved over other data: its place would name other records."""
-    if state.get("dataset") and version and state["dataset"] != version:
-        raise DataChanged("this state was saved for another dataset, or another version of its files (added, "
-                          "removed or rewritten since): its place names records these files do not hold in that "
-                          "order; resume with the data it was saved with, or start the epoch anew")
-
-
-class JobClosed(RiffleError):
-    """The job, or the daemon, was closing."""
-
-
-class MemoryBudget(RiffleError, MemoryError):
-    """The job does not fit the daemon's memory budget: it needs more than the budget holds, or waited for room
-    while other jobs held it. The message says how much it needs and what holds the budget; a smaller ``memory``
-    or ``batch_size`` fits sooner. Also a ``MemoryError``."""
-
-
-class DaemonGone(RiffleError):
-    """The daemon closed the connection or stopped answering."""
-
-
-# The error frame's kind (wire.KIND_*) and the exception it raises.
-_KINDS: dict[str, type[RiffleError]] = {
-    wire.KIND_SPEC: InvalidSpec, wire.KIND_NOT_FOUND: PathNotFound, wire.KIND_DATA: DataError,
-    wire.KIND_CHANGED: DataChanged, wire.KIND_CLOSED: JobClosed, wire.KIND_MEMORY: MemoryBudget,
-}
-
-
-def error_from(reply: dict[str, Any]) -> RiffleError:
-    """The exception an error frame stands for."""
-    cls = _KINDS.get(reply.get("kind") or "", RiffleError)
-    return cls(reply.get("message", "error"), reply.get("path") or None, reply.get("offset"))
-
-
-class UnsafeSocket(RiffleError):
-    """The socket's directory, or the daemon behind it, is not this user's."""
-
-
-def default_socket() -> str:
-    """Where the daemon listens: $RIFFLE_SOCKET, $XDG_RUNTIME_DIR/riffle.sock or /tmp/riffle-UID/riffle.sock."""
-    if os.environ.get("RIFFLE_SOCKET"):
-        return os.environ["RIFFLE_SOCKET"]
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "riffle.sock")
-    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"riffle-{os.getuid()}", "riffle.sock")
-
-
-def private_dir(path: str, create: bool) -> None:
-    """Check that ``path`` is a directory of this user's that no one else may enter (mode 0700), making it if asked."""
-    if create:
-        try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
-        except OSError as e:
-            raise UnsafeSocket(f"cannot make the socket directory {path}: {e}") from None
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeSocket(f"the socket directory {path} is not a directory")
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise UnsafeSocket(f"the socket directory {path} belongs to uid {st.st_uid} with mode {st.st_mode & 0o777:04o}; "
-                           f"riffle needs one of uid {os.geteuid()} with mode 0700 (remove it, or set RIFFLE_SOCKET)")
-
-
-def find_binary() -> str:
-    """The riffle binary: $RIFFLE_BIN, the one installed with this package, ``riffle`` on PATH, or this repository's bin/riffle (built if need be)."""
-    env = os.environ.get("RIFFLE_BIN")
-    if env:
-        return env
-    bundled = Path(__file__).resolve().parent / "bin" / "riffle"
-    if bundled.exists():
-        return str(bundled)
-    found = shutil.which("riffle")
-    if found and not found.endswith(".py"):
-        return found
-    repo = Path(__file__).resolve().parents[2]
-    built = repo / "bin" / "riffle"
-    if not built.exists() and (repo / "go.mod").exists():
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        subprocess.run([go, "build", "-o", str(built), "./cmd/riffle"], cwd=repo, check=True)
-    if built.exists():
-        return str(built)
-    raise RiffleError("riffle binary not found: set RIFFLE_BIN, put riffle on PATH, or run `make build`")
-
-
-def start_daemon(sock_path: str, timeout: float = 30.0, idle_exit: str = "300s") -> None:
-    """Start a daemon on ``sock_path`` and wait until it answers.
-
-    A daemon that exits before it answers fails this at once, with its exit status and the last lines it logged,
-    unless another daemon answers there by then (two clients starting one at once: the second exits)."""
-    d = os.path.dirname(sock_path)
-    private_dir(d, create=True)
-    log_path = sock_path + ".log"
-    log = open(log_path, "ab")  # inside the private directory checked above
-    logged = log.tell()  # the log is the socket's across daemons: this one's lines start here
-    proc = subprocess.Popen(
-        [find_binary(), "serve", "--socket", sock_path, "--idle-exit", idle_exit, "--quiet"],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-    )
-    log.close()
-    if wait_for_socket(sock_path, timeout, proc):
-        return
-    status = proc.poll()
-    if status is None:
-        raise RiffleError(f"the riffle daemon did not start on {sock_path} within {timeout}s (see {log_path})")
-    raise RiffleError(f"the riffle daemon exited with status {status} before it answered on {sock_path}; "
-                      f"its log ({log_path}) ends:\n{_log_tail(log_path, logged)}")
-
-
-def _log_tail(path: str, start: int, lines: int = 20) -> str:
-    """The last lines written to the log at ``path`` from byte ``start`` on."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            text = f.read().decode("utf-8", "replace")
-    except OSError as e:
-        return f"(unreadable: {e})"
-    return "\n".join(text.strip().splitlines()[-lines:]) or "(nothing)"
-
-
-def wait_for_socket(path: str, timeout: float, proc: subprocess.Popen | None = None) -> bool:
-    """Wait until something accepts connections at the Unix socket ``path``; with ``proc``, the daemon started to
-    listen there, only while it runs (then one last try: another may have answered in its place)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        exited = proc is not None and proc.poll() is not None
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(path)
-            return True
-        except OSError:
-            if exited:
-                return False
-            time.sleep(0.02)
-        finally:
-            s.close()
-    return False
-
-
-def _peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
-
-
-def _token_for(address: str) -> str:
-    """The token for a TCP daemon: $RIFFLE_TOKEN, or the one the local daemon wrote next to its socket."""
-    if os.environ.get("RIFFLE_TOKEN"):
-        return os.environ["RIFFLE_TOKEN"]
-    path = default_socket() + ".token"
-    try:
-        private_dir(os.path.dirname(path), create=False)
-        with open(path) as f:
-            return f.read().strip()
-    except (OSError, UnsafeSocket):
-        return ""
-
-
-# Seconds a reply may take by default: any request's, and an open's, which may build an index or wait for memory.
-DEFAULT_TIMEOUT = 60.0
-OPEN_TIMEOUT = 600.0
-
-
-class Connection:
-    """One connection to the daemon, used by one thread at a time.
-
-    Every request carries a tag that its reply echoes: replies to requests
-    of different jobs may come back in another order than they were sent.
-    Releases of batches the user dropped are queued by finalizers (from any
-    thread) and sent ahead of the next request.
-    """
-
-    def __init__(self, sock_path: str | None = None, address: str | None = None, token: str | None = None,
-                 timeout: float | None = None, autostart: bool = True):
-        # Seconds a reply may take, whole: a deadline, not a wait between bytes. An open may build an index or
-        # wait for memory, so by default it has ten minutes; a timeout the user gives holds for opens too.
-        self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-        self.open_timeout = OPEN_TIMEOUT if timeout is None else timeout
-        self.address = address
-        self.pid = os.getpid()
-        self.dead = False
-        self._lock = threading.Lock()
-        self._releases: list[tuple[int, int]] = []
-        self._fds: collections.deque[list[int]] = collections.deque()
-        self._buf = bytearray()
-        self._tag = 0
-        self._stash: dict[int, tuple] = {}
-        self._waiting: set[int] = set()
-        self._dropped: set[int] = set()
-        if address:
-            host, port = address.rsplit(":", 1)
-            self.sock = socket.create_connection((host, int(port)), timeout=self.timeout)
-            self.shm = False
-            token = token or _token_for(address)
-        else:
-            path = sock_path or default_socket()
-            private_dir(os.path.dirname(path), create=False)
-            try:
-                self.sock = self._connect(path)
-            except OSError:
-                if not autostart:
-                    raise DaemonGone(f"no riffle daemon at {path}; start one with `riffle serve`") from None
-                start_daemon(path)
-                self.sock = self._connect(path)
-            uid = _peer_uid(self.sock)
-            if uid != os.geteuid():
-                self.sock.close()
-                raise UnsafeSocket(f"the process answering at {path} runs as uid {uid}, not as you (uid {os.geteuid()})")
-            self.shm = True
-        self.sock.settimeout(self.timeout)
-        hello = self.request({"op": wire.OP_HELLO, "version": wire.VERSION, "token": token or ""})
-        self.server = hello[0].get("server", "")
-
-    def _connect(self, path: str) -> socket.socket:
-        """A socket connected to the daemon at ``path``. A blocking connect would wait for as long as the daemon's
-        listen queue is full (a daemon stopped, or swamped): the timeout holds for it too."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                sock.connect(path)
-                return sock
-            except BlockingIOError:  # its queue is full
-                if time.monotonic() >= deadline:
-                    sock.close()
-                    raise DaemonGone(f"the riffle daemon at {path} did not take the connection within {self.timeout:g}s") from None
-                time.sleep(0.01)
-            except OSError:
-                sock.close()
-                raise
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def queue_release(self, job: int, seq: int) -> None:
-        self._releases.append((job, seq))
-
-    def _releases_frames(self) -> list[bytes]:
-        """The queued releases as frames, one per job, to go ahead of the next request."""
-        if not self._releases:
-            return []
-        pending, self._releases = self._releases, []
-        by_job: dict[int, list[int]] = {}
-        for job, seq in pending:
-            by_job.setdefault(job, []).append(seq)
-        return [wire.encode({"op": wire.OP_RELEASE, "job": job, "seqs": seqs}) for job, seqs in by_job.items()]
-
-    def _gone(self, message: str) -> DaemonGone:
-        """Mark the connection dead (the next connect() makes another) and say why."""
-        self.dead = True
-        return DaemonGone(message)
-
-    def _send(self, frames: list[bytes]) -> None:
-        try:
-            self.sock.sendall(b"".join(frames))
-        except OSError as e:
-            raise self._gone(f"the riffle daemon went away: {e}") from None
-
-    def _readable(self) -> bool:
-        """Whether a read would not wait: data is there, or the socket is closed (the read then says so)."""
-        try:
-            return bool(select.select([self.sock], [], [], 0)[0])
-        except (OSError, ValueError):
-            return True
-
-    def _fill(self, n: int, deadline: float, waited: float) -> None:
-        """Read until ``n`` bytes are buffered, collecting passed descriptors, by ``deadline`` (time.monotonic()):
-        a daemon that sends part of a frame, or a byte at a time, cannot hold the caller past it."""
-        while len(self._buf) < n:
-            if self._releases and not self._readable():
-                # About to wait for the daemon: it may be waiting for these
-                # batches' memory to load the next (a job whose memory the
-                # daemon bent below what this loader pipelines within).
-                self._send(self._releases_frames())
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._gone(f"the riffle daemon did not answer within {waited:g}s")
-            try:
-                self.sock.settimeout(left)
-                if self.shm:
-                    data, anc, _, _ = self.sock.recvmsg(max(n - len(self._buf), 1 << 16), socket.CMSG_SPACE(4 * 4))
-                    for level, kind, fdata in anc:
-                        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                            fds = array.array("i")
-                            fds.frombytes(fdata[: len(fdata) - len(fdata) % fds.itemsize])
-                            self._fds.append(list(fds))
-                else:
-                    data = self.sock.recv(max(n - len(self._buf), 1 << 16))
-            except socket.timeout:
-                raise self._gone(f"the riffle daemon did not answer within {waited:g}s") from None
-            except OSError as e:
-                raise self._gone(f"the riffle daemon went away: {e}") from None
-            if not data:
-                raise self._gone("the riffle daemon closed the connection (did it die?)")
-            self._buf += data
-
-    def send(self, msg: dict[str, Any]) -> int:
-        """Send one request (after any queued releases); return the tag :meth:`receive` takes."""
-        return self.send_many([msg])[0]
-
-    def send_many(self, msgs: Sequence[dict[str, Any]]) -> list[int]:
-        """Send requests (after any queued releases) in one write; return their tags, for :meth:`receive`.
-
-        One write for several requests: each write wakes the daemon's reader, which costs both sides more
-        than the bytes do."""
-        if os.getpid() != self.pid:
-            raise RiffleError("a riffle connection cannot cross fork(); each process connects itself")
-        tags = list(range(self._tag + 1, self._tag + 1 + len(msgs)))
-        try:
-            encoded = [wire.encode(dict(msg, tag=tag)) for msg, tag in zip(msgs, tags)]
-        except wire.FieldError as e:
-            # As the daemon names a field it cannot decode.
-            if e.field.startswith("spec."):
-                raise InvalidSpec(f"invalid job spec: {e.field[len('spec.'):]}: {e.why}") from None
-            raise RiffleError(f"malformed request: {e}") from None
-        for msg, frame in zip(msgs, encoded):
-            if len(frame) - 4 > wire.MAX_HEADER:
-                # The daemon would not read it: it bounds what any client may make it hold.
-                raise InvalidSpec(f"invalid job spec: the {msg.get('op')} request is {len(frame) - 4} bytes, at most "
-                                  f"{wire.MAX_HEADER}: name fewer or shorter paths (a glob or a directory names many "
-                                  "files in one path)")
-        self._tag += len(msgs)
-        frames = self._releases_frames() + encoded
-        self._send(frames)
-        self._waiting.update(tags)
-        return tags
-
-    def _read_reply(self, deadline: float, waited: float) -> tuple[dict[str, Any], bytes | None, list[int]]:
-        self._fill(4, deadline, waited)
-        # Once a frame has begun, its rest comes within the connection's timeout, however long an open may wait.
-        if deadline - time.monotonic() > self.timeout:
-            deadline, waited = time.monotonic() + self.timeout, self.timeout
-        try:
-            n = wire.header_length(self._buf[:4], wire.MAX_REPLY)
-            self._fill(4 + n, deadline, waited)
-            reply = wire.decode(self._buf[4 : 4 + n])  # json reads a bytearray as it is
-        except wire.FrameError as e:
-            raise self._gone(f"the riffle daemon sent a malformed frame ({e})") from None
-        total = 4 + n + int(reply.get("payload") or 0)
-        self._fill(total, deadline, waited)
-        payload = bytes(self._buf[4 + n : total]) if reply.get("payload") else None
-        del self._buf[:total]
-        # Only "opened" frames carry descriptors (one arena each), with the
-        # first byte of the frame: hand them to the opened frames in order.
-        fds = self._fds.popleft() if reply["op"] == wire.OP_OPENED and reply.get("arena_size") and self._fds else []
-        return reply, payload, fds
-
-    def receive(self, tag: int, timeout: float | None = None) -> tuple[dict[str, Any], bytes | None, list[int]]:
-        """Read the reply to request ``tag``: the header, its payload and any passed descriptors."""
-        if tag in self._stash:
-            got = self._stash.pop(tag)
-        else:
-            waited = self.timeout if timeout is None else timeout
-            deadline = time.monotonic() + waited
-            try:
-                while True:
-                    got = self._read_reply(deadline, waited)
-                    t = got[0].get("tag", 0)
-                    self._waiting.discard(t)
-                    if t == tag:
-                        break
-                    if t in self._dropped:
-                        self._dropped.discard(t)
-                        for fd in got[2]:
-                            os.close(fd)
-                    else:
-                        self._stash[t] = got
-            finally:
-                if not self.dead:
-                    self.sock.settimeout(self.timeout)
-        reply, payload, fds = got
-        if reply["op"] == wire.OP_ERROR:
-            for fd in fds:
-                os.close(fd)
-            raise error_from(reply)
-        return reply, payload, fds
-
-    def drop(self, tag: int) -> None:
-        """Give up on the reply to request ``tag``."""
-        if tag in self._stash:
-            for fd in self._stash.pop(tag)[2]:
-                os.close(fd)
-        elif tag in self._waiting:
-            self._dropped.add(tag)
-
-    def request(self, msg: dict[str, Any], timeout: float | None = None) -> tuple[dict[str, Any], bytes | None, list[int]]:
-        """Send one request; return the reply, its payload and any passed descriptors."""
-        with self._lock:
-            return self.receive(self.send(msg), timeout)
-
-
-_connections: dict[tuple, Connection] = {}
-_conn_lock = threading.Lock()
-
-
-def _after_fork() -> None:
-    """A child forked while another thread held the lock (in connect(), which may wait for a daemon to start)
-    would wait for it forever, and DataLoader forks its workers from whatever threads the user runs: the child
-    starts with a lock of its own, and without the parent's connections, which cannot cross fork()."""
-    global _conn_lock
-    _conn_lock = threading.Lock()
-    _connections.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-
-
-def connect(sock_path: str | None = None, address: str | None = None, token: str | None = None,
-            timeout: float | None = None, autostart: bool = True) -> Connection:
-    """A shared connection for this process and thread to the daemon at ``sock_path`` or ``address``."""
-    key = (os.getpid(), threading.get_ident(), sock_path or default_socket(), address, token)
-    with _conn_lock:
-        c = _connections.get(key)
-        if c is None or c.dead:
-            if c is not None:
-                c.close()
-            c = Connection(sock_path, address, token, timeout, autostart)
-            _connections[key] = c
-        return c
-
-
-def _forget(conn: Connection) -> None:
-    with _conn_lock:
-        for k, v in list(_connections.items()):
-            if v is conn:
-                del _connections[k]
-    conn.close()
-
-
-class Batch:
-    """One batch. Record ``i`` is ``ids[i]``; its bytes are ``record(i)``.
-
-    ``raw`` is the batch's bytes as a uint8 array in shared memory; the
-    region returns to the daemon only when no array or memoryview made from
-    the batch is alive any more. ``state`` is the loader's place after this
-    batch (what ``state_dict()`` returns then).
-    """
-
-    __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "_state",
-                 "_dtype", "_shape", "_table", "_lease", "__weakref__")
-
-    def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict,
-                 dtype=None, shape=None, state=None):
-        self._dtype, self._shape = dtype, shape
-        self.epoch, self.index, self.last = epoch, index, last
-        self.n = len(ids)
-        self.ids, self.offs, self.lens, self.labels = ids, offs, lens, labels
-        self.raw = raw
-        self.info = info
-        self._state = state  # a dict, or a function giving one (asked of the daemon once)
-        self._lease = None  # (job, seq, data_off, finalizer) of a batch in shared memory, for Loader.lend
-        # A batch of rows (Arrow, Parquet): (body offset, nodes (n, 2), buffers (n, 2)) of its Arrow message;
-        # internal: `data` is the batch as a pyarrow.RecordBatch.
-        self._table: tuple[int, np.ndarray, np.ndarray] | None = None
-        # Packed: records back to back from offset 0 in their order, as
-        # fixed-size records of a global shuffle read without O_DIRECT are.
-        # (Each record ends where the next begins, the first at 0 and the last at the end.)
-        if self.n == 0:
-            self.packed = True
-        else:
-            ends = offs + lens
-            self.packed = bool(offs[0] == 0 and ends[-1] == len(raw) and (offs[1:] == ends[:-1]).all())
-
-    @property
-    def rows(self) -> bool:
-        """Whether the batch is of rows (Arrow, Parquet, Hugging Face): ``data`` is then a ``pyarrow.RecordBatch``
-        (or, without pyarrow, ``decode.columns(batch)`` a dict of columns)."""
-        return self._table is not None
-
-    @property
-    def state(self) -> dict | None:
-        """The loader's place after this batch, to resume there."""
-        if callable(self._state):
-            self._state = self._state()
-        return self._state
-
-    def record(self, i: int) -> memoryview:
-        """Record ``i``'s bytes, a view of the batch."""
-        o = int(self.offs[i])
-        return memoryview(self.raw[o : o + int(self.lens[i])])
-
-    def records(self) -> list[memoryview]:
-        """Every record's bytes, as views of the batch."""
-        return [self.record(i) for i in range(self.n)]
-
-    @property
-    def data(self):
-        """The records as the dataset's natural type.
-
-        Fixed-size records: one ``(n, record_size)`` uint8 array, or of the
-        loader's ``dtype``/``shape``; ``.npy`` rows: the file's dtype and row
-        shape (a structured array for structured dtypes); rows of Arrow and
-        Parquet files: a ``pyarrow.RecordBatch`` over the batch's memory if
-        pyarrow is installed, else a dict of columns (``decode.columns``);
-        anything else: a list of memoryviews. Arrays are views of the batch
-        when its records are packed.
-        """
-        from . import decode
-        fmt = self.info.get("format")
-        if self._table is not None:
-            return decode.arrow(self)
-        if self.info.get("transform"):
-            # The daemon's transform outputs: fixed-size, of the dtype and shape it reports.
-            return decode.fixed(self, np.dtype(self.info["dtype"]), self.info.get("shape") or None)
-        if fmt == "npy" and self._dtype is None:
-            return decode.npy(self)
-        if fmt in ("fixed", "npy"):
-            return decode.fixed(self, self._dtype or np.uint8, self._shape)
-        if fmt == "riffle" and self.info.get("record_size"):
-            # A pack of fixed-size records (a transform's outputs among them).
-            dt = self._dtype or (decode.npy_dtype(self.info["dtype"]) if self.info.get("dtype") else np.uint8)
-            return decode.fixed(self, dt, self._shape or self.info.get("shape") or None)
-        if fmt == "tar":
-            return decode.tar(self)
-        return self.records()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __repr__(self) -> str:
-        return f"<riffle.Batch epoch={self.epoch} index={self.index} n={self.n} bytes={len(self.raw)}>"
-
-
-def _give_back(conn_ref, job: int, seq: int, loader: "Loader", size: int) -> None:
-    """A batch's region goes back to the daemon (with the next request) and out of its loader's held bytes."""
-    conn = conn_ref()
-    if conn is not None:
-        conn.queue_release(job, seq)
-    loader._held -= size
-
-
-class _Taken:
-    """What a loader of a shared order delivered of one epoch since its job opened, kept so that the job's state,
-    which is the daemon's, outlives a daemon killed (share's RFBIT1): the state the job opened from, a bit a record
-    delivered since, and the last batches' ids, to say the state after an earlier batch (a Batch's state asked
-    late)."""
-
-    RECENT = 256  # batches whose state can still be asked after later ones came
-
-    MAGIC = b"RFBIT1\x00"
-
-    def __init__(self, epoch: int, base: bytes | None):
-        self.epoch, self.base = epoch, base
-        self.bits = np.zeros(0, dtype=np.uint8)
-        if base is not None and base.startswith(self.MAGIC):
-            # Reopened from a state kept here (a daemon killed again): its
-            # bits are ours, its base the base, so the state stays one set.
-            head, rest = base[len(self.MAGIC):].split(b"\n", 1)
-            n = int(head.split()[2])
-            self.base, self.bits = rest[:n] or None, np.frombuffer(rest[n:], np.uint8).copy()
-        self.count = 0  # batches kept
-        self.recent: collections.deque[np.ndarray] = collections.deque(maxlen=self.RECENT)
-
-    def add(self, ids: np.ndarray) -> None:
-        if len(ids):
-            need = (int(ids.max()) >> 3) + 1
-            if need > len(self.bits):
-                self.bits = np.concatenate([self.bits, np.zeros(max(need, 2 * len(self.bits)) - len(self.bits),
-                                                                np.uint8)])
-            np.bitwise_or.at(self.bits, ids >> 3, (1 << (ids & 7)).astype(np.uint8))
-        self.count += 1
-        self.recent.append(ids)
-
-    def state(self, positions: int, n: int) -> bytes | None:
-        """The state after the first n batches kept: b"" at the epoch's start, None if no longer known."""
-        if self.base is None and n == 0 and not self.bits.any():
-            return b""
-        later = self.count - n
-        if later > len(self.recent):
-            return None
-        bits = self.bits
-        if later:
-            bits = bits.copy()
-            for ids in list(self.recent)[len(self.recent) - later:]:
-                np.bitwise_and.at(bits, ids >> 3, ~(1 << (ids & 7)).astype(np.uint8))
-        base = self.base or b""
-        return self.MAGIC + b"%d %d %d\n" % (self.epoch, positions, len(base)) + base + bits.tobytes()
+from .batch import Batch, _give_back
+from .connection import DEFAULT_TIMEOUT, OPEN_TIMEOUT, Connection, _forget, connect
+from .daemon import default_socket, find_binary, private_dir, start_daemon, wait_for_socket
+from .errors import (DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed, MemoryBudget, PathNotFound,
+                     RiffleError, UnsafeSocket, error_from)
+from .mixture import _mixture, _mixture_at, _segments, _state_weights, _weights_state, _with_weights
+from .options import _ORDER_KEYS, _abspath, _check_args, _check_sendable, _filter, _ids, _subset
+from .state import (_check_dataset, _check_rank, _keeps, _own, _positional, _rest, _rest_places, _restable, _shared,
+                    _Taken, merge_states)
+
+# The client's parts live in the modules above; their public names are this module's too.
+__all__ = ["Batch", "Connection", "DEFAULT_TIMEOUT", "DaemonGone", "DataChanged", "DataError", "InvalidSpec",
+           "JobClosed", "Loader", "MemoryBudget", "OPEN_TIMEOUT", "PathNotFound", "RiffleError", "UnsafeSocket",
+           "connect", "default_socket", "error_from", "find_binary", "merge_states", "private_dir", "start_daemon",
+           "wait_for_socket"]
 
 
 class _Job:
@@ -878,176 +100,37 @@ def _close_job(job: _Job | None) -> None:
         job.close()
 
 
-def _subset(s) -> dict | None:
-    """A subset as the daemon takes it: a range, ids, or a dict of ranges, ids and labels."""
-    if s is None or isinstance(s, dict):
-        return s
-    if isinstance(s, range):
-        if s.step != 1:
-            return {"ids": list(s)}
-        return {"ranges": [[s.start, s.stop]]}
-    return {"ids": [int(i) for i in s]}
-
-
-def _ids(ids) -> dict:
-    """ids= as a subset: an array of ids, or a file of them (an integer .npy, or one id per line) the daemon reads."""
-    if isinstance(ids, (str, os.PathLike)):
-        p = os.fspath(ids)
-        if "://" not in p and not os.path.exists(p):
-            raise PathNotFound(f"No such file or directory: {p!r}", p)
-        return {"ids_file": _abspath(p)}
-    a = np.asarray(ids)
-    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
-        raise ValueError(f"ids: want a one-dimensional array of integer ids, or a file of them; got {a.dtype} of shape {a.shape}")
-    return {"ids": [int(i) for i in a]}
-
-
-_FILTER_KEYS = {"label": "labels", "labels": "labels", "min_size": "min_size", "max_size": "max_size", "glob": "glob",
-                "column": "column", "in": "in", "min": "min", "max": "max"}
-
-
-def _filter(f) -> dict | None:
-    """filter= as the daemon takes it: label(s), min_size, max_size, glob."""
-    if f is None:
-        return None
-    if not isinstance(f, dict) or not f:
-        raise ValueError(f"filter: want a dict of label, min_size, max_size, glob, or column with in, min or max; got {f!r}")
-    out: dict[str, Any] = {}
-    for k, v in f.items():
-        if k not in _FILTER_KEYS:
-            raise ValueError(f"filter: unknown test {k!r} (known: {', '.join(_FILTER_KEYS)})")
-        if _FILTER_KEYS[k] == "labels":
-            out["labels"] = [int(x) for x in (v if isinstance(v, (list, tuple, set, range, np.ndarray)) else [v])]
-        elif k == "in":
-            vals = v if isinstance(v, (list, tuple, set, np.ndarray)) else [v]
-            out["in"] = [x.item() if isinstance(x, np.generic) else x for x in vals]
-        elif k in ("min", "max"):
-            out[k] = float(v)
-        else:
-            out[_FILTER_KEYS[k]] = v
-    return out
-
-
-def _check_args(paths: Sequence, batch_size: Any) -> None:
-    """What can be checked without the daemon, with the errors DataLoader and ImageFolder raise."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size!r}")
-    if not paths:
-        raise ValueError("paths: none given")
-    for p in paths:
-        p = os.fspath(p)
-        if "://" in p or any(c in p for c in "*?["):
-            continue  # an object or a glob: the daemon says
-        if not os.path.exists(p):
-            raise PathNotFound(f"No such file or directory: {p!r}", p)
-
-
-def _check_sendable(name: str, value: Any) -> None:
-    """Refuse an option's value the daemon cannot be sent (a Python object where riffle takes a name or a number),
-    naming the option: json.dumps would say only that some object is not serializable."""
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        keyword, kind = spec.OPTIONS[name][0], spec.OPTIONS[name][1]
-        hint = ""
-        if name == "sampler":
-            hint = (": riffle orders and shards the records itself (rank= and world_size= split each epoch as "
-                    "DistributedSampler does); riffle.torch.loader takes a DistributedSampler, RandomSampler, "
-                    "SequentialSampler or SubsetRandomSampler and reads what it says")
-        raise TypeError(f"riffle: {keyword}= takes a {kind} ({spec.OPTIONS[name][5]}), not a "
-                        f"{type(value).__name__}{hint}") from None
-
-
-def _mixture(mixture) -> list[dict]:
-    """A mixture as the daemon takes it, [{"paths": [...], "weight": w}, ...], from [(paths, weight), ...]."""
-    if isinstance(mixture, (str, bytes, os.PathLike)) or not isinstance(mixture, Sequence) or not mixture:
-        raise ValueError(f"mixture: want a list of (paths, weight), got {mixture!r}")
-    out = []
-    for k, src in enumerate(mixture):
-        try:
-            paths, w = (src["paths"], src["weight"]) if isinstance(src, dict) else src
-        except (TypeError, ValueError, KeyError):
-            raise ValueError(f"mixture source {k}: want (paths, weight), got {src!r}") from None
-        if isinstance(paths, (str, os.PathLike)):
-            paths = [paths]
-        _check_args(paths, 1)
-        out.append({"paths": [_abspath(p) for p in paths], "weight": _weight(w, f"mixture source {k}")})
-    return out
-
-
-def _weight(w, what: str) -> float:
-    if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) or not (w > 0 and math.isfinite(w)):
-        raise ValueError(f"{what}: weight {w!r}, want a positive finite number")
-    return float(w)
-
-
-def _segments(mixture: list[dict], history: Sequence[dict] | None) -> list[tuple[int, list[float]]]:
-    """A mixture's weights as (first epoch, weights) segments: its history's, then its own."""
-    segs, start = [], 0
-    for h in history or []:
-        segs.append((start, [float(w) for w in h["weights"]]))
-        start = int(h["until"])
-    segs.append((start, [s["weight"] for s in mixture]))
-    return segs
-
-
-def _with_weights(segs: list[tuple[int, list[float]]], weights: Sequence[float], epoch: int, n: int) -> list[tuple[int, list[float]]]:
-    """segs with weights from epoch on: the weights of the epochs before stay, so every source goes on from where
-    they had left it."""
-    ws = [_weight(w, f"source {k}") for k, w in enumerate(weights)]
-    if len(ws) != n:
-        raise ValueError(f"{len(ws)} weights for a mixture of {n} sources")
-    if epoch < segs[-1][0]:
-        raise ValueError(f"weights from epoch {epoch}, before the last change, at epoch {segs[-1][0]}")
-    return segs[:-1] + [(epoch, ws)] if epoch == segs[-1][0] else segs + [(epoch, ws)]
-
-
-def _mixture_at(spec: dict, segs: list[tuple[int, list[float]]], epoch: int) -> tuple[dict, int]:
-    """spec with the mixture's weights of epoch, and which segment that is: a job opens with the weights of its
-    epoch and those before them."""
-    k = max(i for i, (start, _) in enumerate(segs) if start <= epoch)
-    spec = dict(spec, mixture=[dict(s, weight=w) for s, w in zip(spec["mixture"], segs[k][1])])
-    spec.pop("mixture_history", None)
-    if k:
-        spec["mixture_history"] = _history(segs[:k + 1])
-    return spec, k
-
-
-def _history(segs: list[tuple[int, list[float]]]) -> list[dict]:
-    """The weights before the last segment's, as the daemon takes them: each until the epoch the next begins."""
-    return [{"until": segs[i + 1][0], "weights": segs[i][1]} for i in range(len(segs) - 1)]
-
-
-def _weights_state(segs: list[tuple[int, list[float]]]) -> list[list]:
-    """A mixture's weights as a state keeps them: [from epoch, weights] each."""
-    return [[start, list(ws)] for start, ws in segs]
-
-
-def _state_weights(state: dict, n: int) -> list[tuple[int, list[float]]]:
-    """A state's mixture weights, checked."""
-    segs = [(int(start), [_weight(w, "a state's mixture") for w in ws]) for start, ws in state["mixture_weights"]]
-    if not segs or segs[0][0] != 0 or any(len(ws) != n for _, ws in segs):
-        raise ValueError(f"this state's mixture weights are not of a mixture of {n} sources from epoch 0")
-    return segs
-
-
-def _abspath(p) -> str:
-    p = os.fspath(p)
-    return p if "://" in p else os.path.abspath(p)
-
-
 class Loader:
     """An iterable of batches of a dataset in a global shuffle, one epoch per iteration.
 
-    ``paths`` is a file, a glob, a directory (ImageFolder) or a list of
-    those. ``batch.data`` gives fixed-size records as an ``(n, ...)`` array of
-    ``dtype`` and per-record ``shape`` (``.npy``: the file's), other records
-    as memoryviews. Records come in a random order inside each batch
-    (``ordered=True`` keeps the sampler's). ``sampler`` picks a cheaper
-    order than the global shuffle: ``"block"``, ``"buffered"``,
-    ``"reservoir"``, or ``"sequential"``; ``opportunistic=W`` makes each
-    batch of whichever records of the next W batches arrive first.
+    ``batch.data`` gives fixed-size records as an ``(n, ...)`` array, other
+    records as memoryviews. ``state_dict()`` is the place of the next batch;
+    pass it to ``load_state_dict()`` to resume exactly there. The daemon
+    keeps one job for this loader across epochs, reading the next epoch
+    ahead while this one ends; ``close()`` (or dropping the loader) ends it.
 
+    The keywords come in the groups of the daemon's table of job options
+    (``riffle.spec.GROUPS``; ``riffle.spec.OPTIONS`` gives each one's bounds,
+    default and meaning), then the client's own: how batches are viewed, and
+    how the daemon is reached. The signature lists them in that order.
+
+    Dataset
+    -------
+    What the records are. ``paths`` is a file, a glob, a directory
+    (ImageFolder) or a list of those; ``mixture=[(paths, weight), ...]``
+    instead mixes datasets: each batch takes records from the sources in
+    proportion to their weights, each source in its own shuffle;
+    ``mixture_stop`` is ``"first_exhausted"`` (an epoch ends when the
+    schedule names a source that is used up) or ``"all_exhausted"`` (when
+    every source was used up, the others going on into their next epochs);
+    ``set_weights`` changes the weights from the next epoch. ``format``
+    names the format when the file's extension does not; ``record_size`` and
+    ``header_bytes`` shape a file of fixed-size records, ``drop_partial``
+    drops its partial last record; ``csv_header`` says a CSV's first line is
+    its header; ``skip_crc`` skips TFRecord CRCs; ``direct`` reads with
+    O_DIRECT (by default, a shuffle the page cache would seldom answer
+    does); ``columns`` and ``split`` pick a rows dataset's columns and a
+    Hugging Face split; ``extensions`` the file endings a directory takes.
     ``subset`` reads part of the dataset: a ``range``, a list of ids, or
     ``{"ranges": [[lo, hi], ...], "ids": [...], "labels": [...]}``; ``ids``
     an array of ids or a file of them (an integer ``.npy``, or one id per
@@ -1055,55 +138,96 @@ class Loader:
     given: ``{"label": 3}`` (or a list), ``{"min_size": n, "max_size": m}``
     bytes, ``{"glob": "*.jpg"}`` on the record's file, and on a dataset of
     rows ``{"column": "lang", "in": ["en", "de"]}`` or ``{"column": "score",
-    "min": 0.5}`` on a column's values. ``dedup=True`` counts
-    records of equal bytes once. Each is applied once, when the job opens:
-    no byte of data is rewritten, and DDP ranks get equal parts of what is
-    left. ``mixture=[(paths, weight), ...]`` instead of ``paths`` mixes
-    datasets: each batch takes records from the sources in proportion to
-    their weights, each source in its own shuffle; ``mixture_stop`` is
-    ``"first_exhausted"`` (an epoch ends when the schedule names a source that
-    is used up) or ``"all_exhausted"`` (when every source was used up, the
-    others going on into their next epochs); ``set_weights`` changes the
-    weights from the next epoch. ``refresh="epoch"`` lets a glob or directory
-    dataset grow: each epoch reads the files found by its start, new files'
-    records after the old ones', whose ids stay; a state resumes an epoch
-    with the files it read.
+    "min": 0.5}`` on a column's values. ``dedup=True`` counts records of
+    equal bytes once. Each is applied once, when the job opens: no byte of
+    data is rewritten, and DDP ranks get equal parts of what is left.
+    ``refresh="epoch"`` lets a glob or directory dataset grow: each epoch
+    reads the files found by its start, new files' records after the old
+    ones', whose ids stay; a state resumes an epoch with the files it read.
     ``transform`` names a transform the daemon runs on every record
     (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``);
-    ``batch.data`` is then its outputs as one array. ``share=True`` lets the
-    job sample dependently with the other sharing jobs on its source: each
-    shared record is read (and transformed) once for all of them, and each
-    job still sees each of its records once per epoch in a uniform order,
-    though no longer one fixed by (seed, epoch).
+    ``batch.data`` is then its outputs as one array.
 
-    ``rank``/``world_size`` split each epoch as DistributedSampler does;
-    ``rank_drop_last`` is its ``drop_last`` (drop the tail so ranks get
-    equal shares) and ``drop_last`` DataLoader's (drop the last short
-    batch). ``state_dict()`` is the place of the next batch; pass it to
-    ``load_state_dict()`` to resume exactly there.
+    Order
+    -----
+    Which records in which order each epoch: ``shuffle`` (a fresh global
+    shuffle of ``seed`` and the epoch each time; False reads in file order).
+    ``sampler`` picks a cheaper order than the global shuffle: ``"block"``
+    (of ``block_size`` bytes, spread over ``window`` batches),
+    ``"buffered"`` (``buffer`` records at a time), ``"reservoir"`` (of
+    ``reservoir`` records), ``"sequential"``, or ``"auto"``: the global or
+    block order of least device time whose randomization reaches
+    ``min_randomness``. ``opportunistic=W`` makes each batch of whichever
+    records of the next W batches arrive first.
 
-    The daemon keeps one job for this loader across epochs, reading the
-    next epoch ahead while this one ends; ``close()`` (or dropping the
-    loader) ends it.
+    Sharing
+    -------
+    How an epoch is split and shared. ``rank``/``world_size`` split each
+    epoch as DistributedSampler does; ``rank_drop_last`` is its
+    ``drop_last`` (drop the tail so ranks get equal shares;
+    ``shard_drop_last`` is its old name). ``batch_stride`` and
+    ``batch_offset`` deliver only batches offset, offset+stride, ... (a
+    DataLoader worker's turn). ``share=True`` lets the job sample
+    dependently with the other sharing jobs on its source: each shared
+    record is read (and transformed) once for all of them, and each job
+    still sees each of its records once per epoch in a uniform order, though
+    no longer one fixed by (seed, epoch).
+
+    Batches
+    -------
+    ``batch_size`` records each; ``drop_last`` is DataLoader's (drop the
+    last short batch). Records come in a random order inside each batch
+    (``ordered=True`` keeps the sampler's). ``prefetch`` batches are read
+    ahead, ``depth`` reads in flight (the daemon chooses both by default),
+    and ``memory`` bounds the bytes of batches in flight and held.
+
+    Place
+    -----
+    Where the loader starts: ``epoch``; ``mixture_history``, a mixture's
+    weights before its current ones; ``auto_order``, the order an earlier
+    ``sampler="auto"`` chose, read again. A state (``load_state_dict``)
+    sets the rest.
+
+    View
+    ----
+    How ``batch.data`` views fixed-size records: of ``dtype`` and
+    per-record ``shape`` (``.npy``: the file's).
+
+    Connection
+    ----------
+    The daemon at ``socket`` (by default the user's), or over TCP at
+    ``address`` with ``token``; ``autostart`` starts one if none answers.
+    ``timeout`` bounds each reply; ``reconnect`` is how long to wait for a
+    daemon again after it went away mid-epoch; ``pipeline`` requests stay
+    ahead of the user.
     """
 
-    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike] | None = None, batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
-                 mixture: Sequence | None = None, mixture_stop: str | None = None, mixture_history: Sequence[dict] | None = None,
-                 shuffle: bool = True, seed: int = 0, format: str | None = None, record_size: int | None = None,
-                 header_bytes: int | None = None, csv_header: bool = False, skip_crc: bool = False,
-                 drop_partial: bool = False, direct: bool | None = None, columns: Sequence[str] | None = None,
-                 split: str | None = None, extensions: Sequence[str] | None = None, subset: dict | None = None,
-                 transform: str | None = None,
-                 rank: int = 0, world_size: int = 1, drop_last: bool = False, rank_drop_last: bool = False,
-                 prefetch: int | None = None, depth: int | None = None, memory: int | None = None,
-                 ordered: bool | None = None, epoch: int = 0, socket: str | None = None, address: str | None = None,
-                 token: str | None = None, timeout: float | None = None, autostart: bool = True, dtype=None,
-                 shape: Sequence[int] | None = None, sampler: str | None = None, block_size: int | None = None,
-                 window: int | None = None, buffer: int | None = None, reservoir: int | None = None,
-                 opportunistic: int | None = None, pipeline: int = 8, share: bool | None = None,
-                 batch_stride: int | None = None, batch_offset: int | None = None, reconnect: float = 60.0,
-                 shard_drop_last: bool | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False,
-                 refresh: str | None = None, min_randomness: float | None = None, auto_order: dict | None = None):
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+                 batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
+                 # dataset
+                 mixture: Sequence | None = None, mixture_stop: str | None = None, format: str | None = None,
+                 record_size: int | None = None, header_bytes: int | None = None, csv_header: bool = False,
+                 skip_crc: bool = False, drop_partial: bool = False, direct: bool | None = None,
+                 columns: Sequence[str] | None = None, split: str | None = None, extensions: Sequence[str] | None = None,
+                 subset: dict | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False,
+                 refresh: str | None = None, transform: str | None = None,
+                 # order
+                 shuffle: bool = True, sampler: str | None = None, min_randomness: float | None = None,
+                 block_size: int | None = None, window: int | None = None, buffer: int | None = None,
+                 reservoir: int | None = None, opportunistic: int | None = None, seed: int = 0,
+                 # sharing
+                 rank: int = 0, world_size: int = 1, rank_drop_last: bool = False, shard_drop_last: bool | None = None,
+                 share: bool | None = None, batch_stride: int | None = None, batch_offset: int | None = None,
+                 # batches
+                 drop_last: bool = False, prefetch: int | None = None, depth: int | None = None,
+                 memory: int | None = None, ordered: bool | None = None,
+                 # place
+                 epoch: int = 0, mixture_history: Sequence[dict] | None = None, auto_order: dict | None = None,
+                 # view
+                 dtype=None, shape: Sequence[int] | None = None,
+                 # connection
+                 socket: str | None = None, address: str | None = None, token: str | None = None,
+                 timeout: float | None = None, autostart: bool = True, reconnect: float = 60.0, pipeline: int = 8):
         if shard_drop_last is not None:
             # The old name: a "shard" is a pack's file of records, a rank's split of an epoch its part.
             warnings.warn("shard_drop_last is now rank_drop_last", DeprecationWarning, stacklevel=2)
@@ -1338,7 +462,7 @@ class Loader:
             # same, not a choice made again on another measure of the device.
             order = state["order"]
             if self.auto is None:
-                mine = {k: self.spec.get(k) for k in ("sampler", "block_size", "window") if self.spec.get(k)}
+                mine = {k: self.spec.get(k) for k in _ORDER_KEYS if self.spec.get(k)}
                 if mine != order:
                     raise ValueError(f"this state was saved by a loader whose sampler='auto' chose {order}; this "
                                      f"loader reads {mine or 'the global order'}: give it sampler='auto' or that order")
@@ -1424,7 +548,7 @@ class Loader:
 
     def _pin(self, order: dict) -> None:
         """Read the order sampler="auto" chose (or a state recorded) from now on, without choosing again."""
-        self.spec["auto_order"] = {k: order[k] for k in ("sampler", "block_size", "window") if order.get(k)}
+        self.spec["auto_order"] = {k: order[k] for k in _ORDER_KEYS if order.get(k)}
 
     def _epochs(self) -> int:
         """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then)."""
@@ -1599,10 +723,8 @@ class Loader:
                 time.sleep(0.1)
 
     def _keeps(self) -> bool:
-        """Whether this loader keeps what rebuilds its job's state: a shared order that delivers each batch whole
-        (not opportunistic, not a mixture's, not the rest of an epoch on another topology)."""
-        return (_shared(self.spec) and int(self.spec.get("opportunistic") or 1) <= 1 and not self.spec.get("mixture")
-                and not self._delivered and not self._start)
+        """Whether this loader keeps what rebuilds its job's state (state._keeps)."""
+        return _keeps(self.spec, bool(self._delivered or self._start))
 
     def _kept(self, taken: _Taken | None = None, n: int = 0, epoch: int = 0) -> bytes | None:
         """The shared job's state at this place (or after the first n batches of taken, a place of epoch), as the

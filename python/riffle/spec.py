@@ -64,3 +64,26 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
 
 # Python keyword -> spec name.
 BY_KEYWORD = {v[0]: k for k, v in OPTIONS.items()}
+
+# The parts of a job the options decide: group: (what it decides, its options' Python keywords).
+GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "dataset": (
+        "what the records are: the files, their format, which of them are read, a transform of each",
+        ("paths", "mixture", "mixture_stop", "format", "record_size", "header_bytes", "csv_header", "skip_crc",
+         "drop_partial", "direct", "columns", "split", "extensions", "subset", "filter", "dedup", "refresh",
+         "transform")),
+    "order": (
+        "which records in which order each epoch",
+        ("shuffle", "sampler", "min_randomness", "block_size", "window", "buffer", "reservoir", "opportunistic",
+         "seed")),
+    "sharing": (
+        "how an epoch is split over ranks and DataLoader workers, and shared with other jobs",
+        ("rank", "world_size", "rank_drop_last", "share", "batch_stride", "batch_offset")),
+    "batches": (
+        "how batches are made and loaded: their size, what is read ahead, their memory",
+        ("batch_size", "drop_last", "prefetch", "depth", "memory", "ordered")),
+    "place": (
+        "where in the epochs a job starts, and what it carries on from: a client sets them from a state",
+        ("mixture_history", "generations", "auto_order", "epoch", "start", "batch", "epochs", "sampler_state", "skip",
+         "delivered")),
+}

@@ -15,12 +15,25 @@ import numbers
 import struct
 from typing import Any
 
+# --- generated from Go's package wire by `go generate ./wire` (wire/gen): do not edit until the end marker ---
+# Version is the protocol version a hello carries.
 VERSION = 2
-# A request's header, which the daemon reads from any client; a reply's, which a client reads from its own daemon
-# (an "opened" lists every file of its dataset, and a glob may name a million).
-MAX_HEADER = 16 << 20
+
+# MaxHeader bounds the size of a request's header, which the daemon
+# reads from any client; a larger length means a broken peer.
+MAX_HEADER = 1 << 24
+
+# MaxReply bounds the size of a reply's header, which a client reads from
+# its own daemon: an "opened" lists every file of its dataset, and a glob
+# may name a million.
 MAX_REPLY = 1 << 30
 
+# MaxHelloHeader bounds a header before the peer has authenticated: a
+# hello is small, and an unauthenticated peer must not make the daemon
+# hold memory.
+MAX_HELLO_HEADER = 1 << 12
+
+# Ops.
 OP_HELLO = "hello"
 OP_OPEN = "open"
 OP_OPENED = "opened"
@@ -35,16 +48,60 @@ OP_STATUS = "status"
 OP_LOCATE = "locate"
 OP_STATE = "state"
 OP_ERROR = "error"
+# OpCheck asks what an open would answer, without a job: the spec is
+# checked and the dataset opened, and the reply is an "opened" with
+# job 0 (or the error the open would give). A client checks its
+# arguments when it is built, not at its first batch.
 OP_CHECK = "check"
 
 # Error kinds: what an error frame is about.
-KIND_SPEC = "spec"
-KIND_NOT_FOUND = "not_found"
-KIND_DATA = "data"
-KIND_CHANGED = "changed"
-KIND_CLOSED = "closed"
-KIND_MEMORY = "memory"
-KIND_INTERNAL = "internal"
+KIND_SPEC = "spec"  # the request asked for something invalid (a bad option, a bound)
+KIND_NOT_FOUND = "not_found"  # a path names nothing
+KIND_DATA = "data"  # the data is bad: corrupt, truncated, a CRC mismatch, a record a transform refused
+KIND_CHANGED = "changed"  # the data changed since the job opened it
+KIND_CLOSED = "closed"  # the job or the daemon is closing
+KIND_MEMORY = "memory"  # the job does not fit the daemon's memory budget (now, or at all)
+KIND_INTERNAL = "internal"  # anything else: the daemon's own failure
+
+# Every message struct's JSON field names, in order: what a client sends and reads of each.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "Arrow": ("body", "nodes", "buffers"),
+    "AutoOrder": ("sampler", "block_size", "window", "rl", "rate", "sequential"),
+    "CacheStatus": ("bytes", "budget", "items", "hits", "misses", "evictions"),
+    "Column": ("name", "type", "layout", "dtype", "width", "size", "nullable", "children"),
+    "DiskStatus": ("bytes", "blocks", "hits", "misses"),
+    "Filter": ("labels", "min_size", "max_size", "glob", "column", "in", "min", "max"),
+    "GroupStatus": ("source", "records", "jobs", "shared", "rounds", "given", "saved", "pages_kept", "pages_dropped",
+        "records_passed"),
+    "Info": ("format", "record_size", "dtype", "shape", "classes", "header", "paths", "transform", "shared", "offsets",
+        "persisted", "columns", "schema", "features"),
+    "JobSpec": ("paths", "format", "record_size", "header_bytes", "csv_header", "skip_crc", "drop_partial", "direct",
+        "columns", "split", "extensions", "subset", "filter", "dedup", "refresh", "generations", "mixture",
+        "mixture_stop", "mixture_history", "transform", "shuffle", "sampler", "block_size", "window", "min_randomness",
+        "auto_order", "buffer", "reservoir", "opportunistic", "seed", "rank", "world", "rank_drop_last", "share",
+        "batch_size", "drop_last", "prefetch", "depth", "memory_bytes", "ordered", "batch_stride", "batch_offset",
+        "epoch", "start", "batch", "epochs", "sampler_state", "skip", "delivered"),
+    "JobStatus": ("id", "subset", "epoch", "position", "samples_per_sec", "transform", "memory", "memory_full", "auto",
+        "direct"),
+    "MemoryStatus": ("limit", "cache", "heap", "decode", "jobs", "held", "holders", "bent", "waiting", "refused",
+        "shrunk", "grown", "go_limit", "go_heap", "go_runtime", "decoding", "decode_peak", "rss", "rss_peak",
+        "rss_anon", "rss_file", "rss_shmem"),
+    "MemoryWait": ("bytes", "seconds"),
+    "MixSource": ("paths", "weight"),
+    "MixWeights": ("until", "weights"),
+    "Msg": ("op", "tag", "version", "token", "server", "spec", "job", "records", "positions", "batches", "left",
+        "samples", "generations", "auto", "direct", "delivered", "dataset_version", "info", "arena_size",
+        "memory_bytes", "stream", "seqs", "seq", "epoch", "index", "last", "n", "data_off", "data_len", "meta_off",
+        "labels", "payload", "arrow", "state", "jobs", "clients", "status", "ids", "paths", "offsets", "message",
+        "kind", "path", "offset"),
+    "Part": ("rank", "world", "worker", "workers", "drop_last", "batch_size", "window"),
+    "PeersStatus": ("node", "nodes", "local", "from_peers", "served", "fallbacks", "fetched", "bytes"),
+    "RemoteStatus": ("gets", "bytes", "retries"),
+    "State": ("epoch", "batch", "sampler_state", "skip", "part"),
+    "Status": ("groups", "cache", "clients", "read_bytes", "served_bytes", "remote", "disk", "peers", "memory"),
+    "Subset": ("ranges", "ids", "labels", "ids_file"),
+}
+# --- end of the generated block ---
 
 _LEN = struct.Struct("<I")
 

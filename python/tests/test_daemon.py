@@ -195,3 +195,35 @@ def test_tcp_always_needs_a_token(tmp_path, fixed_file, monkeypatch):
         assert riffle.Loader(fixed_file, batch_size=8, record_size=64, address=f"127.0.0.1:{port}").info()["records"] == 1000
     finally:
         d.stop()
+
+
+def test_a_checkout_builds_its_daemon_the_projects_one_way(tmp_path):
+    """With no RIFFLE_BIN, no binary in the package and no riffle on PATH, the client of a checkout builds its
+    bin/riffle through scripts/build-daemon, with the build tags this machine takes (libjpeg-turbo's decoder where
+    it is installed), not a plain go build without them. A copy of the checkout, built for real: the go command
+    on its PATH notes what it is asked before running."""
+    import shutil
+    co, gobin = tmp_path / "checkout", tmp_path / "gobin"
+    co.mkdir()
+    gobin.mkdir()
+    # The checkout's files as they are now (tracked ones: bin/ and .venv are not).
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-C", str(REPO), "--null", "-T", "-", "-c"], input=files, check=True,
+                   stdout=open(tmp_path / "co.tar", "wb"))
+    subprocess.run(["tar", "-C", str(co), "-x", "-f", str(tmp_path / "co.tar")], check=True)
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    log = tmp_path / "go.log"
+    (gobin / "go").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {go} "$@"\n')
+    (gobin / "go").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("RIFFLE_BIN", "GO", "RIFFLE_TAGS")}
+    env["PATH"] = f"{gobin}:/usr/bin:/bin"
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                          "from riffle.client import find_binary; print(find_binary())", str(co / "python")],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(co / "bin" / "riffle") and (co / "bin" / "riffle").exists()
+    tags = subprocess.run([str(REPO / "scripts" / "go-tags")], capture_output=True, text=True).stdout.strip()
+    builds = [line for line in log.read_text().splitlines() if line.startswith("build ")]
+    assert builds and all(f"-tags {tags} " in b for b in builds), builds
+    assert "built the daemon" in out.stderr  # build-daemon's own word
+    assert subprocess.run([str(co / "bin" / "riffle"), "--help"], capture_output=True).returncode == 0

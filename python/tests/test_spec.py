@@ -57,3 +57,30 @@ def test_shard_drop_last_is_rank_drop_last_old_name(daemon, tmp_path):
     new = riffle.Loader(str(p), 2, seed=1, rank=0, world_size=3, rank_drop_last=True)
     assert [b.ids.tolist() for b in old] == [b.ids.tolist() for b in new]
     assert sum(b.n for b in new) == 3  # 10 records over 3 ranks, the tail dropped
+
+
+# The client's own keywords, by the group they join or make: the job options' groups (spec.GROUPS), then its own.
+CLIENT_GROUPS = {"dataset": {"ids"}, "sharing": {"shard_drop_last"}, "view": {"dtype", "shape"},
+                 "connection": {"socket", "address", "token", "timeout", "autostart", "reconnect", "pipeline"}}
+
+
+def test_loader_keywords_follow_their_groups():
+    """The Loader's signature lists its keywords group by group, in the table's order of groups (spec.GROUPS, from
+    job.Groups) and then the client's own; its docstring has a section for each group that names every keyword of
+    it."""
+    import re
+    order = list(spec.GROUPS) + ["view", "connection"]
+    group = {kw: g for g, (_, kws) in spec.GROUPS.items() for kw in kws}
+    group.update({kw: g for g, kws in CLIENT_GROUPS.items() for kw in kws})
+    params = [p for p in inspect.signature(riffle.Loader.__init__).parameters if p != "self"]
+    assert params[:2] == ["paths", "batch_size"]  # positional, as DataLoader's dataset and batch_size
+    seen = [order.index(group[p]) for p in params[2:]]
+    assert seen == sorted(seen), [(p, group[p]) for p in params[2:]]
+    doc = inspect.cleandoc(riffle.Loader.__doc__)
+    heads = [(m.group(1).lower(), m.start()) for m in re.finditer(r"^(\w+)\n-+$", doc, re.M)]
+    assert [h for h, _ in heads] == order
+    for k, (g, at) in enumerate(heads):
+        section = doc[at:heads[k + 1][1] if k + 1 < len(heads) else len(doc)]
+        mine = [p for p in params if group[p] == g]
+        missing = [p for p in mine if f"``{p}``" not in section and f"``{p}=" not in section]
+        assert not missing, (g, missing)

@@ -389,13 +389,13 @@ def test_workers_forked_while_another_thread_connects(daemon, tmp_path):
     inside connect() (holding its lock, as while a daemon starts) reads its epoch, never waits on the lock the
     fork copied held (DataLoader's timeout= would end the wait as an error)."""
     import threading
-    from riffle import client
+    from riffle import connection
     np.save(tmp_path / "a.npy", np.arange(4000, dtype=np.int64).reshape(1000, 4))
     dl = rt.loader(str(tmp_path / "a.npy"), 50, seed=1, num_workers=1, timeout=10)
     held, done = threading.Event(), threading.Event()
 
     def connecting():
-        with client._conn_lock:
+        with connection._conn_lock:  # the module's: a fork rebinds it
             held.set()
             done.wait(30)  # past the DataLoader's timeout: a worker waiting on the lock fails
 

@@ -1,0 +1,246 @@
+"""Resume arithmetic: what a loader's state says of its place, on the topology that saved it or on another
+(ranks, DataLoader workers), and what a shared order's loader keeps to rebuild its job's state.
+
+The rules of which orders resume how (``_shared``, ``_restable``, ``_positional``, ``_keeps``) are job.Check's,
+recomputed here from the options: they are kept together so that reading the daemon's answer instead is one change.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from typing import Sequence
+
+import numpy as np
+
+from .errors import DataChanged
+
+
+def _shared(options: dict, shuffle: bool = True) -> bool:
+    """Whether these options (a spec, or a loader's keywords) ask for a shared order: ``share`` with the global
+    shuffle, the one order jobs sample dependently (job.Check's rule); another order with ``share`` reads alone."""
+    kind = options.get("sampler")
+    return bool(options.get("share")) and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False))
+
+
+def _restable(options: dict, shuffle: bool = True) -> bool:
+    """Whether the order these options ask for resumes on another topology as the rest of its epoch, from the places
+    of every part (rank, worker) of the run: a shared order, whose records each rank's group chose, or an
+    opportunistic global one, whose windows deliver records in the order reads end (job.Check's rule)."""
+    kind = options.get("sampler")
+    return _shared(options, shuffle) or (
+        int(options.get("opportunistic") or 1) > 1 and not options.get("mixture")
+        and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False)))
+
+
+def _positional(options: dict, shuffle: bool = True) -> bool:
+    """Whether the order these options (a spec, or a loader's keywords: the same names) ask for is a function of
+    (seed, epoch, position), so that a place in it is a position any topology resumes from (auto picks a global or
+    a block order)."""
+    return (not _shared(options, shuffle) and int(options.get("opportunistic") or 1) <= 1
+            and options.get("sampler") in (None, "global", "block", "sequential", "buffered", "reservoir", "auto"))
+
+
+def _keeps(options: dict, rest: bool) -> bool:
+    """Whether a loader of these options keeps what rebuilds its job's state: a shared order that delivers each batch
+    whole (not opportunistic, not a mixture's, not ``rest``: the rest of an epoch on another topology)."""
+    return (_shared(options) and int(options.get("opportunistic") or 1) <= 1 and not options.get("mixture")
+            and not rest)
+
+
+def _rest(state: dict, world: int, workers: int | None = None) -> bool:
+    """Whether a shared order's state resumes as the rest of its epoch: it is one already, or it was saved on
+    another topology (ranks, or DataLoader workers: ``workers`` is this run's, None if not asked)."""
+    def any_delivered(st: dict) -> bool:
+        return bool(st.get("delivered") or st.get("rest")) or any(any_delivered(r) for r in (st.get("workers") or {}).values())
+    if not (int(state.get("batch", 0)) or state.get("sampler_state") or state.get("skip") or "workers" in state
+            or "ranks" in state or any_delivered(state)):
+        return False  # an epoch's start: any topology begins it
+    saved_workers = int(state.get("num_workers", 0)) if "workers" in state else 0
+    return ("ranks" in state or any_delivered(state) or int(state.get("world", world)) != world
+            or (workers is not None and max(1, saved_workers) != max(1, workers)))
+
+
+def _own(state: dict, world: int, rank: int, workers: int | None = None) -> dict:
+    """Of every rank's states merged, this rank's own, when the run goes on on the topology that saved them and
+    not in the rest of an epoch: it resumes as it was. Any other state as it is."""
+    if "ranks" not in state or int(state.get("world", world)) != world:
+        return state
+    own = state["ranks"].get(str(rank))
+    if own is None or any(_rest(st, world, workers) for st in state["ranks"].values()):
+        return state
+    return own
+
+
+def _rest_places(state: dict, world: int, rank: int, drop_last: bool = False,
+                 shared: bool = True) -> tuple[int, list[dict]]:
+    """A shared or opportunistic order's state as the rest of its epoch: the epoch, and the places of every part
+    (rank, worker) of the run that saved it, whose records the rest leaves out. A uniform permutation's rest, given
+    the records before it, is a uniform permutation of the others, so any topology goes on from them exactly
+    once. A shared part's place is the set it delivered; an opportunistic one's, its window less what it delivered
+    of it (``skip``), in batches of its ``batch_size`` in windows of ``window``."""
+    saved = int(state.get("world", world))
+    if "ranks" in state:
+        ranks = {int(r): st for r, st in state["ranks"].items()}
+        if set(ranks) != set(range(saved)):
+            raise ValueError(f"this merged state holds the states of ranks {sorted(ranks)} of {saved}: every rank's "
+                             "is needed to resume a shared order")
+        parts = list(ranks.values())
+    elif saved != world and saved > 1:
+        raise ValueError(f"this state is one rank's of {saved}, and this run has {world}: a shared or opportunistic "
+                         "order's ranks deliver records whose place their own state alone says, so resuming on "
+                         "another number of ranks needs every rank's state: save each (or state_dict(all_ranks=True) "
+                         "in riffle.torch) and pass riffle.merge_states([...])")
+    else:
+        if saved == world:
+            _check_rank(state, rank)
+        parts = [state]  # of one rank: every rank's
+    # Each role (a rank's DataLoader worker, or the rank) and whose part it is.
+    roles = []
+    for p in parts:
+        whose = {"rank": int(p.get("rank", 0) or 0), "world": saved, "drop_last": bool(drop_last)}
+        if not shared and p.get("batch_size") and p.get("window"):
+            whose.update(batch_size=int(p["batch_size"]), window=int(p["window"]))
+        if "workers" in p:
+            k = int(p.get("num_workers", len(p["workers"])))
+            roles += [(r, dict(whose, worker=int(w), workers=k)) for w, r in p["workers"].items()]
+        else:
+            roles.append((p, dict(whose, worker=0, workers=1)))
+    epoch = min(int(r["epoch"]) for r, _ in roles)
+    # A role handed the places of the run before a rest, not opened yet, holds them (``rest``); once opened, it
+    # holds the rest's basis instead (``delivered``: one set, the daemon's), and its place is of the rest's run.
+    # When any role opened, the run is the rest's: every role's place is of it, those not opened having delivered
+    # none; when none did, the places handed are all there is. (A shared order's places are sets: any union of
+    # them is what was delivered, so a shared role's handed places are kept too.)
+    opened = any(r.get("delivered") for r, _ in roles)
+    places, seen, progress = [], set(), False
+    for r, part in roles:
+        own = []
+        moved = bool(int(r.get("batch", 0)) or r.get("skip") or r.get("sampler_state") or int(r["epoch"]) > epoch)
+        unopened = bool(r.get("rest")) and not (opened and not shared)
+        if int(r["epoch"]) > epoch:
+            # Past the epoch: this part delivered all of its records of it, which only whose part it is names (of
+            # a rest, dealt from what its run was opened without: the places it ended with say what).
+            own = [{"epoch": int(r["epoch"]), "batch": 0, "part": part}] + list(r.get("ended") or [])
+        elif r.get("sampler_state") or (not shared and not unopened):
+            # An opportunistic part's place, even at its start: the rest needs every rank's.
+            own = [{"epoch": int(r["epoch"]), "batch": int(r["batch"]), "skip": list(r.get("skip") or []),
+                    "part": part}]
+            if r.get("sampler_state"):
+                own[0]["sampler_state"] = r["sampler_state"]
+        elif moved:
+            raise ValueError(f"a place in epoch {epoch} (batch {r['batch']}) without its sampler state: it was taken "
+                             "after its job closed; call state_dict() while iterating")
+        if own and not shared and "batch_size" not in part:
+            raise ValueError("this state of an opportunistic order does not say its batch size and window (an older "
+                             "riffle saved it): resume it on the topology that saved it")
+        progress = progress or moved
+        kept = list(r.get("delivered") or [])
+        if not (opened and not shared):
+            kept += list(r.get("rest") or [])
+        for p in kept + own:
+            key = json.dumps(p, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                places.append(p)
+    if progress and saved > 1 and "ranks" not in state:
+        # Every rank at the start of one rest (the same places) deals it alike; past it, each rank's own progress
+        # is needed to deal the rest again.
+        raise ValueError(f"this state is one rank's of {saved}, of a shared or opportunistic order on another number of DataLoader "
+                         "workers (or in the rest of an epoch resumed so): the rest of its epoch is dealt to the "
+                         "ranks from what every rank delivered, so it needs every rank's state: "
+                         "state_dict(all_ranks=True) in riffle.torch, or riffle.merge_states([...])")
+    return epoch, places
+
+
+def _check_rank(state: dict, rank: int) -> None:
+    """Refuse another rank's state of a shared or opportunistic order: its ranks read other records, in windows of
+    their own."""
+    if state.get("rank") is not None and "ranks" not in state and int(state["rank"]) != rank:
+        raise ValueError(f"this state is rank {state['rank']}'s, and this loader is rank {rank}: a shared or "
+                         "opportunistic order's ranks deliver other records; load each rank's own state (or "
+                         "riffle.merge_states of them all)")
+
+
+def merge_states(states: Sequence[dict]) -> dict:
+    """Every rank's ``state_dict()`` of one step as one state, which any number of ranks and DataLoader workers
+    resumes from. An order that is a function of position needs only one rank's state; a shared order's ranks read
+    records their daemons chose, so a resume on another number of ranks needs them all."""
+    states = list(states)
+    if not states:
+        raise ValueError("merge_states: no states")
+    world = int(states[0].get("world", 1))
+    ranks = {}
+    for k, st in enumerate(states):
+        if int(st.get("world", 1)) != world or st.get("seed") != states[0].get("seed"):
+            raise ValueError(f"merge_states: state {k} is of another run (world {st.get('world')}, seed {st.get('seed')})")
+        if "ranks" in st:
+            ranks.update({int(r): v for r, v in st["ranks"].items()})
+            continue
+        r = int(st.get("rank", k))
+        if r in ranks:
+            raise ValueError(f"merge_states: rank {r}'s state given twice")
+        ranks[r] = st
+    if set(ranks) != set(range(world)):
+        raise ValueError(f"merge_states: the states of ranks {sorted(ranks)}, of a world of {world}: give every rank's")
+    out = {k: v for k, v in states[0].items() if k not in ("sampler_state", "skip", "delivered", "rest", "workers", "rank",
+                                                          "num_workers", "next_worker")}
+    out["ranks"] = {str(r): ranks[r] for r in sorted(ranks)}
+    out["epoch"] = min(int(st["epoch"]) for st in ranks.values())
+    return out
+
+
+def _check_dataset(state: dict, version: str | None) -> None:
+    """Refuse a state saved over other data: its place would name other records."""
+    if state.get("dataset") and version and state["dataset"] != version:
+        raise DataChanged("this state was saved for another dataset, or another version of its files (added, "
+                          "removed or rewritten since): its place names records these files do not hold in that "
+                          "order; resume with the data it was saved with, or start the epoch anew")
+
+
+class _Taken:
+    """What a loader of a shared order delivered of one epoch since its job opened, kept so that the job's state,
+    which is the daemon's, outlives a daemon killed (share's RFBIT1): the state the job opened from, a bit a record
+    delivered since, and the last batches' ids, to say the state after an earlier batch (a Batch's state asked
+    late)."""
+
+    RECENT = 256  # batches whose state can still be asked after later ones came
+
+    MAGIC = b"RFBIT1\x00"
+
+    def __init__(self, epoch: int, base: bytes | None):
+        self.epoch, self.base = epoch, base
+        self.bits = np.zeros(0, dtype=np.uint8)
+        if base is not None and base.startswith(self.MAGIC):
+            # Reopened from a state kept here (a daemon killed again): its
+            # bits are ours, its base the base, so the state stays one set.
+            head, rest = base[len(self.MAGIC):].split(b"\n", 1)
+            n = int(head.split()[2])
+            self.base, self.bits = rest[:n] or None, np.frombuffer(rest[n:], np.uint8).copy()
+        self.count = 0  # batches kept
+        self.recent: collections.deque[np.ndarray] = collections.deque(maxlen=self.RECENT)
+
+    def add(self, ids: np.ndarray) -> None:
+        if len(ids):
+            need = (int(ids.max()) >> 3) + 1
+            if need > len(self.bits):
+                self.bits = np.concatenate([self.bits, np.zeros(max(need, 2 * len(self.bits)) - len(self.bits),
+                                                                np.uint8)])
+            np.bitwise_or.at(self.bits, ids >> 3, (1 << (ids & 7)).astype(np.uint8))
+        self.count += 1
+        self.recent.append(ids)
+
+    def state(self, positions: int, n: int) -> bytes | None:
+        """The state after the first n batches kept: b"" at the epoch's start, None if no longer known."""
+        if self.base is None and n == 0 and not self.bits.any():
+            return b""
+        later = self.count - n
+        if later > len(self.recent):
+            return None
+        bits = self.bits
+        if later:
+            bits = bits.copy()
+            for ids in list(self.recent)[len(self.recent) - later:]:
+                np.bitwise_and.at(bits, ids >> 3, ~(1 << (ids & 7)).astype(np.uint8))
+        base = self.base or b""
+        return self.MAGIC + b"%d %d %d\n" % (self.epoch, positions, len(base)) + base + bits.tobytes()
