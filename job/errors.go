@@ -47,6 +47,21 @@ func Kind(err error) string {
 	return wire.KindInternal
 }
 
+// Where is the file (or object) and byte offset err is about, for an
+// error reply: a *dataset.FormatError's or a *storage.Error's, the errors
+// Kind says are about data; "" and 0 if it names none.
+func Where(err error) (path string, offset int64) {
+	var fe *dataset.FormatError
+	var se *storage.Error
+	switch {
+	case errors.As(err, &fe):
+		return fe.Path, fe.Offset
+	case errors.As(err, &se):
+		return se.Object, se.Offset
+	}
+	return "", 0
+}
+
 // ErrMemory marks a job that does not fit its memory: its daemon's budget
 // is too small for it, or it waited for room and found none, or its
 // client holds batches that fill its own bound.
