@@ -10,6 +10,8 @@ import (
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
+	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/tier"
 	"github.com/riffle-ml/riffle/transform"
@@ -75,7 +77,7 @@ type Env struct {
 	cache   *cache.Cache
 	sets    *sources
 	outputs *sources
-	groups  *groups
+	groups  *order.Groups
 	workers *loader.Workers
 	decode  *transform.Memory // the image decodes' memory, shared by every job's transform
 	engMu   sync.Mutex
@@ -91,7 +93,7 @@ type Env struct {
 
 // NewEnv makes an Env; Close closes the jobs still open, then ends it.
 func NewEnv(opts EnvOptions) (*Env, error) {
-	e := &Env{opts: opts, store: opts.Store, engines: map[uint64]*storage.Engine{}, groups: newGroups()}
+	e := &Env{opts: opts, store: opts.Store, engines: map[uint64]*storage.Engine{}, groups: order.NewGroups()}
 	if e.store == nil {
 		local, err := storage.NewLocal(false, nil)
 		if err != nil {
@@ -207,4 +209,26 @@ func (e *Env) engineFor(r storage.Reader) *storage.Engine {
 		e.engines[dev] = en
 	}
 	return en
+}
+
+// Groups lists the Env's share groups and their jobs, for status.
+func (env *Env) Groups() []GroupStatus {
+	var out []GroupStatus
+	for _, g := range env.groups.Status() {
+		gs := GroupStatus{Source: g.Source, Records: g.Records, Stats: g.Stats}
+		for _, o := range g.Owners {
+			gs.Jobs = append(gs.Jobs, o.(*Job))
+		}
+		slices.SortFunc(gs.Jobs, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })
+		out = append(out, gs)
+	}
+	return out
+}
+
+// GroupStatus is a share group: its source, its counts and its jobs.
+type GroupStatus struct {
+	Source  string
+	Records int
+	Stats   share.Stats
+	Jobs    []*Job
 }

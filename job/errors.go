@@ -8,6 +8,7 @@ import (
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
 )
@@ -19,8 +20,9 @@ import (
 // removed since its dataset was opened is a change, not a path not found;
 // a spec error that wraps a missing file is about the file.
 
-// errSpec marks an error in what the client asked for.
-var errSpec = errors.New("invalid job spec")
+// errSpec marks an error in what the client asked for: the order's
+// errors (package order) are such errors too.
+var errSpec = order.ErrSpec
 
 // Kind says what err is about: one of wire's Kind constants.
 func Kind(err error) string {

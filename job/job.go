@@ -13,6 +13,7 @@ import (
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
@@ -35,17 +36,18 @@ type Job struct {
 	transform string // canonical, with version; "" for none
 	unfuture  func() // stops telling the disk tier when blocks are next used
 	objects   map[string]int
-	smp       sampler.Sampler
-	l         *loader.Loader
+	// ord is the job's order (package order): its sampler, smp, and its
+	// places in share groups (dependent sampling), its source's or each
+	// of its mixture's sources'.
+	ord *order.Order
+	smp sampler.Sampler
+	l   *loader.Loader
 	// memory is the job's full memory bound, floor the least it may be
 	// given (0 unless its memory bends), arenaOf the allocator's bytes for
 	// a bound (memory.go).
 	memory  int64
 	floor   int64
 	arenaOf func(bound int64) int64
-	// shares are the job's places in share groups (dependent sampling):
-	// its source's, or each of its mixture's sources'.
-	shares []membership
 	// pages is the job's place with its source's page steward (Env.steward)
 	// if it reads raw records of local files through the page cache in
 	// an order with an inverse; blind are its places where its reads
@@ -57,14 +59,10 @@ type Job struct {
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
 	generations int
-	auto        *Auto // the order sampler auto chose
-	// delivered, for the rest of a shared order's epoch, is what its
-	// plan's places delivered, as one state (share.EncodeDelivered).
-	delivered []byte
-	started   time.Time
-	once      sync.Once
-	closed    atomic.Bool // Close was called: Next gives no more batches
-	epoch     int         // of the last batch Next gave, -1 before the first
+	started     time.Time
+	once        sync.Once
+	closed      atomic.Bool // Close was called: Next gives no more batches
+	epoch       int         // of the last batch Next gave, -1 before the first
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
@@ -86,7 +84,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	j := &Job{ID: env.seq.Add(1), env: env, plan: plan, src: src, sets: env.sets, started: time.Now(), epoch: -1, generations: generations}
 	fail := func(err error) (*Job, error) {
 		j.leaveSteward()
-		env.groups.leave(j)
+		if j.ord != nil {
+			j.ord.Close()
+		}
 		j.sets.put(j.src)
 		return nil, err
 	}
@@ -146,29 +146,22 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			lopts.Lazy = true
 		}
 	}
-	subset, err := env.subsetOf(ctx, plan, ds)
-	if err != nil {
+	if j.ord, err = j.order(ctx); err != nil {
 		return fail(err)
 	}
-	j.subset = ds.Len()
-	if subset != nil {
-		j.subset = int(subset.GetCardinality())
-		if j.src == src {
-			// Not a transform's persisted outputs: the subset's records
-			// are what the shuffle reads.
-			j.src = env.subsetDirect(ctx, plan, src, j.subset)
-			ds, inf = j.src.ds, j.src.ds.Info()
-		}
+	j.smp, j.subset = j.ord.Sampler, j.ord.Samples
+	if j.ord.Direct {
+		// A selection that misses the page cache: its records are what
+		// the shuffle reads, past it.
+		j.src = env.reopenDirect(ctx, plan, j.src)
+		ds, inf = j.src.ds, j.src.ds.Info()
 	}
 	key := cacheKey(j.src, j.cached())
-	if j.smp, err = j.order(ctx, subset, key); err != nil {
-		return fail(err)
-	}
-	if len(j.shares) > 0 || (j.delivered != nil && plan.Share) {
+	if j.ord.OwnPart {
 		// A member (or a shared rest) covers its own part (rank and worker): no stride.
 		lopts.BatchStride, lopts.BatchOffset = 1, 0
 	}
-	if len(j.shares) > 0 {
+	if j.ord.Shared() {
 		if lopts.Prefetch == 0 {
 			// A shared job reads ahead little, and not before it is asked:
 			// records it is given while ahead of its consumer, before
@@ -371,6 +364,9 @@ func (j *Job) Locate(ids []int) ([]Location, error) {
 	return out, nil
 }
 
+// Auto is the order sampler auto chose (package order's choice).
+type Auto = order.Auto
+
 // Description is what a client is told when a job opens: the dataset and
 // the counts it iterates by.
 type Description struct {
@@ -414,7 +410,7 @@ type Description struct {
 func (j *Job) Describe() Description {
 	inf := j.src.ds.Info()
 	d := Description{Records: j.src.ds.Len(), Positions: j.smp.Len(), Batches: j.l.Count(), Left: j.l.Left(j.plan.Loader.Batch),
-		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: len(j.shares) > 0,
+		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: j.ord.Shared(),
 		Columns: inf.Columns, Samples: j.subset, Version: fmt.Sprintf("%016x", spaceOf(inf, j.src.key.String(), ""))}
 	if j.plan.Transform != "" {
 		t, _, _ := transform.New(j.plan.Transform)
@@ -424,7 +420,7 @@ func (j *Job) Describe() Description {
 	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
 		d.Offsets = c.Offsets()
 	}
-	d.Generations, d.Auto, d.Delivered, d.Direct = j.generations, j.auto, j.delivered, j.src.key.direct
+	d.Generations, d.Auto, d.Delivered, d.Direct = j.generations, j.ord.Auto, j.ord.Delivered, j.src.key.direct
 	if schema, cols := j.l.RowsOutput(); schema != nil {
 		// A transform of rows puts its outputs in its column's place.
 		d.Info.Schema, d.Info.Columns, d.Columns = schema, cols, cols
@@ -460,8 +456,8 @@ func (j *Job) Status(records int64) Status {
 	st, _ := j.l.Place()
 	el := time.Since(j.started).Seconds()
 	s := Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
-		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len(),
-		Auto: j.auto, Direct: j.src.key.direct}
+		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: j.ord.Shared(), Records: j.src.ds.Len(),
+		Auto: j.ord.Auto, Direct: j.src.key.direct}
 	if j.src.parts == nil && (j.pages.Load() != nil || len(j.blind) > 0) {
 		// Its places came from the source's steward, made by then.
 		s.PagesKept, s.PagesDropped, s.RecordsPassed = j.src.steward.Stats()
@@ -482,7 +478,7 @@ func (j *Job) Close() {
 			j.unfuture()
 		}
 		j.leaveSteward()
-		j.env.groups.leave(j)
+		j.ord.Close()
 		j.sets.put(j.src)
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/wire"
 )
@@ -63,7 +64,7 @@ const (
 	maxEpochs     = 1 << 30
 	maxBuffer     = 1 << 26
 	maxBlockSize  = 1 << 30
-	maxSubsetIDs  = 1 << 24
+	maxSubsetIDs  = order.MaxSubsetIDs
 	maxColumns    = 1 << 12
 	maxSources    = 1 << 14 // a mixture's
 	maxWeights    = 1 << 10 // weight changes a mixture remembers
@@ -188,7 +189,7 @@ type Plan struct {
 	Transform string
 	Share     bool
 	Memory    int64 // 0: Open picks
-	// MinRandomness is the RL sampler "auto" must reach (job/auto.go);
+	// MinRandomness is the RL sampler "auto" must reach (order/auto.go);
 	// AutoOrder, the order it chose before, read again.
 	MinRandomness float64
 	AutoOrder     *wire.AutoOrder
@@ -197,6 +198,18 @@ type Plan struct {
 	// Delivered are the places of the parts of a shared order's run in
 	// the epoch the job opens at: the job is that epoch's rest.
 	Delivered []wire.State
+}
+
+// Order is the order's part of the plan: what package order opens.
+func (p Plan) Order() order.Plan {
+	o := order.Plan{Sampler: p.Sampler, Share: p.Share, Delivered: p.Delivered, Epoch: p.Loader.Epoch,
+		BatchSize: p.Loader.BatchSize, BatchStride: p.Loader.BatchStride, BatchOffset: p.Loader.BatchOffset,
+		Opportunistic: p.Loader.Opportunistic, DropLast: p.Loader.DropLast, Ordered: p.Loader.Ordered,
+		MinRandomness: p.MinRandomness, AutoOrder: p.AutoOrder, Subset: p.Subset, Filter: p.Filter, Dedup: p.Dedup}
+	if p.Mixture != nil {
+		o.Mixture = &order.Mixture{Segments: p.Mixture.Segments, Cycle: p.Mixture.Cycle}
+	}
+	return o
 }
 
 // ErrSpec marks an error in what a spec asked for.

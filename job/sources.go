@@ -407,3 +407,28 @@ func (e *source) desc() string {
 	}
 	return fmt.Sprintf("%s (%s)", name, inf.Format)
 }
+
+// files are the files src's records are read from, as it was opened
+// (expanded): a concatenation's, its parts' one after another (a union
+// of rows, the union's).
+func (e *source) files() []string {
+	switch {
+	case e.union != nil:
+		return e.union.paths
+	case e.parts != nil:
+		var out []string
+		for _, p := range e.parts {
+			out = append(out, p.files()...)
+		}
+		return out
+	}
+	return e.paths
+}
+
+// spaceOf keys a source's records (through a transform) in the cache: a
+// hash of the objects' versions, the options and the transform.
+func spaceOf(inf dataset.Info, key, transform string) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%q|%s", key, inf.Versions, transform)
+	return h.Sum64()
+}
