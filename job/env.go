@@ -50,8 +50,9 @@ type EnvOptions struct {
 	// keeps in the page cache (share.Pages), which by default fill what
 	// the cgroup's limit, or the machine, leaves (memoryRoom).
 	PageCacheBytes int64
-	// Open opens a dataset; default dataset.Open (a test holds an open
-	// with its own).
+	// Open opens a dataset of expanded names (dataset.ExpandPaths's: a
+	// job expands its paths once); default dataset.OpenExpanded (a test
+	// holds an open with its own).
 	Open func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)
 	// DecodeBytes bounds the memory the jobs' image decodes take at once
 	// (transform.Memory); a record whose decode alone would take more is
@@ -109,7 +110,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 	e.cache = cache.New(cache.Options{Budget: budget, DropUnreferenced: true})
 	open := opts.Open
 	if open == nil {
-		open = dataset.Open
+		open = dataset.OpenExpanded
 	}
 	e.sets = newSources(e.store, dataset.Options{IndexDir: opts.IndexDir, IndexInDirOnly: opts.IndexInDirOnly}, open)
 	if opts.Catalogue != nil {

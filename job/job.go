@@ -32,7 +32,11 @@ type Job struct {
 	sets *sources
 	// persisted says the job reads its transform's outputs from a pack.
 	persisted bool
+	// tf is the transform the job runs (nil for none, or when it reads
+	// its persisted outputs); out the plan's transform, parsed once, whose
+	// outputs the job delivers either way (their size and shape).
 	tf        transform.Transform
+	out       transform.Transform
 	transform string // canonical, with version; "" for none
 	unfuture  func() // stops telling the disk tier when blocks are next used
 	objects   map[string]int
@@ -115,7 +119,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		} else if col := transform.Column(plan.Transform); col != "" {
 			return fail(specErr("transform %s: column=%q names a column of a dataset of rows (Arrow, Parquet, Hugging Face); %s has records",
 				plan.Transform, col, inf.Format))
-		} else if src.parts == nil && !transform.IsRandom(j.tf) {
+		}
+		j.out = j.tf
+		if _, rows := ds.(dataset.Rows); !rows && src.parts == nil && !transform.IsRandom(j.tf) {
 			j.usePersisted(ctx)
 			ds, inf = j.src.ds, j.src.ds.Info()
 		}
@@ -209,8 +215,24 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 }
 
 // source opens the plan's dataset: its files, or its mixture's sources
-// one after another.
+// one after another. Its paths are expanded here, once (a glob, a
+// directory's root, an object store's prefix): every open after keys the
+// source by, and reads, the names found now.
 func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
+	lists := [][]string{plan.Paths}
+	if plan.Mixture != nil {
+		lists = plan.Mixture.Sources
+	}
+	expanded := make([][]string, len(lists))
+	for k, paths := range lists {
+		var err error
+		if expanded[k], err = dataset.ExpandPaths(ctx, env.store, paths); err != nil {
+			if plan.Mixture != nil {
+				err = fmt.Errorf("mixture source %d: %w", k, err)
+			}
+			return nil, 0, err
+		}
+	}
 	if plan.Mixture != nil && plan.Refresh {
 		// Each source grows by its own log; their generations are the
 		// node's log's for the epoch (a state names none for a mixture).
@@ -218,7 +240,7 @@ func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 		for k, paths := range plan.Mixture.Sources {
 			one := plan
 			one.Paths, one.Mixture = paths, nil
-			src, _, err := env.grown(ctx, one)
+			src, _, err := env.grown(ctx, one, expanded[k])
 			if err != nil {
 				for _, p := range parts {
 					env.sets.put(p)
@@ -231,16 +253,13 @@ func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 		return src, 0, err
 	}
 	if plan.Mixture != nil {
-		src, err := env.sets.mix(ctx, plan.Mixture.Sources, plan.Dataset)
+		src, err := env.sets.mix(ctx, expanded, plan.Dataset)
 		return src, 0, err
 	}
 	if plan.Refresh {
-		return env.grown(ctx, plan)
+		return env.grown(ctx, plan, expanded[0])
 	}
-	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
-	if err != nil {
-		return nil, 0, err
-	}
+	paths := expanded[0]
 	opts := plan.Dataset
 	opts.Direct = opts.Direct || readsDirect(plan, paths, env.pageCacheBytes(), env.readingNow(paths, plan))
 	src, err := env.sets.get(ctx, paths, opts)
@@ -412,10 +431,9 @@ func (j *Job) Describe() Description {
 	d := Description{Records: j.src.ds.Len(), Positions: j.smp.Len(), Batches: j.l.Count(), Left: j.l.Left(j.plan.Loader.Batch),
 		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: j.ord.Shared(),
 		Columns: inf.Columns, Samples: j.subset, Version: fmt.Sprintf("%016x", spaceOf(inf, j.src.key.String(), ""))}
-	if j.plan.Transform != "" {
-		t, _, _ := transform.New(j.plan.Transform)
-		d.OutputSize = t.Size()
-		d.OutputDtype, d.OutputShape = t.Shape()
+	if j.out != nil {
+		d.OutputSize = j.out.Size()
+		d.OutputDtype, d.OutputShape = j.out.Shape()
 	}
 	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
 		d.Offsets = c.Offsets()

@@ -269,15 +269,12 @@ func columnNames(inf dataset.Info) string {
 	return "[" + strings.Join(names, ", ") + "]"
 }
 
-// mix opens each source of a mixture and puts them one after another.
+// mix opens each source of a mixture (its files, expanded) and puts them
+// one after another.
 func (d *sources) mix(ctx context.Context, srcs [][]string, opts dataset.Options) (*source, error) {
 	parts := make([]concatPart, len(srcs))
 	for i, paths := range srcs {
-		expanded, err := dataset.ExpandPaths(ctx, d.store, paths)
-		if err != nil {
-			return nil, fmt.Errorf("mixture source %d: %w", i, err)
-		}
-		parts[i] = concatPart{paths: expanded, opts: opts, name: fmt.Sprintf("mixture source %d", i)}
+		parts[i] = concatPart{paths: paths, opts: opts, name: fmt.Sprintf("mixture source %d", i)}
 	}
 	return d.concat(ctx, "mixture", parts)
 }
