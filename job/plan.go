@@ -367,16 +367,6 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	// is of uniform orders): share with another order reads alone, as the
 	// Python client's _shared says too.
 	c.Share = spec.Share != nil && *spec.Share && (kind == "" || kind == "global")
-	if len(spec.Delivered) > 0 {
-		if err := checkDelivered(spec, kind, c.Share); err != nil {
-			return c, err
-		}
-		c.Delivered = spec.Delivered
-	}
-	if spec.Start > 0 && (spec.Epochs != 1 || c.Share || spec.Opportunistic > 1 || len(spec.SamplerState) > 0 ||
-		!(sampler.Positional(kind) || kind == "auto")) {
-		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of an order that is a function of position: not shared, not opportunistic, no saved stream state", spec.Start)
-	}
 	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {
 		return c, specErr("batch_offset %d of batch_stride %d: want offset < stride", spec.BatchOffset, spec.BatchStride)
 	}
@@ -410,6 +400,18 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	}
 	c.Memory = spec.MemoryBytes
 	c.Transform = spec.Transform
+	// Where an epoch resumes is the order's to say (order.Plan): from a
+	// position, or as the rest of an epoch from every part's places.
+	o := c.Order()
+	if len(spec.Delivered) > 0 {
+		if err := checkDelivered(spec, o.Rest()); err != nil {
+			return c, err
+		}
+		c.Delivered = spec.Delivered
+	}
+	if spec.Start > 0 && (spec.Epochs != 1 || len(spec.SamplerState) > 0 || !o.Positional()) {
+		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of an order that is a function of position: not shared, not opportunistic, no saved stream state", spec.Start)
+	}
 	return c, nil
 }
 
@@ -417,9 +419,10 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 // 64 workers each, and the set the rest before it delivered.
 const maxDelivered = 8*64 + 1
 
-// checkDelivered checks the places a shared order's rest of an epoch
-// leaves out: of one epoch of a shared global order, each small enough.
-func checkDelivered(spec *wire.JobSpec, kind string, shared bool) error {
+// checkDelivered checks the places a rest of an epoch leaves out: of one
+// epoch of an order that resumes so (rest, order.Plan.Rest: a shared or an
+// opportunistic global order), each small enough.
+func checkDelivered(spec *wire.JobSpec, rest string) error {
 	total := 0
 	for k, st := range spec.Delivered {
 		total += len(st.Sampler) + 8*len(st.Skip)
@@ -430,11 +433,10 @@ func checkDelivered(spec *wire.JobSpec, kind string, shared bool) error {
 				k, *p, maxWorld, maxWorld, loader.MaxBatchSize, loader.MaxWindow)
 		}
 	}
-	opportunistic := !shared && spec.Opportunistic > 1 && (kind == "" || kind == "global")
 	switch {
 	case len(spec.Delivered) > maxDelivered || total > 1<<28:
 		return specErr("delivered: %d places of %d bytes, at most %d places of 256 MiB", len(spec.Delivered), total, maxDelivered)
-	case !(shared || opportunistic) || len(spec.Mixture) > 0 || spec.Start > 0:
+	case rest == "" || spec.Start > 0:
 		return specErr("delivered (the places of the parts of a run) takes a shared, or an opportunistic, global order of one dataset: a mixture resumes on the topology it was saved on, and an order that is a function of position resumes from its position (start)")
 	case spec.Epochs != 1:
 		return specErr("delivered: the rest of one epoch (epochs 1); the next is a job of its own")
