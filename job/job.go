@@ -18,6 +18,7 @@ import (
 	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/transform"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 // Job is one training job: a Plan's batches, epoch after epoch. Next and
@@ -214,6 +215,33 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	return j, nil
 }
 
+// OpenSpec checks spec (Check) and opens its job (Open): the one call a
+// request to open a job makes.
+func (env *Env) OpenSpec(ctx context.Context, spec *wire.JobSpec, alloc Alloc) (*Job, error) {
+	plan, err := Check(spec)
+	if err != nil {
+		return nil, err
+	}
+	return env.Open(ctx, plan, alloc)
+}
+
+// Check says what an open of spec would: the job is made lazy, so that it
+// reads and allocates nothing (its batches would be on the Go heap),
+// described and closed. The error is the one the open would give.
+func (env *Env) Check(ctx context.Context, spec *wire.JobSpec) (Description, error) {
+	plan, err := Check(spec)
+	if err != nil {
+		return Description{}, err
+	}
+	plan.Loader.Lazy = true
+	j, err := env.Open(ctx, plan, nil)
+	if err != nil {
+		return Description{}, err
+	}
+	defer j.Close()
+	return j.Describe(), nil
+}
+
 // source opens the plan's dataset: its files, or its mixture's sources
 // one after another. Its paths are expanded here, once (a glob, a
 // directory's root, an object store's prefix): every open after keys the
@@ -340,6 +368,11 @@ func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
 	return b, nil
 }
 
+// Order is what the job's order is (package order's answer): its kind as
+// resolved, how a place in it resumes, and whether a batch's records are
+// delivered as they lie in its memory (Packed: loader.Batch.PackedOrder).
+func (j *Job) Order() wire.OrderInfo { return j.ord.Info() }
+
 // Memory is the job's bound on batches in flight and held now (Resize
 // moves it), FullMemory the most it may be.
 func (j *Job) Memory() int64     { return j.l.Memory() }
@@ -418,6 +451,10 @@ type Description struct {
 	Generations int
 	// Auto is the order sampler auto chose.
 	Auto *Auto
+	// Order is what the job's order is: its kind as resolved, how a
+	// place in it resumes, whether a batch's records are delivered as
+	// they lie in its memory (Order.Packed).
+	Order wire.OrderInfo
 	// Direct says the job reads its files with O_DIRECT (job/direct.go).
 	Direct bool
 	// Delivered, for the rest of a shared order's epoch, is what the
@@ -439,6 +476,7 @@ func (j *Job) Describe() Description {
 		d.Offsets = c.Offsets()
 	}
 	d.Generations, d.Auto, d.Delivered, d.Direct = j.generations, j.ord.Auto, j.ord.Delivered, j.src.key.direct
+	d.Order = j.Order()
 	if schema, cols := j.l.RowsOutput(); schema != nil {
 		// A transform of rows puts its outputs in its column's place.
 		d.Info.Schema, d.Info.Columns, d.Columns = schema, cols, cols
