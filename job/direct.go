@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -138,7 +139,7 @@ func directFiles(plan Plan, paths []string) (int64, bool) {
 		// are open; a growing dataset's files change: through the cache.
 		return 0, false
 	}
-	if k := plan.Sampler.Kind; k != "" && k != "global" && k != "auto" {
+	if k := plan.Sampler.Kind; !sampler.Uniform(k) && k != "auto" {
 		return 0, false
 	}
 	var total int64
@@ -193,8 +194,7 @@ const stewardFrom = 0.3
 // subset's order, the rest of an epoch and a shared order have no
 // inverse the steward can ask.
 func stewarded(plan Plan) bool {
-	k := plan.Sampler.Kind
-	return !plan.Share && (k == "" || k == "global") && plan.Subset == nil && plan.Filter == nil && !plan.Dedup &&
+	return !plan.Share && sampler.Uniform(plan.Sampler.Kind) && plan.Subset == nil && plan.Filter == nil && !plan.Dedup &&
 		plan.Sampler.Start == 0 && len(plan.Delivered) == 0
 }
 

@@ -46,7 +46,7 @@ func (o *Order) mixture(src *Source, p Plan, env Env, cfg sampler.Config, subset
 		}
 	}
 	srcs := make([]sampler.Sampler, len(parts))
-	if p.Share && (cfg.Kind == "" || cfg.Kind == "global") && p.Opportunistic <= 1 {
+	if p.Share && sampler.Uniform(cfg.Kind) && p.Opportunistic <= 1 {
 		// Each source's order is a member of its source's share group, as
 		// a job on the source alone would be: mixtures and jobs over
 		// overlapping sources read what they have in common once.

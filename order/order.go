@@ -1,7 +1,6 @@
 package order
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -219,7 +218,7 @@ func (p Plan) Rest() string {
 		return ""
 	case p.Share:
 		return "shared"
-	case p.Opportunistic > 1 && (k == "" || k == "global"):
+	case p.Opportunistic > 1 && sampler.Uniform(k):
 		return "opportunistic"
 	}
 	return ""
@@ -248,11 +247,14 @@ func (o *Order) order(ctx context.Context, src *Source, p Plan, env Env, subset 
 		}
 	}
 	cfg = ownBlocks(cfg, ds)
-	o.Kind = cmp.Or(cfg.Kind, "global")
+	o.Kind = cfg.Kind
+	if k, ok := sampler.KindOf(cfg.Kind); ok {
+		o.Kind = k.Name // "" is the table's first, global
+	}
 	if p.Mixture != nil {
 		return o.mixture(src, p, env, cfg, subset)
 	}
-	if p.Share && (cfg.Kind == "" || cfg.Kind == "global") {
+	if p.Share && sampler.Uniform(cfg.Kind) {
 		// Ranks and DataLoader workers are dealt parts of the subset (or
 		// of the rest of an epoch resumed on another topology): a shared
 		// order is no function of position to cut.

@@ -22,6 +22,16 @@ type Kind struct {
 	// PackedOrder). The buffered and reservoir orders take theirs from
 	// stages in the cache as they arrive: not packed.
 	Packed bool
+	// Uniform says each epoch is a uniform random permutation of the
+	// records: a share group's dependent sampling may stand in for it
+	// (Joader's is of uniform orders), the rest of an epoch is a uniform
+	// order of what is left, and its reads fall anywhere in the files, so
+	// the page cache answers few of them (a job reads them past it).
+	Uniform bool
+	// Windows says the loader may read the order's windows whole, each
+	// as large as the memory bound lets (loader's gathered loads): a job
+	// of it needs that memory, which cannot bend to two batches.
+	Windows bool
 	// build makes the order over n records (Config.build).
 	build func(c Config, n int, locate func(id int) (obj int, off int64, length int)) (Sampler, string, error)
 }
@@ -29,13 +39,13 @@ type Kind struct {
 // kinds is the table, in the order the docs list them; the first is the
 // default ("" is it).
 var kinds = []Kind{
-	{Name: "global", Positional: true, Packed: true, build: func(c Config, n int, _ func(int) (int, int64, int)) (Sampler, string, error) {
+	{Name: "global", Positional: true, Packed: true, Uniform: true, build: func(c Config, n int, _ func(int) (int, int64, int)) (Sampler, string, error) {
 		return Global{N: n, Seed: c.Seed}, "global", nil
 	}},
 	{Name: "sequential", Positional: true, Packed: true, build: func(_ Config, n int, _ func(int) (int, int64, int)) (Sampler, string, error) {
 		return Sequential{N: n}, "sequential", nil
 	}},
-	{Name: "block", Positional: true, Packed: true, build: buildBlock},
+	{Name: "block", Positional: true, Packed: true, Windows: true, build: buildBlock},
 	{Name: "buffered", Positional: true, build: func(c Config, n int, _ func(int) (int, int64, int)) (Sampler, string, error) {
 		k := c.Buffer
 		if k <= 0 {
@@ -89,6 +99,20 @@ func Positional(kind string) bool {
 func Packed(kind string) bool {
 	k, ok := KindOf(kind)
 	return ok && k.Packed
+}
+
+// Uniform says whether an order of kind ("" is global) is a uniform
+// random permutation of the records each epoch (Kind.Uniform).
+func Uniform(kind string) bool {
+	k, ok := KindOf(kind)
+	return ok && k.Uniform
+}
+
+// Windows says whether the loader may read an order of kind's windows
+// whole (Kind.Windows).
+func Windows(kind string) bool {
+	k, ok := KindOf(kind)
+	return ok && k.Windows
 }
 
 func (c Config) build(n int, locate func(id int) (obj int, off int64, length int)) (Sampler, string, error) {

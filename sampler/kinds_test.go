@@ -30,12 +30,15 @@ func TestKindsTable(t *testing.T) {
 		if want := name != "buffered" && name != "reservoir"; Packed(name) != want {
 			t.Errorf("%s: packed %v, want %v", name, Packed(name), want)
 		}
+		if Uniform(name) != (name == "global") || Windows(name) != (name == "block") {
+			t.Errorf("%s: uniform %v, windows %v", name, Uniform(name), Windows(name))
+		}
 	}
-	if k, ok := KindOf(""); !ok || k.Name != "global" || !Packed("") || !Positional("") {
+	if k, ok := KindOf(""); !ok || k.Name != "global" || !Packed("") || !Positional("") || !Uniform("") {
 		t.Errorf(`"" is %+v (%v), want the global order`, k, ok)
 	}
 	for _, name := range []string{"auto", "opportunistic", "Global"} {
-		if _, ok := KindOf(name); ok || Positional(name) || Packed(name) {
+		if _, ok := KindOf(name); ok || Positional(name) || Packed(name) || Uniform(name) || Windows(name) {
 			t.Errorf("%s: in the table", name)
 		}
 		if _, _, err := (Config{Kind: name}).Build(n, locate); err == nil {
