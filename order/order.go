@@ -21,10 +21,13 @@ import (
 //
 // Its records are DS's. The next kind of source, a token corpus's samples
 // cut from documents (package sequence: sample i of epoch e a pure
-// function of both), is ordered by the same door as positions of an
-// epoch's samples: the order's kind, seed, ranks, start and rest are the
-// plan's as for records, and what is here about files (a selection, a
-// dataset's own blocks, share groups) does not apply to it.
+// function of both, any i in any order), comes in by the same door as a
+// field beside DS: its records are then an epoch's samples, ordered as
+// positions are (the plan's kind, seed, ranks, start and rest apply to
+// them as to records), and what is here about files (a selection, a
+// dataset's own blocks, share groups, O_DIRECT) does not. Concat and pad
+// cut as many samples every epoch; best_fit's count is its epoch's,
+// which a sampler, of one length, does not yet say.
 type Source struct {
 	// DS is the dataset; a mixture's is its sources one after another
 	// (dataset.NewConcat's, or NewRowsUnion's), each a Part.
