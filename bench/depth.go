@@ -116,17 +116,13 @@ func depthRiffle(ctx context.Context, cfg DepthConfig, n int) (Result, error) {
 	// (Fio): an order read before would be read from a virtual disk's host
 	// cache.
 	spec.Shuffle, spec.Seed, spec.Epochs, spec.BatchSize = true, rand.Uint64(), 1, job.DefaultBatchSize
-	plan, err := job.Check(&spec)
-	if err != nil {
-		return Result{}, err
-	}
 	env, err := job.NewEnv(job.EnvOptions{})
 	if err != nil {
 		return Result{}, err
 	}
 	defer env.Close()
 	m := startMeasure(spec.Paths[0])
-	j, err := env.Open(ctx, plan, nil)
+	j, err := env.OpenSpec(ctx, &spec, nil)
 	if err != nil {
 		return Result{}, err
 	}

@@ -258,6 +258,23 @@ func Open(ctx context.Context, opts Options, paths ...string) (Dataset, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openExpanded(ctx, opts, files)
+}
+
+// OpenExpanded is Open of names ExpandPaths gave (files, or one directory
+// tree): it globs none of them again. A caller that resolved its paths
+// once (a job: the files it keys its source by) opens those, not what a
+// second glob would match by now.
+func OpenExpanded(ctx context.Context, opts Options, names ...string) (Dataset, error) {
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no path given: %w", ErrEmpty)
+	}
+	opts.Store = opts.store()
+	return openExpanded(ctx, opts, names)
+}
+
+func openExpanded(ctx context.Context, opts Options, files []string) (Dataset, error) {
+	var err error
 	name := opts.Format
 	if name == "" && opts.RecordSize > 0 {
 		name = "fixed" // a record size means fixed-size records

@@ -6,8 +6,10 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sort"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -120,7 +122,7 @@ func (env *Env) pageCacheBytes() int64 {
 // random, paths are local files, and the page cache, keeping keep bytes
 // of them, would answer under directBelow of the reads. others says
 // other jobs read the same files now. A job of part of the files (a
-// subset, a filter, dedup) is decided once they are open (subsetDirect).
+// subset, a filter, dedup) is decided once they are open (directFrom).
 func readsDirect(plan Plan, paths []string, keep int64, others bool) bool {
 	if plan.Subset != nil || plan.Filter != nil || plan.Dedup {
 		return false
@@ -137,7 +139,7 @@ func directFiles(plan Plan, paths []string) (int64, bool) {
 		// are open; a growing dataset's files change: through the cache.
 		return 0, false
 	}
-	if k := plan.Sampler.Kind; k != "" && k != "global" && k != "auto" {
+	if k := plan.Sampler.Kind; !sampler.Uniform(k) && k != "auto" {
 		return 0, false
 	}
 	var total int64
@@ -192,34 +194,48 @@ const stewardFrom = 0.3
 // subset's order, the rest of an epoch and a shared order have no
 // inverse the steward can ask.
 func stewarded(plan Plan) bool {
-	k := plan.Sampler.Kind
-	return !plan.Share && (k == "" || k == "global") && plan.Subset == nil && plan.Filter == nil && !plan.Dedup &&
+	return !plan.Share && sampler.Uniform(plan.Sampler.Kind) && plan.Subset == nil && plan.Filter == nil && !plan.Dedup &&
 		plan.Sampler.Start == 0 && len(plan.Delivered) == 0
 }
 
-// subsetDirect is readsDirect for a job of part of its files' records (a
-// subset, a filter, dedup), decided once the files are open and the part
-// is known: n records of src, whose pages a shuffle of them reads. It
-// returns the source to read, src itself or its files opened anew past
-// the page cache (src given back to the registry).
-func (env *Env) subsetDirect(ctx context.Context, plan Plan, src *source, n int) *source {
+// directFrom is readsDirect for a job of part of its files' records (a
+// subset, a filter, dedup), whose size is known only once the files are
+// open and the order has chosen them: the least records of src a shuffle
+// of which misses the page cache (missesCache, which grows with the
+// records: a threshold), or 0 if no part is read past it. The order says
+// whether its part reaches it (order.Order.Direct), and the job then
+// reopens the files past the page cache (reopenDirect).
+func (env *Env) directFrom(plan Plan, src *source) int {
 	if _, rows := src.ds.(dataset.Rows); rows {
-		return src // a dataset of rows reads its pages through readers of its own
+		return 0 // a dataset of rows reads its pages through readers of its own
 	}
-	// The files src was opened with, not plan.Paths expanded again: a
-	// glob may match others by now, and the subset names src's records.
-	paths := src.paths
-	if _, ok := directFiles(plan, paths); !ok {
-		return src
+	if _, ok := directFiles(plan, src.paths); !ok {
+		return 0
 	}
 	inf := src.ds.Info()
 	mean := int64(inf.RecordSize)
 	if mean == 0 {
 		mean = inf.Bytes / int64(max(1, src.ds.Len()))
 	}
-	if mean <= 0 || !missesCache(plan, int64(n)*mean, env.pageCacheBytes(), env.readingNow(paths, plan)) {
-		return src
+	if mean <= 0 {
+		return 0
 	}
+	keep, others, n := env.pageCacheBytes(), env.readingNow(src.paths, plan), src.ds.Len()
+	k := sort.Search(n, func(k int) bool { return missesCache(plan, int64(k+1)*mean, keep, others) })
+	if k == n {
+		return 0
+	}
+	return k + 1
+}
+
+// reopenDirect is src's files opened anew past the page cache, for a part
+// of their records the order reads so (directFrom); src given back to the
+// registry. If they cannot be, or were rewritten since, it is src itself:
+// the part names the records src holds.
+func (env *Env) reopenDirect(ctx context.Context, plan Plan, src *source) *source {
+	// The files src was opened with, not plan.Paths expanded again: a
+	// glob may match others by now, and the part names src's records.
+	paths := src.paths
 	opts := plan.Dataset
 	opts.Direct = true
 	d, err := env.sets.get(ctx, paths, opts)

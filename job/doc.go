@@ -7,17 +7,19 @@
 // from it. An Env holds what the jobs of a process share: the opened
 // datasets (sources, each with a struct identity), the record cache, the
 // share groups, the read engines and the transform workers. Env.Open
-// makes a Job: it opens the source, chooses the order in one function
-// (order: Parquet's pages block-aware by default, a subset, a share
-// group's dependent sampling after Joader (joader.txt §3), DistributedSampler's
-// split of ranks), sizes its memory, and starts a loader (package loader)
-// into memory the caller gives (a daemon's shared arena, or the Go heap).
+// makes a Job: it resolves and opens the source once, sizes its memory,
+// opens its order through package order's one door (which records, in
+// which order, and where an epoch resumes: a subset, Parquet's pages
+// block-aware by default, a share group's dependent sampling after Joader
+// (joader.txt §3), DistributedSampler's split of ranks), and starts a
+// loader (package loader) into memory the caller gives (a daemon's shared
+// arena, or the Go heap).
 //
 // Whoever holds the bytes states their size: a shared record's cache item
 // is the record's own length, or its transform's output size, and every
 // copy into or out of an item checks it (cache.Item.Put, CopyTo); a local
 // file's raw records wait in the page cache instead, counted by the pages
-// they lie in (Job.join). A job
+// they lie in (Job.shareOptions). A job
 // in a group covers its rank's and DataLoader worker's part of every
 // epoch; Describe says how many batches that is, and a client counts by
 // that and never works it out again.

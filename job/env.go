@@ -10,6 +10,8 @@ import (
 	"github.com/riffle-ml/riffle/cache"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
+	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/transform"
 )
@@ -48,8 +50,9 @@ type EnvOptions struct {
 	// keeps in the page cache (share.Pages), which by default fill what
 	// the cgroup's limit, or the machine, leaves (memoryRoom).
 	PageCacheBytes int64
-	// Open opens a dataset; default dataset.Open (a test holds an open
-	// with its own).
+	// Open opens a dataset of expanded names (dataset.ExpandPaths's: a
+	// job expands its paths once); default dataset.OpenExpanded (a test
+	// holds an open with its own).
 	Open func(ctx context.Context, opts dataset.Options, paths ...string) (dataset.Dataset, error)
 	// DecodeBytes bounds the memory the jobs' image decodes take at once
 	// (transform.Memory); a record whose decode alone would take more is
@@ -84,7 +87,7 @@ type Env struct {
 	cache   *cache.Cache
 	sets    *sources
 	outputs *sources
-	groups  *groups
+	groups  *order.Groups
 	workers *loader.Workers
 	decode  *transform.Memory // the image decodes' memory, shared by every job's transform
 	engMu   sync.Mutex
@@ -100,7 +103,7 @@ type Env struct {
 
 // NewEnv makes an Env; Close closes the jobs still open, then ends it.
 func NewEnv(opts EnvOptions) (*Env, error) {
-	e := &Env{opts: opts, store: opts.Store, engines: map[uint64]*storage.Engine{}, groups: newGroups()}
+	e := &Env{opts: opts, store: opts.Store, engines: map[uint64]*storage.Engine{}, groups: order.NewGroups()}
 	if e.store == nil {
 		local, err := storage.NewLocal(false, nil)
 		if err != nil {
@@ -116,7 +119,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 	e.cache = cache.New(cache.Options{Budget: budget, DropUnreferenced: true})
 	open := opts.Open
 	if open == nil {
-		open = dataset.Open
+		open = dataset.OpenExpanded
 	}
 	e.sets = newSources(e.store, dataset.Options{IndexDir: opts.IndexDir, IndexInDirOnly: opts.IndexInDirOnly}, open)
 	if opts.Catalogue != nil {
@@ -216,4 +219,26 @@ func (e *Env) engineFor(r storage.Reader) *storage.Engine {
 		e.engines[dev] = en
 	}
 	return en
+}
+
+// Groups lists the Env's share groups and their jobs, for status.
+func (env *Env) Groups() []GroupStatus {
+	var out []GroupStatus
+	for _, g := range env.groups.Status() {
+		gs := GroupStatus{Source: g.Source, Records: g.Records, Stats: g.Stats}
+		for _, o := range g.Owners {
+			gs.Jobs = append(gs.Jobs, o.(*Job))
+		}
+		slices.SortFunc(gs.Jobs, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })
+		out = append(out, gs)
+	}
+	return out
+}
+
+// GroupStatus is a share group: its source, its counts and its jobs.
+type GroupStatus struct {
+	Source  string
+	Records int
+	Stats   share.Stats
+	Jobs    []*Job
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
 )
@@ -20,8 +21,9 @@ import (
 // removed since its dataset was opened is a change, not a path not found;
 // a spec error that wraps a missing file is about the file.
 
-// errSpec marks an error in what the client asked for.
-var errSpec = errors.New("invalid job spec")
+// errSpec marks an error in what the client asked for: the order's
+// errors (package order) are such errors too.
+var errSpec = order.ErrSpec
 
 // Kind says what err is about: one of wire's Kind constants.
 func Kind(err error) string {
@@ -49,6 +51,21 @@ func Kind(err error) string {
 		return wire.KindMemory
 	}
 	return wire.KindInternal
+}
+
+// Where is the file (or object) and byte offset err is about, for an
+// error reply: a *dataset.FormatError's or a *storage.Error's, the errors
+// Kind says are about data; "" and 0 if it names none.
+func Where(err error) (path string, offset int64) {
+	var fe *dataset.FormatError
+	var se *storage.Error
+	switch {
+	case errors.As(err, &fe):
+		return fe.Path, fe.Offset
+	case errors.As(err, &se):
+		return se.Object, se.Offset
+	}
+	return "", 0
 }
 
 // ErrMemory marks a job that does not fit its memory: its daemon's budget

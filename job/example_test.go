@@ -32,12 +32,9 @@ func Example() {
 	var wg sync.WaitGroup
 	seen := make([]map[int]int, 2)
 	for k := range 2 {
-		plan, err := job.Check(&wire.JobSpec{Paths: []string{path}, RecordSize: 256, BatchSize: 50, Shuffle: true,
-			Seed: uint64(k), Share: &yes, Subset: &wire.Subset{Ranges: [][2]int{{0, 600}}}, Epochs: 2})
-		if err != nil {
-			panic(err)
-		}
-		j, err := env.Open(context.Background(), plan, nil) // nil: batches on the Go heap
+		spec := &wire.JobSpec{Paths: []string{path}, RecordSize: 256, BatchSize: 50, Shuffle: true,
+			Seed: uint64(k), Share: &yes, Subset: &wire.Subset{Ranges: [][2]int{{0, 600}}}, Epochs: 2}
+		j, err := env.OpenSpec(context.Background(), spec, nil) // nil: batches on the Go heap
 		if err != nil {
 			panic(err)
 		}

@@ -39,13 +39,9 @@ type growLog struct {
 }
 
 // grown opens the generations of plan's dataset that plan's epoch reads,
-// and says how many.
-func (env *Env) grown(ctx context.Context, plan Plan) (*source, int, error) {
+// and says how many: paths are plan.Paths expanded (Env.source).
+func (env *Env) grown(ctx context.Context, plan Plan, paths []string) (*source, int, error) {
 	store := env.store
-	paths, err := dataset.ExpandPaths(ctx, store, plan.Paths)
-	if err != nil {
-		return nil, 0, err
-	}
 	// The files now: a directory's (one file per record), or the paths'.
 	var root string
 	files := paths
@@ -66,6 +62,9 @@ func (env *Env) grown(ctx context.Context, plan Plan) (*source, int, error) {
 			}
 		}
 	}
+	// The log's name is of the paths as given and every option, printed
+	// whole: it names the logs that exist, so it stays as it is (a field
+	// added to dataset.Options renames every log).
 	k := fnv.New64a()
 	fmt.Fprintf(k, "%q|%+v", plan.Paths, plan.Dataset)
 	logPath := filepath.Join(dataset.CacheDir(env.opts.IndexDir), fmt.Sprintf("%016x.rfgrow", k.Sum64()))
@@ -150,6 +149,7 @@ func (env *Env) grown(ctx context.Context, plan Plan) (*source, int, error) {
 		}
 	}
 	var src *source
+	var err error
 	if g == 1 {
 		src, err = env.sets.get(ctx, parts[0].paths, parts[0].opts)
 	} else {

@@ -13,10 +13,12 @@ import (
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/transform"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 // Job is one training job: a Plan's batches, epoch after epoch. Next and
@@ -31,21 +33,26 @@ type Job struct {
 	sets *sources
 	// persisted says the job reads its transform's outputs from a pack.
 	persisted bool
+	// tf is the transform the job runs (nil for none, or when it reads
+	// its persisted outputs); out the plan's transform, parsed once, whose
+	// outputs the job delivers either way (their size and shape).
 	tf        transform.Transform
+	out       transform.Transform
 	transform string // canonical, with version; "" for none
 	unfuture  func() // stops telling the disk tier when blocks are next used
 	objects   map[string]int
-	smp       sampler.Sampler
-	l         *loader.Loader
+	// ord is the job's order (package order): its sampler, smp, and its
+	// places in share groups (dependent sampling), its source's or each
+	// of its mixture's sources'.
+	ord *order.Order
+	smp sampler.Sampler
+	l   *loader.Loader
 	// memory is the job's full memory bound, floor the least it may be
 	// given (0 unless its memory bends), arenaOf the allocator's bytes for
 	// a bound (memory.go).
 	memory  int64
 	floor   int64
 	arenaOf func(bound int64) int64
-	// shares are the job's places in share groups (dependent sampling):
-	// its source's, or each of its mixture's sources'.
-	shares []membership
 	// pages is the job's place with its source's page steward (Env.steward)
 	// if it reads raw records of local files through the page cache in
 	// an order with an inverse; blind are its places where its reads
@@ -57,14 +64,10 @@ type Job struct {
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
 	generations int
-	auto        *Auto // the order sampler auto chose
-	// delivered, for the rest of a shared order's epoch, is what its
-	// plan's places delivered, as one state (share.EncodeDelivered).
-	delivered []byte
-	started   time.Time
-	once      sync.Once
-	closed    atomic.Bool // Close was called: Next gives no more batches
-	epoch     int         // of the last batch Next gave, -1 before the first
+	started     time.Time
+	once        sync.Once
+	closed      atomic.Bool // Close was called: Next gives no more batches
+	epoch       int         // of the last batch Next gave, -1 before the first
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
@@ -86,7 +89,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	j := &Job{ID: env.seq.Add(1), env: env, plan: plan, src: src, sets: env.sets, started: time.Now(), epoch: -1, generations: generations}
 	fail := func(err error) (*Job, error) {
 		j.leaveSteward()
-		env.groups.leave(j)
+		if j.ord != nil {
+			j.ord.Close()
+		}
 		j.sets.put(j.src)
 		return nil, err
 	}
@@ -115,7 +120,9 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		} else if col := transform.Column(plan.Transform); col != "" {
 			return fail(specErr("transform %s: column=%q names a column of a dataset of rows (Arrow, Parquet, Hugging Face); %s has records",
 				plan.Transform, col, inf.Format))
-		} else if src.parts == nil && !transform.IsRandom(j.tf) {
+		}
+		j.out = j.tf
+		if _, rows := ds.(dataset.Rows); !rows && src.parts == nil && !transform.IsRandom(j.tf) {
 			j.usePersisted(ctx)
 			ds, inf = j.src.ds, j.src.ds.Info()
 		}
@@ -146,29 +153,22 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			lopts.Lazy = true
 		}
 	}
-	subset, err := env.subsetOf(ctx, plan, ds)
-	if err != nil {
+	if j.ord, err = j.order(ctx); err != nil {
 		return fail(err)
 	}
-	j.subset = ds.Len()
-	if subset != nil {
-		j.subset = int(subset.GetCardinality())
-		if j.src == src {
-			// Not a transform's persisted outputs: the subset's records
-			// are what the shuffle reads.
-			j.src = env.subsetDirect(ctx, plan, src, j.subset)
-			ds, inf = j.src.ds, j.src.ds.Info()
-		}
+	j.smp, j.subset = j.ord.Sampler, j.ord.Samples
+	if j.ord.Direct {
+		// A selection that misses the page cache: its records are what
+		// the shuffle reads, past it.
+		j.src = env.reopenDirect(ctx, plan, j.src)
+		ds, inf = j.src.ds, j.src.ds.Info()
 	}
 	key := cacheKey(j.src, j.cached())
-	if j.smp, err = j.order(ctx, subset, key); err != nil {
-		return fail(err)
-	}
-	if len(j.shares) > 0 || (j.delivered != nil && plan.Share) {
+	if j.ord.OwnPart {
 		// A member (or a shared rest) covers its own part (rank and worker): no stride.
 		lopts.BatchStride, lopts.BatchOffset = 1, 0
 	}
-	if len(j.shares) > 0 {
+	if j.ord.Shared() {
 		if lopts.Prefetch == 0 {
 			// A shared job reads ahead little, and not before it is asked:
 			// records it is given while ahead of its consumer, before
@@ -215,9 +215,52 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	return j, nil
 }
 
+// OpenSpec checks spec (Check) and opens its job (Open): the one call a
+// request to open a job makes.
+func (env *Env) OpenSpec(ctx context.Context, spec *wire.JobSpec, alloc Alloc) (*Job, error) {
+	plan, err := Check(spec)
+	if err != nil {
+		return nil, err
+	}
+	return env.Open(ctx, plan, alloc)
+}
+
+// Check says what an open of spec would: the job is made lazy, so that it
+// reads and allocates nothing (its batches would be on the Go heap),
+// described and closed. The error is the one the open would give.
+func (env *Env) Check(ctx context.Context, spec *wire.JobSpec) (Description, error) {
+	plan, err := Check(spec)
+	if err != nil {
+		return Description{}, err
+	}
+	plan.Loader.Lazy = true
+	j, err := env.Open(ctx, plan, nil)
+	if err != nil {
+		return Description{}, err
+	}
+	defer j.Close()
+	return j.Describe(), nil
+}
+
 // source opens the plan's dataset: its files, or its mixture's sources
-// one after another.
+// one after another. Its paths are expanded here, once (a glob, a
+// directory's root, an object store's prefix): every open after keys the
+// source by, and reads, the names found now.
 func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
+	lists := [][]string{plan.Paths}
+	if plan.Mixture != nil {
+		lists = plan.Mixture.Sources
+	}
+	expanded := make([][]string, len(lists))
+	for k, paths := range lists {
+		var err error
+		if expanded[k], err = dataset.ExpandPaths(ctx, env.store, paths); err != nil {
+			if plan.Mixture != nil {
+				err = fmt.Errorf("mixture source %d: %w", k, err)
+			}
+			return nil, 0, err
+		}
+	}
 	if plan.Mixture != nil && plan.Refresh {
 		// Each source grows by its own log; their generations are the
 		// node's log's for the epoch (a state names none for a mixture).
@@ -225,7 +268,7 @@ func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 		for k, paths := range plan.Mixture.Sources {
 			one := plan
 			one.Paths, one.Mixture = paths, nil
-			src, _, err := env.grown(ctx, one)
+			src, _, err := env.grown(ctx, one, expanded[k])
 			if err != nil {
 				for _, p := range parts {
 					env.sets.put(p)
@@ -238,16 +281,13 @@ func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 		return src, 0, err
 	}
 	if plan.Mixture != nil {
-		src, err := env.sets.mix(ctx, plan.Mixture.Sources, plan.Dataset)
+		src, err := env.sets.mix(ctx, expanded, plan.Dataset)
 		return src, 0, err
 	}
 	if plan.Refresh {
-		return env.grown(ctx, plan)
+		return env.grown(ctx, plan, expanded[0])
 	}
-	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
-	if err != nil {
-		return nil, 0, err
-	}
+	paths := expanded[0]
 	opts := plan.Dataset
 	opts.Direct = opts.Direct || readsDirect(plan, paths, env.pageCacheBytes(), env.readingNow(paths, plan))
 	src, err := env.sets.get(ctx, paths, opts)
@@ -328,6 +368,11 @@ func (j *Job) Next(ctx context.Context) (*loader.Batch, error) {
 	return b, nil
 }
 
+// Order is what the job's order is (package order's answer): its kind as
+// resolved, how a place in it resumes, and whether a batch's records are
+// delivered as they lie in its memory (Packed: loader.Batch.PackedOrder).
+func (j *Job) Order() wire.OrderInfo { return j.ord.Info() }
+
 // Memory is the job's bound on batches in flight and held now (Resize
 // moves it), FullMemory the most it may be.
 func (j *Job) Memory() int64     { return j.l.Memory() }
@@ -371,6 +416,9 @@ func (j *Job) Locate(ids []int) ([]Location, error) {
 	return out, nil
 }
 
+// Auto is the order sampler auto chose (package order's choice).
+type Auto = order.Auto
+
 // Description is what a client is told when a job opens: the dataset and
 // the counts it iterates by.
 type Description struct {
@@ -403,6 +451,10 @@ type Description struct {
 	Generations int
 	// Auto is the order sampler auto chose.
 	Auto *Auto
+	// Order is what the job's order is: its kind as resolved, how a
+	// place in it resumes, whether a batch's records are delivered as
+	// they lie in its memory (Order.Packed).
+	Order wire.OrderInfo
 	// Direct says the job reads its files with O_DIRECT (job/direct.go).
 	Direct bool
 	// Delivered, for the rest of a shared order's epoch, is what the
@@ -414,17 +466,17 @@ type Description struct {
 func (j *Job) Describe() Description {
 	inf := j.src.ds.Info()
 	d := Description{Records: j.src.ds.Len(), Positions: j.smp.Len(), Batches: j.l.Count(), Left: j.l.Left(j.plan.Loader.Batch),
-		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: len(j.shares) > 0,
+		Memory: j.memory, Info: inf, Transform: j.transform, Persisted: j.persisted, Shared: j.ord.Shared(),
 		Columns: inf.Columns, Samples: j.subset, Version: fmt.Sprintf("%016x", spaceOf(inf, j.src.key.String(), ""))}
-	if j.plan.Transform != "" {
-		t, _, _ := transform.New(j.plan.Transform)
-		d.OutputSize = t.Size()
-		d.OutputDtype, d.OutputShape = t.Shape()
+	if j.out != nil {
+		d.OutputSize = j.out.Size()
+		d.OutputDtype, d.OutputShape = j.out.Shape()
 	}
 	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
 		d.Offsets = c.Offsets()
 	}
-	d.Generations, d.Auto, d.Delivered, d.Direct = j.generations, j.auto, j.delivered, j.src.key.direct
+	d.Generations, d.Auto, d.Delivered, d.Direct = j.generations, j.ord.Auto, j.ord.Delivered, j.src.key.direct
+	d.Order = j.Order()
 	if schema, cols := j.l.RowsOutput(); schema != nil {
 		// A transform of rows puts its outputs in its column's place.
 		d.Info.Schema, d.Info.Columns, d.Columns = schema, cols, cols
@@ -460,8 +512,8 @@ func (j *Job) Status(records int64) Status {
 	st, _ := j.l.Place()
 	el := time.Since(j.started).Seconds()
 	s := Status{ID: j.ID, Source: j.src.desc(), Subset: j.subset, Epoch: st.Epoch, Position: st.Batch * j.plan.Loader.BatchSize,
-		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: len(j.shares) > 0, Records: j.src.ds.Len(),
-		Auto: j.auto, Direct: j.src.key.direct}
+		SamplesSec: float64(records) / max(el, 1e-9), Transform: j.transform, Shared: j.ord.Shared(), Records: j.src.ds.Len(),
+		Auto: j.ord.Auto, Direct: j.src.key.direct}
 	if j.src.parts == nil && (j.pages.Load() != nil || len(j.blind) > 0) {
 		// Its places came from the source's steward, made by then.
 		s.PagesKept, s.PagesDropped, s.RecordsPassed = j.src.steward.Stats()
@@ -482,7 +534,7 @@ func (j *Job) Close() {
 			j.unfuture()
 		}
 		j.leaveSteward()
-		j.env.groups.leave(j)
+		j.ord.Close()
 		j.sets.put(j.src)
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -189,9 +190,8 @@ type Ask struct{ Want, Floor int64 }
 // loaded whole, each as large as the bound allows, and cannot run in two
 // batches' room.
 func (j *Job) bends() bool {
-	switch j.plan.Sampler.Kind {
-	case "block", "auto":
-		return false
+	if k := j.plan.Sampler.Kind; sampler.Windows(k) || k == "auto" {
+		return false // auto may choose a block order
 	}
 	return j.plan.Memory == 0 && j.plan.Loader.Opportunistic <= 1
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/wire"
 )
@@ -64,7 +65,7 @@ func TestDefaultWindowFitsDecodedBlocks(t *testing.T) {
 	if bb < rows*8 || int64(blk.Window)*bb > dataset.DecodedBudget/2 || blk.Window < 1 {
 		t.Fatalf("window %d of blocks of %d bytes: want the most that fit %d bytes", blk.Window, bb, dataset.DecodedBudget/2)
 	}
-	if int64(blk.Window+1)*bb <= dataset.DecodedBudget/2 && blk.Window < defaultPageWindow {
+	if int64(blk.Window+1)*bb <= dataset.DecodedBudget/2 && blk.Window < order.DefaultPageWindow {
 		t.Fatalf("window %d: one more block of %d bytes still fits", blk.Window, bb)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/wire"
 )
@@ -63,7 +64,7 @@ const (
 	maxEpochs     = 1 << 30
 	maxBuffer     = 1 << 26
 	maxBlockSize  = 1 << 30
-	maxSubsetIDs  = 1 << 24
+	maxSubsetIDs  = order.MaxSubsetIDs
 	maxColumns    = 1 << 12
 	maxSources    = 1 << 14 // a mixture's
 	maxWeights    = 1 << 10 // weight changes a mixture remembers
@@ -198,7 +199,7 @@ type Plan struct {
 	Transform string
 	Share     bool
 	Memory    int64 // 0: Open picks
-	// MinRandomness is the RL sampler "auto" must reach (job/auto.go);
+	// MinRandomness is the RL sampler "auto" must reach (order/auto.go);
 	// AutoOrder, the order it chose before, read again.
 	MinRandomness float64
 	AutoOrder     *wire.AutoOrder
@@ -207,6 +208,18 @@ type Plan struct {
 	// Delivered are the places of the parts of a shared order's run in
 	// the epoch the job opens at: the job is that epoch's rest.
 	Delivered []wire.State
+}
+
+// Order is the order's part of the plan: what package order opens.
+func (p Plan) Order() order.Plan {
+	o := order.Plan{Sampler: p.Sampler, Share: p.Share, Delivered: p.Delivered, Epoch: p.Loader.Epoch,
+		BatchSize: p.Loader.BatchSize, BatchStride: p.Loader.BatchStride, BatchOffset: p.Loader.BatchOffset,
+		Opportunistic: p.Loader.Opportunistic, DropLast: p.Loader.DropLast, Ordered: p.Loader.Ordered,
+		MinRandomness: p.MinRandomness, AutoOrder: p.AutoOrder, Subset: p.Subset, Filter: p.Filter, Dedup: p.Dedup}
+	if p.Mixture != nil {
+		o.Mixture = &order.Mixture{Segments: p.Mixture.Segments, Cycle: p.Mixture.Cycle}
+	}
+	return o
 }
 
 // ErrSpec marks an error in what a spec asked for.
@@ -363,17 +376,7 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	// Jobs sample dependently in a global shuffle only (Joader's sampling
 	// is of uniform orders): share with another order reads alone, as the
 	// Python client's _shared says too.
-	c.Share = spec.Share != nil && *spec.Share && (kind == "" || kind == "global")
-	if len(spec.Delivered) > 0 {
-		if err := checkDelivered(spec, kind, c.Share); err != nil {
-			return c, err
-		}
-		c.Delivered = spec.Delivered
-	}
-	if spec.Start > 0 && (spec.Epochs != 1 || c.Share || spec.Opportunistic > 1 || len(spec.SamplerState) > 0 ||
-		!(sampler.Positional(kind) || kind == "auto")) {
-		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of an order that is a function of position: not shared, not opportunistic, no saved stream state", spec.Start)
-	}
+	c.Share = spec.Share != nil && *spec.Share && sampler.Uniform(kind)
 	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {
 		return c, specErr("batch_offset %d of batch_stride %d: want offset < stride", spec.BatchOffset, spec.BatchStride)
 	}
@@ -407,6 +410,18 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	}
 	c.Memory = spec.MemoryBytes
 	c.Transform = spec.Transform
+	// Where an epoch resumes is the order's to say (order.Plan): from a
+	// position, or as the rest of an epoch from every part's places.
+	o := c.Order()
+	if len(spec.Delivered) > 0 {
+		if err := checkDelivered(spec, o.Rest()); err != nil {
+			return c, err
+		}
+		c.Delivered = spec.Delivered
+	}
+	if spec.Start > 0 && (spec.Epochs != 1 || len(spec.SamplerState) > 0 || !o.Positional()) {
+		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of an order that is a function of position: not shared, not opportunistic, no saved stream state", spec.Start)
+	}
 	return c, nil
 }
 
@@ -414,9 +429,10 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 // 64 workers each, and the set the rest before it delivered.
 const maxDelivered = 8*64 + 1
 
-// checkDelivered checks the places a shared order's rest of an epoch
-// leaves out: of one epoch of a shared global order, each small enough.
-func checkDelivered(spec *wire.JobSpec, kind string, shared bool) error {
+// checkDelivered checks the places a rest of an epoch leaves out: of one
+// epoch of an order that resumes so (rest, order.Plan.Rest: a shared or an
+// opportunistic global order), each small enough.
+func checkDelivered(spec *wire.JobSpec, rest string) error {
 	total := 0
 	for k, st := range spec.Delivered {
 		total += len(st.Sampler) + 8*len(st.Skip)
@@ -427,11 +443,10 @@ func checkDelivered(spec *wire.JobSpec, kind string, shared bool) error {
 				k, *p, maxWorld, maxWorld, loader.MaxBatchSize, loader.MaxWindow)
 		}
 	}
-	opportunistic := !shared && spec.Opportunistic > 1 && (kind == "" || kind == "global")
 	switch {
 	case len(spec.Delivered) > maxDelivered || total > 1<<28:
 		return specErr("delivered: %d places of %d bytes, at most %d places of 256 MiB", len(spec.Delivered), total, maxDelivered)
-	case !(shared || opportunistic) || len(spec.Mixture) > 0 || spec.Start > 0:
+	case rest == "" || spec.Start > 0:
 		return specErr("delivered (the places of the parts of a run) takes a shared, or an opportunistic, global order of one dataset: a mixture resumes on the topology it was saved on, and an order that is a function of position resumes from its position (start)")
 	case spec.Epochs != 1:
 		return specErr("delivered: the rest of one epoch (epochs 1); the next is a job of its own")

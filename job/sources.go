@@ -269,15 +269,12 @@ func columnNames(inf dataset.Info) string {
 	return "[" + strings.Join(names, ", ") + "]"
 }
 
-// mix opens each source of a mixture and puts them one after another.
+// mix opens each source of a mixture (its files, expanded) and puts them
+// one after another.
 func (d *sources) mix(ctx context.Context, srcs [][]string, opts dataset.Options) (*source, error) {
 	parts := make([]concatPart, len(srcs))
 	for i, paths := range srcs {
-		expanded, err := dataset.ExpandPaths(ctx, d.store, paths)
-		if err != nil {
-			return nil, fmt.Errorf("mixture source %d: %w", i, err)
-		}
-		parts[i] = concatPart{paths: expanded, opts: opts, name: fmt.Sprintf("mixture source %d", i)}
+		parts[i] = concatPart{paths: paths, opts: opts, name: fmt.Sprintf("mixture source %d", i)}
 	}
 	return d.concat(ctx, "mixture", parts)
 }
@@ -406,4 +403,29 @@ func (e *source) desc() string {
 		name = fmt.Sprintf("%s and %d more", name, len(inf.Paths)-1)
 	}
 	return fmt.Sprintf("%s (%s)", name, inf.Format)
+}
+
+// files are the files src's records are read from, as it was opened
+// (expanded): a concatenation's, its parts' one after another (a union
+// of rows, the union's).
+func (e *source) files() []string {
+	switch {
+	case e.union != nil:
+		return e.union.paths
+	case e.parts != nil:
+		var out []string
+		for _, p := range e.parts {
+			out = append(out, p.files()...)
+		}
+		return out
+	}
+	return e.paths
+}
+
+// spaceOf keys a source's records (through a transform) in the cache: a
+// hash of the objects' versions, the options and the transform.
+func spaceOf(inf dataset.Info, key, transform string) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%q|%s", key, inf.Versions, transform)
+	return h.Sum64()
 }

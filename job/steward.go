@@ -60,7 +60,7 @@ func (j *Job) toldSteward() *share.Steward {
 	}
 	st := j.env.steward(j.src)
 	smp, _ := j.positions()
-	if _, ok := smp.(sampler.Positioner); st == nil || !ok || len(j.shares) > 0 || (j.delivered != nil && j.plan.Share) {
+	if _, ok := smp.(sampler.Positioner); st == nil || !ok || j.ord.OwnPart {
 		return nil
 	}
 	return st

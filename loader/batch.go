@@ -1,5 +1,7 @@
 package loader
 
+import "slices"
+
 // Batch is one batch of records. Record i is IDs[i], its bytes are
 // Data[Off[i] : Off[i]+Len[i]].
 //
@@ -52,6 +54,42 @@ func (b *Batch) Contiguous() bool {
 		at += b.Len[i]
 	}
 	return true
+}
+
+// PackedOrder is the order that delivers b's records as they lie in its
+// memory, back to back from its start, or nil if b is already so (or its
+// records do not fill it: O_DIRECT padding, variable gaps). The loader
+// lays a batch out unit by unit, a run of neighbouring records read by one
+// read landing together, in the order of each unit's first record; a run
+// whose records the batch's shuffle put far apart breaks the batch's
+// delivery order from its memory order, and a client would have to gather
+// the batch into a copy to see it as one array. When the client did not
+// ask for the sampler's order inside batches the order there is the
+// batch's own (a function of seed, epoch and batch, as the layout is, for
+// the orders whose batches the loader reads itself: sampler.Packed), so
+// delivering records in memory order keeps it one and makes the batch one
+// array without a copy. Records of one size only: their offsets are then
+// distinct multiples of the size. perm's room is reused.
+func (b *Batch) PackedOrder(perm []int) []int {
+	n := len(b.IDs)
+	if n < 2 || b.Contiguous() {
+		return nil
+	}
+	size := b.Len[0]
+	if size <= 0 || n*size != len(b.Data) {
+		return nil
+	}
+	perm = slices.Grow(perm[:0], n)[:n]
+	for i := range perm {
+		perm[i] = -1
+	}
+	for i, off := range b.Off {
+		if b.Len[i] != size || off%size != 0 || off/size >= n || perm[off/size] >= 0 {
+			return nil
+		}
+		perm[off/size] = i
+	}
+	return perm
 }
 
 // Release gives the batch's buffer back. The Batch must not be used after.

@@ -2,15 +2,14 @@ package sampler
 
 import (
 	"fmt"
-	"slices"
-	"strconv"
 )
 
 // Config names a sampler, its parameters and its split over ranks, so that the
 // command line, the daemon's job spec and the Go API build orders one way.
 // The zero value is a global shuffle of seed 0 over all records.
 type Config struct {
-	// Kind is "global" (the default), "sequential", "block", "buffered" or "reservoir".
+	// Kind names a row of the kinds table (kinds.go): "global" (the
+	// default), "sequential", "block", "buffered" or "reservoir".
 	Kind string
 	Seed uint64
 	// BlockSize is the block sampler's bytes per block; default 4096.
@@ -55,9 +54,6 @@ type Config struct {
 	BatchSize int
 }
 
-// Kinds lists the sampler kinds Build knows.
-var Kinds = []string{"global", "sequential", "block", "buffered", "reservoir"}
-
 // Build makes the configured sampler over n records, split over ranks if World > 1;
 // locate says where each record is, for block boundaries. It also returns
 // a short name.
@@ -92,69 +88,4 @@ func (c Config) Split(s Sampler, name string) (Sampler, string, error) {
 		sh.Chunk = c.BatchSize // ranks take runs of the order (or of its rest), so blocks stay whole
 	}
 	return sh, fmt.Sprintf("%s rank %d of %d", name, c.Rank, world), nil
-}
-
-// Positional says whether an order of kind ("" is global) is a cheap
-// function of (seed, epoch, position), whose rest from any position (an
-// elastic resume's start) is computed, not replayed.
-func Positional(kind string) bool {
-	return slices.Contains([]string{"", "global", "block", "sequential", "buffered", "reservoir"}, kind)
-}
-
-func (c Config) build(n int, locate func(id int) (obj int, off int64, length int)) (Sampler, string, error) {
-	switch c.Kind {
-	case "", "global":
-		return Global{N: n, Seed: c.Seed}, "global", nil
-	case "sequential":
-		return Sequential{N: n}, "sequential", nil
-	case "block":
-		if len(c.Bounds) > 0 {
-			if c.Bounds[len(c.Bounds)-1] != n {
-				return nil, "", fmt.Errorf("block bounds end at %d, not at the %d records", c.Bounds[len(c.Bounds)-1], n)
-			}
-			b, err := NewBlock(c.Bounds, c.Seed, c.Window)
-			return b, fmt.Sprintf("block (%d of the dataset's own blocks)", len(c.Bounds)-1), err
-		}
-		size := c.BlockSize
-		if size <= 0 {
-			size = 4096
-		}
-		span := c.MaxSpan
-		if span == 0 && c.RecordSize == 0 {
-			span = 4 * size
-		}
-		align := c.Align
-		if align <= 0 {
-			align = 4096
-		}
-		name := "block " + strconv.Itoa(size)
-		if c.Window > 1 {
-			name += " window " + strconv.Itoa(c.Window)
-		}
-		if c.RecordSize == 0 {
-			b, err := NewBlock(BlockBounds(n, locate, size, align, span), c.Seed, c.Window)
-			return b, name, err
-		}
-		// Fixed-size records are cut by arithmetic: a regular cut is not
-		// even listed.
-		if r, ok := RegularCut(n, c.RecordSize, locate, size, align, span); ok {
-			b, err := NewRegularBlock(r, c.Seed, c.Window)
-			return b, name, err
-		}
-		b, err := NewBlock(FixedBlockBounds(n, c.RecordSize, locate, size, align, span), c.Seed, c.Window)
-		return b, name, err
-	case "buffered":
-		k := c.Buffer
-		if k <= 0 {
-			k = 1024
-		}
-		return &Buffered{N: n, Buffer: k, Seed: c.Seed, Chunk: c.Chunk}, "buffered " + strconv.Itoa(k), nil
-	case "reservoir":
-		k := c.Reservoir
-		if k <= 0 {
-			k = 1024
-		}
-		return &Reservoir{N: n, Size: k, Seed: c.Seed}, "reservoir " + strconv.Itoa(k), nil
-	}
-	return nil, "", fmt.Errorf("unknown sampler %q (known: %v)", c.Kind, Kinds)
 }

@@ -226,7 +226,7 @@ func (cn *conn) fail(tag uint64, err error) error {
 	if outOfFDs(err) {
 		m.Message += ": " + fdAdvice()
 	}
-	where(err, m)
+	m.Path, m.Offset = job.Where(err)
 	return cn.reply(m)
 }
 
@@ -360,20 +360,14 @@ func (cn *conn) dispatch(m *wire.Msg) bool {
 // check answers what an open of m's spec would: the job is made, lazy so
 // that it reads and allocates nothing (no arena), described and closed.
 func (cn *conn) check(m *wire.Msg) {
-	plan, err := job.Check(m.Spec)
-	var j *job.Job
-	if err == nil {
-		plan.Loader.Lazy = true
-		j, err = cn.s.env.Open(cn.ctx, plan, nil)
-	}
+	d, err := cn.s.env.Check(cn.ctx, m.Spec)
 	if err != nil {
 		if cn.ctx.Err() == nil {
 			cn.fail(m.Tag, err)
 		}
 		return
 	}
-	r := openedMsg(j.Describe())
-	j.Close()
+	r := openedMsg(d)
 	r.Tag = m.Tag
 	cn.reply(r)
 }

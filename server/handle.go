@@ -16,10 +16,8 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/riffle-ml/riffle/columnar"
-	"github.com/riffle-ml/riffle/dataset"
 	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/loader"
-	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -37,10 +35,11 @@ type handle struct {
 	arena  *Arena
 	inline bool
 	// inMemoryOrder: a batch's records are delivered in the order they
-	// lie in its memory (see packedOrder), which is then a function of the
-	// plan as the batch's own order is.
+	// lie in its memory (loader.Batch.PackedOrder), which is then a
+	// function of the plan as the batch's own order is (the job's order
+	// says so: wire.OrderInfo.Packed).
 	inMemoryOrder bool
-	perm          []int // packedOrder's, reused by next (one goroutine)
+	perm          []int // PackedOrder's, reused by next (one goroutine)
 	ctx           context.Context
 	cancel        context.CancelFunc
 
@@ -68,11 +67,7 @@ const maxQueued = 64
 // openHandle opens spec's job with its batches in an arena: shared memory
 // passed to the client with shm, else bytes sent inline.
 func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (*handle, error) {
-	plan, err := job.Check(spec)
-	if err != nil {
-		return nil, err
-	}
-	h := &handle{s: s, inline: !shm, inMemoryOrder: memoryOrdered(plan), held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
+	h := &handle{s: s, inline: !shm, held: map[uint64]heldBatch{}, reqs: make(chan uint64, maxQueued), done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	alloc := func(ask job.Ask) (loader.Allocator, int64, error) {
 		// The arena is all the memory the job's batches may take, reserved
@@ -93,7 +88,8 @@ func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (
 		a.setLimit(hd.size, nil) // not resized before it is attached: hd.size is what it was granted
 		return a, hd.size, nil
 	}
-	if h.j, err = s.env.Open(ctx, plan, alloc); err != nil {
+	var err error
+	if h.j, err = s.env.OpenSpec(ctx, spec, alloc); err != nil {
 		h.cancel()
 		if h.arena != nil {
 			h.arena.Close()
@@ -103,6 +99,7 @@ func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (
 		}
 		return nil, err
 	}
+	h.inMemoryOrder = h.j.Order().Packed
 	s.budget.attach(h.hold, h.resize)
 	return h, nil
 }
@@ -134,7 +131,7 @@ func openedMsg(d job.Description) *wire.Msg {
 	m := &wire.Msg{
 		Op: wire.OpOpened, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
 		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream, Generations: d.Generations,
-		Auto: d.Auto, Delivered: d.Delivered, Direct: d.Direct,
+		Auto: d.Auto, Order: &d.Order, Delivered: d.Delivered, Direct: d.Direct,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
 			Columns: wireColumns(d.Columns), Schema: inf.Schema, Offsets: d.Offsets},
@@ -183,7 +180,7 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	}
 	var perm []int
 	if h.inMemoryOrder && b.Columns == nil {
-		perm = packedOrder(b, h.perm[:0])
+		perm = b.PackedOrder(h.perm[:0])
 		if perm != nil {
 			h.perm = perm
 		}
@@ -238,60 +235,6 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	m.DataOff = h.arena.Offset(b.Data)
 	m.MetaOff = h.arena.Offset(meta)
 	return m, nil, nil
-}
-
-// memoryOrdered says whether a plan's batches are delivered in the order
-// their records lie in memory (packedOrder): when the client left the order
-// inside batches to the batch (not ordered) and the layout is a function of
-// the plan. It is for the orders that read every record of a batch
-// themselves (global, sequential, block); not for the buffered and
-// reservoir orders, whose records come from stages in the cache as they
-// arrive, nor for shared or opportunistic jobs, whose batches depend on
-// timing, nor for mixtures. (A record another job sharing the source has
-// just put in the cache is copied rather than read, which lays that batch
-// out otherwise: its order then differs from an uninterrupted run's.)
-func memoryOrdered(plan job.Plan) bool {
-	switch plan.Sampler.Kind {
-	case "", "global", "sequential", "block", "auto": // "": the default, global (block over a Parquet file's pages); auto picks global or block
-	default:
-		return false
-	}
-	return !plan.Loader.Ordered && !plan.Share && plan.Loader.Opportunistic <= 1 && plan.Mixture == nil
-}
-
-// packedOrder is the order that delivers b's records as they lie in its
-// memory, back to back from its start, or nil if b is already so (or its
-// records do not fill it: O_DIRECT padding, variable gaps). The loader
-// lays a batch out unit by unit, a run of neighbouring records read by one
-// read landing together, in the order of each unit's first record; a run
-// whose records the batch's shuffle put far apart breaks the batch's
-// delivery order from its memory order, and a client would have to gather
-// the batch into a copy to see it as one array. When the client did not
-// ask for the sampler's order inside batches the order there is the
-// batch's own (a function of seed, epoch and batch, as the layout is), so
-// delivering records in memory order keeps it one and makes the batch one
-// array without a copy. Records of one size only: their offsets are then
-// distinct multiples of the size. perm's room is reused.
-func packedOrder(b *loader.Batch, perm []int) []int {
-	n := len(b.IDs)
-	if n < 2 || b.Contiguous() {
-		return nil
-	}
-	size := b.Len[0]
-	if size <= 0 || n*size != len(b.Data) {
-		return nil
-	}
-	perm = slices.Grow(perm[:0], n)[:n]
-	for i := range perm {
-		perm[i] = -1
-	}
-	for i, off := range b.Off {
-		if b.Len[i] != size || off%size != 0 || off/size >= n || perm[off/size] >= 0 {
-			return nil
-		}
-		perm[off/size] = i
-	}
-	return perm
 }
 
 // locate says where records are: their object (file) and offset, for
@@ -410,18 +353,6 @@ func (h *handle) close() {
 		h.s.budget.release(h.hold)
 		h.s.retire(h)
 	})
-}
-
-// where copies the file and offset an error names into an error reply.
-func where(err error, m *wire.Msg) {
-	var fe *dataset.FormatError
-	var se *storage.Error
-	switch {
-	case errors.As(err, &fe):
-		m.Path, m.Offset = fe.Path, fe.Offset
-	case errors.As(err, &se):
-		m.Path, m.Offset = se.Object, se.Offset
-	}
 }
 
 // wireColumns copies column descriptions into the wire's form.

@@ -106,6 +106,9 @@ type Msg struct {
 	Generations int `json:"generations,omitempty"`
 	// Auto is the order sampler "auto" chose.
 	Auto *AutoOrder `json:"auto,omitempty"`
+	// Order is what the job's order is, as the daemon decided it: a
+	// client reads it instead of working it out from the spec.
+	Order *OrderInfo `json:"order,omitempty"`
 	// Direct says the job reads its files with O_DIRECT, past the page
 	// cache (asked, or chosen for a shuffle it would answer few reads of).
 	Direct bool `json:"direct,omitempty"`
@@ -755,4 +758,29 @@ type AutoOrder struct {
 	RL         float64 `json:"rl"`
 	Rate       float64 `json:"rate"`
 	Sequential float64 `json:"sequential"`
+}
+
+// OrderInfo is what a job's order is (an opened reply's "order"), as the
+// daemon decided it, so that a client never works it out again from the
+// spec: its kind, and how a place in it resumes.
+type OrderInfo struct {
+	// Kind is the order as resolved: global, block, sequential, buffered
+	// or reservoir (sampler auto's choice, a Parquet file's pages).
+	Kind string `json:"kind"`
+	// Positional says a place is a position of an order that is a
+	// function of (seed, epoch, position): any topology resumes from it
+	// (JobSpec.Start).
+	Positional bool `json:"positional"`
+	// Rest, "shared" or "opportunistic", says an epoch resumes on another
+	// topology as its rest, from the places of every part of the run that
+	// saved it (JobSpec.Delivered); "" if it does not.
+	Rest string `json:"rest,omitempty"`
+	// Packed says a batch's records are delivered in the order they lie
+	// in its memory: the order inside a batch is the batch's own, as its
+	// layout is.
+	Packed bool `json:"packed"`
+	// Replay says the client may rebuild a place's sampler state from the
+	// records it was delivered: a shared order that delivers each batch
+	// whole, of one dataset, from an epoch's start.
+	Replay bool `json:"replay"`
 }

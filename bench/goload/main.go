@@ -46,10 +46,6 @@ func run(specJSON, indexDir string, seconds float64, skip int, arena bool) (repo
 	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
 		return report{}, fmt.Errorf("-spec: %w", err)
 	}
-	plan, err := job.Check(&spec)
-	if err != nil {
-		return report{}, err
-	}
 	env, err := job.NewEnv(job.EnvOptions{IndexDir: indexDir})
 	if err != nil {
 		return report{}, err
@@ -64,7 +60,7 @@ func run(specJSON, indexDir string, seconds float64, skip int, arena bool) (repo
 			return a, ask.Want, err
 		}
 	}
-	j, err := env.Open(ctx, plan, alloc)
+	j, err := env.OpenSpec(ctx, &spec, alloc)
 	if err != nil {
 		return report{}, err
 	}

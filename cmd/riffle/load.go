@@ -89,10 +89,6 @@ mixture, each source's samples and share against its weight's.`,
 			if len(labels) > 0 || minSize > 0 || maxSize > 0 || glob != "" {
 				spec.Filter = &wire.Filter{Labels: labels, MinSize: minSize, MaxSize: maxSize, Glob: glob}
 			}
-			plan, err := job.Check(spec)
-			if err != nil {
-				return err
-			}
 			// Batches are this process's heap here (the daemon's are
 			// shared memory): keep the Go runtime within what the process
 			// may use (its cgroup's limit), collecting sooner than that.
@@ -103,7 +99,7 @@ mixture, each source's samples and share against its weight's.`,
 			}
 			defer env.Close()
 			opened := time.Now()
-			j, err := env.Open(cmd.Context(), plan, nil)
+			j, err := env.OpenSpec(cmd.Context(), spec, nil)
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/riffle-ml/riffle/internal/synth"
 	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/train"
 	"github.com/riffle-ml/riffle/wire"
 )
@@ -84,7 +85,7 @@ a temporary directory and used.`,
 				c.Kind = k
 				var auto *wire.AutoOrder
 				if k == "auto" {
-					a, err := job.ChooseOrder(ctx, ds, minRL, memory, cfg.BatchSize, pageCache)
+					a, err := order.ChooseOrder(ctx, ds, minRL, memory, cfg.BatchSize, pageCache)
 					if err != nil {
 						return err
 					}

@@ -1,4 +1,4 @@
-package job
+package order
 
 import (
 	"context"
@@ -75,7 +75,7 @@ func candidates(n int, total int64, minRL float64, memory int64, blocksOf func(s
 			continue // a block holds at least two records, or it is the global order
 		}
 		blocks := max(1, blocksOf(b))
-		for w := min(minMix, blocks); w <= loader.MaxWindow && loader.GatherFits(int64(n)*int64(w)/int64(blocks), DefaultBatchSize, mean, memory); w *= 2 {
+		for w := min(minMix, blocks); w <= loader.MaxWindow && loader.GatherFits(int64(n)*int64(w)/int64(blocks), loader.DefaultBatchSize, mean, memory); w *= 2 {
 			if rl := quality.BlockRL(n, blocks, w); rl >= minRL {
 				out = append(out, Auto{Sampler: "block", BlockSize: b, Window: w, RL: rl})
 				break
@@ -267,13 +267,13 @@ func (d *direct) close() {
 // Close leaves the dataset open: it is the job's.
 func (d *direct) Close() error { return nil }
 
-// autoOrder resolves sampler auto for the job: cfg with the order chosen
+// autoOrder resolves sampler auto for a job: cfg with the order chosen
 // within the job's memory, or the one chosen before (auto_order), and the
 // choice.
-func (j *Job) autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Dataset) (sampler.Config, *Auto, error) {
-	cached := j.env.pageCacheBytes()
+func autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Dataset, p Plan, env Env) (sampler.Config, *Auto, error) {
+	cached := env.PageCacheBytes
 	var a Auto
-	if o := j.plan.AutoOrder; o != nil {
+	if o := p.AutoOrder; o != nil {
 		// Read again as chosen, not measured again: its level is the
 		// order's; its rate as measured if this process measured it.
 		a = *o
@@ -281,14 +281,14 @@ func (j *Job) autoOrder(ctx context.Context, cfg sampler.Config, ds dataset.Data
 		if a.Sampler == "block" {
 			a.RL = quality.BlockRL(ds.Len(), max(1, blocksOf(ds, a.BlockSize)), a.Window)
 		}
-		if c, ok := chosen.Load(chosenKey(ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize, cached)); ok {
+		if c, ok := chosen.Load(chosenKey(ds, p.MinRandomness, env.Memory, p.BatchSize, cached)); ok {
 			if c := c.(Auto); c.Sampler == a.Sampler && c.BlockSize == a.BlockSize && c.Window == a.Window {
 				a = c
 			}
 		}
 	} else {
 		var err error
-		if a, err = ChooseOrder(ctx, ds, j.plan.MinRandomness, j.memory, j.plan.Loader.BatchSize, cached); err != nil {
+		if a, err = ChooseOrder(ctx, ds, p.MinRandomness, env.Memory, p.BatchSize, cached); err != nil {
 			return cfg, nil, err
 		}
 	}

@@ -1,4 +1,4 @@
-package job
+package order
 
 import (
 	"encoding/binary"
@@ -27,13 +27,13 @@ func FuzzParseIDs(f *testing.F) {
 		ids, err := parseIDs("ids.npy", b)
 		if err != nil {
 			var fe *dataset.FormatError
-			if !errors.Is(err, errSpec) && !errors.As(err, &fe) {
+			if !errors.Is(err, ErrSpec) && !errors.As(err, &fe) {
 				t.Fatalf("error %v is neither a spec error nor a FormatError", err)
 			}
 			return
 		}
-		if len(ids) > maxSubsetIDs {
-			t.Fatalf("%d ids, at most %d", len(ids), maxSubsetIDs)
+		if len(ids) > MaxSubsetIDs {
+			t.Fatalf("%d ids, at most %d", len(ids), MaxSubsetIDs)
 		}
 		for _, id := range ids {
 			if id < 0 {

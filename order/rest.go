@@ -1,4 +1,4 @@
-package job
+package order
 
 import (
 	"bytes"
@@ -22,16 +22,15 @@ import (
 // part (rank and DataLoader worker) of the run that saved them
 // (Plan.Delivered), and the job reads its part of what they left.
 
-// rest is subset (every record of n, if nil) less the records the plan's
-// places delivered of its epoch, which it keeps in j.delivered as one
-// state: a shared order's epoch resumed on another topology (any number
+// rest is subset (every record of n, if nil) less the records places
+// delivered of epoch, and those records as one state (its basis, which
+// the rest's own places carry): a shared order's epoch resumed on another topology (any number
 // of ranks and workers) is a uniform order of what is left, since a
 // uniform permutation's rest, given the records before it, is a uniform
 // permutation of the others. A place past the epoch delivered its whole
 // part, dealt from what its run began with: subset, less what a rest's
 // run was opened without (the set its places carry, EncodeDelivered's).
-func (j *Job) rest(ctx context.Context, subset *roaring.Bitmap, n int) (*roaring.Bitmap, error) {
-	epoch := j.plan.Loader.Epoch
+func rest(ctx context.Context, epoch int, places []wire.State, subset *roaring.Bitmap, n int) (*roaring.Bitmap, []byte, error) {
 	all := subset
 	if all == nil {
 		all = roaring.New()
@@ -39,9 +38,9 @@ func (j *Job) rest(ctx context.Context, subset *roaring.Bitmap, n int) (*roaring
 	}
 	done, before := roaring.New(), roaring.New()
 	var whole []*wire.Part
-	for k, st := range j.plan.Delivered {
+	for k, st := range places {
 		if err := ctx.Err(); err != nil {
-			return nil, err // the job closed while it opened
+			return nil, nil, err // the job closed while it opened
 		}
 		if p := st.Part; p != nil && st.Epoch > epoch && len(st.Sampler) == 0 {
 			whole = append(whole, p)
@@ -49,19 +48,19 @@ func (j *Job) rest(ctx context.Context, subset *roaring.Bitmap, n int) (*roaring
 		}
 		if len(st.Sampler) == 0 {
 			if st.Epoch > epoch || (st.Epoch == epoch && st.Batch > 0) || len(st.Skip) > 0 {
-				return nil, specErr("delivered: place %d (epoch %d, batch %d) says what it delivered of epoch %d without its sampler state or whose part it is", k, st.Epoch, st.Batch, epoch)
+				return nil, nil, specErr("delivered: place %d (epoch %d, batch %d) says what it delivered of epoch %d without its sampler state or whose part it is", k, st.Epoch, st.Batch, epoch)
 			}
 			continue // a part that had delivered nothing of the epoch
 		}
 		s, err := share.Delivered(st.Sampler, n)
 		if err != nil {
-			return nil, fmt.Errorf("%w: delivered: place %d: %w", errSpec, k, err)
+			return nil, nil, fmt.Errorf("%w: delivered: place %d: %w", ErrSpec, k, err)
 		}
 		switch {
 		case s.Epoch < epoch:
 			continue // the end of the epoch before: nothing of this one
 		case s.Epoch > epoch:
-			return nil, specErr("delivered: place %d is in epoch %d, past the rest of epoch %d", k, s.Epoch, epoch)
+			return nil, nil, specErr("delivered: place %d is in epoch %d, past the rest of epoch %d", k, s.Epoch, epoch)
 		}
 		if s.Size == 0 {
 			// What a rest's run was opened without: its parts were dealt
@@ -78,32 +77,32 @@ func (j *Job) rest(ctx context.Context, subset *roaring.Bitmap, n int) (*roaring
 			taken := s.Taken()
 			for i, id := range st.Skip {
 				if i%4096 == 0 && ctx.Err() != nil {
-					return nil, ctx.Err()
+					return nil, nil, ctx.Err()
 				}
 				if id < 0 || id >= n || !taken.Contains(uint32(id)) {
-					return nil, specErr("delivered: place %d skips record %d, which its order did not take", k, id)
+					return nil, nil, specErr("delivered: place %d skips record %d, which its order did not take", k, id)
 				}
 				done.Add(uint32(id))
 			}
 		}
 	}
 	if !done.IsEmpty() && int(done.Maximum()) >= n {
-		return nil, specErr("delivered: record %d, of a dataset of %d (the places are of other data)", done.Maximum(), n)
+		return nil, nil, specErr("delivered: record %d, of a dataset of %d (the places are of other data)", done.Maximum(), n)
 	}
 	if len(whole) > 0 {
 		dealt := roaring.AndNot(all, before)
 		for _, p := range whole {
 			if err := ctx.Err(); err != nil {
-				return nil, err // each part is a pass over the records: none after the job closed
+				return nil, nil, err // each part is a pass over the records: none after the job closed
 			}
 			done.Or(part(dealt, n, p.Rank, p.World, p.Worker, p.Workers, p.DropLast))
 		}
 	}
-	var err error
-	if j.delivered, err = share.EncodeDelivered(epoch, done); err != nil {
-		return nil, err
+	basis, err := share.EncodeDelivered(epoch, done)
+	if err != nil {
+		return nil, nil, err
 	}
-	return roaring.AndNot(all, done), nil
+	return roaring.AndNot(all, done), basis, nil
 }
 
 // A positional rest's basis: the rest of its base order a run read,
@@ -159,36 +158,35 @@ func decodeBasis(state []byte, n int) (basis, error) {
 // delivered windows: the ids of batches in flight). A rank's part is
 // every world-th position of the order (DistributedSampler's stride), so
 // once rank r delivered its first J_r positions, the order's positions
-// below min over r of (r + J_r·world) are all delivered. The rest's basis
-// goes to j.delivered for the run's places to carry.
-func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler.Sampler, error) {
-	epoch := j.plan.Loader.Epoch
+// below min over r of (r + J_r·world) are all delivered. It returns the
+// rest's basis too, for the run's places to carry.
+func positionalRest(ctx context.Context, epoch int, places []wire.State, dropLast bool, base sampler.Sampler) (sampler.Sampler, []byte, error) {
 	var b0 *basis
 	type role struct {
 		st   wire.State
 		part wire.Part
 	}
 	var roles []role
-	for k, st := range j.plan.Delivered {
+	for k, st := range places {
 		switch {
 		case bytes.HasPrefix(st.Sampler, []byte(posMagic)):
 			b, err := decodeBasis(st.Sampler, base.Len())
 			if err != nil {
-				return nil, fmt.Errorf("%w: delivered: place %d: %w", errSpec, k, err)
+				return nil, nil, fmt.Errorf("%w: delivered: place %d: %w", ErrSpec, k, err)
 			}
 			if b.epoch != epoch {
 				continue // the rest of the epoch before, which a place past it carries
 			}
 			if b0 != nil && (b0.start != b.start || !slices.Equal(b0.skip, b.skip)) {
-				return nil, specErr("delivered: place %d is of another rest of epoch %d than the places before it", k, epoch)
+				return nil, nil, specErr("delivered: place %d is of another rest of epoch %d than the places before it", k, epoch)
 			}
 			b0 = &b
 		case len(st.Sampler) > 0:
-			return nil, specErr("delivered: place %d has a sampler state, which an opportunistic order's place has not: it is of another order", k)
+			return nil, nil, specErr("delivered: place %d has a sampler state, which an opportunistic order's place has not: it is of another order", k)
 		case st.Part == nil || st.Part.BatchSize < 1 || st.Part.Window < 1:
-			return nil, specErr("delivered: place %d does not say whose part it is, with its batch size and window", k)
+			return nil, nil, specErr("delivered: place %d does not say whose part it is, with its batch size and window", k)
 		case st.Epoch < epoch:
-			return nil, specErr("delivered: place %d is in epoch %d, before the rest of epoch %d", k, st.Epoch, epoch)
+			return nil, nil, specErr("delivered: place %d is in epoch %d, before the rest of epoch %d", k, st.Epoch, epoch)
 		default:
 			roles = append(roles, role{st, *st.Part})
 		}
@@ -197,18 +195,17 @@ func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler
 	if b0 != nil {
 		var ok bool
 		if old, ok = sampler.NewRest(base, b0.start, b0.skip); !ok {
-			return nil, specErr("delivered: the rest the places were read from is not of this order")
+			return nil, nil, specErr("delivered: the rest the places were read from is not of this order")
 		}
 	}
 	if len(roles) == 0 {
 		if b0 == nil {
-			return nil, specErr("delivered: no part's place, and no rest of epoch %d", epoch)
+			return nil, nil, specErr("delivered: no part's place, and no rest of epoch %d", epoch)
 		}
 		// The rest itself, with no part's place: a part of its run opened
 		// again where it was (its batch and skip), on the same topology
 		// (a client reconnecting to a restarted daemon).
-		j.delivered = b0.encode()
-		return old, nil
+		return old, b0.encode(), nil
 	}
 	n := old.Len()
 	first := roles[0].part
@@ -221,7 +218,7 @@ func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler
 		rankLen = n / world
 	}
 	batches := (rankLen + size - 1) / size
-	if j.plan.Loader.DropLast {
+	if dropLast {
 		batches = rankLen / size
 	}
 	delivered := min(rankLen, batches*size) // rank positions its batches hold
@@ -236,22 +233,22 @@ func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler
 	ranks := make([]progress, world)
 	for k, r := range roles {
 		if err := ctx.Err(); err != nil {
-			return nil, err // the job closed while it opened
+			return nil, nil, err // the job closed while it opened
 		}
 		p := r.part
 		if p.World != world || p.BatchSize != size || p.Window != win || p.DropLast != drop ||
 			p.Rank < 0 || p.Rank >= world || p.Workers < 1 || p.Worker < 0 || p.Worker >= p.Workers {
-			return nil, specErr("delivered: place %d's part (%+v) is not of the run of place 0's (%+v)", k, p, first)
+			return nil, nil, specErr("delivered: place %d's part (%+v) is not of the run of place 0's (%+v)", k, p, first)
 		}
 		rp := &ranks[p.Rank]
 		if rp.done == nil {
 			rp.workers, rp.done, rp.skip = p.Workers, map[int]int{}, map[int][]int{}
 		}
 		if rp.workers != p.Workers {
-			return nil, specErr("delivered: rank %d's places say %d and %d workers", p.Rank, rp.workers, p.Workers)
+			return nil, nil, specErr("delivered: rank %d's places say %d and %d workers", p.Rank, rp.workers, p.Workers)
 		}
 		if _, twice := rp.done[p.Worker]; twice {
-			return nil, specErr("delivered: rank %d worker %d's place given twice", p.Rank, p.Worker)
+			return nil, nil, specErr("delivered: rank %d worker %d's place given twice", p.Rank, p.Worker)
 		}
 		t := (batches + win - 1) / win // past the epoch: every window
 		if r.st.Epoch == epoch {
@@ -259,7 +256,7 @@ func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler
 			if r.st.Batch%win != 0 {
 				rp.skip[p.Worker] = r.st.Skip
 			} else if len(r.st.Skip) > 0 {
-				return nil, specErr("delivered: place %d skips records at a window's start", k)
+				return nil, nil, specErr("delivered: place %d skips records at a window's start", k)
 			}
 		}
 		rp.done[p.Worker] = t
@@ -269,7 +266,7 @@ func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler
 	for r := range ranks {
 		rp := &ranks[r]
 		if rp.done == nil {
-			return nil, specErr("delivered: no place of rank %d of %d: a resume on another topology needs every rank's", r, world)
+			return nil, nil, specErr("delivered: no place of rank %d of %d: a resume on another topology needs every rank's", r, world)
 		}
 		// The first window not delivered: each worker's first own window
 		// at or after its T (a worker with no place delivered none).
@@ -319,7 +316,7 @@ func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler
 			for _, id := range ids {
 				p, ok := at[id]
 				if !ok {
-					return nil, specErr("delivered: rank %d worker %d skips record %d, which its window does not hold", r, w, id)
+					return nil, nil, specErr("delivered: rank %d worker %d skips record %d, which its window does not hold", r, w, id)
 				}
 				if p >= prefix {
 					skip[p] = true
@@ -328,7 +325,7 @@ func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The new rest, in positions of base: the old rest's skips still
 	// ahead, and the new ones.
@@ -346,8 +343,7 @@ func (j *Job) positionalRest(ctx context.Context, base sampler.Sampler) (sampler
 	next = slices.Compact(next)
 	rest, ok := sampler.NewRest(base, start, next)
 	if !ok {
-		return nil, fmt.Errorf("positional rest: a rest out of its order (start %d, %d skipped)", start, len(next))
+		return nil, nil, fmt.Errorf("positional rest: a rest out of its order (start %d, %d skipped)", start, len(next))
 	}
-	j.delivered = basis{epoch: epoch, start: start, skip: next}.encode()
-	return rest, nil
+	return rest, basis{epoch: epoch, start: start, skip: next}.encode(), nil
 }

@@ -1,4 +1,4 @@
-package job
+package order
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 // 10^-20. The hashes come from one sequential read of the dataset, kept
 // beside its index (dataset.RecordHashes), so a later job on the same
 // files reads nothing.
-func (env *Env) dedup(ctx context.Context, ds dataset.Dataset, in *roaring.Bitmap) (*roaring.Bitmap, error) {
+func dedup(ctx context.Context, ds dataset.Dataset, indexDir string, in *roaring.Bitmap) (*roaring.Bitmap, error) {
 	if _, rows := ds.(dataset.Rows); rows {
 		return nil, specErr("dedup on a dataset of rows (%s): its rows have no bytes of their own (yet)", ds.Info().Format)
 	}
-	hashes, _, err := dataset.RecordHashes(ctx, ds, env.opts.IndexDir)
+	hashes, _, err := dataset.RecordHashes(ctx, ds, indexDir)
 	if err != nil {
 		return nil, err
 	}

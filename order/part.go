@@ -1,4 +1,4 @@
-package job
+package order
 
 import (
 	"github.com/RoaringBitmap/roaring/v2"

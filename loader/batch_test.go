@@ -1,10 +1,8 @@
-package server
+package loader
 
 import (
 	"slices"
 	"testing"
-
-	"github.com/riffle-ml/riffle/loader"
 )
 
 func TestPackedOrder(t *testing.T) {
@@ -25,10 +23,10 @@ func TestPackedOrder(t *testing.T) {
 		{"one record", []int{0}, []int{4}, 4, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b := &loader.Batch{IDs: make([]int, len(c.off)), Off: c.off, Len: c.lens, Data: make([]byte, c.data)}
-			got := packedOrder(b, nil)
+			b := &Batch{IDs: make([]int, len(c.off)), Off: c.off, Len: c.lens, Data: make([]byte, c.data)}
+			got := b.PackedOrder(nil)
 			if !slices.Equal(got, c.want) {
-				t.Fatalf("packedOrder = %v, want %v", got, c.want)
+				t.Fatalf("PackedOrder = %v, want %v", got, c.want)
 			}
 			if got == nil {
 				return

@@ -1,4 +1,4 @@
-package job
+package order
 
 import (
 	"context"
@@ -33,8 +33,8 @@ func skippedPlace(t testing.TB, n, k int) (wire.State, []int) {
 
 // restOf is a job's rest of epoch 0 from places, on n records.
 func restOf(ctx context.Context, n int, places []wire.State) (*roaring.Bitmap, error) {
-	j := &Job{plan: Plan{Delivered: places}}
-	return j.rest(ctx, nil, n)
+	r, _, err := rest(ctx, 0, places, nil, n)
+	return r, err
 }
 
 // A shared rest's skips are looked up in what the place took: one it did
@@ -82,7 +82,7 @@ func sortedIDs(ids []int) []uint32 {
 // "scan", each skip found by a scan of the place's order, as it was (3.2
 // s of a core).
 //
-//	go test ./job -run XXX -bench RestSkips
+//	go test ./order -run XXX -bench RestSkips
 func BenchmarkRestSkips(b *testing.B) {
 	const n, k = 1_000_000, 8000
 	place, _ := skippedPlace(b, n, k)

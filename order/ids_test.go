@@ -1,4 +1,4 @@
-package job
+package order
 
 import (
 	"encoding/binary"
@@ -7,26 +7,6 @@ import (
 	"strings"
 	"testing"
 )
-
-func TestLastParts(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		n     int
-		whole bool
-		want  string
-	}{
-		{"/d/tree/c2/002.png", 1, false, "002.png"},
-		{"/d/tree/c2/002.png", 2, false, "c2/002.png"},
-		{"/d/tree/c2/002.png", 3, false, "tree/c2/002.png"},
-		{"/d/tree/c2/002.png", 9, false, "/d/tree/c2/002.png"},
-		{"rel.jsonl", 2, false, "rel.jsonl"},
-		{"/d/x.jsonl", 1, true, "/d/x.jsonl"},
-	} {
-		if got := lastParts(c.name, c.n, c.whole); got != c.want {
-			t.Errorf("lastParts(%q, %d, %v) = %q, want %q", c.name, c.n, c.whole, got, c.want)
-		}
-	}
-}
 
 // npyOf is a .npy of descr and shape holding data.
 func npyOf(descr, shape string, data []byte) []byte {
@@ -53,19 +33,8 @@ func TestNpyIDs(t *testing.T) {
 	} {
 		if _, err := npyIDs(name, b); err == nil {
 			t.Errorf("%s: no error", name)
-		} else if !errors.Is(err, errSpec) && !strings.Contains(err.Error(), name) {
+		} else if !errors.Is(err, ErrSpec) && !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v does not name the file", name, err)
 		}
-	}
-}
-
-func TestSubsetBounds(t *testing.T) {
-	// Blocks [0,10) [10,20) [20,30) [30,40); the subset keeps 3, 5, 25, 26, 39.
-	got := subsetBounds([]int{0, 10, 20, 30, 40}, []uint32{3, 5, 25, 26, 39})
-	if want := []int{0, 2, 4, 5}; !slices.Equal(got, want) {
-		t.Fatalf("subsetBounds = %v, want %v", got, want)
-	}
-	if got := subsetBounds([]int{0, 10}, []uint32{1, 2}); !slices.Equal(got, []int{0, 2}) {
-		t.Fatalf("one block: %v", got)
 	}
 }

@@ -1,4 +1,4 @@
-package job
+package order
 
 import (
 	"context"
@@ -18,25 +18,16 @@ import (
 
 // byColumn keeps the rows of in (every row, if nil) whose value in the
 // filter's column passes it: the column alone is read once, in file
-// order, through a loader of the dataset opened with that column.
-func (env *Env) byColumn(ctx context.Context, plan Plan, ds dataset.Dataset, in *roaring.Bitmap) (*roaring.Bitmap, error) {
+// order, through a loader of the dataset opened with that column (the
+// source's Column, opened by the job over the same files).
+func byColumn(ctx context.Context, src *Source, plan Plan, in *roaring.Bitmap) (*roaring.Bitmap, error) {
 	f := plan.Filter
+	ds := src.DS
 	if _, rows := ds.(dataset.Rows); !rows || plan.Mixture != nil {
 		return nil, specErr("filter by column %q: a dataset of rows (Arrow, Parquet, Hugging Face) has columns, this one (%s) has records", f.Column, ds.Info().Format)
 	}
-	paths, err := dataset.ExpandPaths(ctx, env.store, plan.Paths)
-	if err != nil {
-		return nil, err
-	}
-	opts := plan.Dataset
-	opts.Columns = []string{f.Column}
-	src, err := env.sets.get(ctx, paths, opts)
-	if err != nil {
-		return nil, fmt.Errorf("filter by column %q: %w", f.Column, err)
-	}
-	defer env.sets.put(src)
-	col, ok := src.ds.(dataset.Rows)
-	if !ok || col.Len() != ds.Len() {
+	col := src.Column
+	if col == nil || col.Len() != ds.Len() {
 		return nil, fmt.Errorf("filter by column %q: the column's rows are not the dataset's", f.Column)
 	}
 	l, err := loader.New(ctx, col, sampler.Sequential{N: col.Len()}, loader.Options{BatchSize: 1 << 14, Ordered: true, Epochs: 1})
