@@ -2,8 +2,8 @@ package dataset
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
@@ -257,98 +257,76 @@ func (f *pqFile) scanGroup(ctx context.Context, c *pqColumn, rgm *metadata.RowGr
 	return &pqChunk{pages: []pqPage{p}}, nil
 }
 
-// encode writes the index payload: little-endian int64s.
+// encode writes the index payload, in words: the row groups, and in each
+// its columns' chunks, their pages, and each page's runs of row starts.
 func (f *pqFile) encode() []byte {
-	var w []int64
-	w = append(w, int64(len(f.chunks)))
+	var w wordWriter
+	w.Int(int64(len(f.chunks)))
 	for _, rg := range f.chunks {
-		w = append(w, int64(len(rg)))
+		w.Int(int64(len(rg)))
 		for _, ch := range rg {
-			w = append(w, int64(ch.codec), ch.dictOff, ch.dictLen, int64(len(ch.pages)))
+			w.Int(int64(ch.codec), ch.dictOff, ch.dictLen, int64(len(ch.pages)))
 			for _, p := range ch.pages {
-				w = append(w, p.off, p.length, p.values, p.first, p.rows, int64(len(p.starts)))
+				w.Int(p.off, p.length, p.values, p.first, p.rows, int64(len(p.starts)))
 				for _, s := range p.starts {
-					w = append(w, int64(len(s)))
-					w = append(w, s...)
+					w.Run(s)
 				}
 			}
 		}
 	}
-	b := make([]byte, 8*len(w))
-	for i, v := range w {
-		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
-	}
-	return b
+	return w.Bytes()
 }
 
+// decode reads an index payload, checking it against the file: its row
+// groups and columns, each page within the file and its rows following
+// the page before, each page's row starts in order, nothing left over.
 func (f *pqFile) decode(p []byte, cols []*pqColumn) error {
-	at := 0
-	next := func() (int64, error) {
-		if at+8 > len(p) {
-			return 0, fmt.Errorf("index payload cut short")
-		}
-		v := int64(binary.LittleEndian.Uint64(p[at:]))
-		at += 8
-		return v, nil
+	r, err := newWordReader(p)
+	if err != nil {
+		return err
 	}
-	count := func(limit int64) (int, error) {
-		v, err := next()
-		if err == nil && (v < 0 || v > limit || v > int64(len(p)-at)/8+1) {
-			err = fmt.Errorf("index count %d", v)
-		}
-		return int(v), err
-	}
-	nrg, err := count(int64(f.meta.NumRowGroups()))
+	nrg, err := r.Count(int64(f.meta.NumRowGroups()))
 	if err != nil || nrg != f.meta.NumRowGroups() {
 		return fmt.Errorf("index of %d row groups, the file has %d (%v)", nrg, f.meta.NumRowGroups(), err)
 	}
 	f.chunks = make([][]*pqChunk, nrg)
 	for rg := range f.chunks {
-		nc, err := count(int64(len(cols)))
+		nc, err := r.Count(int64(len(cols)))
 		if err != nil || nc != len(cols) {
 			return fmt.Errorf("index of %d columns, the file has %d readable", nc, len(cols))
 		}
 		for ci := range nc {
-			vals := make([]int64, 4)
-			for i := range vals {
-				if vals[i], err = next(); err != nil {
-					return err
-				}
+			var codec int64
+			ch := &pqChunk{}
+			if err := r.Ints(&codec, &ch.dictOff, &ch.dictLen); err != nil {
+				return err
 			}
-			ch := &pqChunk{codec: compress.Compression(vals[0]), dictOff: vals[1], dictLen: vals[2]}
-			if vals[3] < 0 || vals[3] > int64(len(p)) {
-				return fmt.Errorf("index count %d", vals[3])
+			ch.codec = compress.Compression(codec)
+			np, err := r.Count(math.MaxInt64)
+			if err != nil {
+				return err
 			}
 			first := int64(0)
-			for range vals[3] {
-				pv := make([]int64, 5)
-				for i := range pv {
-					if pv[i], err = next(); err != nil {
-						return err
-					}
+			for range np {
+				var pg pqPage
+				if err := r.Ints(&pg.off, &pg.length, &pg.values, &pg.first, &pg.rows); err != nil {
+					return err
 				}
-				pg := pqPage{off: pv[0], length: pv[1], values: pv[2], first: pv[3], rows: pv[4]}
 				if pg.off < 0 || pg.length < 0 || pg.off > f.r.Size() || pg.length > f.r.Size()-pg.off || pg.first != first || pg.rows < 0 {
 					return fmt.Errorf("page outside the file or out of order")
 				}
 				first += pg.rows
-				ns, err := count(1 << 20)
+				ns, err := r.Count(1 << 20)
 				if err != nil || ns != cols[ci].lay.Vars {
 					return fmt.Errorf("page with %d start columns, the column has %d", ns, cols[ci].lay.Vars)
 				}
 				for range ns {
-					n, err := count(pg.rows + 1)
-					if err != nil || int64(n) != pg.rows+1 {
-						return fmt.Errorf("page starts of %d rows, the page has %d", n-1, pg.rows)
+					s, err := r.Run(pg.rows+1, true)
+					if err != nil {
+						return err
 					}
-					s := make([]int64, n)
-					for k := range s {
-						if s[k], err = next(); err != nil {
-							return err
-						}
-						if k > 0 && s[k] < s[k-1] {
-							return fmt.Errorf("page starts out of order")
-						}
+					if int64(len(s)) != pg.rows+1 {
+						return fmt.Errorf("page starts of %d rows, the page has %d", len(s)-1, pg.rows)
 					}
 					pg.starts = append(pg.starts, s)
 				}
@@ -364,8 +342,5 @@ func (f *pqFile) decode(p []byte, cols []*pqColumn) error {
 			f.chunks[rg] = append(f.chunks[rg], ch)
 		}
 	}
-	if at != len(p) {
-		return fmt.Errorf("%d bytes after the index payload", len(p)-at)
-	}
-	return nil
+	return r.Done()
 }
