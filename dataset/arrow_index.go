@@ -2,9 +2,9 @@ package dataset
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/riffle-ml/riffle/columnar"
 )
@@ -117,24 +117,26 @@ func (f *arrowFile) index(ctx context.Context, full *columnar.Layout, b *arrowBa
 	return nil
 }
 
-// encode writes the index payload: little-endian int64s.
+// encode writes the index payload, in words: the dictionary batches and
+// the record batches, each its place, metadata and, for a compressed one,
+// its buffers as packed; a record batch then its runs of row starts.
 func (f *arrowFile) encode() []byte {
-	var w []int64
+	var w wordWriter
 	put := func(b *arrowBatch, dict bool) {
 		m := b.src.Meta
-		w = append(w, b.msgOff, b.body, b.bodyLen, m.Rows, int64(len(m.Nodes)), int64(len(m.Buffers)), int64(len(m.Variadic)))
+		w.Int(b.msgOff, b.body, b.bodyLen, m.Rows, int64(len(m.Nodes)), int64(len(m.Buffers)), int64(len(m.Variadic)))
 		for _, n := range m.Nodes {
-			w = append(w, n.Length, n.NullCount)
+			w.Int(n.Length, n.NullCount)
 		}
 		for _, x := range m.Buffers {
-			w = append(w, x.Offset, x.Length)
+			w.Int(x.Offset, x.Length)
 		}
-		w = append(w, m.Variadic...)
-		w = append(w, int64(m.Codec))
+		w.Int(m.Variadic...)
+		w.Int(int64(m.Codec))
 		if b.compressed() {
-			w = append(w, b.unpacked, int64(len(b.packed)))
+			w.Int(b.unpacked, int64(len(b.packed)))
 			for _, x := range b.packed {
-				w = append(w, x.Offset, x.Length)
+				w.Int(x.Offset, x.Length)
 			}
 		}
 		if dict {
@@ -142,98 +144,62 @@ func (f *arrowFile) encode() []byte {
 			if b.delta {
 				d = 1
 			}
-			w = append(w, b.dictID, d, int64(b.before))
+			w.Int(b.dictID, d, int64(b.before))
 			return
 		}
-		w = append(w, int64(len(b.src.Starts)))
+		w.Int(int64(len(b.src.Starts)))
 		for _, s := range b.src.Starts {
-			w = append(w, int64(len(s)))
-			w = append(w, s...)
+			w.Run(s)
 		}
 	}
-	w = append(w, int64(len(f.dicts)), int64(len(f.batches)))
+	w.Int(int64(len(f.dicts)), int64(len(f.batches)))
 	for i := range f.dicts {
 		put(&f.dicts[i], true)
 	}
 	for i := range f.batches {
 		put(&f.batches[i], false)
 	}
-	b := make([]byte, 8*len(w))
-	for i, v := range w {
-		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
-	}
-	return b
+	return w.Bytes()
 }
 
 // decode reads an index payload and checks every batch again.
 func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
-	if len(p)%8 != 0 {
-		return fmt.Errorf("index payload of %d bytes", len(p))
-	}
-	at := 0
-	next := func() (int64, error) {
-		if at+8 > len(p) {
-			return 0, fmt.Errorf("index payload cut short")
-		}
-		v := int64(binary.LittleEndian.Uint64(p[at:]))
-		at += 8
-		return v, nil
-	}
-	count := func() (int, error) {
-		v, err := next()
-		if err == nil && (v < 0 || v > int64(len(p)-at)/8+1) {
-			err = fmt.Errorf("index count %d", v)
-		}
-		return int(v), err
+	r, err := newWordReader(p)
+	if err != nil {
+		return err
 	}
 	read := func(dict bool) (arrowBatch, error) {
 		var b arrowBatch
 		var m columnar.BatchMeta
-		var err error
-		vals := make([]int64, 4)
-		for i := range vals {
-			if vals[i], err = next(); err != nil {
+		if err := r.Ints(&b.msgOff, &b.body, &b.bodyLen, &m.Rows); err != nil {
+			return b, err
+		}
+		var counts [3]int // nodes, buffers, variadic counts
+		for i := range counts {
+			var err error
+			if counts[i], err = r.Count(math.MaxInt64); err != nil {
 				return b, err
 			}
 		}
-		b.msgOff, b.body, b.bodyLen, m.Rows = vals[0], vals[1], vals[2], vals[3]
-		nn, err := count()
-		if err != nil {
-			return b, err
-		}
-		nb, err := count()
-		if err != nil {
-			return b, err
-		}
-		nv, err := count()
-		if err != nil {
-			return b, err
-		}
-		m.Nodes = make([]columnar.FieldNode, nn)
+		m.Nodes = make([]columnar.FieldNode, counts[0])
 		for i := range m.Nodes {
-			if m.Nodes[i].Length, err = next(); err != nil {
-				return b, err
-			}
-			if m.Nodes[i].NullCount, err = next(); err != nil {
+			if err := r.Ints(&m.Nodes[i].Length, &m.Nodes[i].NullCount); err != nil {
 				return b, err
 			}
 		}
-		m.Buffers = make([]columnar.BufferLoc, nb)
+		m.Buffers = make([]columnar.BufferLoc, counts[1])
 		for i := range m.Buffers {
-			if m.Buffers[i].Offset, err = next(); err != nil {
-				return b, err
-			}
-			if m.Buffers[i].Length, err = next(); err != nil {
+			if err := r.Ints(&m.Buffers[i].Offset, &m.Buffers[i].Length); err != nil {
 				return b, err
 			}
 		}
-		m.Variadic = make([]int64, nv)
+		m.Variadic = make([]int64, counts[2])
 		for i := range m.Variadic {
-			if m.Variadic[i], err = next(); err != nil {
+			if err := r.Ints(&m.Variadic[i]); err != nil {
 				return b, err
 			}
 		}
-		codec, err := next()
+		codec, err := r.Int()
 		if err != nil {
 			return b, err
 		}
@@ -244,19 +210,16 @@ func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
 		b.src.Meta, b.src.Body = &m, b.body
 		if b.compressed() {
 			b.src.Body = 0
-			if b.unpacked, err = next(); err != nil {
+			if b.unpacked, err = r.Int(); err != nil {
 				return b, err
 			}
-			np, err := count()
+			np, err := r.Count(math.MaxInt64)
 			if err != nil {
 				return b, err
 			}
 			b.packed = make([]columnar.BufferLoc, np)
 			for i := range b.packed {
-				if b.packed[i].Offset, err = next(); err != nil {
-					return b, err
-				}
-				if b.packed[i].Length, err = next(); err != nil {
+				if err := r.Ints(&b.packed[i].Offset, &b.packed[i].Length); err != nil {
 					return b, err
 				}
 			}
@@ -268,22 +231,14 @@ func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
 			return b, fmt.Errorf("batch body outside the file")
 		}
 		if dict {
-			if b.dictID, err = next(); err != nil {
+			var d, bf int64
+			if err := r.Ints(&b.dictID, &d, &bf); err != nil {
 				return b, err
 			}
-			d, err := next()
-			if err != nil {
-				return b, err
-			}
-			b.delta = d != 0
-			bf, err := next()
-			if err != nil {
-				return b, err
-			}
-			b.before = int(bf)
+			b.delta, b.before = d != 0, int(bf)
 			return b, nil
 		}
-		ns, err := count()
+		ns, err := r.Count(math.MaxInt64)
 		if err != nil {
 			return b, err
 		}
@@ -292,28 +247,22 @@ func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
 		}
 		b.src.Starts = make([][]int64, ns)
 		for i := range b.src.Starts {
-			n, err := count()
-			if err != nil {
+			// A view's or a list view's starts need not increase:
+			// full.Check bounds them.
+			if b.src.Starts[i], err = r.Run(math.MaxInt64, false); err != nil {
 				return b, err
 			}
-			s := make([]int64, n)
-			for k := range s {
-				if s[k], err = next(); err != nil {
-					return b, err
-				}
-			}
-			b.src.Starts[i] = s
 		}
 		if err := full.Check(&b.src, b.srcLen()); err != nil {
 			return b, err
 		}
 		return b, nil
 	}
-	nd, err := count()
+	nd, err := r.Count(math.MaxInt64)
 	if err != nil {
 		return err
 	}
-	nbat, err := count()
+	nbat, err := r.Count(math.MaxInt64)
 	if err != nil {
 		return err
 	}
@@ -328,8 +277,5 @@ func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
 			return err
 		}
 	}
-	if at != len(p) {
-		return fmt.Errorf("%d bytes after the index payload", len(p)-at)
-	}
-	return nil
+	return r.Done()
 }
