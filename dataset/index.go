@@ -172,20 +172,13 @@ func unframeIndex(path string, b []byte, want indexKey) ([]byte, error) {
 }
 
 func encodeIndex(k indexKey, t table) []byte {
-	b := make([]byte, 16+8*len(t.offs)+16*len(t.ends))
-	binary.LittleEndian.PutUint64(b[0:], uint64(len(t.offs)-1))
-	binary.LittleEndian.PutUint64(b[8:], uint64(len(t.ends)))
-	at := 16
-	for _, o := range t.offs {
-		binary.LittleEndian.PutUint64(b[at:], uint64(o))
-		at += 8
-	}
+	w := wordWriter{b: make([]byte, 0, 16+8*len(t.offs)+16*len(t.ends))}
+	w.Int(int64(len(t.offs)-1), int64(len(t.ends)))
+	w.Int(t.offs...)
 	for _, e := range t.ends {
-		binary.LittleEndian.PutUint64(b[at:], uint64(e.record))
-		binary.LittleEndian.PutUint64(b[at+8:], uint64(e.end))
-		at += 16
+		w.Int(int64(e.record), e.end)
 	}
-	return frameIndex(k, b)
+	return frameIndex(k, w.Bytes())
 }
 
 // shape is what a format's records are in its file, which an offset table
@@ -207,35 +200,41 @@ func decodeIndex(path string, b []byte, want indexKey, sh shape) (table, error) 
 	bad := func(off int64, format string, args ...any) error {
 		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf(format+": %w", append(args, ErrCorrupt)...)}
 	}
-	if len(p) < 24 {
-		return table{}, bad(indexFrame, "offset table of %d bytes, too short", len(p))
+	r, err := newWordReader(p)
+	if err != nil || len(p) < 24 {
+		return table{}, bad(indexFrame, "offset table of %d bytes, too short or not whole words", len(p))
 	}
-	count := binary.LittleEndian.Uint64(p[0:])
-	nexc := binary.LittleEndian.Uint64(p[8:])
-	body := uint64(len(p) - 16)
-	if count >= body/8 || nexc > body/16 || (count+1)*8+nexc*16 != body {
-		return table{}, bad(indexFrame, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, body)
+	var count, nexc int64
+	if err := r.Ints(&count, &nexc); err != nil {
+		return table{}, bad(indexFrame, "%v", err)
+	}
+	if left := int64(r.Left()); count < 0 || nexc < 0 || count >= left || nexc > left/2 || count+1+2*nexc != left {
+		return table{}, bad(indexFrame, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, 8*left)
 	}
 	t := table{offs: make([]int64, count+1)}
-	at := 16
 	for i := range t.offs {
-		o := int64(binary.LittleEndian.Uint64(p[at:]))
+		at := r.Off()
+		o, err := r.Int()
+		if err != nil {
+			return table{}, bad(int64(indexFrame+at), "%v", err)
+		}
 		if o < 0 || o > want.size || i > 0 && o < t.offs[i-1] || i < int(count) && sh.align > 1 && o%sh.align != 0 {
 			return table{}, bad(int64(indexFrame+at), "offset %d of record %d is out of order, past the source's end of %d or not a multiple of %d", o, i, want.size, max(1, sh.align))
 		}
 		t.offs[i] = o
-		at += 8
 	}
-	last := -1
+	last := int64(-1)
 	for range nexc {
-		r := binary.LittleEndian.Uint64(p[at:])
-		e := int64(binary.LittleEndian.Uint64(p[at+8:]))
-		if r >= count || int(r) <= last || e < t.offs[r]+sh.head || e > t.offs[r+1] {
-			return table{}, bad(int64(indexFrame+at), "end %d of record %d is out of order or outside the record", e, r)
+		at := r.Off()
+		var rec, e int64
+		if err := r.Ints(&rec, &e); err != nil {
+			return table{}, bad(int64(indexFrame+at), "%v", err)
 		}
-		t.ends = append(t.ends, recordEnd{record: int(r), end: e})
-		last = int(r)
-		at += 16
+		if rec < 0 || rec >= count || rec <= last || e < t.offs[rec]+sh.head || e > t.offs[rec+1] {
+			return table{}, bad(int64(indexFrame+at), "end %d of record %d is out of order or outside the record", e, rec)
+		}
+		t.ends = append(t.ends, recordEnd{record: int(rec), end: e})
+		last = rec
 	}
 	// A record without an end of its own spans to the next: its frame,
 	// at least.
