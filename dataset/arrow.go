@@ -205,12 +205,12 @@ func openArrowFile(ctx context.Context, r storage.Reader, opts Options) (*arrowF
 		return nil, &FormatError{Path: r.Name(), Err: err}
 	}
 	err = loadOrBuildFramed(ctx, r, arrowVariant, opts,
-		func(p []byte) error { return f.decode(p, full) },
+		func(p []byte) error { return f.readIndex(p, full) },
 		func() ([]byte, error) {
 			if err := f.scan(ctx, full, schemaAt, opts); err != nil {
 				return nil, err
 			}
-			return f.encode(), nil
+			return f.writeIndex(), nil
 		})
 	if err != nil {
 		return nil, err

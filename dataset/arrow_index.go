@@ -117,10 +117,10 @@ func (f *arrowFile) index(ctx context.Context, full *columnar.Layout, b *arrowBa
 	return nil
 }
 
-// encode writes the index payload, in words: the dictionary batches and
+// writeIndex writes the index payload, in words: the dictionary batches and
 // the record batches, each its place, metadata and, for a compressed one,
 // its buffers as packed; a record batch then its runs of row starts.
-func (f *arrowFile) encode() []byte {
+func (f *arrowFile) writeIndex() []byte {
 	var w wordWriter
 	put := func(b *arrowBatch, dict bool) {
 		m := b.src.Meta
@@ -162,8 +162,8 @@ func (f *arrowFile) encode() []byte {
 	return w.Bytes()
 }
 
-// decode reads an index payload and checks every batch again.
-func (f *arrowFile) decode(p []byte, full *columnar.Layout) error {
+// readIndex reads an index payload and checks every batch again.
+func (f *arrowFile) readIndex(p []byte, full *columnar.Layout) error {
 	r, err := newWordReader(p)
 	if err != nil {
 		return err

@@ -152,17 +152,17 @@ func FuzzTFScanner(f *testing.F) {
 	})
 }
 
-func FuzzDecodeIndex(f *testing.F) {
+func FuzzReadIndex(f *testing.F) {
 	key := indexKey{variant: 1, size: 100, version: 5}
-	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 52, 100}}))
-	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 52, 100}, ends: []recordEnd{{1, 30}, {2, 100}}}))
-	f.Add(encodeIndex(key, table{offs: []int64{0, 16, 16, 100}})) // a record of no frame
-	f.Add(encodeIndex(key, table{offs: []int64{0, 18, 52, 100}})) // one off its alignment
-	f.Add(encodeIndex(key, table{offs: []int64{0}}))
+	f.Add(writeIndex(key, table{offs: []int64{0, 16, 52, 100}}))
+	f.Add(writeIndex(key, table{offs: []int64{0, 16, 52, 100}, ends: []recordEnd{{1, 30}, {2, 100}}}))
+	f.Add(writeIndex(key, table{offs: []int64{0, 16, 16, 100}})) // a record of no frame
+	f.Add(writeIndex(key, table{offs: []int64{0, 18, 52, 100}})) // one off its alignment
+	f.Add(writeIndex(key, table{offs: []int64{0}}))
 	f.Add([]byte(indexMagic + "short"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sh := shape{head: 12, min: 16, align: 4}
-		tb, err := decodeIndex("fuzz.ridx", b, key, sh)
+		tb, err := readIndex("fuzz.ridx", b, key, sh)
 		if err != nil {
 			var fe *FormatError
 			if !errors.As(err, &fe) || fe.Path != "fuzz.ridx" {
@@ -296,10 +296,10 @@ func FuzzArrowFile(f *testing.F) {
 			return
 		}
 		again := &arrowFile{r: af.r}
-		if err := again.decode(af.encode(), full); err != nil {
+		if err := again.readIndex(af.writeIndex(), full); err != nil {
 			t.Fatalf("the index does not read back: %v", err)
 		}
-		if !bytes.Equal(again.encode(), af.encode()) {
+		if !bytes.Equal(again.writeIndex(), af.writeIndex()) {
 			t.Fatal("the index read back writes other bytes")
 		}
 		for i := range af.batches {
@@ -389,10 +389,10 @@ func FuzzParquetFile(f *testing.F) {
 			}
 		}
 		again := &pqFile{r: r, meta: meta}
-		if err := again.decode(pf.encode(), cols); err != nil {
+		if err := again.readIndex(pf.writeIndex(), cols); err != nil {
 			t.Fatalf("the index does not read back: %v", err)
 		}
-		if !bytes.Equal(again.encode(), pf.encode()) {
+		if !bytes.Equal(again.writeIndex(), pf.writeIndex()) {
 			t.Fatal("the index read back writes other bytes")
 		}
 	})

@@ -171,7 +171,8 @@ func unframeIndex(path string, b []byte, want indexKey) ([]byte, error) {
 	return b[indexFrame:n], nil
 }
 
-func encodeIndex(k indexKey, t table) []byte {
+// writeIndex writes an offset table's sidecar.
+func writeIndex(k indexKey, t table) []byte {
 	w := wordWriter{b: make([]byte, 0, 16+8*len(t.offs)+16*len(t.ends))}
 	w.Int(int64(len(t.offs)-1), int64(len(t.ends)))
 	w.Int(t.offs...)
@@ -191,8 +192,8 @@ func encodeIndex(k indexKey, t table) []byte {
 // and panicked the loader) was not made by a scan of the format.
 type shape struct{ head, min, align int64 }
 
-// decodeIndex checks an offset table's sidecar and returns its table.
-func decodeIndex(path string, b []byte, want indexKey, sh shape) (table, error) {
+// readIndex checks an offset table's sidecar and returns its table.
+func readIndex(path string, b []byte, want indexKey, sh shape) (table, error) {
 	p, err := unframeIndex(path, b, want)
 	if err != nil {
 		return table{}, err
@@ -302,7 +303,7 @@ func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts O
 	var t table
 	err := loadOrBuildIndex(ctx, src, variant, opts, maxIndexBytes(src.Size()),
 		func(path string, b []byte, key indexKey) (err error) {
-			t, err = decodeIndex(path, b, key, sh)
+			t, err = readIndex(path, b, key, sh)
 			return err
 		},
 		func(key indexKey) ([]byte, error) {
@@ -310,24 +311,24 @@ func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts O
 			if t, err = build(); err != nil {
 				return nil, err
 			}
-			return encodeIndex(key, t), nil
+			return writeIndex(key, t), nil
 		})
 	return t, err
 }
 
 // loadOrBuildFramed is loadOrBuildIndex for formats whose index is a
-// payload of their own inside the common frame (Arrow, Parquet): decode
+// payload of their own inside the common frame (Arrow, Parquet): read
 // takes the payload, and one it refuses is a corrupt index; build returns
 // a new payload.
 func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, opts Options,
-	decode func(payload []byte) error, build func() ([]byte, error)) error {
+	read func(payload []byte) error, build func() ([]byte, error)) error {
 	return loadOrBuildIndex(ctx, src, variant, opts, 64*src.Size()+1<<20,
 		func(path string, b []byte, key indexKey) error {
 			p, err := unframeIndex(path, b, key)
 			if err != nil {
 				return err
 			}
-			if err := decode(p); err != nil {
+			if err := read(p); err != nil {
 				return &FormatError{Path: path, Offset: indexFrame, Err: fmt.Errorf("%v: %w", err, ErrCorrupt)}
 			}
 			return nil
@@ -341,7 +342,7 @@ func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, 
 		})
 }
 
-// loadOrBuildIndex loads source's sidecar with decode, or builds it with
+// loadOrBuildIndex loads source's sidecar with read, or builds it with
 // build (which returns the framed sidecar) and saves it. The cache
 // directory is the process's own, read and written through privdir: it
 // must be owned by this user and writable by no one else (another user
@@ -355,11 +356,11 @@ func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, 
 // cache directory, and one another user planted beside the data is never
 // read.
 func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, opts Options, limit int64,
-	decode func(path string, b []byte, key indexKey) error, build func(key indexKey) ([]byte, error)) error {
+	read func(path string, b []byte, key indexKey) error, build func(key indexKey) ([]byte, error)) error {
 	key := sourceKey(src, variant)
 	paths := IndexPaths(src.Name(), opts.IndexDir, opts.IndexInDirOnly)
 	beside := func(p string) bool { return !opts.IndexInDirOnly && p == paths[0] }
-	read := func(p string) ([]byte, error) {
+	readFile := func(p string) ([]byte, error) {
 		if beside(p) {
 			return readBeside(ctx, opts.Store, p, limit)
 		}
@@ -370,7 +371,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 		defer d.Close()
 		return d.ReadFile(filepath.Base(p), limit)
 	}
-	write := func(p string, b []byte) error {
+	writeFile := func(p string, b []byte) error {
 		if beside(p) {
 			if err := besideTrusted(p); err != nil {
 				return err
@@ -387,7 +388,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	if opts.Index != IndexRebuild {
 		var firstErr error
 		for _, p := range paths {
-			b, err := read(p)
+			b, err := readFile(p)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -399,7 +400,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 				continue
 			}
 			if err == nil {
-				if err = decode(p, b, key); err == nil {
+				if err = read(p, b, key); err == nil {
 					return nil
 				}
 			}
@@ -423,7 +424,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	}
 	var saveErr error
 	for _, p := range paths {
-		if saveErr = write(p, b); saveErr == nil {
+		if saveErr = writeFile(p, b); saveErr == nil {
 			return nil
 		}
 	}

@@ -245,12 +245,12 @@ func openParquetFile(ctx context.Context, r storage.Reader, opts Options) (*pqFi
 		f.rgRows = append(f.rgRows, f.rgRows[rg]+meta.RowGroup(rg).NumRows())
 	}
 	err = loadOrBuildFramed(ctx, r, parquetVariant, opts,
-		func(p []byte) error { return f.decode(p, cols) },
+		func(p []byte) error { return f.readIndex(p, cols) },
 		func() ([]byte, error) {
 			if err := f.scan(ctx, cols, opts); err != nil {
 				return nil, err
 			}
-			return f.encode(), nil
+			return f.writeIndex(), nil
 		})
 	if err != nil {
 		return nil, nil, err

@@ -257,9 +257,9 @@ func (f *pqFile) scanGroup(ctx context.Context, c *pqColumn, rgm *metadata.RowGr
 	return &pqChunk{pages: []pqPage{p}}, nil
 }
 
-// encode writes the index payload, in words: the row groups, and in each
+// writeIndex writes the index payload, in words: the row groups, and in each
 // its columns' chunks, their pages, and each page's runs of row starts.
-func (f *pqFile) encode() []byte {
+func (f *pqFile) writeIndex() []byte {
 	var w wordWriter
 	w.Int(int64(len(f.chunks)))
 	for _, rg := range f.chunks {
@@ -277,10 +277,10 @@ func (f *pqFile) encode() []byte {
 	return w.Bytes()
 }
 
-// decode reads an index payload, checking it against the file: its row
+// readIndex reads an index payload, checking it against the file: its row
 // groups and columns, each page within the file and its rows following
 // the page before, each page's row starts in order, nothing left over.
-func (f *pqFile) decode(p []byte, cols []*pqColumn) error {
+func (f *pqFile) readIndex(p []byte, cols []*pqColumn) error {
 	r, err := newWordReader(p)
 	if err != nil {
 		return err
