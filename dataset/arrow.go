@@ -48,8 +48,8 @@ import (
 // such a batch is a block, as a Parquet page is. Indexing decompresses it
 // once for its buffers' places and its rows' starts, in a body laid out as
 // an uncompressed one's; a batch of rows reads each such block it needs
-// whole, once, decompresses it once, and keeps it in the dataset's decoded
-// cache (decoded.go) for the next batches, gathering rows from it as from
+// whole, once, decompresses it once, and keeps it in the dataset's unpacked
+// cache (unpacked.go) for the next batches, gathering rows from it as from
 // a file. The default order is block-aware over record batches
 // (packedArrow), so that each is read and decompressed once per epoch.
 
@@ -113,7 +113,7 @@ type arrowSet struct {
 	full   *columnar.Layout
 	lay    *columnar.Layout // the projection read
 	// unpacked holds compressed batches decompressed: the one
-	// claim/fill/wait cache, under the budget of Parquet's decoded pages.
+	// claim/fill/wait cache, under the budget of Parquet's unpacked pages.
 	unpacked *cache.Cache
 }
 
@@ -294,7 +294,7 @@ func (d *arrowSet) Close() error {
 // packedArrow is a dataset of Arrow files some of whose record batches
 // are compressed. A compressed record batch is a block, as a Parquet page
 // is: read whole and decompressed once, then kept decompressed (the
-// dataset's decoded cache) while batches take its rows. Its default order
+// dataset's unpacked cache) while batches take its rows. Its default order
 // is block-aware over record batches, so that each is read and
 // decompressed once per epoch.
 type packedArrow struct {
@@ -331,6 +331,6 @@ func (d *arrowSet) dataset() Dataset {
 	if !packed {
 		return d
 	}
-	d.unpacked = newDecodedCache()
+	d.unpacked = newUnpackedCache()
 	return &packedArrow{arrowSet: d, blocks: append(blocks, d.Len())}
 }

@@ -11,7 +11,7 @@ import (
 // batchKey names a record batch: its file and its index there.
 type batchKey struct{ file, batch int }
 
-// cacheKey is k as the decoded cache names it. The cache belongs to the
+// cacheKey is k as the unpacked cache names it. The cache belongs to the
 // dataset, which read one version of each file.
 func (k batchKey) cacheKey() cache.Key {
 	return cache.Key{Space: uint64(uint32(k.file)), ID: int64(k.batch)}

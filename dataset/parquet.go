@@ -22,10 +22,11 @@ import (
 // page is compressed and encoded whole: a row costs the read and the
 // decoding of its pages (and of its column chunk's dictionary page). So a
 // row's cells are those pages, the loader reads each page a batch needs
-// once, and the dataset decodes each once per batch, keeping decoded
-// pages in a small cache (the one claim/fill/wait cache.Cache: of the
-// batches that miss a page one decodes it, the others wait) so that a page
-// used by the next batches is not decoded again. A record-level global
+// once, and the dataset decodes each once per batch, keeping it unpacked
+// (decoded, laid out as a record batch's body) in a small cache (the one
+// claim/fill/wait cache.Cache: of the batches that miss a page one unpacks
+// it, the others wait) so that a page used by the next batches is not
+// decoded again. A record-level global
 // shuffle still decodes a whole page
 // for each row it takes from it; the block-aware order with a page as its
 // block (Blocks; the default for Parquet) reads and decodes each page once
@@ -93,12 +94,12 @@ type parquetSet struct {
 	all    []*pqColumn // every readable column
 	cols   []int       // the projection, as indexes into all
 	lay    *columnar.Layout
-	pages  *cache.Cache // decoded page groups: one claim/fill/wait cache, as the record cache
+	pages  *cache.Cache // unpacked page groups: one claim/fill/wait cache, as the record cache
 	blocks []int
 }
 
 func openParquet(ctx context.Context, names []string, opts Options) (Dataset, error) {
-	d := &parquetSet{starts: []int{0}, pages: newDecodedCache()}
+	d := &parquetSet{starts: []int{0}, pages: newUnpackedCache()}
 	for _, name := range names {
 		r, err := opts.Store.Open(ctx, name)
 		if err != nil {
@@ -306,7 +307,7 @@ func (d *parquetSet) NumCells() int               { return 2 * len(d.cols) }
 // Blocks are the rows of each page group of the column with the most
 // bytes: the blocks of a block-aware order that reads and decodes each of
 // its pages once per epoch (the other columns' pages, smaller, are kept
-// decoded while their rows are taken).
+// unpacked while their rows are taken).
 func (d *parquetSet) Blocks() []int { return d.blocks }
 
 func (d *parquetSet) pageBlocks() []int {

@@ -11,7 +11,7 @@ import (
 	"github.com/riffle-ml/riffle/columnar"
 )
 
-// pageKey names a page group in the cache of decoded pages.
+// pageKey names a page group in the cache of unpacked pages.
 type pageKey struct{ file, rg, col, page int }
 
 // cacheKey is k as the cache names it, exactly: each number fits 32 bits.
@@ -19,28 +19,30 @@ func (k pageKey) cacheKey() cache.Key {
 	return cache.Key{Space: uint64(uint32(k.file))<<32 | uint64(uint32(k.rg)), ID: int64(uint32(k.col))<<32 | int64(uint32(k.page))}
 }
 
-type decoded struct {
+// unpackedPage is a page group decoded and laid out as a one-column
+// record batch: its body, and where its buffers and rows are in it.
+type unpackedPage struct {
 	src  *columnar.Source
 	body []byte
 }
 
 // pqRows is one batch of Parquet rows. Each page group it needs is one of
-// three: decoded in the cache already; being read and decoded by another
-// batch (it waits for that one); or its own to read and decode (it
+// three: unpacked in the cache already; being read and unpacked by
+// another batch (it waits for that one); or its own to read and unpack (it
 // claimed it, and publishes the result for the others).
 type pqRows struct {
 	d     *parquetSet
 	n     int
 	keys  [][]pageKey // [slot][projected column]
 	rows  [][]int64   // [slot][projected column]: the row in its page
-	pages *holds[pageKey, *decoded]
+	pages *holds[pageKey, *unpackedPage]
 	plan  *columnar.Plan
 	done  bool
 }
 
 func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
 	b := &pqRows{d: d, n: len(ids), keys: make([][]pageKey, len(ids)), rows: make([][]int64, len(ids)),
-		pages: newHolds[pageKey, *decoded](d.pages)}
+		pages: newHolds[pageKey, *unpackedPage](d.pages)}
 	refs := make([]columnar.RowRef, len(ids))
 	for slot, id := range ids {
 		k, rg, row := d.where(id)
@@ -81,8 +83,9 @@ func (b *pqRows) Cells(slot int, dst []Loc) []Loc {
 	return dst
 }
 
-// decode decodes page group key from its dictionary and page bytes.
-func (b *pqRows) decode(key pageKey, dict, pages []byte) (*decoded, int, error) {
+// unpack decodes page group key from its dictionary and page bytes and
+// lays it out.
+func (b *pqRows) unpack(key pageKey, dict, pages []byte) (*unpackedPage, int, error) {
 	d := b.d
 	ch := d.files[key.file].chunks[key.rg][key.col]
 	p := &ch.pages[key.page]
@@ -108,12 +111,12 @@ func (b *pqRows) decode(key pageKey, dict, pages []byte) (*decoded, int, error) 
 	if err != nil {
 		return nil, 0, bad(err)
 	}
-	return &decoded{src: src, body: body}, len(body), nil
+	return &unpackedPage{src: src, body: body}, len(body), nil
 }
 
-// readAndDecode reads a page group itself: when the batch that claimed
-// it gave up before decoding it.
-func (b *pqRows) readAndDecode(ctx context.Context, key pageKey) (*decoded, error) {
+// readUnpacked reads and unpacks a page group itself: when the batch
+// that claimed it gave up before unpacking it.
+func (b *pqRows) readUnpacked(ctx context.Context, key pageKey) (*unpackedPage, error) {
 	f := b.d.files[key.file]
 	ch := f.chunks[key.rg][key.col]
 	p := &ch.pages[key.page]
@@ -125,14 +128,14 @@ func (b *pqRows) readAndDecode(ctx context.Context, key pageKey) (*decoded, erro
 	if err := f.r.ReadAt(ctx, pages, p.off); err != nil {
 		return nil, err
 	}
-	dec, _, err := b.decode(key, dict, pages)
-	return dec, err
+	u, _, err := b.unpack(key, dict, pages)
+	return u, err
 }
 
 func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, out []byte) (int, error) {
 	d := b.d
 	b.done = true
-	// Decode each page this batch claimed, once, and publish it.
+	// Unpack each page this batch claimed, once, and publish it.
 	published := map[pageKey]bool{}
 	for slot, keys := range b.keys {
 		for i, key := range keys {
@@ -140,8 +143,8 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 				continue
 			}
 			published[key] = true
-			dec, _, err := b.decode(key, cell(slot, 2*i), cell(slot, 2*i+1))
-			b.pages.publish(key, dec, bodyOf(dec), err)
+			u, _, err := b.unpack(key, cell(slot, 2*i), cell(slot, 2*i+1))
+			b.pages.publish(key, u, bodyOf(u), err)
 			if err != nil {
 				b.pages.abandon()
 				b.pages.unpin()
@@ -149,9 +152,9 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 			}
 		}
 	}
-	// Wait for the pages other batches decode (or decode them here).
+	// Wait for the pages other batches unpack (or unpack them here).
 	defer b.pages.unpin()
-	have, err := b.pages.await(ctx, func(key pageKey) (*decoded, error) { return b.readAndDecode(ctx, key) })
+	have, err := b.pages.await(ctx, func(key pageKey) (*unpackedPage, error) { return b.readUnpacked(ctx, key) })
 	if err != nil {
 		return 0, err
 	}
@@ -187,12 +190,12 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 	return n, nil
 }
 
-// bodyOf is a decoded page group's bytes, or none.
-func bodyOf(dec *decoded) []byte {
-	if dec == nil {
+// bodyOf is an unpacked page group's bytes, or none.
+func bodyOf(u *unpackedPage) []byte {
+	if u == nil {
 		return nil
 	}
-	return dec.body
+	return u.body
 }
 
 // Release gives up the batch's claims if it is not to be assembled.
