@@ -19,12 +19,6 @@ import (
 // UnpackedBudget bounds the unpacked blocks one dataset keeps.
 const UnpackedBudget = 64 << 20
 
-// DecodedBudget is UnpackedBudget by its old name, until its callers
-// move.
-//
-// Deprecated: use UnpackedBudget.
-const DecodedBudget = UnpackedBudget
-
 // unpackedBudget is UnpackedBudget, but in tests that make a dataset's
 // blocks outgrow it with a small file (export_test.go).
 var unpackedBudget int64 = UnpackedBudget
