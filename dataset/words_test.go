@@ -64,7 +64,8 @@ func TestWordReaderRefuses(t *testing.T) {
 		{"cut short", le(1), func(r *wordReader) error { var a, b int64; return r.Ints(&a, &b) }, "cut short at byte 8"},
 		{"a negative count", le(-1), func(r *wordReader) error { _, err := r.Count(10); return err }, "index count -1 at byte 0"},
 		{"a count over its limit", le(3, 0, 0, 0), func(r *wordReader) error { _, err := r.Count(2); return err }, "index count 3 at byte 0 (at most 2"},
-		{"a count past the words left", le(1<<40, 0), func(r *wordReader) error { _, err := r.Run(math.MaxInt64, false); return err }, "1 words left"},
+		{"a count past the words left", le(2, 0), func(r *wordReader) error { _, err := r.Count(math.MaxInt64); return err }, "index count 2 at byte 0"},
+		{"a run past the words left", le(1<<40, 0), func(r *wordReader) error { _, err := r.Run(math.MaxInt64, false); return err }, "1 words left"},
 		{"a run that decreases", le(3, 1, 4, 2), func(r *wordReader) error { _, err := r.Run(3, true); return err }, "out of order at byte 24: 2 after 4"},
 		{"a word left over", le(0, 9), func(r *wordReader) error {
 			if _, err := r.Run(0, true); err != nil {
