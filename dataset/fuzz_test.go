@@ -248,38 +248,69 @@ func FuzzTarScan(f *testing.F) {
 	})
 }
 
-// An Arrow file of any bytes is an error, or an index whose every row's
-// cells lie inside the file and whose rows can be put together; the index
-// reads back to itself, byte for byte.
-func FuzzArrowFile(f *testing.F) {
+// arrowSample is an Arrow file (or stream) of three rows (a string, a
+// list and a dictionary column), its batch compressed by codec if not nil.
+func arrowSample(tb testing.TB, stream bool, codec ipc.Option) []byte {
 	schema := arrow.NewSchema([]arrow.Field{
 		{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
 		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int16), Nullable: true},
 		{Name: "d", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}},
 	}, nil)
+	var buf bytes.Buffer
+	var w interface {
+		Write(arrow.RecordBatch) error
+		Close() error
+	}
+	opts := []ipc.Option{ipc.WithSchema(schema)}
+	if codec != nil {
+		opts = append(opts, codec)
+	}
+	if stream {
+		w = ipc.NewWriter(&buf, opts...)
+	} else {
+		w, _ = ipc.NewFileWriter(&buf, opts...)
+	}
+	rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), schema,
+		strings.NewReader(`[{"s":"ab","l":[1,2],"d":"x"},{"s":null,"l":null,"d":"y"},{"s":"","l":[],"d":"x"}]`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w.Write(rec)
+	w.Close()
+	return buf.Bytes()
+}
+
+// parquetSample is a Parquet file of four rows (a string and a list
+// column) in row groups of two, its pages compressed with codec.
+func parquetSample(tb testing.TB, codec compress.Compression) []byte {
+	sc := arrow.NewSchema([]arrow.Field{{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int16), Nullable: true}}, nil)
+	rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), sc,
+		strings.NewReader(`[{"s":"ab","l":[1,2]},{"s":null,"l":null},{"s":"","l":[]},{"s":"zz","l":[7]}]`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(sc, &buf, parquet.NewWriterProperties(parquet.WithCompression(codec), parquet.WithMaxRowGroupLength(2)),
+		pqarrow.DefaultWriterProps())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w.Write(rec)
+	w.Close()
+	return buf.Bytes()
+}
+
+// An Arrow file of any bytes is an error, or an index whose every row's
+// cells lie inside the file and whose rows can be put together; the index
+// reads back to itself, byte for byte.
+func FuzzArrowFile(f *testing.F) {
 	for i, stream := range []bool{false, true, false, true} {
-		var buf bytes.Buffer
-		var w interface {
-			Write(arrow.RecordBatch) error
-			Close() error
-		}
-		opts := []ipc.Option{ipc.WithSchema(schema)}
+		var codec ipc.Option
 		if i >= 2 { // compressed batches, as pyarrow's feather writes them
-			opts = append(opts, []ipc.Option{ipc.WithLZ4(), ipc.WithZstd()}[i-2])
+			codec = []ipc.Option{ipc.WithLZ4(), ipc.WithZstd()}[i-2]
 		}
-		if stream {
-			w = ipc.NewWriter(&buf, opts...)
-		} else {
-			w, _ = ipc.NewFileWriter(&buf, opts...)
-		}
-		rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), schema,
-			strings.NewReader(`[{"s":"ab","l":[1,2],"d":"x"},{"s":null,"l":null,"d":"y"},{"s":"","l":[],"d":"x"}]`))
-		if err != nil {
-			f.Fatal(err)
-		}
-		w.Write(rec)
-		w.Close()
-		f.Add(buf.Bytes())
+		f.Add(arrowSample(f, stream, codec))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ctx := context.Background()
@@ -351,22 +382,7 @@ func FuzzParquetPageHeader(f *testing.F) {
 // the file, which reads back to itself, byte for byte.
 func FuzzParquetFile(f *testing.F) {
 	for _, codec := range []compress.Compression{compress.Codecs.Snappy, compress.Codecs.Uncompressed} {
-		sc := arrow.NewSchema([]arrow.Field{{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
-			{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int16), Nullable: true}}, nil)
-		rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), sc,
-			strings.NewReader(`[{"s":"ab","l":[1,2]},{"s":null,"l":null},{"s":"","l":[]},{"s":"zz","l":[7]}]`))
-		if err != nil {
-			f.Fatal(err)
-		}
-		var buf bytes.Buffer
-		w, err := pqarrow.NewFileWriter(sc, &buf, parquet.NewWriterProperties(parquet.WithCompression(codec), parquet.WithMaxRowGroupLength(2)),
-			pqarrow.DefaultWriterProps())
-		if err != nil {
-			f.Fatal(err)
-		}
-		w.Write(rec)
-		w.Close()
-		f.Add(buf.Bytes())
+		f.Add(parquetSample(f, codec))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ctx := context.Background()

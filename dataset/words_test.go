@@ -160,3 +160,49 @@ func FuzzWords(f *testing.F) {
 		}
 	})
 }
+
+// indexCase is an index of file kind F made wrong, for the tests of a
+// format's index reader: damage changes what is written, bytes the
+// payload written; want is what the reader's error says ("" for none).
+type indexCase[F any] struct {
+	name   string
+	damage func(f F)
+	bytes  func(p []byte) []byte
+	want   string
+}
+
+// written is c's payload: f's index, damaged.
+func (c indexCase[F]) written(f F, write func() []byte) []byte {
+	if c.damage != nil {
+		c.damage(f)
+	}
+	p := write()
+	if c.bytes != nil {
+		p = c.bytes(p)
+	}
+	return p
+}
+
+// check says whether err is what c wants.
+func (c indexCase[F]) check(t *testing.T, err error) {
+	t.Helper()
+	if c.want == "" {
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), c.want) {
+		t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+	}
+}
+
+// wordCases are the damages every payload of words is refused for.
+func wordCases[F any]() []indexCase[F] {
+	return []indexCase[F]{
+		{"as written", nil, nil, ""},
+		{"a word left over", nil, func(p []byte) []byte { return append(p, le(0)...) }, "8 bytes after the index payload"},
+		{"a word cut off", nil, func(p []byte) []byte { return p[:len(p)-8] }, "words left"},
+		{"a part of a word", nil, func(p []byte) []byte { return p[:len(p)-3] }, "not whole words"},
+	}
+}
