@@ -171,21 +171,15 @@ func unframeIndex(path string, b []byte, want indexKey) ([]byte, error) {
 	return b[indexFrame:n], nil
 }
 
-func encodeIndex(k indexKey, t table) []byte {
-	b := make([]byte, 16+8*len(t.offs)+16*len(t.ends))
-	binary.LittleEndian.PutUint64(b[0:], uint64(len(t.offs)-1))
-	binary.LittleEndian.PutUint64(b[8:], uint64(len(t.ends)))
-	at := 16
-	for _, o := range t.offs {
-		binary.LittleEndian.PutUint64(b[at:], uint64(o))
-		at += 8
-	}
+// writeIndex writes an offset table's sidecar.
+func writeIndex(k indexKey, t table) []byte {
+	w := wordWriter{b: make([]byte, 0, 16+8*len(t.offs)+16*len(t.ends))}
+	w.Int(int64(len(t.offs)-1), int64(len(t.ends)))
+	w.Int(t.offs...)
 	for _, e := range t.ends {
-		binary.LittleEndian.PutUint64(b[at:], uint64(e.record))
-		binary.LittleEndian.PutUint64(b[at+8:], uint64(e.end))
-		at += 16
+		w.Int(int64(e.record), e.end)
 	}
-	return frameIndex(k, b)
+	return frameIndex(k, w.Bytes())
 }
 
 // shape is what a format's records are in its file, which an offset table
@@ -198,8 +192,8 @@ func encodeIndex(k indexKey, t table) []byte {
 // and panicked the loader) was not made by a scan of the format.
 type shape struct{ head, min, align int64 }
 
-// decodeIndex checks an offset table's sidecar and returns its table.
-func decodeIndex(path string, b []byte, want indexKey, sh shape) (table, error) {
+// readIndex checks an offset table's sidecar and returns its table.
+func readIndex(path string, b []byte, want indexKey, sh shape) (table, error) {
 	p, err := unframeIndex(path, b, want)
 	if err != nil {
 		return table{}, err
@@ -207,35 +201,41 @@ func decodeIndex(path string, b []byte, want indexKey, sh shape) (table, error) 
 	bad := func(off int64, format string, args ...any) error {
 		return &FormatError{Path: path, Offset: off, Err: fmt.Errorf(format+": %w", append(args, ErrCorrupt)...)}
 	}
-	if len(p) < 24 {
-		return table{}, bad(indexFrame, "offset table of %d bytes, too short", len(p))
+	r, err := newWordReader(p)
+	if err != nil || len(p) < 24 {
+		return table{}, bad(indexFrame, "offset table of %d bytes, too short or not whole words", len(p))
 	}
-	count := binary.LittleEndian.Uint64(p[0:])
-	nexc := binary.LittleEndian.Uint64(p[8:])
-	body := uint64(len(p) - 16)
-	if count >= body/8 || nexc > body/16 || (count+1)*8+nexc*16 != body {
-		return table{}, bad(indexFrame, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, body)
+	var count, nexc int64
+	if err := r.Ints(&count, &nexc); err != nil {
+		return table{}, bad(indexFrame, "%v", err)
+	}
+	if left := int64(r.Left()); count < 0 || nexc < 0 || count >= left || nexc > left/2 || count+1+2*nexc != left {
+		return table{}, bad(indexFrame, "index says %d records and %d exceptions but holds %d bytes after its header", count, nexc, 8*left)
 	}
 	t := table{offs: make([]int64, count+1)}
-	at := 16
 	for i := range t.offs {
-		o := int64(binary.LittleEndian.Uint64(p[at:]))
+		at := r.Off()
+		o, err := r.Int()
+		if err != nil {
+			return table{}, bad(int64(indexFrame+at), "%v", err)
+		}
 		if o < 0 || o > want.size || i > 0 && o < t.offs[i-1] || i < int(count) && sh.align > 1 && o%sh.align != 0 {
 			return table{}, bad(int64(indexFrame+at), "offset %d of record %d is out of order, past the source's end of %d or not a multiple of %d", o, i, want.size, max(1, sh.align))
 		}
 		t.offs[i] = o
-		at += 8
 	}
-	last := -1
+	last := int64(-1)
 	for range nexc {
-		r := binary.LittleEndian.Uint64(p[at:])
-		e := int64(binary.LittleEndian.Uint64(p[at+8:]))
-		if r >= count || int(r) <= last || e < t.offs[r]+sh.head || e > t.offs[r+1] {
-			return table{}, bad(int64(indexFrame+at), "end %d of record %d is out of order or outside the record", e, r)
+		at := r.Off()
+		var rec, e int64
+		if err := r.Ints(&rec, &e); err != nil {
+			return table{}, bad(int64(indexFrame+at), "%v", err)
 		}
-		t.ends = append(t.ends, recordEnd{record: int(r), end: e})
-		last = int(r)
-		at += 16
+		if rec < 0 || rec >= count || rec <= last || e < t.offs[rec]+sh.head || e > t.offs[rec+1] {
+			return table{}, bad(int64(indexFrame+at), "end %d of record %d is out of order or outside the record", e, rec)
+		}
+		t.ends = append(t.ends, recordEnd{record: int(rec), end: e})
+		last = rec
 	}
 	// A record without an end of its own spans to the next: its frame,
 	// at least.
@@ -303,7 +303,7 @@ func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts O
 	var t table
 	err := loadOrBuildIndex(ctx, src, variant, opts, maxIndexBytes(src.Size()),
 		func(path string, b []byte, key indexKey) (err error) {
-			t, err = decodeIndex(path, b, key, sh)
+			t, err = readIndex(path, b, key, sh)
 			return err
 		},
 		func(key indexKey) ([]byte, error) {
@@ -311,24 +311,24 @@ func loadOrBuild(ctx context.Context, src storage.Reader, variant uint32, opts O
 			if t, err = build(); err != nil {
 				return nil, err
 			}
-			return encodeIndex(key, t), nil
+			return writeIndex(key, t), nil
 		})
 	return t, err
 }
 
 // loadOrBuildFramed is loadOrBuildIndex for formats whose index is a
-// payload of their own inside the common frame (Arrow, Parquet): decode
+// payload of their own inside the common frame (Arrow, Parquet): read
 // takes the payload, and one it refuses is a corrupt index; build returns
 // a new payload.
 func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, opts Options,
-	decode func(payload []byte) error, build func() ([]byte, error)) error {
+	read func(payload []byte) error, build func() ([]byte, error)) error {
 	return loadOrBuildIndex(ctx, src, variant, opts, 64*src.Size()+1<<20,
 		func(path string, b []byte, key indexKey) error {
 			p, err := unframeIndex(path, b, key)
 			if err != nil {
 				return err
 			}
-			if err := decode(p); err != nil {
+			if err := read(p); err != nil {
 				return &FormatError{Path: path, Offset: indexFrame, Err: fmt.Errorf("%v: %w", err, ErrCorrupt)}
 			}
 			return nil
@@ -342,7 +342,7 @@ func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, 
 		})
 }
 
-// loadOrBuildIndex loads source's sidecar with decode, or builds it with
+// loadOrBuildIndex loads source's sidecar with read, or builds it with
 // build (which returns the framed sidecar) and saves it. The cache
 // directory is the process's own, read and written through privdir: it
 // must be owned by this user and writable by no one else (another user
@@ -356,11 +356,11 @@ func loadOrBuildFramed(ctx context.Context, src storage.Reader, variant uint32, 
 // cache directory, and one another user planted beside the data is never
 // read.
 func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, opts Options, limit int64,
-	decode func(path string, b []byte, key indexKey) error, build func(key indexKey) ([]byte, error)) error {
+	read func(path string, b []byte, key indexKey) error, build func(key indexKey) ([]byte, error)) error {
 	key := sourceKey(src, variant)
 	paths := IndexPaths(src.Name(), opts.IndexDir, opts.IndexInDirOnly)
 	beside := func(p string) bool { return !opts.IndexInDirOnly && p == paths[0] }
-	read := func(p string) ([]byte, error) {
+	readFile := func(p string) ([]byte, error) {
 		if beside(p) {
 			return readBeside(ctx, opts.Store, p, limit)
 		}
@@ -371,7 +371,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 		defer d.Close()
 		return d.ReadFile(filepath.Base(p), limit)
 	}
-	write := func(p string, b []byte) error {
+	writeFile := func(p string, b []byte) error {
 		if beside(p) {
 			if err := besideTrusted(p); err != nil {
 				return err
@@ -388,7 +388,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	if opts.Index != IndexRebuild {
 		var firstErr error
 		for _, p := range paths {
-			b, err := read(p)
+			b, err := readFile(p)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -400,7 +400,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 				continue
 			}
 			if err == nil {
-				if err = decode(p, b, key); err == nil {
+				if err = read(p, b, key); err == nil {
 					return nil
 				}
 			}
@@ -424,7 +424,7 @@ func loadOrBuildIndex(ctx context.Context, src storage.Reader, variant uint32, o
 	}
 	var saveErr error
 	for _, p := range paths {
-		if saveErr = write(p, b); saveErr == nil {
+		if saveErr = writeFile(p, b); saveErr == nil {
 			return nil
 		}
 	}

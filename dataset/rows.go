@@ -23,7 +23,7 @@ type Rows interface {
 }
 
 // Blocker is implemented by datasets with blocks of their own: runs of
-// records best read together (a Parquet page, read and decoded whole).
+// records best read together (a Parquet page, read and unpacked whole).
 // Blocks returns the first record of each block and Len() at the end: the
 // block-aware order's blocks, and its default order.
 type Blocker interface {
@@ -40,7 +40,7 @@ type RowBatch interface {
 	// Assemble writes the batch into out (Size bytes) from each row's
 	// cells as read (cell(slot, k)), and returns the bytes it wrote.
 	// Errors name the object and offset of the row at fault. A wait for a
-	// block another batch decodes, and any read Assemble makes itself,
+	// block another batch unpacks, and any read Assemble makes itself,
 	// end when ctx is done.
 	Assemble(ctx context.Context, cell func(slot, k int) []byte, out []byte) (int, error)
 	// Release gives back what the batch holds if it is not to be

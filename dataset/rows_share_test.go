@@ -157,7 +157,7 @@ func runRows(t *testing.T, ds dataset.Dataset, smps []sampler.Sampler, opts load
 // writePayloads writes n rows (an id, 200 bytes of payload, a label) to a
 // Parquet file of row groups of 3000 rows and pages of 4 KiB, and returns
 // them as arrow-go's reader gives them back: a file whose pages outgrow a
-// small cache of decoded pages.
+// small cache of unpacked pages.
 func writePayloads(t testing.TB, path string, n int) []string {
 	t.Helper()
 	mem := memory.DefaultAllocator
@@ -224,9 +224,9 @@ func writePayloads(t testing.TB, path string, n int) []string {
 // gives jobs choosing at the same time the same rows) read each block of
 // them once for all: the batches that take the same rows at about the same
 // time find their Parquet pages (or compressed Arrow record batches)
-// claimed, read and decoded by the first, in the dataset's cache of
-// decoded blocks, or still kept there. Independent jobs read each its own.
-// With a decoded cache smaller than the file's blocks (as a large file's
+// claimed, read and unpacked by the first, in the dataset's cache of
+// unpacked blocks, or still kept there. Independent jobs read each its own.
+// With an unpacked cache smaller than the file's blocks (as a large file's
 // are), three shared jobs read about what one job alone does, where three
 // independent ones read about three times that; each job's every row
 // equals arrow-go's reading of it, once per epoch.
@@ -252,7 +252,7 @@ func TestSharedRowsReadBlocksOnce(t *testing.T) {
 		budget int64
 	}{{"parquet", []string{pq}, pqWant, 1 << 20}, {"compressed arrow", arrowPaths, arrowWant, 512 << 10}} {
 		t.Run(c.name, func(t *testing.T) {
-			defer dataset.SetDecodedBudget(c.budget)()
+			defer dataset.SetUnpackedBudget(c.budget)()
 			const jobs, epochs = 3, 2
 			opts := loader.Options{BatchSize: 23, Epochs: epochs, Prefetch: 2, Lazy: true}
 			// Each run opens the dataset anew: a cache of its own, cold.

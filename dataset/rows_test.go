@@ -20,7 +20,7 @@ import (
 // batches are claimed and decompressed once, and Parquet, whose pages are)
 // deliver every row once per epoch, equal to arrow-go's reading of it:
 // windows of several sizes, a last window short, two loaders at once on
-// one dataset (one cache of decoded pages), and a resume from a window's
+// one dataset (one cache of unpacked pages), and a resume from a window's
 // middle leaving out what it delivered.
 func TestOpportunisticRows(t *testing.T) {
 	arrowPaths, arrowWant := compressedArrow(t)

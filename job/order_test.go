@@ -62,10 +62,10 @@ func TestDefaultWindowFitsDecodedBlocks(t *testing.T) {
 		t.Fatalf("order %T, want the block order over record batches", j.smp)
 	}
 	bb := j.src.ds.(dataset.BlockSizer).BlockBytes()
-	if bb < rows*8 || int64(blk.Window)*bb > dataset.DecodedBudget/2 || blk.Window < 1 {
-		t.Fatalf("window %d of blocks of %d bytes: want the most that fit %d bytes", blk.Window, bb, dataset.DecodedBudget/2)
+	if bb < rows*8 || int64(blk.Window)*bb > dataset.UnpackedBudget/2 || blk.Window < 1 {
+		t.Fatalf("window %d of blocks of %d bytes: want the most that fit %d bytes", blk.Window, bb, dataset.UnpackedBudget/2)
 	}
-	if int64(blk.Window+1)*bb <= dataset.DecodedBudget/2 && blk.Window < order.DefaultPageWindow {
+	if int64(blk.Window+1)*bb <= dataset.UnpackedBudget/2 && blk.Window < order.DefaultPageWindow {
 		t.Fatalf("window %d: one more block of %d bytes still fits", blk.Window, bb)
 	}
 }

@@ -99,13 +99,7 @@ func newSources(store storage.Store, opts dataset.Options, open func(context.Con
 
 func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options) (*source, error) {
 	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
-	key := sourceKey{paths: pathsKey(paths), opts: fmt.Sprintf("%s %d %d %v %v %v %q %q %q", opts.Format, opts.RecordSize,
-		opts.HeaderBytes, opts.CSVHeader, opts.SkipCRC, opts.DropPartialTail, opts.Columns, opts.Split, opts.Extensions), direct: opts.Direct}
-	if opts.Only != nil {
-		h := fnv.New64a()
-		fmt.Fprintf(h, "%q", opts.Only)
-		key.opts += fmt.Sprintf(" only %d %016x", len(opts.Only), h.Sum64())
-	}
+	key := sourceKey{paths: pathsKey(paths), opts: opts.Key(), direct: opts.Direct}
 	for {
 		d.mu.Lock()
 		e, ok := d.open[key]

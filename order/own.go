@@ -51,7 +51,7 @@ func ownBlocks(cfg sampler.Config, ds dataset.Dataset) sampler.Config {
 				// decoded again for every batch that misses it (a Feather
 				// file's 64K-row batches, 6 MiB each decompressed: window
 				// 16 read 351 MB/s where window 4 read 20).
-				cfg.Window = int(min(int64(DefaultPageWindow), max(1, dataset.DecodedBudget/2/bs.BlockBytes())))
+				cfg.Window = int(min(int64(DefaultPageWindow), max(1, dataset.UnpackedBudget/2/bs.BlockBytes())))
 			}
 		}
 	}

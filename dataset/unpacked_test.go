@@ -78,7 +78,7 @@ func shuffledBatches(t *testing.T, d *packedArrow) [][]byte {
 // the batches waiting for them and not kept: readers at once over a cache
 // that holds about one of six batches get every row as readers over a
 // roomy one do.
-func TestDecodedOverBudget(t *testing.T) {
+func TestUnpackedOverBudget(t *testing.T) {
 	d := lz4Arrow(t, 6)
 	want := shuffledBatches(t, d)
 	d.unpacked = cache.New(cache.Options{Budget: 30 << 10, Policy: cache.LRU{}})
@@ -105,14 +105,14 @@ func TestDecodedOverBudget(t *testing.T) {
 
 // A batch waiting for record batches another claimed reads them itself
 // when that one gives up (its loader stopped) instead of waiting forever.
-func TestDecodedAbandonedClaim(t *testing.T) {
+func TestUnpackedAbandonedClaim(t *testing.T) {
 	d := lz4Arrow(t, 3)
 	ids := []int{5, 150, 299, 6}
 	want, _, err := ReadRows(context.Background(), d, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.unpacked = newDecodedCache() // nothing decompressed yet
+	d.unpacked = newUnpackedCache() // nothing decompressed yet
 	a, err := d.PlanBatch(ids)
 	if err != nil {
 		t.Fatal(err)

@@ -8,41 +8,42 @@ import (
 	"github.com/riffle-ml/riffle/cache"
 )
 
-// Decoded blocks: a Parquet page group, a compressed Arrow record batch.
-// Such a block is read and decoded whole, however few of its rows a batch
-// takes, so a dataset keeps the blocks it decoded in one claim/fill/wait
-// cache.Cache under one budget: of the batches that miss a block one
-// claims it (reads and decodes it), the others wait for it, and the next
-// batches that take rows of it find it decoded.
+// Unpacked blocks: a Parquet page group decoded, a compressed Arrow record
+// batch decompressed, each laid out as a record batch's body. Such a block
+// is read and unpacked whole, however few of its rows a batch takes, so a
+// dataset keeps the blocks it unpacked in one claim/fill/wait cache.Cache
+// under one budget: of the batches that miss a block one claims it (reads
+// and unpacks it), the others wait for it, and the next batches that take
+// rows of it find it unpacked.
 
-// DecodedBudget bounds the decoded blocks one dataset keeps.
-const DecodedBudget = 64 << 20
+// UnpackedBudget bounds the unpacked blocks one dataset keeps.
+const UnpackedBudget = 64 << 20
 
-// decodedBudget is DecodedBudget, but in tests that make a dataset's
+// unpackedBudget is UnpackedBudget, but in tests that make a dataset's
 // blocks outgrow it with a small file (export_test.go).
-var decodedBudget int64 = DecodedBudget
+var unpackedBudget int64 = UnpackedBudget
 
-// BlockSizer is a dataset whose blocks are decoded whole into that budget:
-// BlockBytes is the most one block takes decoded. An order that spreads a
-// window of blocks over batches keeps the window's blocks decoded, so the
-// window must fit.
+// BlockSizer is a dataset whose blocks are unpacked whole into that
+// budget: BlockBytes is the most one block takes unpacked. An order that
+// spreads a window of blocks over batches keeps the window's blocks
+// unpacked, so the window must fit.
 type BlockSizer interface {
 	BlockBytes() int64
 }
 
-func newDecodedCache() *cache.Cache {
-	return cache.New(cache.Options{Budget: decodedBudget, Policy: cache.LRU{}})
+func newUnpackedCache() *cache.Cache {
+	return cache.New(cache.Options{Budget: unpackedBudget, Policy: cache.LRU{}})
 }
 
 // claimWait bounds how long a batch waits for a block another batch
 // claimed.
 const claimWait = 2 * time.Second
 
-var errAbandonedBlock = errors.New("the batch that was to decode this block gave up")
+var errAbandonedBlock = errors.New("the batch that was to unpack this block gave up")
 
-// holds is one batch's hold on the decoded blocks it needs, K naming a
+// holds is one batch's hold on the unpacked blocks it needs, K naming a
 // block: each is pinned from the plan until the batch is assembled or
-// released, and those the batch claimed are its to decode and publish.
+// released, and those the batch claimed are its to unpack and publish.
 type holds[K comparable, V any] struct {
 	c     *cache.Cache
 	items map[K]*cache.Item
@@ -66,10 +67,10 @@ func (h *holds[K, V]) add(key K, ck cache.Key) {
 	}
 }
 
-// claimed reports whether the batch is to decode block key.
+// claimed reports whether the batch is to unpack block key.
 func (h *holds[K, V]) claimed(key K) bool { return h.mine[key] }
 
-// publish settles a block the batch claimed: decoded (kept with its
+// publish settles a block the batch claimed: unpacked (kept with its
 // bytes' size, body) or failed (then gone, so a later batch claims it
 // again). Only the first publish of a key counts.
 func (h *holds[K, V]) publish(key K, v V, body []byte, err error) {
@@ -85,7 +86,7 @@ func (h *holds[K, V]) publish(key K, v V, body []byte, err error) {
 }
 
 // abandon gives up the claims not published yet: whoever waits for them
-// decodes the block itself.
+// unpacks the block itself.
 func (h *holds[K, V]) abandon() {
 	var zero V
 	for key := range h.mine {
@@ -102,9 +103,9 @@ func (h *holds[K, V]) unpin() {
 }
 
 // await returns every block the batch holds, waiting for those other
-// batches decode: for a while, since the batch that claimed one may be
+// batches unpack: for a while, since the batch that claimed one may be
 // another job's, stalled by its consumer before it could read; then
-// decoding it here (self), under this batch's own context, so a loader
+// unpacking it here (self), under this batch's own context, so a loader
 // that closes stops its reads too.
 func (h *holds[K, V]) await(ctx context.Context, self func(K) (V, error)) (map[K]V, error) {
 	have := make(map[K]V, len(h.items))
