@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/internal/privdir"
 	"github.com/riffle-ml/riffle/storage"
 )
 
@@ -67,12 +67,23 @@ func (env *Env) grown(ctx context.Context, plan Plan, paths []string) (*source, 
 	// added to dataset.Options renames every log).
 	k := fnv.New64a()
 	fmt.Fprintf(k, "%q|%+v", plan.Paths, plan.Dataset)
-	logPath := filepath.Join(dataset.CacheDir(env.opts.IndexDir), fmt.Sprintf("%016x.rfgrow", k.Sum64()))
+	logName := fmt.Sprintf("%016x.rfgrow", k.Sum64())
+	logPath := filepath.Join(dataset.CacheDir(env.opts.IndexDir), logName)
 
 	env.growMu.Lock()
 	defer env.growMu.Unlock()
+	// The log says which files each epoch read, so it is kept as indexes
+	// are, through privdir, in a directory only this user may write: a
+	// log another user planted would choose the files (and their ids) a
+	// resumed epoch reads. Without such a directory there is no log, and
+	// a growing dataset cannot promise its epochs: refused with the fix.
+	dir, err := privdir.Open(dataset.CacheDir(env.opts.IndexDir))
+	if err != nil {
+		return nil, 0, specErr("refresh: the log of a growing dataset's files is kept in the index directory, which cannot hold it: %v", err)
+	}
+	defer dir.Close()
 	var lg growLog
-	if b, err := os.ReadFile(logPath); err == nil {
+	if b, err := dir.ReadFile(logName, maxGrowLog); err == nil {
 		if err := json.Unmarshal(b, &lg); err != nil {
 			return nil, 0, fmt.Errorf("%s: the log of a growing dataset's files is corrupt (%v): remove it to start it again, from the files as they are now", logPath, err)
 		}
@@ -149,7 +160,6 @@ func (env *Env) grown(ctx context.Context, plan Plan, paths []string) (*source, 
 		}
 	}
 	var src *source
-	var err error
 	if g == 1 {
 		src, err = env.sets.get(ctx, parts[0].paths, parts[0].opts)
 	} else {
@@ -173,7 +183,7 @@ func (env *Env) grown(ctx context.Context, plan Plan, paths []string) (*source, 
 	}
 	if !seen {
 		lg.Epochs[epoch] = g
-		if err := saveLog(logPath, lg); err != nil {
+		if err := saveLog(dir, logName, lg); err != nil {
 			env.sets.put(src)
 			return nil, 0, err
 		}
@@ -181,17 +191,14 @@ func (env *Env) grown(ctx context.Context, plan Plan, paths []string) (*source, 
 	return src, g, nil
 }
 
-func saveLog(name string, lg growLog) error {
+// maxGrowLog bounds a log read back: a file name and its generation for
+// every file of a dataset of a million files is well under it.
+const maxGrowLog = 256 << 20
+
+func saveLog(dir *privdir.Dir, name string, lg growLog) error {
 	b, err := json.Marshal(lg)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
-	}
-	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, name)
+	return dir.WriteFileSync(name, b)
 }
