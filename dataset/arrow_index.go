@@ -277,5 +277,13 @@ func (f *arrowFile) readIndex(p []byte, full *columnar.Layout) error {
 			return err
 		}
 	}
+	// A dictionary applies from the record batch it came before: at most
+	// the last, in the file's order, as the scan found them. A forged
+	// place would apply a dictionary to batches it does not describe.
+	for i, d := range f.dicts {
+		if d.before < 0 || d.before > len(f.batches) || i > 0 && d.before < f.dicts[i-1].before {
+			return fmt.Errorf("dictionary batch %d comes before record batch %d of %d (after %d)", i, d.before, len(f.batches), f.dicts[max(i-1, 0)].before)
+		}
+	}
 	return r.Done()
 }

@@ -40,6 +40,8 @@ func TestArrowIndexBounds(t *testing.T) {
 			{"an unknown codec", func(f *arrowFile) { f.batches[0].src.Meta.Codec = 7 }, nil, "index codec 7"},
 			{"no starts", func(f *arrowFile) { f.batches[0].src.Starts = nil }, nil, "index keeps 0 start columns, the schema has 2"},
 			{"starts past the body", func(f *arrowFile) { f.batches[0].src.Starts[0][3] = 1 << 40 }, nil, "data buffer of 2 bytes"},
+			{"a dictionary after the last batch", func(f *arrowFile) { f.dicts[0].before = len(f.batches) + 1 }, nil, "dictionary batch 0 comes before record batch"},
+			{"a dictionary before no batch", func(f *arrowFile) { f.dicts[0].before = -1 }, nil, "dictionary batch 0 comes before record batch -1"},
 		}...)
 		if codec != nil {
 			cases = append(cases, []indexCase[*arrowFile]{
