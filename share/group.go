@@ -702,7 +702,7 @@ func bitsDelivered(b []byte, records int) (Saved, error) {
 	done := roaring.New()
 	if n > 0 {
 		// The state its job opened from is the daemon's: a client keeps
-		// one set of bits over it (riffle.client's _Taken), never a state
+		// one set of bits over it (riffle.state's _Taken), never a state
 		// of its own inside another, so one level is all a state holds
 		// and no nesting can run the decoder's stack out.
 		if bytes.HasPrefix(base, []byte(bitsMagic)) {
@@ -717,7 +717,7 @@ func bitsDelivered(b []byte, records int) (Saved, error) {
 		}
 		done = bs.Done
 	}
-	// The client's bits grow by doubling (riffle.client's _Taken.add):
+	// The client's bits grow by doubling (riffle.state's _Taken.add):
 	// zero bytes past the last record are no records.
 	set = bytes.TrimRight(set, "\x00")
 	if len(set) > (records+7)/8 {
