@@ -2,6 +2,7 @@ package loader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -47,8 +48,14 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		return nil, l.finish()
 	}
 	if j.err != nil {
-		l.err = j.err
 		l.release(j)
+		if errors.Is(j.err, context.Canceled) && l.ctx.Err() != nil {
+			// Its reads were cut because loading stopped (another batch's
+			// plan or read failed first): say why loading stopped, not
+			// that this batch's reads were cancelled.
+			return nil, l.finish()
+		}
+		l.err = j.err
 		l.cancel()
 		return nil, l.err
 	}
