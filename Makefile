@@ -26,6 +26,7 @@ test: build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	@if [ -n "$(TAGS)" ]; then $(GO) test -count=1 -tags "$(TAGS)" ./transform; fi
+	GO=$(GO) ./scripts/fuzz-briefly
 	@if [ -d python/tests ]; then cd python && RIFFLE_BIN=$(CURDIR)/bin/riffle $(PYTHON) -m pytest -q tests; fi
 	$(PYTHON) -m pytest -q -p no:cacheprovider bench/peers/test_harness.py
 	./scripts/test-installed.sh
