@@ -28,10 +28,10 @@ import (
 // takes every part's places (shared exactly when the plan shares), the
 // records are delivered as they lie in memory exactly when the daemon
 // did so (its rule, before the order said it: memoryOrdered below), the
-// order is shared exactly when the Python client took it to be (its
-// _shared: share with the global order, a mixture's too), a
-// client may replay a shared state exactly when the client kept one (its
-// _keeps), and the kind is the one the job reads.
+// order is shared exactly when the Python client took it to be before it
+// asked (share with the global order, a mixture's too), a client may
+// replay a shared state exactly when the client kept one then, and the
+// kind is the one the job reads.
 func TestOrderInfoAgreesWithCheck(t *testing.T) {
 	dir := t.TempDir()
 	fixed, fixed2, rows := filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin"), filepath.Join(dir, "r.arrow")
