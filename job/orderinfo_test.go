@@ -27,9 +27,11 @@ import (
 // Check takes a start, the epoch resumes as its rest exactly when Check
 // takes every part's places (shared exactly when the plan shares), the
 // records are delivered as they lie in memory exactly when the daemon
-// did so (its rule, before the order said it: memoryOrdered below), a
-// client may replay a shared state exactly when the client kept one (its
-// _keeps), and the kind is the one the job reads.
+// did so (its rule, before the order said it: memoryOrdered below), the
+// order is shared exactly when the Python client took it to be before it
+// asked (share with the global order, a mixture's too), a client may
+// replay a shared state exactly when the client kept one then, and the
+// kind is the one the job reads.
 func TestOrderInfoAgreesWithCheck(t *testing.T) {
 	dir := t.TempDir()
 	fixed, fixed2, rows := filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin"), filepath.Join(dir, "r.arrow")
@@ -154,6 +156,10 @@ func TestOrderInfoAgreesWithCheck(t *testing.T) {
 		}
 		if got.Packed != memoryOrdered(plan) {
 			t.Errorf("%s: packed %v, the daemon's rule says %v", name, got.Packed, !got.Packed)
+		}
+		shared := c.share && (c.sampler == "" || c.sampler == "global" || c.sampler == "opportunistic")
+		if got.Shared != shared {
+			t.Errorf("%s: shared %v, the client took it to be %v", name, got.Shared, shared)
 		}
 		keeps := plan.Share && plan.Loader.Opportunistic <= 1 && plan.Mixture == nil
 		if got.Replay != keeps {

@@ -374,8 +374,8 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		c.AutoOrder = &a
 	}
 	// Jobs sample dependently in a global shuffle only (Joader's sampling
-	// is of uniform orders): share with another order reads alone, as the
-	// Python client's _shared says too.
+	// is of uniform orders): share with another order reads alone, as an
+	// opened reply's order says (wire.OrderInfo.Shared).
 	c.Share = spec.Share != nil && *spec.Share && sampler.Uniform(kind)
 	if spec.BatchOffset > 0 && spec.BatchOffset >= max(1, spec.BatchStride) {
 		return c, specErr("batch_offset %d of batch_stride %d: want offset < stride", spec.BatchOffset, spec.BatchStride)

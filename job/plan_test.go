@@ -161,7 +161,7 @@ func TestStartNeedsOneEpochOfAPositionalOrder(t *testing.T) {
 }
 
 // Jobs share a global shuffle only: share with another order reads alone,
-// so a place in it is a position, as the Python client's _shared says.
+// so a place in it is a position, as an opened reply's order says.
 func TestShareIsOfTheGlobalOrder(t *testing.T) {
 	yes := true
 	for _, c := range []struct {

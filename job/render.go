@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+
+	"github.com/riffle-ml/riffle/sampler"
 )
 
 // The generated views of Options: Python's option list and the protocol
@@ -55,6 +57,19 @@ from __future__ import annotations
 			line += ","
 		}
 		b.WriteString(line + ")),\n")
+	}
+	b.WriteString("}\n")
+	// The sampler kinds, so that the client's messages, docs and tests
+	// name the kinds the daemon knows; which order a job reads is the
+	// daemon's answer (an opened reply's order), not worked out of these.
+	b.WriteString("\n# The sampler kinds, from Go's one table of them (sampler.Kinds), the first the default; sampler \"auto\" picks\n")
+	b.WriteString("# the global or the block order. What a job's order is, and how its places resume, its opened reply says\n")
+	b.WriteString("# (Loader.order): a client never works it out from these.\n")
+	b.WriteString("# name: (positional, packed, uniform, windows)\nSAMPLERS: dict[str, tuple[bool, bool, bool, bool]] = {\n")
+	py := map[bool]string{true: "True", false: "False"}
+	for _, name := range sampler.Kinds {
+		k, _ := sampler.KindOf(name)
+		fmt.Fprintf(&b, "    %q: (%s, %s, %s, %s),\n", k.Name, py[k.Positional], py[k.Packed], py[k.Uniform], py[k.Windows])
 	}
 	b.WriteString("}\n")
 	return b.Bytes()

@@ -195,8 +195,8 @@ func (o *Order) Close() {
 
 // Info is what the order is, for a client (an opened reply's order).
 func (o *Order) Info() wire.OrderInfo {
-	return wire.OrderInfo{Kind: o.Kind, Positional: o.plan.Positional(), Rest: o.plan.Rest(), Packed: o.Packed,
-		Replay: o.plan.Replay()}
+	return wire.OrderInfo{Kind: o.Kind, Positional: o.plan.Positional(), Shared: o.plan.Share, Rest: o.plan.Rest(),
+		Packed: o.Packed, Replay: o.plan.Replay()}
 }
 
 // Positional says a place in the plan's order is a position of an order

@@ -771,6 +771,11 @@ type OrderInfo struct {
 	// function of (seed, epoch, position): any topology resumes from it
 	// (JobSpec.Start).
 	Positional bool `json:"positional"`
+	// Shared says the plan shares its order (share, of a uniform order:
+	// a mixture's too): a place in it is not a position but what its
+	// group dealt this rank, the rank's own. Rest is "" for a shared
+	// mixture, which resumes only on the topology it was saved on.
+	Shared bool `json:"shared"`
 	// Rest, "shared" or "opportunistic", says an epoch resumes on another
 	// topology as its rest, from the places of every part of the run that
 	// saved it (JobSpec.Delivered); "" if it does not.

@@ -7,7 +7,7 @@ from typing import Any
 
 from .mixture import _mixture, _segments, _state_weights, _weights_state
 from .options import _ORDER_KEYS
-from .state import _check_dataset, _check_rank, _own, _positional, _rest, _rest_places, _restable, _shared, merge_states
+from .state import _POSITIONAL_KINDS, _check_dataset, _check_rank, _own, _parts, _rest, _rest_places, merge_states
 
 
 def _at_start(state: dict) -> bool:
@@ -21,7 +21,7 @@ def _at_start(state: dict) -> bool:
 
 
 class _Places:
-    """RiffleDataset's state methods (a mixin: they read the dataset's options, epoch and workers)."""
+    """RiffleDataset's state methods (a mixin: they read the dataset's options, order, epoch and workers)."""
 
     def state_dict(self, all_ranks: bool = False) -> dict[str, Any]:
         """The place after the last batch delivered: per worker with DataLoader workers.
@@ -48,7 +48,8 @@ class _Places:
             # position.
             start = {"epoch": self.epoch, "batch": 0, "seed": self.seed}
             roles = {str(w): dict(self._states.get(w, start)) for w in range(self._workers)}
-            place = dict(self._place or {"epoch": self.epoch, "batch": 0, "position": 0 if self._positional() else None})
+            place = dict(self._place or {"epoch": self.epoch, "batch": 0,
+                                         "position": 0 if self._order["positional"] else None})
             # The epoch is over once every role is past it.
             first = min(int(st["epoch"]) for st in roles.values())
             if first > place["epoch"]:
@@ -58,9 +59,9 @@ class _Places:
                    "dataset": self._dataset_version}
             if place.get("position") is not None:
                 out["position"] = place["position"]  # the rank's place, in positions of the epoch: any topology resumes it
-            if _restable(self.loader_kwargs, self.shuffle):
+            if _parts(self._order):
                 out["rank"] = self._where()[0]  # whose part: merge_states puts every rank's together
-                if not _shared(self.loader_kwargs, self.shuffle):
+                if not self._order["shared"]:
                     out.update(batch_size=self.batch_size, window=int(self.loader_kwargs["opportunistic"]))
             return self._with_weights(out)
         if self._resume is not None:
@@ -102,26 +103,25 @@ class _Places:
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
         rank, world = self._where()
-        if _restable(self.loader_kwargs, self.shuffle):
+        if _parts(self._order):
             state = _own(state, world, rank, self._workers)
-        if _restable(self.loader_kwargs, self.shuffle) and _rest(state, world, self._workers):
+        if _parts(self._order) and _rest(state, world, self._workers):
             # A shared order on another topology (ranks, workers), or the
             # rest of an epoch already: every role reads its part of the
             # rest, without the records the places of the run before
             # delivered.
-            epoch, places = _rest_places(state, world, rank, self.rank_drop_last,
-                                         _shared(self.loader_kwargs, self.shuffle))
+            epoch, places = _rest_places(state, world, rank, self.rank_drop_last, self._order["shared"])
             state = {"epoch": epoch, "batch": 0, "seed": state.get("seed", self.seed), "world": world}
             if places:
                 state.update(rest=places, rank=rank)
-        elif _restable(self.loader_kwargs, self.shuffle):
+        elif _parts(self._order):
             _check_rank(state, rank)  # the same topology: each rank's own place
-        elif "position" in state and self._positional():
+        elif "position" in state and self._order["positional"]:
             state = self._placed(state)
         elif int(state.get("world", self._where()[1])) != self._where()[1]:
             raise ValueError(f"this state was saved on {state['world']} ranks and this run has {self._where()[1]}: its "
                              "order (shared, or opportunistic) resumes only on as many; an order that is a function of position "
-                             "(global, block, sequential, buffered, reservoir) resumes on any number")
+                             f"({_POSITIONAL_KINDS}) resumes on any number")
         if "workers" in state and int(state.get("num_workers", 0)) != max(1, self._workers):
             state = self._merged(state)
         self._epoch.value = int(state["epoch"])
@@ -165,11 +165,11 @@ class _Places:
         """A state saved with other workers, as the rank's one place: for orders that are functions of position."""
         stream = any(st.get("sampler_state") or st.get("skip") for st in state["workers"].values())
         kw = self.loader_kwargs
-        if stream or _shared(kw, self.shuffle) or (kw.get("opportunistic") or 1) > 1:
+        if stream or not self._order["positional"]:
             raise ValueError(
                 f"this state was saved with {state.get('num_workers')} DataLoader workers, and this loader's order "
                 "(shared, or opportunistic) resumes only with as many; an order that is a function of position "
-                "(global, block, sequential, buffered, reservoir) resumes with any number")
+                f"({_POSITIONAL_KINDS}) resumes with any number")
         if "batch" not in state:
             raise ValueError("this state was saved by an older riffle with DataLoader workers: resume with as many")
         epoch, batch = int(state["epoch"]), int(state["batch"])
@@ -191,7 +191,7 @@ class _Places:
         # another topology). That start is the batch's job's: the state
         # after a role's last batch is the next epoch's, which has none.
         pos = None
-        if self._positional() and isinstance(state, dict):
+        if self._order["positional"] and isinstance(state, dict):
             pos = start + (index + 1) * self._where()[1] * self.batch_size
         self._place = {"epoch": epoch, "batch": index + 1, "position": pos}
         if last and pos is not None:
@@ -199,6 +199,3 @@ class _Places:
             # epoch's start, though a role given no batch of a short rest
             # (fewer batches than workers) is still in this one.
             self._place = {"epoch": epoch + 1, "batch": 0, "position": 0}
-
-    def _positional(self) -> bool:
-        return _positional(self.loader_kwargs, self.shuffle)

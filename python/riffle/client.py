@@ -39,8 +39,8 @@ from .errors import (DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed,
                      RiffleError, UnsafeSocket, error_from)
 from .mixture import _mixture, _mixture_at, _segments, _state_weights, _weights_state, _with_weights
 from .options import _ORDER_KEYS, _abspath, _check_args, _check_sendable, _filter, _ids, _subset
-from .state import (_check_dataset, _check_rank, _keeps, _own, _positional, _rest, _rest_places, _restable, _shared,
-                    _Taken, merge_states)
+from .state import (_POSITIONAL_KINDS, _check_dataset, _check_rank, _order, _own, _parts, _rest, _rest_places, _Taken,
+                    merge_states)
 
 # The client's parts live in the modules above; their public names are this module's too.
 __all__ = ["Batch", "Connection", "DEFAULT_TIMEOUT", "DaemonGone", "DataChanged", "DataError", "InvalidSpec",
@@ -73,6 +73,9 @@ class _Job:
         self.opened_at = (epoch, batch)
         # The daemon keeps a growing sampler state to itself; ask for it.
         self.stream = bool(reply.get("stream"))
+        # Its order as it opened: the place it opened at decides whether its shared state may be rebuilt from the
+        # records it delivers (replay: not of the rest of an epoch).
+        self.order = _order(reply)
         self.weights: tuple[int, int] | None = None  # a mixture's: the loader's change count, and the epoch's weights
 
     def state(self, epoch: int, batch: int) -> dict:
@@ -158,7 +161,11 @@ class Loader:
     ``reservoir`` records), ``"sequential"``, or ``"auto"``: the global or
     block order of least device time whose randomization reaches
     ``min_randomness``. ``opportunistic=W`` makes each batch of whichever
-    records of the next W batches arrive first.
+    records of the next W batches arrive first. ``loader.order`` is the
+    order as the daemon decided it: its ``kind`` (auto's choice too), and
+    how a state resumes (``positional``: from a position, on any number of
+    ranks and workers; ``shared``; ``rest``: as the rest of its epoch, from
+    every rank's state, on any number).
 
     Sharing
     -------
@@ -286,6 +293,9 @@ class Loader:
         # The order sampler="auto" chose, once the daemon has said.
         self.auto: dict | None = None
         self.direct = False  # the daemon reads the files with O_DIRECT: known once it has said
+        # What the job's order is, as the daemon decided it (wire.OrderInfo: kind, positional, shared, rest, packed,
+        # replay): the check's answer, which every resume follows; the client never works it out from the options.
+        self.order: dict = {}
         if sampler == "auto" and int(world_size or 1) > 1 and auto_order is None:
             raise ValueError("sampler='auto' with world_size > 1: ranks on other nodes measure other devices and could "
                              "choose other orders. riffle.torch agrees on rank 0's choice through torch.distributed; "
@@ -387,7 +397,7 @@ class Loader:
         st = {"epoch": self.epoch, "batch": self._batch, "seed": self.spec["seed"], "world": self._world()}
         if self._version:
             st["dataset"] = self._version  # the version of the files the place is in
-        if self._positional() and int(self.spec.get("batch_stride", 1) or 1) <= 1:
+        if self.order["positional"] and int(self.spec.get("batch_stride", 1) or 1) <= 1:
             # Where the epoch is for every rank, in positions of its order:
             # after b batches of each of W ranks, the ranks together hold
             # the order's first W*b*batch_size positions (DistributedSampler's
@@ -415,10 +425,10 @@ class Loader:
         """Put in a place of a shared or opportunistic order whose it is (and, opportunistic, in batches of which
         size, in windows of how many), and, of the rest of an epoch (or at the start of the epoch after one), the
         places it was opened from."""
-        if not _restable(self.spec):
+        if not _parts(self.order):
             return
         place["rank"] = int(self.spec.get("rank", 0) or 0)  # merge_states puts every rank's together
-        if not _shared(self.spec):
+        if not self.order["shared"]:
             place.update(batch_size=int(self.spec["batch_size"]), window=int(self.spec["opportunistic"]))
         if self._delivered:
             place["rest" if self._handed else "delivered"] = list(self._delivered)
@@ -427,9 +437,6 @@ class Loader:
 
     def _world(self) -> int:
         return max(1, int(self.spec.get("world", 1) or 1))
-
-    def _positional(self) -> bool:
-        return _positional(self.spec)
 
     def _resolve(self) -> None:
         # The place came with a batch of a job whose sampler state stays in
@@ -475,22 +482,22 @@ class Loader:
         self.epoch, self._batch, self._start = int(state["epoch"]), int(state["batch"]), int(state.get("start", 0))
         self._delivered, self._ended = None, None
         world = int(state.get("world", self._world()))
-        if _restable(self.spec):
+        if _parts(self.order):
             state = _own(state, self._world(), int(self.spec.get("rank", 0) or 0))
-        if _restable(self.spec) and _rest(state, self._world()):
+        if _parts(self.order) and _rest(state, self._world()):
             # A shared or opportunistic order's epoch on another topology, or
             # the rest of one already: the rest of the epoch, without every
             # record the parts' places delivered (the daemon puts them
             # together).
             self.epoch, places = _rest_places(state, self._world(), int(self.spec.get("rank", 0) or 0),
-                                              bool(self.spec.get("rank_drop_last")), _shared(self.spec))
+                                              bool(self.spec.get("rank_drop_last")), self.order["shared"])
             self._batch, self._delivered, self._sampler_state, self._skip = 0, places or None, None, None
             self._handed = bool(places)
             self._generations = None
             return
-        if _restable(self.spec):
+        if _parts(self.order):
             _check_rank(state, int(self.spec.get("rank", 0) or 0))
-        if "position" in state and self._positional():
+        if "position" in state and self.order["positional"]:
             # Elastic: the place in this topology. A position on a boundary
             # of this topology's global batches is a batch of the whole
             # epoch's job, as if this run had got there itself; any other
@@ -500,8 +507,8 @@ class Loader:
         elif world != self._world():
             raise ValueError(f"this state was saved on {world} ranks and this loader is one of {self._world()}: its "
                              "order (opportunistic over blocks) resumes only on as many; an order that is a function "
-                             "of position (global, block, sequential, buffered, reservoir) resumes on any number, and "
-                             "a shared or opportunistic global one from every rank's state (riffle.merge_states)")
+                             f"of position ({_POSITIONAL_KINDS}) resumes on any number, and a shared or "
+                             "opportunistic global one from every rank's state (riffle.merge_states)")
         ss = state.get("sampler_state")
         self._sampler_state = base64.b64decode(ss) if ss else None
         self._skip = list(state["skip"]) if state.get("skip") else None
@@ -535,6 +542,7 @@ class Loader:
         for fd in fds:
             os.close(fd)
         self._meta = reply
+        self.order = _order(reply)
         # The loader is bound to the data as it was when it was built.
         self._version = reply.get("dataset_version")
         self._records = reply.get("records")
@@ -722,10 +730,6 @@ class Loader:
                                      f"{self.reconnect}s (Loader(reconnect=...))") from None
                 time.sleep(0.1)
 
-    def _keeps(self) -> bool:
-        """Whether this loader keeps what rebuilds its job's state (state._keeps)."""
-        return _keeps(self.spec, bool(self._delivered or self._start))
-
     def _kept(self, taken: _Taken | None = None, n: int = 0, epoch: int = 0) -> bytes | None:
         """The shared job's state at this place (or after the first n batches of taken, a place of epoch), as the
         loader kept it; b"" at an epoch's start; None if it kept none of the place."""
@@ -747,7 +751,7 @@ class Loader:
 
     def _batches(self) -> Iterator[Batch]:
         j = self._open()
-        if j.stream and self._keeps():
+        if j.stream and j.order["replay"]:
             self._taken = _Taken(self.epoch, self._sampler_state if self._batch else None)
         else:
             self._taken = None

@@ -87,3 +87,15 @@ GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("mixture_history", "generations", "auto_order", "epoch", "start", "batch", "epochs", "sampler_state", "skip",
          "delivered")),
 }
+
+# The sampler kinds, from Go's one table of them (sampler.Kinds), the first the default; sampler "auto" picks
+# the global or the block order. What a job's order is, and how its places resume, its opened reply says
+# (Loader.order): a client never works it out from these.
+# name: (positional, packed, uniform, windows)
+SAMPLERS: dict[str, tuple[bool, bool, bool, bool]] = {
+    "global": (True, True, True, False),
+    "sequential": (True, True, False, False),
+    "block": (True, True, False, True),
+    "buffered": (True, False, False, False),
+    "reservoir": (True, False, False, False),
+}

@@ -1,8 +1,9 @@
 """Resume arithmetic: what a loader's state says of its place, on the topology that saved it or on another
 (ranks, DataLoader workers), and what a shared order's loader keeps to rebuild its job's state.
 
-The rules of which orders resume how (``_shared``, ``_restable``, ``_positional``, ``_keeps``) are job.Check's,
-recomputed here from the options: they are kept together so that reading the daemon's answer instead is one change.
+Which orders resume how is the daemon's to say: its ``opened`` (and ``check``) reply's ``order`` (wire.OrderInfo,
+read by ``_order``) says what the job's order is, and the arithmetic here follows it; nothing here works it out
+again from a loader's options.
 """
 
 from __future__ import annotations
@@ -13,39 +14,32 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import DataChanged
+from . import spec
+from .errors import DataChanged, RiffleError
+
+# For messages: the kinds of order that are functions of position, which resume on any topology (the table's).
+_POSITIONAL_KINDS = ", ".join(k for k, (positional, *_) in spec.SAMPLERS.items() if positional)
 
 
-def _shared(options: dict, shuffle: bool = True) -> bool:
-    """Whether these options (a spec, or a loader's keywords) ask for a shared order: ``share`` with the global
-    shuffle, the one order jobs sample dependently (job.Check's rule); another order with ``share`` reads alone."""
-    kind = options.get("sampler")
-    return bool(options.get("share")) and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False))
+def _order(reply: dict) -> dict:
+    """The order an ``opened`` or ``check`` reply says its job reads, as the daemon decided it (wire.OrderInfo: its
+    ``kind``; ``positional``, a place in it is a position any topology resumes from; ``shared``, the plan shares it;
+    ``rest``, "shared" or "opportunistic" if an epoch resumes on another topology from every part's places, else "";
+    ``packed``; ``replay``, the client may rebuild a shared state from the records it delivered)."""
+    order = reply.get("order")
+    if not isinstance(order, dict) or not {"kind", "positional", "shared", "replay"} <= order.keys():
+        raise RiffleError("the riffle daemon did not say what its job's order is (its opened reply has no order, or "
+                          "an order of fewer fields): it is an older riffle serve than this client; stop it, and the "
+                          "next loader starts this riffle's daemon")
+    return dict(order, rest=order.get("rest") or "")
 
 
-def _restable(options: dict, shuffle: bool = True) -> bool:
-    """Whether the order these options ask for resumes on another topology as the rest of its epoch, from the places
-    of every part (rank, worker) of the run: a shared order, whose records each rank's group chose, or an
-    opportunistic global one, whose windows deliver records in the order reads end (job.Check's rule)."""
-    kind = options.get("sampler")
-    return _shared(options, shuffle) or (
-        int(options.get("opportunistic") or 1) > 1 and not options.get("mixture")
-        and (kind == "global" or (kind is None and options.get("shuffle", shuffle) is not False)))
-
-
-def _positional(options: dict, shuffle: bool = True) -> bool:
-    """Whether the order these options (a spec, or a loader's keywords: the same names) ask for is a function of
-    (seed, epoch, position), so that a place in it is a position any topology resumes from (auto picks a global or
-    a block order)."""
-    return (not _shared(options, shuffle) and int(options.get("opportunistic") or 1) <= 1
-            and options.get("sampler") in (None, "global", "block", "sequential", "buffered", "reservoir", "auto"))
-
-
-def _keeps(options: dict, rest: bool) -> bool:
-    """Whether a loader of these options keeps what rebuilds its job's state: a shared order that delivers each batch
-    whole (not opportunistic, not a mixture's, not ``rest``: the rest of an epoch on another topology)."""
-    return (_shared(options) and int(options.get("opportunistic") or 1) <= 1 and not options.get("mixture")
-            and not rest)
+def _parts(order: dict) -> bool:
+    """Whether a place in this order (an order reply's) is its part's own (rank, DataLoader worker), so a state says
+    whose it is and resumes only that part, or, with every part's places, the rest of its epoch: a shared order,
+    whose records each rank's group dealt it (a shared mixture's too, whose rest is the daemon's to refuse: it
+    resumes on the topology that saved it), or an order whose epoch resumes on another topology as its rest."""
+    return bool(order["shared"] or order["rest"])
 
 
 def _rest(state: dict, world: int, workers: int | None = None) -> bool:

@@ -225,6 +225,9 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         # The data as it is now is the dataset's: a state saved over other data is refused, and every loader made
         # for it (a DataLoader worker's, each epoch's) reads these files or says they changed (DataChanged).
         self._dataset_version, self._dataset_records = probe._version, probe._records
+        # What the order is, as the daemon said of the probe's (its kind, and how a place in it resumes): every
+        # loader of this dataset reads the same order, on any rank and worker, and its places follow it.
+        self._order = dict(probe.order)
         if sampler_source is not None and hasattr(sampler_source, "__len__"):
             samples = int(probe.info().get("samples") or probe._records or 0)
             if len(sampler_source) != samples:

@@ -94,7 +94,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "memory_bytes", "stream", "seqs", "seq", "epoch", "index", "last", "n", "data_off", "data_len", "meta_off",
         "labels", "payload", "arrow", "state", "jobs", "clients", "status", "ids", "paths", "offsets", "message",
         "kind", "path", "offset"),
-    "OrderInfo": ("kind", "positional", "rest", "packed", "replay"),
+    "OrderInfo": ("kind", "positional", "shared", "rest", "packed", "replay"),
     "Part": ("rank", "world", "worker", "workers", "drop_last", "batch_size", "window"),
     "PeersStatus": ("node", "nodes", "local", "from_peers", "served", "fallbacks", "fetched", "bytes"),
     "RemoteStatus": ("gets", "bytes", "retries"),
