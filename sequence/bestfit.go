@@ -83,6 +83,7 @@ func (s *bestFit) table(epoch int) *fitTable {
 
 func (s *bestFit) Len(epoch int) int     { return s.tables.get(epoch).stats.Samples }
 func (s *bestFit) Width() int            { return s.seqLen }
+func (s *bestFit) SeqLen() int           { return s.seqLen }
 func (s *bestFit) Stats(epoch int) Stats { return s.tables.get(epoch).stats }
 
 func (s *bestFit) Sample(epoch, i int, dst []Piece) ([]Piece, error) {
