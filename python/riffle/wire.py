@@ -65,6 +65,7 @@ KIND_INTERNAL = "internal"  # anything else: the daemon's own failure
 
 # Every message struct's JSON field names, in order: what a client sends and reads of each.
 FIELDS: dict[str, tuple[str, ...]] = {
+    "Array": ("name", "dtype", "shape", "off", "len"),
     "Arrow": ("body", "nodes", "buffers"),
     "AutoOrder": ("sampler", "block_size", "window", "rl", "rate", "sequential"),
     "CacheStatus": ("bytes", "budget", "items", "hits", "misses", "evictions"),
@@ -77,7 +78,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "persisted", "columns", "schema", "features"),
     "JobSpec": ("paths", "format", "record_size", "header_bytes", "csv_header", "skip_crc", "drop_partial", "direct",
         "columns", "split", "extensions", "subset", "filter", "dedup", "refresh", "generations", "mixture",
-        "mixture_stop", "mixture_history", "transform", "shuffle", "sampler", "block_size", "window", "min_randomness",
+        "mixture_stop", "mixture_history", "transform", "seq_len", "packing", "pad_last", "eod", "vocab_size", "pad_id",
+        "token_dtype", "token_column", "pack_window", "shuffle", "sampler", "block_size", "window", "min_randomness",
         "auto_order", "buffer", "reservoir", "opportunistic", "seed", "rank", "world", "rank_drop_last", "share",
         "batch_size", "drop_last", "prefetch", "depth", "memory_bytes", "ordered", "batch_stride", "batch_offset",
         "epoch", "start", "batch", "epochs", "sampler_state", "skip", "delivered"),
@@ -90,16 +92,19 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "MixSource": ("paths", "weight"),
     "MixWeights": ("until", "weights"),
     "Msg": ("op", "tag", "version", "token", "server", "spec", "job", "records", "positions", "batches", "left",
-        "samples", "generations", "auto", "direct", "delivered", "dataset_version", "info", "arena_size",
-        "memory_bytes", "stream", "seqs", "seq", "epoch", "index", "last", "n", "data_off", "data_len", "meta_off",
-        "labels", "payload", "arrow", "state", "jobs", "clients", "status", "ids", "paths", "offsets", "message",
-        "kind", "path", "offset"),
+        "samples", "generations", "auto", "order", "direct", "delivered", "dataset_version", "info", "arena_size",
+        "memory_bytes", "tokens", "stream", "seqs", "seq", "epoch", "index", "last", "n", "data_off", "data_len",
+        "meta_off", "labels", "payload", "arrow", "arrays", "state", "jobs", "clients", "status", "ids", "paths",
+        "offsets", "message", "kind", "path", "offset"),
+    "OrderInfo": ("kind", "positional", "rest", "packed", "replay"),
     "Part": ("rank", "world", "worker", "workers", "drop_last", "batch_size", "window"),
     "PeersStatus": ("node", "nodes", "local", "from_peers", "served", "fallbacks", "fetched", "bytes"),
     "RemoteStatus": ("gets", "bytes", "retries"),
     "State": ("epoch", "batch", "sampler_state", "skip", "part"),
     "Status": ("groups", "cache", "clients", "read_bytes", "served_bytes", "remote", "disk", "peers", "memory"),
     "Subset": ("ranges", "ids", "labels", "ids_file"),
+    "Tokens": ("seq_len", "packing", "documents", "tokens", "dtype", "pad_id", "eod", "vocab_size", "padding", "cut",
+        "dropped", "per_epoch", "arrays"),
 }
 # --- end of the generated block ---
 
