@@ -320,7 +320,7 @@ func (l *Loader) cutRows(ctx context.Context, w *window, b *Batch) error {
 		w.cells = make(map[dataset.Loc]int, len(j.ents))
 		for _, en := range j.ents {
 			if en.n > 0 {
-				w.cells[dataset.Loc{Object: en.obj, Off: en.off, Len: en.n}] = j.cellOff[en.slot*l.ncells+en.cell]
+				w.cells[dataset.Loc{Object: en.obj, Off: en.off, Len: en.n}] = j.cellOff[j.cellAt[en.slot]+en.cell]
 			}
 		}
 	}
