@@ -19,19 +19,23 @@ import (
 // opened, and what its share groups keep. Nothing here expands a path or
 // opens a file.
 //
-// Its records are DS's. The next kind of source, a token corpus's samples
-// cut from documents (package sequence: sample i of epoch e a pure
-// function of both, any i in any order), comes in by the same door as a
-// field beside DS: its records are then an epoch's samples, ordered as
-// positions are (the plan's kind, seed, ranks, start and rest apply to
-// them as to records), and what is here about files (a selection, a
-// dataset's own blocks, share groups, O_DIRECT) does not. Concat and pad
-// cut as many samples every epoch; best_fit's count is its epoch's,
-// which a sampler, of one length, does not yet say.
+// Its records are DS's, or, for a token corpus, Tokens': an epoch's
+// samples cut from documents (package sequence: sample i of epoch e a
+// pure function of both, any i in any order), which come in by the same
+// door as a field beside DS. They are ordered as positions are (the
+// plan's kind, seed, ranks and start apply to them as to records), and
+// what is here about files (a selection, a dataset's own blocks, share
+// groups, O_DIRECT) does not. Concat and pad cut as many samples every
+// epoch; best_fit's count is its epoch's, and its job reads one epoch
+// (job.Check), so the sampler, of one length, is of that epoch's.
 type Source struct {
 	// DS is the dataset; a mixture's is its sources one after another
-	// (dataset.NewConcat's, or NewRowsUnion's), each a Part.
+	// (dataset.NewConcat's, or NewRowsUnion's), each a Part. A token
+	// corpus's is the dataset of its documents.
 	DS dataset.Dataset
+	// Tokens, if set, are a token corpus's samples: the records the
+	// order shuffles are its epoch's samples, not DS's records.
+	Tokens Samples
 	// Parts are a mixture's sources, each with a share group of its own;
 	// nil for one source.
 	Parts []*Source
@@ -165,6 +169,9 @@ type Order struct {
 // leaves the share groups Open joined.
 func Open(ctx context.Context, src *Source, p Plan, env Env) (*Order, error) {
 	o := &Order{plan: p, groups: env.Groups}
+	if src.Tokens != nil {
+		return o, o.tokens(src.Tokens, p)
+	}
 	sel, err := selection(ctx, src, p, env)
 	if err != nil {
 		return nil, err
