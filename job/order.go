@@ -15,6 +15,9 @@ import (
 func (j *Job) order(ctx context.Context) (*order.Order, error) {
 	src, plan := j.src, j.plan
 	osrc := j.orderSource(src, plan.Share)
+	if j.tokens != nil {
+		osrc.Tokens = j.tokens
+	}
 	if plan.Mixture != nil {
 		for _, p := range src.parts {
 			osrc.Parts = append(osrc.Parts, j.orderSource(p, plan.Share))

@@ -1,0 +1,315 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/riffle-ml/riffle/corpus"
+	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sequence"
+	"github.com/riffle-ml/riffle/wire"
+)
+
+// writeTokens writes n documents of varied lengths as a Megatron uint16
+// corpus (token j of document d is (d*131+j) % 50000) and returns its
+// prefix.
+func writeTokens(t testing.TB, dir string, n int) string {
+	t.Helper()
+	prefix := filepath.Join(dir, "corpus")
+	var bin bytes.Buffer
+	lens := make([]int64, n)
+	for d := range lens {
+		lens[d] = 1 + int64(d*37%97) + int64(d%7)*20
+		for j := range lens[d] {
+			binary.Write(&bin, binary.LittleEndian, uint16((int64(d)*131+j)%50000))
+		}
+	}
+	var idx bytes.Buffer
+	if err := corpus.WriteIndex(&idx, corpus.Uint16, lens); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prefix+".bin", bin.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prefix+".idx", idx.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return prefix
+}
+
+// sampleArrays are one sample's arrays as a batch holds them.
+type sampleArrays struct {
+	ids, labels, pos []int64
+	mask             []float32
+}
+
+// rows cuts a batch of samples into its samples' arrays.
+func rows(t testing.TB, b *loader.Batch, S int) []sampleArrays {
+	t.Helper()
+	if len(b.Arrays) != 6 {
+		t.Fatalf("batch arrays %+v", b.Arrays)
+	}
+	n := len(b.IDs)
+	at := func(k int) unsafe.Pointer { return unsafe.Pointer(&b.Data[b.Arrays[k].Off]) }
+	ids := unsafe.Slice((*int64)(at(0)), n*S)
+	lab := unsafe.Slice((*int64)(at(1)), n*S)
+	pos := unsafe.Slice((*int64)(at(2)), n*S)
+	mask := unsafe.Slice((*float32)(at(3)), n*S)
+	out := make([]sampleArrays, n)
+	for i := range out {
+		r := i * S
+		out[i] = sampleArrays{slices.Clone(ids[r : r+S]), slices.Clone(lab[r : r+S]), slices.Clone(pos[r : r+S]), slices.Clone(mask[r : r+S])}
+	}
+	return out
+}
+
+// reference is sample id of epoch filled alone, from the corpus opened
+// apart from the job.
+func reference(t testing.TB, prefix string, opts sequence.Options, epoch, id int) sampleArrays {
+	t.Helper()
+	c, err := corpus.Open(context.Background(), corpus.Options{}, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := sequence.New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Sample(epoch, id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := sequence.Read(context.Background(), c, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := sequence.NewArrays(opts.SeqLen)
+	if err := sequence.Fill(a, p, toks, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	return sampleArrays{a.InputIDs, a.Labels, a.PositionIDs, a.LossMask}
+}
+
+// drain reads a job to its end: the samples of each batch by id.
+func drain(t testing.TB, j *Job, S int) (ids []int, arrays map[int]sampleArrays) {
+	t.Helper()
+	arrays = map[int]sampleArrays{}
+	for {
+		b, err := j.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			return ids, arrays
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range rows(t, b, S) {
+			ids = append(ids, b.IDs[i])
+			arrays[b.IDs[i]] = a
+		}
+		b.Release()
+	}
+}
+
+// Every sample of the epoch comes once over 2 ranks of 2 DataLoader
+// workers each, in every packing, and holds the tokens the sample's
+// definition (package sequence) says, filled as Fill fills it alone.
+func TestTokensEachSampleOnceAcrossRanksAndWorkers(t *testing.T) {
+	prefix := writeTokens(t, t.TempDir(), 300)
+	env, err := NewEnv(EnvOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	const S, B = 64, 4
+	for _, packing := range []string{"concat", "best_fit", "pad"} {
+		seen := map[int]int{}
+		var samples int
+		for rank := range 2 {
+			for worker := range 2 {
+				spec := &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: packing, BatchSize: B, Shuffle: true, Seed: 5,
+					Rank: rank, World: 2, RankDropLast: true, BatchStride: 2, BatchOffset: worker, Epoch: 3, Epochs: 1}
+				j, err := env.OpenSpec(context.Background(), spec, nil)
+				if err != nil {
+					t.Fatalf("%s: %v", packing, err)
+				}
+				d := j.Describe()
+				if d.Tokens == nil || d.Tokens.SeqLen != S || d.Tokens.Packing != packing {
+					t.Fatalf("%s: described %+v", packing, d.Tokens)
+				}
+				samples = d.Samples
+				ids, arrays := drain(t, j, S)
+				j.Close()
+				for _, id := range ids {
+					seen[id]++
+					want := reference(t, prefix, sequence.Options{SeqLen: S, Mode: sequence.Mode(packing), Seed: documentSeed(5)}, 3, id)
+					if got := arrays[id]; !slices.Equal(got.ids, want.ids) || !slices.Equal(got.labels, want.labels) ||
+						!slices.Equal(got.pos, want.pos) || !slices.Equal(got.mask, want.mask) {
+						t.Fatalf("%s: sample %d differs from its definition", packing, id)
+					}
+				}
+			}
+		}
+		// rank_drop_last: the epoch cut to a multiple of the 2 ranks.
+		if len(seen) != samples/2*2 {
+			t.Fatalf("%s: %d distinct samples, the epoch has %d", packing, len(seen), samples)
+		}
+		for id, n := range seen {
+			if n != 1 || id < 0 || id >= samples {
+				t.Fatalf("%s: sample %d delivered %d times", packing, id, n)
+			}
+		}
+	}
+}
+
+// A run stopped mid-epoch on 2 ranks resumes from its position on 3: the
+// two runs' samples are the epoch's, each once, and each sample's tokens
+// are those of the uninterrupted run.
+func TestTokensResumeOnAnotherTopology(t *testing.T) {
+	prefix := writeTokens(t, t.TempDir(), 200)
+	env, err := NewEnv(EnvOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	const S, B = 32, 3
+	open := func(rank, world, start int) *Job {
+		spec := &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: "best_fit", BatchSize: B, Shuffle: true, Seed: 9,
+			Rank: rank, World: world, Start: start, Epoch: 1, Epochs: 1}
+		j, err := env.OpenSpec(context.Background(), spec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	whole := open(0, 1, 0)
+	_, want := drain(t, whole, S)
+	whole.Close()
+	seen := map[int]int{}
+	const steps = 4
+	for rank := range 2 {
+		j := open(rank, 2, 0)
+		for range steps {
+			b, err := j.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, a := range rows(t, b, S) {
+				seen[b.IDs[i]]++
+				if !slices.Equal(a.ids, want[b.IDs[i]].ids) {
+					t.Fatalf("sample %d differs from the uninterrupted run's", b.IDs[i])
+				}
+			}
+			b.Release()
+		}
+		j.Close()
+	}
+	for rank := range 3 {
+		j := open(rank, 3, steps*2*B)
+		ids, arrays := drain(t, j, S)
+		j.Close()
+		for _, id := range ids {
+			seen[id]++
+			if !slices.Equal(arrays[id].ids, want[id].ids) || !slices.Equal(arrays[id].labels, want[id].labels) {
+				t.Fatalf("resumed sample %d differs from the uninterrupted run's", id)
+			}
+		}
+	}
+	extra := 0
+	for id := range want {
+		if seen[id] == 0 {
+			t.Fatalf("sample %d never delivered", id)
+		}
+		extra += seen[id] - 1
+	}
+	if extra > 2 { // the resumed ranks' padding: DistributedSampler's, at most world-1
+		t.Fatalf("%d samples delivered twice", extra)
+	}
+}
+
+// The token options are checked at the boundary: each absurd or
+// meaningless value is an InvalidSpec naming the option.
+func TestTokensCheck(t *testing.T) {
+	eod := int64(1 << 41)
+	for name, c := range map[string]struct {
+		spec wire.JobSpec
+		says string
+	}{
+		"packing without seq_len":  {wire.JobSpec{Packing: "concat"}, "packing without seq_len"},
+		"vocab without seq_len":    {wire.JobSpec{VocabSize: 5}, "vocab_size without seq_len"},
+		"unknown packing":          {wire.JobSpec{SeqLen: 8, Packing: "greedy"}, "packing"},
+		"pad_last of best_fit":     {wire.JobSpec{SeqLen: 8, Packing: "best_fit", PadLast: true, Epochs: 1}, "pad_last"},
+		"pack_window of concat":    {wire.JobSpec{SeqLen: 8, PackWindow: 10}, "pack_window"},
+		"best_fit of many epochs":  {wire.JobSpec{SeqLen: 8, Packing: "best_fit", Epochs: -1}, "epochs"},
+		"pad_id outside the vocab": {wire.JobSpec{SeqLen: 8, VocabSize: 100, PadID: 100}, "pad_id"},
+		"eod past its bound":       {wire.JobSpec{SeqLen: 8, EOD: &eod}, "eod"},
+		"seq_len past its bound":   {wire.JobSpec{SeqLen: 1 << 21}, "seq_len"},
+		"a huge batch":             {wire.JobSpec{SeqLen: 1 << 20, BatchSize: 1 << 14}, "batch_size"},
+		"a bad dtype":              {wire.JobSpec{SeqLen: 8, TokenDtype: "float32"}, "token_dtype"},
+		"a record format":          {wire.JobSpec{SeqLen: 8, Format: "csv"}, "format"},
+		"a subset of samples":      {wire.JobSpec{SeqLen: 8, Subset: &wire.Subset{IDs: []int{1}}}, "subset"},
+		"a transform":              {wire.JobSpec{SeqLen: 8, Transform: "image"}, "transform"},
+		"a block order":            {wire.JobSpec{SeqLen: 8, Sampler: "block"}, "sampler"},
+		"opportunistic":            {wire.JobSpec{SeqLen: 8, Opportunistic: 4}, "opportunistic"},
+	} {
+		s := c.spec
+		s.Paths, s.Shuffle = []string{"/x"}, true
+		if s.BatchSize == 0 {
+			s.BatchSize = 8
+		}
+		_, err := Check(&s)
+		if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want a spec error naming %s", name, err, c.says)
+		}
+	}
+	ok := wire.JobSpec{Paths: []string{"/x"}, BatchSize: 8, SeqLen: 2048, Packing: "best_fit", Epochs: 1, PackWindow: 64,
+		VocabSize: 50304, PadID: 0, TokenDtype: "uint16"}
+	if _, err := Check(&ok); err != nil {
+		t.Fatalf("a good spec: %v", err)
+	}
+}
+
+// A Megatron corpus without seq_len is refused with the fix, not read as
+// records; a token outside vocab_size is an error naming the .bin and the
+// token's offset.
+func TestTokensRefusals(t *testing.T) {
+	prefix := writeTokens(t, t.TempDir(), 50)
+	env, err := NewEnv(EnvOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	for _, p := range []string{prefix, prefix + ".idx", prefix + ".bin"} {
+		_, err := env.OpenSpec(context.Background(), &wire.JobSpec{Paths: []string{p}, BatchSize: 4, Shuffle: true}, nil)
+		if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "give seq_len") {
+			t.Errorf("%s without seq_len: %v, want a spec error saying to give seq_len", p, err)
+		}
+	}
+	j, err := env.OpenSpec(context.Background(), &wire.JobSpec{Paths: []string{prefix}, BatchSize: 4, Shuffle: true,
+		SeqLen: 16, VocabSize: 1000, Epochs: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for {
+		b, err := j.Next(context.Background())
+		if err == nil {
+			b.Release()
+			continue
+		}
+		var fe *corpus.FormatError
+		if !errors.As(err, &fe) || !errors.Is(err, corpus.ErrVocab) || !strings.HasSuffix(fe.Path, ".bin") || fe.Offset%2 != 0 {
+			t.Fatalf("error %v: want a FormatError of the .bin at a token's offset, wrapping ErrVocab", err)
+		}
+		return
+	}
+}
