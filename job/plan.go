@@ -461,6 +461,9 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		if c.Tokens, err = checkTokens(spec, c); err != nil {
 			return c, err
 		}
+		if c.Tokens.Sequence.Mode == sequence.BestFit {
+			c.Loader.Epochs = 1 // its one epoch (checkTokens)
+		}
 	}
 	return c, nil
 }

@@ -130,12 +130,13 @@ func checkTokens(spec *wire.JobSpec, c Plan) (*Tokens, error) {
 	if k := c.Sampler.Kind; k != "" && k != "global" && k != "sequential" {
 		return nil, specErr("sampler %q with seq_len: a token corpus's samples are shuffled globally (global) or read in order (sequential)", k)
 	}
-	if mode == sequence.BestFit && spec.Epochs != 1 {
+	if mode == sequence.BestFit && spec.Epochs > 1 {
 		// A sampler has one length, and best_fit packs each epoch's
 		// documents into a number of samples of its own: a job of one
 		// epoch has the one length exactly (the next epoch is a job of
-		// its own, as a growing dataset's is).
-		return nil, specErr("packing best_fit with epochs %d: best_fit packs each epoch's document order into its own number of samples, so a job reads one epoch (epochs 1); open the next epoch as a job of its own", spec.Epochs)
+		// its own, as a growing dataset's is). Epochs without end (-1)
+		// read the one epoch, and opened says so (wire.Tokens.PerEpoch).
+		return nil, specErr("packing best_fit with epochs %d: best_fit packs each epoch's document order into its own number of samples, so a job reads one epoch (epochs 1, or -1: the job ends with its epoch); open the next epoch as a job of its own", spec.Epochs)
 	}
 	if b := sequence.BatchBytes(max(1, spec.BatchSize), spec.SeqLen); b > maxTokenBatch {
 		return nil, specErr("batch_size %d of seq_len %d: a batch of %d bytes, at most %d", spec.BatchSize, spec.SeqLen, b, int64(maxTokenBatch))

@@ -249,7 +249,7 @@ func TestTokensCheck(t *testing.T) {
 		"unknown packing":          {wire.JobSpec{SeqLen: 8, Packing: "greedy"}, "packing"},
 		"pad_last of best_fit":     {wire.JobSpec{SeqLen: 8, Packing: "best_fit", PadLast: true, Epochs: 1}, "pad_last"},
 		"pack_window of concat":    {wire.JobSpec{SeqLen: 8, PackWindow: 10}, "pack_window"},
-		"best_fit of many epochs":  {wire.JobSpec{SeqLen: 8, Packing: "best_fit", Epochs: -1}, "epochs"},
+		"best_fit of many epochs":  {wire.JobSpec{SeqLen: 8, Packing: "best_fit", Epochs: 3}, "epochs"},
 		"pad_id outside the vocab": {wire.JobSpec{SeqLen: 8, VocabSize: 100, PadID: 100}, "pad_id"},
 		"eod past its bound":       {wire.JobSpec{SeqLen: 8, EOD: &eod}, "eod"},
 		"seq_len past its bound":   {wire.JobSpec{SeqLen: 1 << 21}, "seq_len"},
