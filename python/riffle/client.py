@@ -148,6 +148,20 @@ class Loader:
     (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``);
     ``batch.data`` is then its outputs as one array.
 
+    ``seq_len`` makes ``paths`` a token corpus (Megatron ``.idx``/``.bin``
+    prefixes or globs, flat token files with ``token_dtype``, 1-D token
+    ``.npy`` files, an Arrow or Hugging Face tokenized ``token_column``)
+    whose records are each epoch's samples of ``seq_len`` tokens:
+    ``packing`` is ``"concat"`` (documents concatenated and cut, each
+    sample sharing its last token with the next; ``pad_last`` keeps the
+    last partial one), ``"best_fit"`` (documents packed best-fit over
+    ``pack_window`` documents, padded) or ``"pad"`` (a document a sample).
+    ``eod`` is the end-of-document token, ``vocab_size`` the vocabulary
+    (a token at or above it is a DataError naming its file and offset),
+    ``pad_id`` padding's input id. ``batch.data`` is then a dict of arrays
+    over the batch's memory: ``input_ids``, ``labels``, ``position_ids``
+    (n, seq_len), ``loss_mask`` and ``cu_seqlens`` (docs/tokens.md).
+
     Order
     -----
     Which records in which order each epoch: ``shuffle`` (a fresh global
@@ -211,6 +225,9 @@ class Loader:
                  columns: Sequence[str] | None = None, split: str | None = None, extensions: Sequence[str] | None = None,
                  subset: dict | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False,
                  refresh: str | None = None, transform: str | None = None,
+                 seq_len: int | None = None, packing: str | None = None, pad_last: bool = False, eod: int | None = None,
+                 vocab_size: int | None = None, pad_id: int | None = None, token_dtype: str | None = None,
+                 token_column: str | None = None, pack_window: int | None = None,
                  # order
                  shuffle: bool = True, sampler: str | None = None, min_randomness: float | None = None,
                  block_size: int | None = None, window: int | None = None, buffer: int | None = None,
@@ -240,7 +257,7 @@ class Loader:
             _check_args(["."], batch_size)
             mixture = _mixture(mixture)
         else:
-            _check_args(paths, batch_size)
+            _check_args(paths, batch_size, prefixes=bool(seq_len))
         subset = _subset(subset)
         if ids is not None:
             if subset is not None:
@@ -255,7 +272,9 @@ class Loader:
             ("columns", list(columns) if columns is not None else None), ("split", split),
             ("extensions", [e if e.startswith(".") else "." + e for e in extensions] if extensions else None),
             ("subset", subset), ("filter", filter), ("dedup", dedup), ("refresh", refresh),
-            ("transform", transform), ("rank", rank), ("world_size", world_size), ("drop_last", drop_last),
+            ("transform", transform), ("seq_len", seq_len), ("packing", packing), ("pad_last", pad_last),
+            ("eod", eod), ("vocab_size", vocab_size), ("pad_id", pad_id), ("token_dtype", token_dtype),
+            ("token_column", token_column), ("pack_window", pack_window), ("rank", rank), ("world_size", world_size), ("drop_last", drop_last),
             ("rank_drop_last", rank_drop_last), ("prefetch", prefetch), ("depth", depth), ("memory", memory),
             ("ordered", ordered), ("sampler", sampler), ("block_size", block_size), ("window", window),
             ("buffer", buffer), ("reservoir", reservoir), ("opportunistic", opportunistic), ("share", share),
@@ -551,8 +570,10 @@ class Loader:
         self.spec["auto_order"] = {k: order[k] for k in _ORDER_KEYS if order.get(k)}
 
     def _epochs(self) -> int:
-        """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then)."""
-        return 1 if self.spec.get("refresh") else -1
+        """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then) or
+        the daemon said a job reads one epoch (a token corpus packed best_fit: each epoch's samples are its own)."""
+        per_epoch = bool(((self._meta or {}).get("tokens") or {}).get("per_epoch"))
+        return 1 if self.spec.get("refresh") or per_epoch else -1
 
     def _place_spec(self, spec: dict) -> dict:
         """spec (of this loader's epoch) with the place a job opens at: this loader's."""
@@ -849,6 +870,11 @@ class Loader:
         if arrow:
             table = meta[n * k :].reshape(-1, 2)
             b._table = (int(arrow["body"]), table[: arrow["nodes"]], table[arrow["nodes"] :])
+        if m.get("arrays"):
+            # A batch of a token corpus's samples: its arrays, views of raw
+            # (each keeps the batch's region alive), where the daemon says.
+            b._arrays = {a["name"]: raw[a["off"]: a["off"] + a["len"]].view(np.dtype(a["dtype"])).reshape(a["shape"])
+                         for a in m["arrays"]}
         return b
 
     def _place_state(self):
