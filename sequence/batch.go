@@ -67,16 +67,21 @@ func BatchBytes(n, seqLen int) int64 {
 }
 
 // Layout is the arrays of a batch of n samples of seqLen whose cu_seqlens
-// has cu entries.
+// has cu entries; cu -1 says a batch's own number (its shape is then [-1]
+// and its length the most it may be).
 func Layout(n, seqLen, cu int) []Array {
 	ns := n * seqLen
+	cuLen := 4 * cu
+	if cu < 0 {
+		cuLen = 4 * (ns + 1)
+	}
 	return []Array{
 		{Name: InputIDs, Dtype: "<i8", Shape: []int{n, seqLen}, Off: 0, Len: 8 * ns},
 		{Name: Labels, Dtype: "<i8", Shape: []int{n, seqLen}, Off: 8 * ns, Len: 8 * ns},
 		{Name: PositionIDs, Dtype: "<i8", Shape: []int{n, seqLen}, Off: 16 * ns, Len: 8 * ns},
 		{Name: LossMask, Dtype: "<f4", Shape: []int{n, seqLen}, Off: 24 * ns, Len: 4 * ns},
 		{Name: MaxSeqlen, Dtype: "<i4", Shape: []int{}, Off: 28 * ns, Len: 4},
-		{Name: CuSeqlens, Dtype: "<i4", Shape: []int{cu}, Off: 28*ns + 8, Len: 4 * cu},
+		{Name: CuSeqlens, Dtype: "<i4", Shape: []int{cu}, Off: 28*ns + 8, Len: cuLen},
 	}
 }
 
