@@ -30,7 +30,7 @@ type Loader struct {
 	labels   bool
 	rows     dataset.Rows // records are rows of columns, read as cells
 	ncells   int
-	samples  Samples // records are a token corpus's samples, read as cells (samples.go)
+	samples  Samples       // records are a token corpus's samples, read as cells (samples.go)
 	rowTf    *rowTransform // rows: the transform of a column, if any
 	// gathered is the block order whose windows are loaded whole, each a
 	// load its batches are cut from in order (window.go); nil if not.
