@@ -69,10 +69,12 @@ type Job struct {
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
 	generations int
-	started     time.Time
-	once        sync.Once
-	closed      atomic.Bool // Close was called: Next gives no more batches
-	epoch       int         // of the last batch Next gave, -1 before the first
+	// epochs the job reads (0: one; negative: without end), as its loader.
+	epochs  int
+	started time.Time
+	once    sync.Once
+	closed  atomic.Bool // Close was called: Next gives no more batches
+	epoch   int         // of the last batch Next gave, -1 before the first
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
@@ -172,6 +174,14 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		return fail(err)
 	}
 	j.smp, j.subset = j.ord.Sampler, j.ord.Samples
+	if t := j.ord.Through; t >= 0 {
+		// The order serves epochs up to t (a mixture whose weights change
+		// after): the job reads to it, and says so (Description.Epochs).
+		if last := t - plan.Loader.Epoch + 1; lopts.Epochs < 0 || lopts.Epochs > last {
+			lopts.Epochs = last
+		}
+	}
+	j.epochs = lopts.Epochs
 	if j.ord.Direct {
 		// A selection that misses the page cache: its records are what
 		// the shuffle reads, past it.
@@ -271,7 +281,7 @@ func (env *Env) Check(ctx context.Context, spec *wire.JobSpec) (Description, err
 // source by, and reads, the names found now.
 func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
 	if plan.Tokens != nil {
-		src, err := env.corpusSource(ctx, plan.Paths, plan.Tokens.Corpus)
+		src, err := env.tokenSource(ctx, plan)
 		return src, 0, err
 	}
 	lists := [][]string{plan.Paths}
@@ -496,6 +506,10 @@ type Description struct {
 	// Tokens, of a token corpus, describes its samples and the arrays of
 	// a batch (Records are then the epoch's samples).
 	Tokens *wire.Tokens
+	// Epochs is how many epochs the job reads from its epoch, 0 without
+	// end: fewer than asked when its order serves fewer (a mixture whose
+	// weights change, best_fit's epochs), whose next is a job of its own.
+	Epochs int
 }
 
 // Describe describes the job as it opened.
@@ -508,13 +522,21 @@ func (j *Job) Describe() Description {
 		d.OutputSize = j.out.Size()
 		d.OutputDtype, d.OutputShape = j.out.Shape()
 	}
-	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
+	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil && j.tokens == nil {
 		d.Offsets = c.Offsets()
 	}
 	d.Generations, d.Auto, d.Delivered, d.Direct = j.generations, j.ord.Auto, j.ord.Delivered, j.src.key.direct
+	d.Epochs = max(0, j.epochs)
+	if j.epochs == 0 {
+		d.Epochs = 1
+	}
 	d.Order = j.Order()
 	if j.tokens != nil {
 		d.Records, d.Tokens = j.tokens.Len(j.plan.Loader.Epoch), j.tokensInfo()
+		if j.plan.Mixture != nil {
+			offs := j.tokens.Offsets(j.plan.Loader.Epoch)
+			d.Offsets = offs[:len(offs)-1] // source k's sample i is id Offsets[k]+i, in the job's first epoch
+		}
 	}
 	if schema, cols := j.l.RowsOutput(); schema != nil {
 		// A transform of rows puts its outputs in its column's place.

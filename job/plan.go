@@ -104,7 +104,9 @@ var Options = []Option{
 	{Name: "mixture_stop", Kind: "string", Group: "dataset", Default: "first_exhausted",
 		Doc: "a mixture's epoch ends when the first source's epoch is used up (first_exhausted) or every source's is, the sooner ones going on into their next epochs (all_exhausted)"},
 	{Name: "mixture_history", Kind: "weights", Group: "place", Max: maxWeights, Default: "none",
-		Doc: "a mixture's weights before its current ones, [{until: epoch, weights: [...]}, ...]: where each source had got when they changed"},
+		Doc: "a mixture's weights before its current ones, [{until: epoch, position: p, weights: [...]}, ...], each until position p (default 0) of the epoch's order over every rank: where each source had got when they changed"},
+	{Name: "mixture_schedule", Kind: "schedule", Group: "dataset", Max: maxWeights, Default: "none",
+		Doc: "weights a mixture changes to after its current ones, [{epoch: e, step: s, weights: [...]}, ...], each from global step s of epoch e (position s x batch_size x world of its order); all_exhausted's at an epoch's start (step 0) only"},
 	{Name: "format", Kind: "string", Group: "dataset", Default: "by extension or content",
 		Doc: "the dataset's format: " + strings.Join(dataset.Formats(), ", ")},
 	{Name: "record_size", Kind: "int", Group: "dataset", Max: maxRecordSize, Default: "0 (from the format)",
@@ -419,9 +421,6 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		if !sampler.Positional(kind) {
 			return c, specErr("a mixture's sources are in an order that is a function of position (sampler %q)", kind)
 		}
-		if spec.Epoch < c.Mixture.From() {
-			return c, specErr("epoch %d is before the mixture's weights, which start at epoch %d: open it with the weights it had then", spec.Epoch, c.Mixture.From())
-		}
 	}
 	c.Paths = spec.Paths
 	c.DirectUnset = spec.Direct == nil
@@ -510,7 +509,7 @@ func checkPaths(paths []string) error {
 }
 
 // Mixture is a checked mixture: its sources' files, and its weights from
-// epoch 0 on, the last the current ones.
+// epoch 0 on, each from a place (an epoch and a position of its order).
 type Mixture struct {
 	Sources  [][]string
 	Segments []sampler.Segment
@@ -518,15 +517,12 @@ type Mixture struct {
 	Cycle bool
 }
 
-// From is the epoch the current weights start at.
-func (m *Mixture) From() int { return m.Segments[len(m.Segments)-1].From }
-
 func checkMixture(spec *wire.JobSpec) (*Mixture, error) {
 	if len(spec.Mixture) > maxSources {
 		return nil, specErr("mixture: %d sources, at most %d", len(spec.Mixture), maxSources)
 	}
-	if len(spec.MixtureHistory) > maxWeights {
-		return nil, specErr("mixture_history: %d changes of weights, at most %d", len(spec.MixtureHistory), maxWeights)
+	if len(spec.MixtureHistory)+len(spec.MixtureSchedule) > maxWeights {
+		return nil, specErr("mixture_history and mixture_schedule: %d changes of weights, at most %d", len(spec.MixtureHistory)+len(spec.MixtureSchedule), maxWeights)
 	}
 	m := &Mixture{}
 	switch spec.MixtureStop {
@@ -557,21 +553,36 @@ func checkMixture(spec *wire.JobSpec) (*Mixture, error) {
 		m.Sources = append(m.Sources, s.Paths)
 		cur[i] = s.Weight
 	}
-	from := 0
+	from, at := 0, 0
 	for _, h := range spec.MixtureHistory {
-		if err := weights(h.Weights, fmt.Sprintf("mixture_history until epoch %d", h.Until)); err != nil {
+		if err := weights(h.Weights, fmt.Sprintf("mixture_history until epoch %d position %d", h.Until, h.Position)); err != nil {
 			return nil, err
 		}
-		if h.Until <= from || h.Until > maxEpoch {
-			return nil, specErr("mixture_history: weights until epoch %d after epoch %d, want increasing epochs", h.Until, from)
+		if h.Until > maxEpoch || h.Position < 0 || h.Position > sampler.MaxPositions || h.Until < from || h.Until == from && h.Position <= at {
+			return nil, specErr("mixture_history: weights until epoch %d position %d after epoch %d position %d, want increasing places", h.Until, h.Position, from, at)
 		}
-		m.Segments = append(m.Segments, sampler.Segment{From: from, Weights: h.Weights})
-		from = h.Until
+		m.Segments = append(m.Segments, sampler.Segment{From: from, At: at, Weights: h.Weights})
+		from, at = h.Until, h.Position
 	}
 	if err := weights(cur, "mixture"); err != nil {
 		return nil, err
 	}
-	m.Segments = append(m.Segments, sampler.Segment{From: from, Weights: cur})
+	m.Segments = append(m.Segments, sampler.Segment{From: from, At: at, Weights: cur})
+	// A schedule's steps are of this run's global batch: positions of the
+	// epoch's order, as a state keeps them, the same on any topology.
+	global := int64(max(1, spec.BatchSize)) * int64(max(1, spec.World))
+	for _, c := range spec.MixtureSchedule {
+		if err := weights(c.Weights, fmt.Sprintf("mixture_schedule from epoch %d step %d", c.Epoch, c.Step)); err != nil {
+			return nil, err
+		}
+		if c.Epoch < 0 || c.Epoch > maxEpoch || c.Step < 0 || int64(c.Step) > sampler.MaxPositions/global {
+			return nil, specErr("mixture_schedule: epoch %d step %d, want epochs 0 to %d and steps of at most 2^50 positions", c.Epoch, c.Step, maxEpoch)
+		}
+		m.Segments = append(m.Segments, sampler.Segment{From: c.Epoch, At: int(int64(c.Step) * global), Weights: c.Weights})
+	}
+	if err := sampler.CheckSegments(m.Segments, len(spec.Mixture), m.Cycle); err != nil {
+		return nil, specErr("%v", err)
+	}
 	return m, nil
 }
 

@@ -64,19 +64,20 @@ func TestOptionsCoverTheSpec(t *testing.T) {
 // fields are matched by name, and nothing else keeps them so.
 func TestOptionKindsMatchTheSpec(t *testing.T) {
 	kinds := map[string][]reflect.Type{
-		"int":     {reflect.TypeFor[int](), reflect.TypeFor[int64](), reflect.TypeFor[uint64](), reflect.TypeFor[*int64]()},
-		"bool":    {reflect.TypeFor[bool](), reflect.TypeFor[*bool]()},
-		"string":  {reflect.TypeFor[string]()},
-		"strings": {reflect.TypeFor[[]string]()},
-		"float":   {reflect.TypeFor[float64]()},
-		"ids":     {reflect.TypeFor[[]int]()},
-		"bytes":   {reflect.TypeFor[[]byte]()},
-		"subset":  {reflect.TypeFor[*wire.Subset]()},
-		"filter":  {reflect.TypeFor[*wire.Filter]()},
-		"mixture": {reflect.TypeFor[[]wire.MixSource]()},
-		"weights": {reflect.TypeFor[[]wire.MixWeights]()},
-		"order":   {reflect.TypeFor[*wire.AutoOrder]()},
-		"states":  {reflect.TypeFor[[]wire.State]()},
+		"int":      {reflect.TypeFor[int](), reflect.TypeFor[int64](), reflect.TypeFor[uint64](), reflect.TypeFor[*int64]()},
+		"bool":     {reflect.TypeFor[bool](), reflect.TypeFor[*bool]()},
+		"string":   {reflect.TypeFor[string]()},
+		"strings":  {reflect.TypeFor[[]string]()},
+		"float":    {reflect.TypeFor[float64]()},
+		"ids":      {reflect.TypeFor[[]int]()},
+		"bytes":    {reflect.TypeFor[[]byte]()},
+		"subset":   {reflect.TypeFor[*wire.Subset]()},
+		"filter":   {reflect.TypeFor[*wire.Filter]()},
+		"mixture":  {reflect.TypeFor[[]wire.MixSource]()},
+		"weights":  {reflect.TypeFor[[]wire.MixWeights]()},
+		"schedule": {reflect.TypeFor[[]wire.MixChange]()},
+		"order":    {reflect.TypeFor[*wire.AutoOrder]()},
+		"states":   {reflect.TypeFor[[]wire.State]()},
 	}
 	for _, o := range Options {
 		f := specField(&wire.JobSpec{}, o.Name)

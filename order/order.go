@@ -96,8 +96,9 @@ type Plan struct {
 }
 
 // Mixture is how a mixture's sources are mixed: its weights from epoch 0
-// on (the last the current ones), and whether an epoch ends when every
-// source's is used up (Cycle: all_exhausted) or the first's.
+// on, each from a place (an epoch, a position of its order), and whether
+// an epoch ends when every source's is used up (Cycle: all_exhausted) or
+// the first's.
 type Mixture struct {
 	Segments []sampler.Segment
 	Cycle    bool
@@ -148,6 +149,10 @@ type Order struct {
 	// part already (a share group's members, a shared rest): the loader
 	// takes every batch of it.
 	OwnPart bool
+	// Through, if not -1, is the last epoch the order serves: a
+	// mixture's epochs are as long until its weights change again (the
+	// job reads to it; the next epoch is a job of its own).
+	Through int
 	// Packed says a batch's records are delivered as they lie in its
 	// memory (loader.Batch.PackedOrder): the order inside a batch is the
 	// batch's own, its layout a function of the order (sampler.Packed),
@@ -168,7 +173,7 @@ type Order struct {
 // position, or from every part's places). ctx bounds the open only; Close
 // leaves the share groups Open joined.
 func Open(ctx context.Context, src *Source, p Plan, env Env) (*Order, error) {
-	o := &Order{plan: p, groups: env.Groups}
+	o := &Order{plan: p, groups: env.Groups, Through: -1}
 	if src.Tokens != nil {
 		return o, o.tokens(src.Tokens, p)
 	}

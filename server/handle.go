@@ -132,7 +132,7 @@ func openedMsg(d job.Description) *wire.Msg {
 	m := &wire.Msg{
 		Op: wire.OpOpened, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
 		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream, Generations: d.Generations,
-		Auto: d.Auto, Order: &d.Order, Delivered: d.Delivered, Direct: d.Direct, Tokens: d.Tokens,
+		Auto: d.Auto, Order: &d.Order, Delivered: d.Delivered, Direct: d.Direct, Tokens: d.Tokens, Epochs: d.Epochs,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
 			Columns: wireColumns(d.Columns), Schema: inf.Schema, Offsets: d.Offsets},

@@ -123,6 +123,11 @@ type Msg struct {
 	Info           *Info  `json:"info,omitempty"`
 	ArenaSize      int64  `json:"arena_size,omitempty"`   // bytes of the shared arena; 0 means batches come inline
 	MemoryBytes    int64  `json:"memory_bytes,omitempty"` // the job's bound on batches in flight and held
+	// Epochs is how many epochs the job delivers from its epoch, 0 without
+	// end: a job asked for more reads fewer when its order changes after
+	// them (a mixture's weights, best_fit's samples), and a client opens
+	// the next epoch as a job of its own.
+	Epochs int `json:"epochs,omitempty"`
 	// Tokens, for a job of a token corpus's samples, says what the
 	// corpus is, how its samples are cut, and the arrays a batch holds.
 	Tokens *Tokens `json:"tokens,omitempty"`
@@ -214,10 +219,15 @@ type JobSpec struct {
 	// the first source's epoch is used up) or "all_exhausted" (when every
 	// source's is, the sooner ones going on into their next epochs).
 	MixtureStop string `json:"mixture_stop,omitempty"`
-	// MixtureHistory are the weights of the epochs before Mixture's, in
-	// order: weights changed at an epoch carry the sources on from where
-	// the old ones left them.
+	// MixtureHistory are the weights before Mixture's, in order, each
+	// until a place (an epoch, and a position of its order): weights
+	// changed at a place carry the sources on from where the old ones
+	// left them.
 	MixtureHistory []MixWeights `json:"mixture_history,omitempty"`
+	// MixtureSchedule are weights the mixture changes to after Mixture's,
+	// in order, each from a global step (a batch index of the global
+	// batch, batch_size x world positions of the epoch's order).
+	MixtureSchedule []MixChange `json:"mixture_schedule,omitempty"`
 	// Transform names a transform the daemon runs on each record
 	// ("name" or "name:key=value,..."), shared by jobs asking the same.
 	Transform string `json:"transform,omitempty"`
@@ -346,10 +356,19 @@ type MixSource struct {
 	Weight float64  `json:"weight"`
 }
 
-// MixWeights are a mixture's weights for the epochs before Until (from
-// the Until of the weights before them).
+// MixWeights are a mixture's weights until position Position of epoch
+// Until (from the place of the weights before them): positions of the
+// epoch's order over every rank, so a place is the same on any topology.
 type MixWeights struct {
-	Until   int       `json:"until"`
+	Until    int       `json:"until"`
+	Position int       `json:"position,omitempty"`
+	Weights  []float64 `json:"weights"`
+}
+
+// MixChange is a mixture's weights from global step Step of epoch Epoch.
+type MixChange struct {
+	Epoch   int       `json:"epoch"`
+	Step    int       `json:"step"`
 	Weights []float64 `json:"weights"`
 }
 

@@ -14,7 +14,8 @@ OPTIONS: dict[str, tuple[str, str, int | None, int | None, str, str]] = {
     "paths": ("paths", "strings", None, None, "(required, or mixture)", "files, globs, directories or s3:// URLs making one dataset"),
     "mixture": ("mixture", "mixture", None, None, "none", "instead of paths: sources mixed by weight, [(paths, weight), ...]; each batch's records come from them in proportion, each source in its own order (global, block, sequential, buffered or reservoir)"),
     "mixture_stop": ("mixture_stop", "string", None, None, "first_exhausted", "a mixture's epoch ends when the first source's epoch is used up (first_exhausted) or every source's is, the sooner ones going on into their next epochs (all_exhausted)"),
-    "mixture_history": ("mixture_history", "weights", None, None, "none", "a mixture's weights before its current ones, [{until: epoch, weights: [...]}, ...]: where each source had got when they changed"),
+    "mixture_history": ("mixture_history", "weights", None, None, "none", "a mixture's weights before its current ones, [{until: epoch, position: p, weights: [...]}, ...], each until position p (default 0) of the epoch's order over every rank: where each source had got when they changed"),
+    "mixture_schedule": ("mixture_schedule", "schedule", None, None, "none", "weights a mixture changes to after its current ones, [{epoch: e, step: s, weights: [...]}, ...], each from global step s of epoch e (position s x batch_size x world of its order); all_exhausted's at an epoch's start (step 0) only"),
     "format": ("format", "string", None, None, "by extension or content", "the dataset's format: arrow, dir, fixed, hf, libsvm, jsonl, csv, text, npy, parquet, riffle, tar, tfrecord"),
     "record_size": ("record_size", "int", 0, 1073741824, "0 (from the format)", "bytes per record of a fixed-size file"),
     "header_bytes": ("header_bytes", "int", 0, 1099511627776, "0", "bytes before the first fixed-size record"),
@@ -78,10 +79,10 @@ BY_KEYWORD = {v[0]: k for k, v in OPTIONS.items()}
 GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dataset": (
         "what the records are: the files, their format, which of them are read, a transform of each",
-        ("paths", "mixture", "mixture_stop", "format", "record_size", "header_bytes", "csv_header", "skip_crc",
-         "drop_partial", "direct", "columns", "split", "extensions", "subset", "filter", "dedup", "refresh",
-         "transform", "seq_len", "packing", "pad_last", "eod", "vocab_size", "pad_id", "token_dtype", "token_column",
-         "pack_window")),
+        ("paths", "mixture", "mixture_stop", "mixture_schedule", "format", "record_size", "header_bytes", "csv_header",
+         "skip_crc", "drop_partial", "direct", "columns", "split", "extensions", "subset", "filter", "dedup",
+         "refresh", "transform", "seq_len", "packing", "pad_last", "eod", "vocab_size", "pad_id", "token_dtype",
+         "token_column", "pack_window")),
     "order": (
         "which records in which order each epoch",
         ("shuffle", "sampler", "min_randomness", "block_size", "window", "buffer", "reservoir", "opportunistic",
