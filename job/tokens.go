@@ -119,7 +119,7 @@ func checkTokens(spec *wire.JobSpec, c Plan) (*Tokens, error) {
 		{"opportunistic", "a batch's samples are put together as they are planned", spec.Opportunistic > 1},
 		{"min_randomness", "samples are shuffled globally (shuffle) or read in order", spec.MinRandomness != 0},
 		{"auto_order", "samples are shuffled globally (shuffle) or read in order", spec.AutoOrder != nil},
-		{"mixture", "a mixture of token corpora is not built yet", len(spec.Mixture) > 0},
+		{"mixture_stop all_exhausted", "a source used up would go on into its own next epoch, whose samples are cut from another document order than the mixture's epoch's: a mixture of token corpora is first_exhausted", c.Mixture != nil && c.Mixture.Cycle},
 		{"share", "a share group of a token corpus's samples is not built yet", c.Share},
 		{"delivered", "a token corpus's order is a function of position: it resumes from start", len(spec.Delivered) > 0},
 	} {
@@ -163,6 +163,27 @@ func checkTokens(spec *wire.JobSpec, c Plan) (*Tokens, error) {
 // is not the same permutation twice.
 func documentSeed(seed uint64) uint64 { return sampler.Mix(seed, 0xd0c) }
 
+// tokenSource opens the plan's token corpus, or its mixture's corpora one
+// after another (their documents' datasets put together: the loader
+// reads their objects as one list).
+func (env *Env) tokenSource(ctx context.Context, plan Plan) (*source, error) {
+	if plan.Mixture == nil {
+		return env.corpusSource(ctx, plan.Paths, plan.Tokens.Corpus)
+	}
+	var parts []*source
+	for k, paths := range plan.Mixture.Sources {
+		p, err := env.corpusSource(ctx, paths, plan.Tokens.Corpus)
+		if err != nil {
+			for _, o := range parts {
+				env.sets.put(o)
+			}
+			return nil, fmt.Errorf("mixture source %d: %w", k, err)
+		}
+		parts = append(parts, p)
+	}
+	return env.sets.concatOpen(ctx, "mixture", parts, dataset.Options{})
+}
+
 // corpusSource opens the token corpus of paths (expanded here, once, as a
 // corpus names its files: a Megatron prefix is its .idx) among the Env's
 // datasets, as the dataset of its documents.
@@ -196,24 +217,41 @@ func (env *Env) refuseCorpus(ctx context.Context, plan Plan, paths []string) err
 	return specErr("%s is a Megatron corpus (.bin/.idx): give seq_len (and packing) to read its samples of that many tokens; its .bin read as records of a size would cut documents at byte counts (give format \"fixed\" and record_size to read its bytes anyway)", paths[0])
 }
 
-// tokenSamples makes the job's samples of its corpus, and the batches
-// the loader plans of them.
+// tokenSamples makes the job's samples of its corpus (or of each of its
+// mixture's corpora, their documents' orders seeded apart), and the
+// batches the loader plans of them.
 func (j *Job) tokenSamples() error {
 	t := j.plan.Tokens
-	c := j.src.ds.(*corpus.Docs).Corpus()
-	if d := t.Corpus.Dtype; d != corpus.NoDtype && d != c.Dtype() {
-		return specErr("token_dtype %s: %s holds %s tokens, as its files say", d, j.src.desc(), c.Dtype())
+	parts := []*source{j.src}
+	if j.src.parts != nil {
+		parts = j.src.parts
 	}
-	s, err := sequence.New(c, t.Sequence)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %w", errSpec, j.src.desc(), err)
+	var srcs []sequence.Source
+	objects := 0
+	for k, p := range parts {
+		docs := p.ds.(*corpus.Docs)
+		c := docs.Corpus()
+		if d := t.Corpus.Dtype; d != corpus.NoDtype && d != c.Dtype() {
+			return specErr("token_dtype %s: %s holds %s tokens, as its files say", d, p.desc(), c.Dtype())
+		}
+		opts := t.Sequence
+		if j.src.parts != nil {
+			opts.Seed = sampler.Mix(opts.Seed, uint64(k)+1)
+		}
+		s, err := sequence.New(c, opts)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", errSpec, p.desc(), err)
+		}
+		if e := j.plan.Loader.Epoch; s.Len(e) == 0 {
+			return fmt.Errorf("%w: %s: its %d tokens make no sample of seq_len %d (packing %s) in epoch %d", dataset.ErrEmpty, p.desc(), c.Tokens(), opts.SeqLen, opts.Mode, e)
+		}
+		srcs = append(srcs, sequence.Source{Corpus: c, Samples: s, Objects: objects})
+		j.samples = append(j.samples, s)
+		objects += docs.Objects()
 	}
-	if j.tokens, err = sequence.NewBatcher([]sequence.Source{{Corpus: c, Samples: s}}, t.Pad, t.EOD()); err != nil {
+	var err error
+	if j.tokens, err = sequence.NewBatcher(srcs, t.Pad, t.EOD()); err != nil {
 		return fmt.Errorf("%w: %w", errSpec, err)
-	}
-	j.samples = []sequence.Samples{s}
-	if e := j.plan.Loader.Epoch; s.Len(e) == 0 {
-		return fmt.Errorf("%w: %s: its %d tokens make no sample of seq_len %d (packing %s) in epoch %d", dataset.ErrEmpty, j.src.desc(), c.Tokens(), t.Sequence.SeqLen, t.Sequence.Mode, e)
 	}
 	return nil
 }
@@ -241,7 +279,10 @@ func (j *Job) stats() sequence.Stats {
 func (j *Job) tokenSize() (Ask, error) {
 	bs := j.plan.Loader.BatchSize
 	S := j.tokens.SeqLen()
-	size := int64(j.src.ds.(*corpus.Docs).Corpus().Dtype().Size())
+	size := int64(0)
+	for _, s := range j.tokens.Sources() {
+		size = max(size, int64(s.Corpus.Dtype().Size()))
+	}
 	batch := sequence.BatchBytes(bs, S) + mulSat(int64(bs), int64(S+1)*size) + 1<<12
 	mem := j.plan.Memory
 	if mem == 0 {
@@ -271,11 +312,17 @@ func (j *Job) tokensInfo() *wire.Tokens {
 		return nil
 	}
 	t := j.plan.Tokens
-	c := j.src.ds.(*corpus.Docs).Corpus()
 	st := j.stats()
-	out := &wire.Tokens{SeqLen: t.Sequence.SeqLen, Packing: string(t.Sequence.Mode), Documents: c.Docs(), Tokens: c.Tokens(),
-		Dtype: c.Dtype().String(), PadID: t.Pad, EOD: t.EOD(), Vocab: t.Corpus.Vocab,
+	out := &wire.Tokens{SeqLen: t.Sequence.SeqLen, Packing: string(t.Sequence.Mode), Documents: st.Docs, Tokens: st.Tokens,
+		PadID: t.Pad, EOD: t.EOD(), Vocab: t.Corpus.Vocab,
 		Padding: st.PaddingRate(), Cut: st.CutRate(), Dropped: st.DropRate(), PerEpoch: t.Sequence.Mode == sequence.BestFit}
+	for k, s := range j.tokens.Sources() {
+		if d := s.Corpus.Dtype().String(); k == 0 {
+			out.Dtype = d
+		} else if d != out.Dtype {
+			out.Dtype = "mixed" // each source's own, decoded to int64 ids alike
+		}
+	}
 	for _, a := range sequence.Layout(j.plan.Loader.BatchSize, t.Sequence.SeqLen, -1) {
 		out.Arrays = append(out.Arrays, wire.Array{Name: a.Name, Dtype: a.Dtype, Shape: a.Shape, Off: int64(a.Off), Len: int64(a.Len)})
 	}

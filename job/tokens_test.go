@@ -313,3 +313,104 @@ func TestTokensRefusals(t *testing.T) {
 		return
 	}
 }
+
+// A mixture of two corpora whose weights change at a step inside the
+// epoch: from the change each source is within Webster's rounding of its
+// share of the samples since (for two sources, half a sample), and a run
+// stopped past the change and resumed on 3 ranks from its position, with
+// the change as its history, delivers the uninterrupted run's samples,
+// each once, each of the same tokens.
+func TestTokensMixtureWeightsChangeAtAStep(t *testing.T) {
+	dir := t.TempDir()
+	a := writeTokens(t, filepath.Join(dir), 150)
+	bdir := filepath.Join(dir, "b")
+	os.Mkdir(bdir, 0o755)
+	b := writeTokens(t, bdir, 400)
+	env, err := NewEnv(EnvOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	// The change at position 40: global step 10 of one rank's batches of
+	// 4, step 5 of two ranks'; a state keeps the position (history).
+	const S, B, at = 16, 4, 40
+	spec := func(rank, world, start int, history bool) *wire.JobSpec {
+		s := &wire.JobSpec{Mixture: []wire.MixSource{{Paths: []string{a}, Weight: 1}, {Paths: []string{b}, Weight: 1}},
+			SeqLen: S, BatchSize: B, Shuffle: true, Seed: 2, Rank: rank, World: world, Start: start, Epochs: 1}
+		if history {
+			s.Mixture[0].Weight = 3
+			s.MixtureHistory = []wire.MixWeights{{Until: 0, Position: at, Weights: []float64{1, 1}}}
+		} else {
+			s.MixtureSchedule = []wire.MixChange{{Epoch: 0, Step: at / (B * world), Weights: []float64{3, 1}}}
+		}
+		return s
+	}
+	ordered := spec(0, 1, 0, false)
+	yes := true
+	ordered.Ordered = &yes
+	j, err := env.OpenSpec(context.Background(), ordered, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := j.Describe().Offsets
+	if len(offs) != 2 {
+		t.Fatalf("offsets %v", offs)
+	}
+	order, want := drain(t, j, S)
+	j.Close()
+	// The mixed order from the change on: source 0's share is 3/4.
+	n0 := 0
+	for p, id := range order[at:] {
+		if id < offs[1] {
+			n0++
+		}
+		if d := float64(n0) - 0.75*float64(p+1); d > 0.5+1e-9 || d < -0.5-1e-9 {
+			t.Fatalf("%d samples after the change source 0 has %d, its share %.2f", p+1, n0, 0.75*float64(p+1))
+		}
+	}
+	seen := map[int]int{}
+	for rank := range 2 {
+		j, err := env.OpenSpec(context.Background(), spec(rank, 2, 0, false), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 7 {
+			bt, err := j.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range rows(t, bt, S) {
+				seen[bt.IDs[i]]++
+				if !slices.Equal(r.ids, want[bt.IDs[i]].ids) {
+					t.Fatalf("sample %d differs from the uninterrupted run's", bt.IDs[i])
+				}
+			}
+			bt.Release()
+		}
+		j.Close()
+	}
+	for rank := range 3 {
+		j, err := env.OpenSpec(context.Background(), spec(rank, 3, 7*2*B, true), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, arrays := drain(t, j, S)
+		j.Close()
+		for _, id := range ids {
+			seen[id]++
+			if !slices.Equal(arrays[id].ids, want[id].ids) || !slices.Equal(arrays[id].labels, want[id].labels) {
+				t.Fatalf("resumed sample %d differs from the uninterrupted run's", id)
+			}
+		}
+	}
+	extra := 0
+	for _, id := range order {
+		if seen[id] == 0 {
+			t.Fatalf("sample %d never delivered", id)
+		}
+		extra += seen[id] - 1
+	}
+	if extra > 2 || len(seen) != len(order) {
+		t.Fatalf("%d repeats, %d samples of %d", extra, len(seen), len(order))
+	}
+}

@@ -127,6 +127,9 @@ func NewBatcher(srcs []Source, pad, eod int64) (*Batcher, error) {
 // SeqLen is the inputs of a sample.
 func (b *Batcher) SeqLen() int { return b.seqLen }
 
+// Sources are the corpora whose samples the batches are.
+func (b *Batcher) Sources() []Source { return slices.Clone(b.srcs) }
+
 // Offsets are each source's first id in epoch, and the epoch's samples
 // at the end.
 func (b *Batcher) Offsets(epoch int) []int {
