@@ -202,3 +202,50 @@ def test_a_megatron_corpus_without_seq_len_is_refused(daemon, corpus):
     prefix, _ = corpus
     with pytest.raises(riffle.InvalidSpec, match="give seq_len"):
         riffle.Loader(prefix + ".idx", 8)
+
+
+@pytest.fixture
+def two_corpora(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    write_megatron(a, make_docs(150, seed=1))
+    write_megatron(b, make_docs(400, seed=2))
+    return a, b
+
+
+def test_mixture_weights_change_at_the_next_step_and_resume(daemon, two_corpora):
+    """set_weights takes effect at the next step, as a schedule's change at that step does; from the change each
+    source is within half a sample of its share (two sources); the state keeps the change as a position, and a resume
+    on 3 ranks from rank 0's state delivers the uninterrupted run's samples, each once."""
+    a, b = two_corpora
+    kw = dict(mixture=[(a, 1), (b, 1)], seq_len=16, seed=4, ordered=True)
+    # The change at position 40: step 10 of one rank's batches of 4, step 5 of two ranks'.
+    sched = [s for bt in riffle.Loader(batch_size=4, mixture_schedule=[(10, [3, 1])], **kw) for s in bt.ids.tolist()]
+    ld = riffle.Loader(batch_size=4, **kw)
+    offsets = ld.offsets
+    got, it = [], iter(ld)
+    for _ in range(10):
+        got += next(it).ids.tolist()
+    ld.set_weights([3, 1])  # from the next step
+    got += [s for bt in it for s in bt.ids.tolist()]
+    assert got == sched, "set_weights at the next step is not the schedule's change at that step"
+    n0 = 0
+    for p, s in enumerate(got[40:]):
+        n0 += s < offsets[1]
+        assert abs(n0 - 0.75 * (p + 1)) <= 0.5 + 1e-9, f"{p + 1} samples after the change"
+    head, state = [], None
+    for r in range(2):
+        ld = riffle.Loader(batch_size=4, rank=r, world_size=2, mixture_schedule=[(5, [3, 1])], **kw)
+        it = iter(ld)
+        for _ in range(7):
+            head += next(it).ids.tolist()
+        state = state or ld.state_dict()
+        del it
+    assert state["position"] == 56 and state["mixture_weights"] == [[0, [1.0, 1.0]], [0, 40, [3.0, 1.0]]]
+    rest = []
+    for r in range(3):
+        ld = riffle.Loader(batch_size=4, rank=r, world_size=3, **kw)
+        ld.load_state_dict(state)
+        rest += [s for bt in ld for s in bt.ids.tolist()]
+    counts = collections.Counter(head + rest)
+    assert set(counts) == set(got), "samples lost, or not the uninterrupted run's"
+    assert sum(c - 1 for c in counts.values()) <= 2
