@@ -8,8 +8,10 @@ import (
 
 	"github.com/riffle-ml/riffle/corpus"
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/sequence"
+	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -120,8 +122,8 @@ func checkTokens(spec *wire.JobSpec, c Plan) (*Tokens, error) {
 		{"min_randomness", "samples are shuffled globally (shuffle) or read in order", spec.MinRandomness != 0},
 		{"auto_order", "samples are shuffled globally (shuffle) or read in order", spec.AutoOrder != nil},
 		{"mixture_stop all_exhausted", "a source used up would go on into its own next epoch, whose samples are cut from another document order than the mixture's epoch's: a mixture of token corpora is first_exhausted", c.Mixture != nil && c.Mixture.Cycle},
-		{"share", "a share group of a token corpus's samples is not built yet", c.Share},
-		{"delivered", "a token corpus's order is a function of position: it resumes from start", len(spec.Delivered) > 0},
+		{"share", "a mixture of token corpora is not shared: each job reads its own", c.Share && c.Mixture != nil},
+		{"delivered", "an order of a token corpus's samples that is not shared is a function of position: it resumes from start", len(spec.Delivered) > 0 && !c.Share},
 	} {
 		if o.set {
 			return nil, specErr("%s with seq_len: %s", o.name, o.why)
@@ -155,6 +157,9 @@ func checkTokens(spec *wire.JobSpec, c Plan) (*Tokens, error) {
 	}
 	t.Sequence = sequence.Options{SeqLen: spec.SeqLen, Mode: mode, Seed: documentSeed(spec.Seed), PadLast: spec.PadLast,
 		Window: spec.PackWindow, InOrder: c.Sampler.Kind == "sequential"}
+	if mode == sequence.BestFit && t.Sequence.Window == 0 {
+		t.Sequence.Window = sequence.DefaultWindow // one value for one window: share groups key by it
+	}
 	return t, nil
 }
 
@@ -303,6 +308,44 @@ func (j *Job) tokenSize() (Ask, error) {
 		ask.Floor = j.arenaOf(j.floor)
 	}
 	return ask, nil
+}
+
+// tokenSource is the job's token corpus as its order takes it: the
+// records are its samples, and its share group, if it shares, is the jobs
+// whose samples are cut alike (tokenGroup).
+func (j *Job) tokenSource() *order.Source {
+	osrc := &order.Source{DS: j.src.ds, Tokens: j.tokens, Name: j.src.desc(), Group: j.tokenGroup()}
+	if j.plan.Share {
+		// A sample's pieces are no record of the cache: they wait in the
+		// page cache, where the first job's read left them, bounded as a
+		// group of raw records' pages are; a sample is at most its width
+		// of tokens.
+		size := 0
+		for _, s := range j.tokens.Sources() {
+			size = max(size, s.Samples.Width()*s.Corpus.Dtype().Size())
+		}
+		opts := share.Options{Hold: j.env.pageCacheBytes() / 2, Size: func(int) int { return size }}
+		osrc.Share = [2]share.Options{opts, opts}
+	}
+	return osrc
+}
+
+// tokenGroup keys the share group of the jobs whose samples are cut
+// alike: sample i of an epoch is the same pieces for all of them. That is
+// the corpus (its files, their versions and how it opens) and every
+// option that decides which tokens form a sample: seq_len, packing,
+// pad_last, pack_window, the document order's seed and whether it
+// shuffles; best_fit's samples are its epoch's, and so is its group (a
+// job reads one epoch). What only fills a sample's arrays (pad_id) is
+// not: jobs differing in it read the same pieces.
+func (j *Job) tokenGroup() string {
+	s := j.plan.Tokens.Sequence
+	key := fmt.Sprintf("%s|tokens seq_len=%d packing=%s pad_last=%v window=%d seed=%d in_order=%v", j.src.key, s.SeqLen, s.Mode,
+		s.PadLast, s.Window, s.Seed, s.InOrder)
+	if s.Mode == sequence.BestFit {
+		key += fmt.Sprintf(" epoch=%d", j.plan.Loader.Epoch)
+	}
+	return key
 }
 
 // TokensInfo describes a job of a token corpus's samples, for an opened

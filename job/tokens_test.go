@@ -414,3 +414,81 @@ func TestTokensMixtureWeightsChangeAtAStep(t *testing.T) {
 		t.Fatalf("%d repeats, %d samples of %d", extra, len(seen), len(order))
 	}
 }
+
+// Two jobs of one corpus cut alike share a group at different paces (one
+// takes two batches for each of the other's): each takes every sample of
+// the epoch once, the group gives samples to both in one round, and a
+// third job cut otherwise (another seed: other documents in each sample)
+// is in a group of its own.
+func TestTokensShareAtDifferentPaces(t *testing.T) {
+	prefix := writeTokens(t, t.TempDir(), 300)
+	env, err := NewEnv(EnvOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	const S, B = 32, 4
+	yes := true
+	open := func(seed uint64) *Job {
+		j, err := env.OpenSpec(context.Background(), &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: "best_fit", BatchSize: B,
+			Shuffle: true, Seed: seed, Share: &yes, Epochs: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !j.Describe().Shared {
+			t.Fatal("not shared")
+		}
+		return j
+	}
+	fast, slow, other := open(1), open(1), open(2)
+	defer fast.Close()
+	defer slow.Close()
+	defer other.Close()
+	samples := fast.Describe().Samples
+	got := map[*Job]map[int]int{fast: {}, slow: {}}
+	done := map[*Job]bool{}
+	take := func(j *Job) {
+		if done[j] {
+			return
+		}
+		b, err := j.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			done[j] = true
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range rows(t, b, S) {
+			got[j][b.IDs[i]]++
+			if want := reference(t, prefix, sequence.Options{SeqLen: S, Mode: sequence.BestFit, Seed: documentSeed(1), Window: sequence.DefaultWindow}, 0, b.IDs[i]); !slices.Equal(r.ids, want.ids) {
+				t.Fatalf("shared sample %d is not the sample's tokens", b.IDs[i])
+			}
+		}
+		b.Release()
+	}
+	for !done[fast] || !done[slow] {
+		take(fast)
+		take(fast)
+		take(slow)
+	}
+	for _, j := range []*Job{fast, slow} {
+		if len(got[j]) != samples {
+			t.Fatalf("%d samples of %d", len(got[j]), samples)
+		}
+		for id, n := range got[j] {
+			if n != 1 {
+				t.Fatalf("sample %d taken %d times", id, n)
+			}
+		}
+	}
+	groups := env.Groups()
+	if len(groups) != 2 {
+		t.Fatalf("%d share groups, want the two seeds'", len(groups))
+	}
+	for _, g := range groups {
+		if len(g.Jobs) == 2 && g.Stats.Shared == 0 {
+			t.Fatalf("the pair's group gave no sample to both in one round: %+v", g.Stats)
+		}
+	}
+}

@@ -175,7 +175,12 @@ type Order struct {
 func Open(ctx context.Context, src *Source, p Plan, env Env) (*Order, error) {
 	o := &Order{plan: p, groups: env.Groups, Through: -1}
 	if src.Tokens != nil {
-		return o, o.tokens(src.Tokens, p)
+		if err := o.tokens(ctx, src, p, env); err != nil {
+			o.Close()
+			return nil, err
+		}
+		o.OwnPart = o.Shared() || (o.Delivered != nil && p.Share)
+		return o, nil
 	}
 	sel, err := selection(ctx, src, p, env)
 	if err != nil {

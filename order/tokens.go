@@ -1,7 +1,11 @@
 package order
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+
+	"github.com/RoaringBitmap/roaring/v2"
 
 	"github.com/riffle-ml/riffle/sampler"
 )
@@ -19,7 +23,8 @@ type Samples interface {
 // epoch's samples, keyed by seed and epoch), or the samples in order; cut
 // from Start and split over ranks as any order of records (Split), so a
 // place in it is a position any topology resumes from.
-func (o *Order) tokens(s Samples, p Plan) error {
+func (o *Order) tokens(ctx context.Context, src *Source, p Plan, env Env) error {
+	s := src.Tokens
 	n := s.Len(p.Epoch)
 	o.Samples = n
 	cfg := p.Sampler
@@ -30,6 +35,58 @@ func (o *Order) tokens(s Samples, p Plan) error {
 	o.Kind = k.Name
 	if p.Mixture != nil {
 		return o.tokenMixture(s, p, cfg)
+	}
+	if p.Share && k.Uniform {
+		return o.tokenShare(ctx, src, p, env, cfg, n)
+	}
+	smp, _, err := cfg.Build(n, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSpec, err)
+	}
+	o.Sampler = smp
+	return nil
+}
+
+// tokenShare makes the order a member of the source's share group (jobs
+// of one corpus cut into samples alike, Source.Group) over this rank's
+// and worker's part of the epoch's samples, or of the rest of an epoch
+// resumed from every part's places (Delivered), dealt as a shared job's
+// records are: dependent sampling (package share) gives jobs at one place
+// the same samples at about the same time, so a sample's pieces are read
+// from the device once and wait in the page cache for the others, and
+// each job still takes each of its samples once per epoch, in a uniform
+// order. Alone (no groups), the rest is its own uniform order, and an
+// epoch from its start the positional one.
+func (o *Order) tokenShare(ctx context.Context, src *Source, p Plan, env Env, cfg sampler.Config, n int) error {
+	var subset *roaring.Bitmap
+	if len(p.Delivered) > 0 {
+		var err error
+		if subset, o.Delivered, err = rest(ctx, p.Epoch, p.Delivered, nil, n); err != nil {
+			return err
+		}
+	}
+	mine := partOf(p, cfg, subset, n)
+	if o.Delivered != nil && mine.IsEmpty() {
+		o.Sampler = sampler.Sequential{} // of this part, every sample was delivered
+		return nil
+	}
+	m, err := o.join(src, env, src.Share[0], mine, p.Epoch)
+	if err == nil {
+		o.Sampler = m
+		return nil
+	}
+	slog.Info("job not shared", "reason", err)
+	if o.Delivered != nil {
+		// Alone, the rest is its own uniform order over this part's
+		// samples not delivered: still each once.
+		own := cfg
+		own.Rank, own.World, own.Start = 0, 1, 0
+		base, _, err := own.Build(int(mine.GetCardinality()), nil)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrSpec, err)
+		}
+		o.Sampler = &subsetSampler{base: base, ids: mine.ToArray()}
+		return nil
 	}
 	smp, _, err := cfg.Build(n, nil)
 	if err != nil {
