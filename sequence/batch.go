@@ -140,6 +140,16 @@ func (b *Batcher) Offsets(epoch int) []int {
 	return out
 }
 
+// Windows are epoch's best_fit windows as runs of its samples (Windowed),
+// of one source; false for samples cut otherwise, or a mixture's.
+func (b *Batcher) Windows(epoch int) ([]int, bool) {
+	w, ok := b.srcs[0].Samples.(Windowed)
+	if !ok || len(b.srcs) != 1 {
+		return nil, false
+	}
+	return w.Windows(epoch), true
+}
+
 // Len is the samples of epoch over every source.
 func (b *Batcher) Len(epoch int) int {
 	n := 0

@@ -77,6 +77,13 @@ type Samples interface {
 	Stats(epoch int) Stats
 }
 
+// Windowed is implemented by samples cut window by window (best_fit's):
+// Windows are an epoch's windows as runs of its samples, the first sample
+// of each and the epoch's samples at the end.
+type Windowed interface {
+	Windows(epoch int) []int
+}
+
 // Stats describe an epoch's samples.
 type Stats struct {
 	Samples int
