@@ -115,7 +115,7 @@ func checkTokens(spec *wire.JobSpec, c Plan) (*Tokens, error) {
 		{"transform", "a sample is arrays of tokens already", spec.Transform != ""},
 		{"direct", "a sample's pieces are byte ranges of tokens, read through the page cache", spec.Direct != nil && *spec.Direct},
 		{"block_size", "samples are shuffled globally (shuffle) or read in order", spec.BlockSize != 0},
-		{"window", "samples are shuffled globally (shuffle) or read in order; best_fit's window is pack_window", spec.Window != 0},
+		{"window", "a token corpus's block order is best_fit's (sampler block); best_fit's documents a window are pack_window", spec.Window != 0 && (mode != sequence.BestFit || c.Sampler.Kind != "block")},
 		{"buffer", "samples are shuffled globally (shuffle) or read in order", spec.Buffer != 0},
 		{"reservoir", "samples are shuffled globally (shuffle) or read in order", spec.Reservoir != 0},
 		{"opportunistic", "a batch's samples are put together as they are planned", spec.Opportunistic > 1},
@@ -129,8 +129,13 @@ func checkTokens(spec *wire.JobSpec, c Plan) (*Tokens, error) {
 			return nil, specErr("%s with seq_len: %s", o.name, o.why)
 		}
 	}
-	if k := c.Sampler.Kind; k != "" && k != "global" && k != "sequential" {
-		return nil, specErr("sampler %q with seq_len: a token corpus's samples are shuffled globally (global) or read in order (sequential)", k)
+	switch k := c.Sampler.Kind; {
+	case k == "block" && (mode != sequence.BestFit || c.Mixture != nil):
+		return nil, specErr("sampler block with seq_len is an order over best_fit's windows (each window packed once): packing %s has none, and a mixture's sources are each in their own order", mode)
+	case k == "block" && spec.Window > maxTokenBlockWindow:
+		return nil, specErr("window %d with sampler block of a token corpus: at most %d, the windows kept packed at once", spec.Window, maxTokenBlockWindow)
+	case k != "" && k != "global" && k != "sequential" && k != "block":
+		return nil, specErr("sampler %q with seq_len: a token corpus's samples are shuffled globally (global), read in order (sequential), or, of best_fit, in blocks of its windows (block)", k)
 	}
 	if mode == sequence.BestFit && spec.Epochs > 1 {
 		// A sampler has one length, and best_fit packs each epoch's
@@ -162,6 +167,10 @@ func checkTokens(spec *wire.JobSpec, c Plan) (*Tokens, error) {
 	}
 	return t, nil
 }
+
+// maxTokenBlockWindow is the most best_fit windows a block order of a
+// token corpus mixes: the windows package sequence keeps packed.
+const maxTokenBlockWindow = sequence.KeptWindows
 
 // documentSeed keys the epochs' document orders: the seed under another
 // key than the samples' order's, so that pad's (one document a sample)

@@ -131,13 +131,14 @@ func TestTokensEachSampleOnceAcrossRanksAndWorkers(t *testing.T) {
 	}
 	defer env.Close()
 	const S, B = 64, 4
-	for _, packing := range []string{"concat", "best_fit", "pad"} {
+	for _, c := range []struct{ packing, sampler string }{{"concat", ""}, {"best_fit", ""}, {"pad", ""}, {"best_fit", "block"}} {
+		packing := c.packing
 		seen := map[int]int{}
 		var samples int
 		for rank := range 2 {
 			for worker := range 2 {
 				spec := &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: packing, BatchSize: B, Shuffle: true, Seed: 5,
-					Rank: rank, World: 2, RankDropLast: true, BatchStride: 2, BatchOffset: worker, Epoch: 3, Epochs: 1}
+					Rank: rank, World: 2, RankDropLast: true, BatchStride: 2, BatchOffset: worker, Epoch: 3, Epochs: 1, Sampler: c.sampler}
 				j, err := env.OpenSpec(context.Background(), spec, nil)
 				if err != nil {
 					t.Fatalf("%s: %v", packing, err)
@@ -173,7 +174,8 @@ func TestTokensEachSampleOnceAcrossRanksAndWorkers(t *testing.T) {
 
 // A run stopped mid-epoch on 2 ranks resumes from its position on 3: the
 // two runs' samples are the epoch's, each once, and each sample's tokens
-// are those of the uninterrupted run.
+// are those of the uninterrupted run; in the global shuffle of best_fit's
+// samples and in the block order over its windows.
 func TestTokensResumeOnAnotherTopology(t *testing.T) {
 	prefix := writeTokens(t, t.TempDir(), 200)
 	env, err := NewEnv(EnvOptions{})
@@ -181,10 +183,16 @@ func TestTokensResumeOnAnotherTopology(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Close()
+	for _, kind := range []string{"global", "block"} {
+		t.Run(kind, func(t *testing.T) { resumeOnAnotherTopology(t, env, prefix, kind) })
+	}
+}
+
+func resumeOnAnotherTopology(t *testing.T, env *Env, prefix, kind string) {
 	const S, B = 32, 3
 	open := func(rank, world, start int) *Job {
 		spec := &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: "best_fit", BatchSize: B, Shuffle: true, Seed: 9,
-			Rank: rank, World: world, Start: start, Epoch: 1, Epochs: 1}
+			Rank: rank, World: world, Start: start, Epoch: 1, Epochs: 1, Sampler: kind, PackWindow: 16}
 		j, err := env.OpenSpec(context.Background(), spec, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -258,7 +266,8 @@ func TestTokensCheck(t *testing.T) {
 		"a record format":          {wire.JobSpec{SeqLen: 8, Format: "csv"}, "format"},
 		"a subset of samples":      {wire.JobSpec{SeqLen: 8, Subset: &wire.Subset{IDs: []int{1}}}, "subset"},
 		"a transform":              {wire.JobSpec{SeqLen: 8, Transform: "image"}, "transform"},
-		"a block order":            {wire.JobSpec{SeqLen: 8, Sampler: "block"}, "sampler"},
+		"a block order of concat":  {wire.JobSpec{SeqLen: 8, Sampler: "block"}, "sampler block"},
+		"a block window too wide":  {wire.JobSpec{SeqLen: 8, Packing: "best_fit", Epochs: 1, Sampler: "block", Window: 9}, "window"},
 		"opportunistic":            {wire.JobSpec{SeqLen: 8, Opportunistic: 4}, "opportunistic"},
 	} {
 		s := c.spec

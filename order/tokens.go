@@ -29,17 +29,48 @@ func (o *Order) tokens(ctx context.Context, src *Source, p Plan, env Env) error 
 	o.Samples = n
 	cfg := p.Sampler
 	k, ok := sampler.KindOf(cfg.Kind)
-	if !ok || (k.Name != "global" && k.Name != "sequential") {
-		return fmt.Errorf("%w: sampler %q: a token corpus's samples are shuffled globally or read in order", ErrSpec, cfg.Kind)
+	if !ok || (k.Name != "global" && k.Name != "sequential" && k.Name != "block") {
+		return fmt.Errorf("%w: sampler %q: a token corpus's samples are shuffled globally, read in order, or in blocks of best_fit's windows", ErrSpec, cfg.Kind)
 	}
 	o.Kind = k.Name
 	if p.Mixture != nil {
 		return o.tokenMixture(s, p, cfg)
 	}
+	if k.Name == "block" {
+		return o.tokenBlocks(s, p, cfg)
+	}
 	if p.Share && k.Uniform {
 		return o.tokenShare(ctx, src, p, env, cfg, n)
 	}
 	smp, _, err := cfg.Build(n, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSpec, err)
+	}
+	o.Sampler = smp
+	return nil
+}
+
+// tokenBlocks is the block order over best_fit's windows: the windows of
+// the epoch shuffled, each window's samples spread over the batches of
+// Window windows (sampler.Block), so a window is packed once where the
+// global shuffle of samples packs one again for nearly every sample
+// (sequence's BenchmarkBestFitOrder: 3.3 thousand samples/s against 1.2
+// million at seq_len 2048). A batch then holds samples of a few windows,
+// each of documents of the epoch's shuffled order.
+func (o *Order) tokenBlocks(s Samples, p Plan, cfg sampler.Config) error {
+	w, ok := s.(interface{ Windows(int) ([]int, bool) })
+	if !ok {
+		return fmt.Errorf("%w: sampler block of a token corpus: its samples have no windows", ErrSpec)
+	}
+	bounds, ok := w.Windows(p.Epoch)
+	if !ok {
+		return fmt.Errorf("%w: sampler block of a token corpus is over best_fit's windows, of one corpus", ErrSpec)
+	}
+	cfg.Bounds, cfg.Window = bounds, max(1, cfg.Window)
+	if p.Sampler.Window == 0 {
+		cfg.Window = 4
+	}
+	smp, _, err := cfg.Build(bounds[len(bounds)-1], nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSpec, err)
 	}
