@@ -81,7 +81,11 @@ type Info struct {
 	Vocab  int64
 	// Multimodal says a Megatron index carried sequence modes (all text).
 	Multimodal bool
-	Versions   []string
+	// Versions are the store's versions of Files, the objects the corpus
+	// was opened from (a Megatron corpus's .idx and .bin, each pair in
+	// turn; else Paths): any change to the corpus changes one of them.
+	Versions []string
+	Files    []string
 }
 
 // ckptEvery is how many documents one running-count checkpoint covers: a
@@ -256,6 +260,38 @@ func Open(ctx context.Context, opts Options, paths ...string) (*Corpus, error) {
 	c.inf.Format = format
 	c.inf.EOD, c.inf.HasEOD, c.inf.Vocab = opts.EOD, opts.HasEOD, opts.Vocab
 	return c, nil
+}
+
+// Expand resolves names as Open does, once: the format (detected from
+// the first name if format is ""), and the names Open then opens without
+// a glob matching others: a Megatron corpus's .idx files (a prefix, or a
+// glob of prefixes, .idx or .bin names), the files of the others.
+func Expand(ctx context.Context, store storage.Store, format string, names []string) (string, []string, error) {
+	if store == nil {
+		store = Options{}.store()
+	}
+	if len(names) == 0 {
+		return "", nil, fmt.Errorf("no path given: %w", ErrEmpty)
+	}
+	if format == "" {
+		var err error
+		if format, err = Detect(ctx, store, names[0]); err != nil {
+			return "", nil, err
+		}
+	}
+	if format == "megatron" {
+		prefixes, err := megatronPrefixes(ctx, store, names)
+		if err != nil {
+			return "", nil, err
+		}
+		out := make([]string, len(prefixes))
+		for i, p := range prefixes {
+			out[i] = p + ".idx"
+		}
+		return format, out, nil
+	}
+	out, err := dataset.ExpandPaths(ctx, store, names)
+	return format, out, err
 }
 
 // Detect tells a corpus's source from its first name (a nil store is

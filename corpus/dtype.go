@@ -33,6 +33,19 @@ func (d Dtype) String() string {
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
+// Numpy is the numpy dtype string of the tokens as they lie ("<u2").
+func (d Dtype) Numpy() string {
+	switch d {
+	case Uint8:
+		return "|u1"
+	case Int8:
+		return "|i1"
+	case NoDtype:
+		return ""
+	}
+	return "<" + map[Dtype]string{Int16: "i2", Uint16: "u2", Int32: "i4", Uint32: "u4", Int64: "i8", Uint64: "u8"}[d]
+}
+
 // Size is the bytes of one token.
 func (d Dtype) Size() int {
 	switch d {

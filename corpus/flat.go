@@ -33,6 +33,7 @@ func openFlat(ctx context.Context, opts Options, format string, names []string) 
 		c.objs = append(c.objs, r)
 		c.inf.Paths = append(c.inf.Paths, r.Name())
 		c.inf.Versions = append(c.inf.Versions, version(r))
+		c.inf.Files = append(c.inf.Files, r.Name())
 		start := int64(0)
 		d := opts.Dtype
 		if format == "npy" {

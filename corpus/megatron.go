@@ -234,6 +234,7 @@ func (c *Corpus) addMegatron(ctx context.Context, store storage.Store, prefix st
 	c.objs = append(c.objs, bin)
 	c.inf.Paths = append(c.inf.Paths, bin.Name())
 	c.inf.Versions = append(c.inf.Versions, version(idx), version(bin))
+	c.inf.Files = append(c.inf.Files, idx.Name(), bin.Name())
 	size := int64(ix.dtype.Size())
 	ptrAt := idxHeader + 4*ix.seqs
 	end := int64(-1) // where the sequence before ends in the .bin

@@ -66,7 +66,7 @@ func rowsCorpus(ctx context.Context, ds dataset.Dataset, col string) (*Corpus, e
 	if rows.NumCells() != 4 {
 		return nil, fmt.Errorf("%s: column %q has %d cells a row, not a list's 4: %w", where, col, rows.NumCells(), ErrUnsupported)
 	}
-	c := &Corpus{inf: Info{Dtype: d, Paths: inf.Paths, Versions: inf.Versions}, closer: ds}
+	c := &Corpus{inf: Info{Dtype: d, Paths: inf.Paths, Versions: inf.Versions, Files: inf.Paths}, closer: ds}
 	for i := range inf.Paths {
 		c.objs = append(c.objs, ds.Object(i))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/sequence"
 	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/transform"
@@ -47,6 +48,10 @@ type Job struct {
 	ord *order.Order
 	smp sampler.Sampler
 	l   *loader.Loader
+	// tokens, of a token corpus, plans batches of its samples (samples,
+	// or a mixture's sources'): the records the order shuffles (tokens.go).
+	tokens  *sequence.Batcher
+	samples []sequence.Samples
 	// memory is the job's full memory bound, floor the least it may be
 	// given (0 unless its memory bends), arenaOf the allocator's bytes for
 	// a bound (memory.go).
@@ -64,10 +69,12 @@ type Job struct {
 	// generations, of a growing dataset, are the generations of files the
 	// job reads.
 	generations int
-	started     time.Time
-	once        sync.Once
-	closed      atomic.Bool // Close was called: Next gives no more batches
-	epoch       int         // of the last batch Next gave, -1 before the first
+	// epochs the job reads (0: one; negative: without end), as its loader.
+	epochs  int
+	started time.Time
+	once    sync.Once
+	closed  atomic.Bool // Close was called: Next gives no more batches
+	epoch   int         // of the last batch Next gave, -1 before the first
 }
 
 // Alloc gives a job the memory its batches live in, once Open knows how
@@ -94,6 +101,11 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		}
 		j.sets.put(j.src)
 		return nil, err
+	}
+	if plan.Tokens != nil {
+		if err := j.tokenSamples(); err != nil {
+			return fail(err)
+		}
 	}
 	ds := src.ds
 	inf := ds.Info()
@@ -131,7 +143,12 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	// and a job waiting there must not yet be a member of its group, to
 	// which records would be given that it cannot take.
 	_, rows := ds.(dataset.Rows)
-	ask, err := j.size(rows)
+	var ask Ask
+	if j.tokens != nil {
+		ask, err = j.tokenSize()
+	} else {
+		ask, err = j.size(rows)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -157,6 +174,14 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 		return fail(err)
 	}
 	j.smp, j.subset = j.ord.Sampler, j.ord.Samples
+	if t := j.ord.Through; t >= 0 {
+		// The order serves epochs up to t (a mixture whose weights change
+		// after): the job reads to it, and says so (Description.Epochs).
+		if last := t - plan.Loader.Epoch + 1; lopts.Epochs < 0 || lopts.Epochs > last {
+			lopts.Epochs = last
+		}
+	}
+	j.epochs = lopts.Epochs
 	if j.ord.Direct {
 		// A selection that misses the page cache: its records are what
 		// the shuffle reads, past it.
@@ -187,12 +212,20 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 			lopts.Column = transform.Column(j.plan.Transform) // "": the default RowsColumn chose above
 		}
 	}
-	lopts.PastCache = j.pastCache()
+	if j.tokens != nil {
+		// Samples' ids are no records of the dataset (its documents): no
+		// steward or disk tier is told of them.
+		lopts.Samples = j.tokens
+	} else {
+		lopts.PastCache = j.pastCache()
+	}
 	if j.l, err = loader.New(context.Background(), ds, j.smp, lopts); err != nil {
 		return fail(fmt.Errorf("%w: %w", errSpec, err))
 	}
-	j.steward()
-	if env.opts.Tier != nil {
+	if j.tokens == nil {
+		j.steward()
+	}
+	if env.opts.Tier != nil && j.tokens == nil {
 		if t := env.opts.Tier(); t != nil {
 			j.objects = map[string]int{}
 			for i, p := range inf.Paths {
@@ -247,12 +280,19 @@ func (env *Env) Check(ctx context.Context, spec *wire.JobSpec) (Description, err
 // directory's root, an object store's prefix): every open after keys the
 // source by, and reads, the names found now.
 func (env *Env) source(ctx context.Context, plan Plan) (*source, int, error) {
+	if plan.Tokens != nil {
+		src, err := env.tokenSource(ctx, plan)
+		return src, 0, err
+	}
 	lists := [][]string{plan.Paths}
 	if plan.Mixture != nil {
 		lists = plan.Mixture.Sources
 	}
 	expanded := make([][]string, len(lists))
 	for k, paths := range lists {
+		if err := env.refuseCorpus(ctx, plan, paths); err != nil {
+			return nil, 0, err
+		}
 		var err error
 		if expanded[k], err = dataset.ExpandPaths(ctx, env.store, paths); err != nil {
 			if plan.Mixture != nil {
@@ -404,6 +444,9 @@ type Location struct {
 
 // Locate says where records are, for errors a client reports about one.
 func (j *Job) Locate(ids []int) ([]Location, error) {
+	if j.tokens != nil {
+		return nil, specErr("a token corpus's samples are not records of its files: sample i of an epoch is its pieces of documents, which differ by epoch; an error about a token names its file and offset itself")
+	}
 	ds := j.src.ds
 	out := make([]Location, 0, len(ids))
 	for _, id := range ids {
@@ -460,6 +503,13 @@ type Description struct {
 	// Delivered, for the rest of a shared order's epoch, is what the
 	// places it was opened with delivered, as one state.
 	Delivered []byte
+	// Tokens, of a token corpus, describes its samples and the arrays of
+	// a batch (Records are then the epoch's samples).
+	Tokens *wire.Tokens
+	// Epochs is how many epochs the job reads from its epoch, 0 without
+	// end: fewer than asked when its order serves fewer (a mixture whose
+	// weights change, best_fit's epochs), whose next is a job of its own.
+	Epochs int
 }
 
 // Describe describes the job as it opened.
@@ -472,11 +522,22 @@ func (j *Job) Describe() Description {
 		d.OutputSize = j.out.Size()
 		d.OutputDtype, d.OutputShape = j.out.Shape()
 	}
-	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil {
+	if c, ok := j.src.ds.(concatenated); ok && j.plan.Mixture != nil && j.tokens == nil {
 		d.Offsets = c.Offsets()
 	}
 	d.Generations, d.Auto, d.Delivered, d.Direct = j.generations, j.ord.Auto, j.ord.Delivered, j.src.key.direct
+	d.Epochs = max(0, j.epochs)
+	if j.epochs == 0 {
+		d.Epochs = 1
+	}
 	d.Order = j.Order()
+	if j.tokens != nil {
+		d.Records, d.Tokens = j.tokens.Len(j.plan.Loader.Epoch), j.tokensInfo()
+		if j.plan.Mixture != nil {
+			offs := j.tokens.Offsets(j.plan.Loader.Epoch)
+			d.Offsets = offs[:len(offs)-1] // source k's sample i is id Offsets[k]+i, in the job's first epoch
+		}
+	}
 	if schema, cols := j.l.RowsOutput(); schema != nil {
 		// A transform of rows puts its outputs in its column's place.
 		d.Info.Schema, d.Info.Columns, d.Columns = schema, cols, cols

@@ -245,13 +245,20 @@ func TestMixtureRefusals(t *testing.T) {
 		"zero weight":    {Mixture: []wire.MixSource{{Paths: paths[0], Weight: 0}}, BatchSize: 8},
 		"stop":           {Mixture: mix, MixtureStop: "never", BatchSize: 8},
 		"bogus sampler":  {Mixture: mix, Sampler: "bogus", BatchSize: 8},
-		"early epoch":    {Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1, 1}}}, Epoch: 1, BatchSize: 8},
 		"history length": {Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1}}}, Epoch: 3, BatchSize: 8},
 		"stop alone":     {Paths: paths[0], MixtureStop: "all_exhausted", BatchSize: 8},
 	} {
 		if err := open(spec); !errors.Is(err, ErrSpec) {
 			t.Errorf("%s: %v, want a spec error", name, err)
 		}
+	}
+	// An epoch before the current weights is read with the weights it
+	// had (the history holds them), to their end: a job of its own after.
+	early := &wire.JobSpec{Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1, 1}}}, Epoch: 1, Epochs: -1, BatchSize: 8}
+	if j, err := env.OpenSpec(context.Background(), early, nil); err != nil || j.Describe().Epochs != 1 {
+		t.Fatalf("an epoch of the history's weights: %v, want a job of its one epoch", err)
+	} else {
+		j.Close()
 	}
 	// Weights a float64 cannot schedule are a spec error naming the
 	// source and the bound (they panicked, or filled for ever); weights

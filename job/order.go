@@ -14,6 +14,11 @@ import (
 // selection's threshold for O_DIRECT), and the plan's order fields.
 func (j *Job) order(ctx context.Context) (*order.Order, error) {
 	src, plan := j.src, j.plan
+	env := order.Env{Store: j.env.store, IndexDir: j.env.opts.IndexDir, Memory: j.memory, PageCacheBytes: j.env.pageCacheBytes(),
+		Groups: j.env.groups, Owner: j, Fresh: 2 * j.readAhead()}
+	if j.tokens != nil {
+		return order.Open(ctx, j.tokenSource(), plan.Order(), env)
+	}
 	osrc := j.orderSource(src, plan.Share)
 	if plan.Mixture != nil {
 		for _, p := range src.parts {
@@ -38,8 +43,6 @@ func (j *Job) order(ctx context.Context) (*order.Order, error) {
 	if !j.persisted && (plan.Subset != nil || plan.Filter != nil || plan.Dedup) {
 		osrc.DirectFrom = j.env.directFrom(plan, src)
 	}
-	env := order.Env{Store: j.env.store, IndexDir: j.env.opts.IndexDir, Memory: j.memory, PageCacheBytes: j.env.pageCacheBytes(),
-		Groups: j.env.groups, Owner: j, Fresh: 2 * j.readAhead()}
 	return order.Open(ctx, osrc, plan.Order(), env)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/order"
 	"github.com/riffle-ml/riffle/sampler"
+	"github.com/riffle-ml/riffle/sequence"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -69,6 +70,12 @@ const (
 	maxSources    = 1 << 14 // a mixture's
 	maxWeights    = 1 << 10 // weight changes a mixture remembers
 	maxName       = 1 << 12 // a column's or a split's
+	maxSeqLen     = 1 << 20 // a sample's tokens: 32 MiB of arrays a sample
+	maxVocab      = 1 << 40
+	maxPackWindow = 1 << 20 // best_fit's documents a window
+	// maxTokenBatch bounds a batch of samples' bytes (batch_size x
+	// seq_len x 32): a bound of a few of them is a job's memory.
+	maxTokenBatch = 1 << 38
 	// defaultMinRandomness is sampler auto's RL target: LIRS's and DeepIO's
 	// partial shuffles train as well as a full one at about this level.
 	defaultMinRandomness = 0.9
@@ -97,7 +104,9 @@ var Options = []Option{
 	{Name: "mixture_stop", Kind: "string", Group: "dataset", Default: "first_exhausted",
 		Doc: "a mixture's epoch ends when the first source's epoch is used up (first_exhausted) or every source's is, the sooner ones going on into their next epochs (all_exhausted)"},
 	{Name: "mixture_history", Kind: "weights", Group: "place", Max: maxWeights, Default: "none",
-		Doc: "a mixture's weights before its current ones, [{until: epoch, weights: [...]}, ...]: where each source had got when they changed"},
+		Doc: "a mixture's weights before its current ones, [{until: epoch, position: p, weights: [...]}, ...], each until position p (default 0) of the epoch's order over every rank: where each source had got when they changed"},
+	{Name: "mixture_schedule", Kind: "schedule", Group: "dataset", Max: maxWeights, Default: "none",
+		Doc: "weights a mixture changes to after its current ones, [{epoch: e, step: s, weights: [...]}, ...], each from global step s of epoch e (position s x batch_size x world of its order); all_exhausted's at an epoch's start (step 0) only"},
 	{Name: "format", Kind: "string", Group: "dataset", Default: "by extension or content",
 		Doc: "the dataset's format: " + strings.Join(dataset.Formats(), ", ")},
 	{Name: "record_size", Kind: "int", Group: "dataset", Max: maxRecordSize, Default: "0 (from the format)",
@@ -125,6 +134,30 @@ var Options = []Option{
 		Doc: "with refresh: the generations of files the epoch read, from a state", int: func(s *wire.JobSpec) int64 { return int64(s.Generations) }},
 	{Name: "transform", Kind: "string", Group: "dataset", Default: "none",
 		Doc: "a transform the daemon runs on each record, once for every job naming it (image:size=256,crop=224; random_resized_crop:size=224; libsvm_dense:n_features=N); on rows, on one column (column=NAME, by default the only Image or binary column)"},
+	{Name: "seq_len", Kind: "int", Group: "dataset", Max: maxSeqLen, Default: "0 (records: not a token corpus)",
+		Doc: "inputs of a sample: the paths are a token corpus (Megatron .idx/.bin, flat token files, a 1-D token .npy, an Arrow or Hugging Face tokenized column) whose records are each epoch's samples, arrays of this many tokens (docs/tokens.md)",
+		int: func(s *wire.JobSpec) int64 { return int64(s.SeqLen) }},
+	{Name: "packing", Kind: "string", Group: "dataset", Default: "concat",
+		Doc: "with seq_len, how documents become samples: concat (concatenated in the epoch's document order and cut, each sample sharing its last token with the next), best_fit (packed by best-fit decreasing over windows of documents, padded; one epoch a job), pad (one document a sample, truncated or padded)"},
+	{Name: "pad_last", Kind: "bool", Group: "dataset", Default: "false", Doc: "with packing concat: keep the epoch's last partial sample, padded, instead of dropping it"},
+	{Name: "eod", Kind: "int", Group: "dataset", Max: maxVocab - 1, Default: "none",
+		Doc: "with seq_len, the end-of-document token: a flat corpus's documents end at it, and in every corpus a document's segment ends after it",
+		int: func(s *wire.JobSpec) int64 {
+			if s.EOD == nil {
+				return 0
+			}
+			return *s.EOD
+		}},
+	{Name: "vocab_size", Kind: "int", Group: "dataset", Max: maxVocab, Default: "0 (not checked)",
+		Doc: "with seq_len, the vocabulary's size: a token at or above it is an error naming its file and offset", int: func(s *wire.JobSpec) int64 { return s.VocabSize }},
+	{Name: "pad_id", Kind: "int", Group: "dataset", Max: maxVocab - 1, Default: "0",
+		Doc: "with seq_len, the input id of padding (its labels are -100 and its loss_mask 0)", int: func(s *wire.JobSpec) int64 { return s.PadID }},
+	{Name: "token_dtype", Kind: "string", Group: "dataset", Default: "the files' (a flat file says none: required)",
+		Doc: "with seq_len, a flat token file's dtype: uint8, int8, int16, uint16, int32, uint32, int64 or uint64 (nanoGPT's .bin: uint16)"},
+	{Name: "token_column", Kind: "string", Group: "dataset", Default: "input_ids",
+		Doc: "with seq_len, the column of an Arrow or Hugging Face corpus holding each row's list of token ids"},
+	{Name: "pack_window", Kind: "int", Group: "dataset", Max: maxPackWindow, Default: fmt.Sprint(sequence.DefaultWindow),
+		Doc: "with packing best_fit, the documents of the epoch's order packed together", int: func(s *wire.JobSpec) int64 { return int64(s.PackWindow) }},
 	{Name: "shuffle", Kind: "bool", Group: "order", Default: "true in clients (false: sequential)", Doc: "a global shuffle each epoch"},
 	{Name: "sampler", Kind: "string", Group: "order", Default: "global (Parquet: block over pages)",
 		Doc: "the order: " + strings.Join(sampler.Kinds, ", ") + "; or auto: the global or block order (block_size, window) of least device time per epoch, on the device's measured rate by read size, whose randomization level reaches min_randomness (opened says which)"},
@@ -208,6 +241,9 @@ type Plan struct {
 	// Delivered are the places of the parts of a shared order's run in
 	// the epoch the job opens at: the job is that epoch's rest.
 	Delivered []wire.State
+	// Tokens, if set, says Paths are a token corpus, whose records are
+	// each epoch's samples (tokens.go).
+	Tokens *Tokens
 }
 
 // Order is the order's part of the plan: what package order opens.
@@ -233,6 +269,7 @@ func specErr(format string, args ...any) error {
 // place a job's options become a Plan.
 func Check(spec *wire.JobSpec) (Plan, error) {
 	var c Plan
+	var err error
 	if spec == nil {
 		return c, specErr("open without a spec")
 	}
@@ -341,7 +378,7 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	default:
 		return c, specErr("refresh %q: want epoch, or none", spec.Refresh)
 	}
-	if spec.Format != "" && !slices.Contains(dataset.Formats(), spec.Format) {
+	if spec.Format != "" && spec.SeqLen == 0 && !slices.Contains(dataset.Formats(), spec.Format) {
 		return c, specErr("format %q (known: %s)", spec.Format, strings.Join(dataset.Formats(), ", "))
 	}
 	kind := spec.Sampler
@@ -384,9 +421,6 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 		if !sampler.Positional(kind) {
 			return c, specErr("a mixture's sources are in an order that is a function of position (sampler %q)", kind)
 		}
-		if spec.Epoch < c.Mixture.From() {
-			return c, specErr("epoch %d is before the mixture's weights, which start at epoch %d: open it with the weights it had then", spec.Epoch, c.Mixture.From())
-		}
 	}
 	c.Paths = spec.Paths
 	c.DirectUnset = spec.Direct == nil
@@ -421,6 +455,14 @@ func Check(spec *wire.JobSpec) (Plan, error) {
 	}
 	if spec.Start > 0 && (spec.Epochs != 1 || len(spec.SamplerState) > 0 || !o.Positional()) {
 		return c, specErr("start %d (the rest of an epoch begun on another topology) takes one epoch (epochs 1) of an order that is a function of position: not shared, not opportunistic, no saved stream state", spec.Start)
+	}
+	if spec.SeqLen > 0 || tokenOption(spec) != "" {
+		if c.Tokens, err = checkTokens(spec, c); err != nil {
+			return c, err
+		}
+		if c.Tokens.Sequence.Mode == sequence.BestFit {
+			c.Loader.Epochs = 1 // its one epoch (checkTokens)
+		}
 	}
 	return c, nil
 }
@@ -467,7 +509,7 @@ func checkPaths(paths []string) error {
 }
 
 // Mixture is a checked mixture: its sources' files, and its weights from
-// epoch 0 on, the last the current ones.
+// epoch 0 on, each from a place (an epoch and a position of its order).
 type Mixture struct {
 	Sources  [][]string
 	Segments []sampler.Segment
@@ -475,15 +517,12 @@ type Mixture struct {
 	Cycle bool
 }
 
-// From is the epoch the current weights start at.
-func (m *Mixture) From() int { return m.Segments[len(m.Segments)-1].From }
-
 func checkMixture(spec *wire.JobSpec) (*Mixture, error) {
 	if len(spec.Mixture) > maxSources {
 		return nil, specErr("mixture: %d sources, at most %d", len(spec.Mixture), maxSources)
 	}
-	if len(spec.MixtureHistory) > maxWeights {
-		return nil, specErr("mixture_history: %d changes of weights, at most %d", len(spec.MixtureHistory), maxWeights)
+	if len(spec.MixtureHistory)+len(spec.MixtureSchedule) > maxWeights {
+		return nil, specErr("mixture_history and mixture_schedule: %d changes of weights, at most %d", len(spec.MixtureHistory)+len(spec.MixtureSchedule), maxWeights)
 	}
 	m := &Mixture{}
 	switch spec.MixtureStop {
@@ -514,21 +553,36 @@ func checkMixture(spec *wire.JobSpec) (*Mixture, error) {
 		m.Sources = append(m.Sources, s.Paths)
 		cur[i] = s.Weight
 	}
-	from := 0
+	from, at := 0, 0
 	for _, h := range spec.MixtureHistory {
-		if err := weights(h.Weights, fmt.Sprintf("mixture_history until epoch %d", h.Until)); err != nil {
+		if err := weights(h.Weights, fmt.Sprintf("mixture_history until epoch %d position %d", h.Until, h.Position)); err != nil {
 			return nil, err
 		}
-		if h.Until <= from || h.Until > maxEpoch {
-			return nil, specErr("mixture_history: weights until epoch %d after epoch %d, want increasing epochs", h.Until, from)
+		if h.Until > maxEpoch || h.Position < 0 || h.Position > sampler.MaxPositions || h.Until < from || h.Until == from && h.Position <= at {
+			return nil, specErr("mixture_history: weights until epoch %d position %d after epoch %d position %d, want increasing places", h.Until, h.Position, from, at)
 		}
-		m.Segments = append(m.Segments, sampler.Segment{From: from, Weights: h.Weights})
-		from = h.Until
+		m.Segments = append(m.Segments, sampler.Segment{From: from, At: at, Weights: h.Weights})
+		from, at = h.Until, h.Position
 	}
 	if err := weights(cur, "mixture"); err != nil {
 		return nil, err
 	}
-	m.Segments = append(m.Segments, sampler.Segment{From: from, Weights: cur})
+	m.Segments = append(m.Segments, sampler.Segment{From: from, At: at, Weights: cur})
+	// A schedule's steps are of this run's global batch: positions of the
+	// epoch's order, as a state keeps them, the same on any topology.
+	global := int64(max(1, spec.BatchSize)) * int64(max(1, spec.World))
+	for _, c := range spec.MixtureSchedule {
+		if err := weights(c.Weights, fmt.Sprintf("mixture_schedule from epoch %d step %d", c.Epoch, c.Step)); err != nil {
+			return nil, err
+		}
+		if c.Epoch < 0 || c.Epoch > maxEpoch || c.Step < 0 || int64(c.Step) > sampler.MaxPositions/global {
+			return nil, specErr("mixture_schedule: epoch %d step %d, want epochs 0 to %d and steps of at most 2^50 positions", c.Epoch, c.Step, maxEpoch)
+		}
+		m.Segments = append(m.Segments, sampler.Segment{From: c.Epoch, At: int(int64(c.Step) * global), Weights: c.Weights})
+	}
+	if err := sampler.CheckSegments(m.Segments, len(spec.Mixture), m.Cycle); err != nil {
+		return nil, specErr("%v", err)
+	}
 	return m, nil
 }
 

@@ -64,19 +64,20 @@ func TestOptionsCoverTheSpec(t *testing.T) {
 // fields are matched by name, and nothing else keeps them so.
 func TestOptionKindsMatchTheSpec(t *testing.T) {
 	kinds := map[string][]reflect.Type{
-		"int":     {reflect.TypeFor[int](), reflect.TypeFor[int64](), reflect.TypeFor[uint64]()},
-		"bool":    {reflect.TypeFor[bool](), reflect.TypeFor[*bool]()},
-		"string":  {reflect.TypeFor[string]()},
-		"strings": {reflect.TypeFor[[]string]()},
-		"float":   {reflect.TypeFor[float64]()},
-		"ids":     {reflect.TypeFor[[]int]()},
-		"bytes":   {reflect.TypeFor[[]byte]()},
-		"subset":  {reflect.TypeFor[*wire.Subset]()},
-		"filter":  {reflect.TypeFor[*wire.Filter]()},
-		"mixture": {reflect.TypeFor[[]wire.MixSource]()},
-		"weights": {reflect.TypeFor[[]wire.MixWeights]()},
-		"order":   {reflect.TypeFor[*wire.AutoOrder]()},
-		"states":  {reflect.TypeFor[[]wire.State]()},
+		"int":      {reflect.TypeFor[int](), reflect.TypeFor[int64](), reflect.TypeFor[uint64](), reflect.TypeFor[*int64]()},
+		"bool":     {reflect.TypeFor[bool](), reflect.TypeFor[*bool]()},
+		"string":   {reflect.TypeFor[string]()},
+		"strings":  {reflect.TypeFor[[]string]()},
+		"float":    {reflect.TypeFor[float64]()},
+		"ids":      {reflect.TypeFor[[]int]()},
+		"bytes":    {reflect.TypeFor[[]byte]()},
+		"subset":   {reflect.TypeFor[*wire.Subset]()},
+		"filter":   {reflect.TypeFor[*wire.Filter]()},
+		"mixture":  {reflect.TypeFor[[]wire.MixSource]()},
+		"weights":  {reflect.TypeFor[[]wire.MixWeights]()},
+		"schedule": {reflect.TypeFor[[]wire.MixChange]()},
+		"order":    {reflect.TypeFor[*wire.AutoOrder]()},
+		"states":   {reflect.TypeFor[[]wire.State]()},
 	}
 	for _, o := range Options {
 		f := specField(&wire.JobSpec{}, o.Name)
@@ -112,8 +113,13 @@ func specField(s *wire.JobSpec, name string) reflect.Value {
 	return reflect.Value{}
 }
 
-// setInt sets an integer field to v.
+// setInt sets an integer field (or one an integer pointer points to:
+// an option whose absence is not its zero, eod's) to v.
 func setInt(f reflect.Value, v int64) {
+	if f.Kind() == reflect.Pointer {
+		f.Set(reflect.New(f.Type().Elem()))
+		f = f.Elem()
+	}
 	if f.CanUint() {
 		f.SetUint(uint64(v))
 		return

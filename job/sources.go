@@ -100,6 +100,19 @@ func newSources(store storage.Store, opts dataset.Options, open func(context.Con
 func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options) (*source, error) {
 	opts.Store, opts.IndexDir, opts.IndexInDirOnly, opts.Progress = d.store, d.opts.IndexDir, d.opts.IndexInDirOnly, nil
 	key := sourceKey{paths: pathsKey(paths), opts: opts.Key(), direct: opts.Direct}
+	return d.getKey(ctx, key, paths, func(ctx context.Context) (dataset.Dataset, error) { return d.opener(ctx, opts, paths...) })
+}
+
+// getWith is get of a dataset that open makes (a token corpus's
+// documents) under its own options key: the registry's sharing, versions
+// and keeping open, with another opener.
+func (d *sources) getWith(ctx context.Context, paths []string, opts string, open func(context.Context) (dataset.Dataset, error)) (*source, error) {
+	return d.getKey(ctx, sourceKey{paths: pathsKey(paths), opts: opts}, paths, open)
+}
+
+// getKey is the dataset of key from the registry, opened by open if none
+// is (or if the one there is stale).
+func (d *sources) getKey(ctx context.Context, key sourceKey, paths []string, open func(context.Context) (dataset.Dataset, error)) (*source, error) {
 	for {
 		d.mu.Lock()
 		e, ok := d.open[key]
@@ -107,7 +120,7 @@ func (d *sources) get(ctx context.Context, paths []string, opts dataset.Options)
 			e = &source{key: key, paths: paths, ready: make(chan struct{}), refs: 1}
 			d.open[key] = e
 			d.mu.Unlock()
-			e.ds, e.err = d.safeOpen(ctx, opts, paths)
+			e.ds, e.err = d.safeOpen(ctx, paths, open)
 			d.mu.Lock()
 			if e.err != nil {
 				delete(d.open, key)
@@ -276,14 +289,14 @@ func (d *sources) mix(ctx context.Context, srcs [][]string, opts dataset.Options
 // safeOpen opens a dataset. A parser's panic on a malformed file is a bug,
 // but one job's file must not take the daemon and every other job with
 // it: it becomes this job's error.
-func (d *sources) safeOpen(ctx context.Context, opts dataset.Options, paths []string) (ds dataset.Dataset, err error) {
+func (d *sources) safeOpen(ctx context.Context, paths []string, open func(context.Context) (dataset.Dataset, error)) (ds dataset.Dataset, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			slog.Error("panic opening a dataset", "paths", paths, "panic", p, "stack", string(debug.Stack()))
 			ds, err = nil, fmt.Errorf("riffle failed opening %s (a bug; the daemon's log has the details): %v", paths[0], p)
 		}
 	}()
-	return d.opener(ctx, opts, paths...)
+	return open(ctx)
 }
 
 func isCanceled(err error) bool {

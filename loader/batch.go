@@ -1,6 +1,10 @@
 package loader
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/riffle-ml/riffle/sequence"
+)
 
 // Batch is one batch of records. Record i is IDs[i], its bytes are
 // Data[Off[i] : Off[i]+Len[i]].
@@ -23,6 +27,10 @@ type Batch struct {
 	// Arrow record batch, an IPC message at the start of Data; Off and
 	// Len are then zero.
 	Columns *Columns
+	// Arrays, for a batch of a token corpus's samples (Options.Samples),
+	// are the arrays it is, in Data (sequence's layout); Off and Len are
+	// then zero.
+	Arrays []sequence.Array
 
 	j   *load
 	own bool // Data is the batch's own, not its load's (a batch of rows cut from a window)
@@ -36,6 +44,22 @@ type Columns struct {
 	Body    int
 	Nodes   [][2]int64
 	Buffers [][2]int64
+}
+
+// Used is the bytes of Data the batch holds: its Arrow message, its
+// arrays, or all of it.
+func (b *Batch) Used() []byte {
+	switch {
+	case b.Columns != nil:
+		return b.Data[:b.Columns.Len]
+	case len(b.Arrays) > 0:
+		end := 0
+		for _, a := range b.Arrays {
+			end = max(end, a.Off+a.Len)
+		}
+		return b.Data[:end]
+	}
+	return b.Data
 }
 
 // Record returns record i's bytes, valid until Release.

@@ -18,7 +18,7 @@ var errAbandoned = context.Canceled
 // dispatch starts a planned load's work: its reads go to the engine, its
 // cached records are copied as soon as they are ready.
 func (l *Loader) dispatch(j *load) {
-	if l.tf != nil || l.rows != nil {
+	if l.tf != nil || l.assembled() {
 		if cap(j.raw) < j.rawEnd {
 			j.raw = alignbuf.Make(j.rawEnd+j.rawEnd/8, l.bufAlign)
 		}
@@ -90,7 +90,7 @@ func (l *Loader) request(j *load, i int) *storage.Request {
 // landing is where reads land: the batch, or with a transform the staging
 // buffer it reads from.
 func (j *load) landing() []byte {
-	if j.l.tf != nil || j.l.rows != nil {
+	if j.l.tf != nil || j.l.assembled() {
 		return j.raw
 	}
 	return j.Data
@@ -178,7 +178,7 @@ func (l *Loader) readDone(j *load, i int, err error) {
 			}
 		}
 	}
-	if err != nil || j.failed.Load() || l.tf == nil || l.rows != nil {
+	if err != nil || j.failed.Load() || l.tf == nil || l.assembled() {
 		// (A transform of rows runs once the batch's rows are put
 		// together: rowtf.go.)
 		l.settleUnit(j, u, err)
@@ -366,7 +366,7 @@ func (l *Loader) finishLoad(j *load) {
 	if l.flight != nil && !j.again {
 		l.flight.done(len(j.units))
 	}
-	if l.rows == nil {
+	if !l.assembled() {
 		sheddable := j.sheddable // once done, j may be taken, released and reused
 		close(j.done)
 		if sheddable {
@@ -389,13 +389,17 @@ func (l *Loader) finishLoad(j *load) {
 	l.io.Add(1)
 	go func() {
 		defer l.io.Done()
-		n := l.ncells
 		cell := func(slot, k int) []byte {
-			c := slot*n + k
+			c := j.cellAt[slot] + k
 			if j.cellLen[c] == 0 {
 				return nil
 			}
 			return j.raw[j.cellOff[c] : j.cellOff[c]+j.cellLen[c]]
+		}
+		if l.samples != nil {
+			l.putSamples(j, cell)
+			close(j.done)
+			return
 		}
 		cols, err := l.putRows(l.ctx, j.rowsOut, j.IDs, j.Epoch, cell, j.Data, &j.stage)
 		if err != nil {

@@ -30,6 +30,7 @@ type Loader struct {
 	labels   bool
 	rows     dataset.Rows // records are rows of columns, read as cells
 	ncells   int
+	samples  Samples       // records are a token corpus's samples, read as cells (samples.go)
 	rowTf    *rowTransform // rows: the transform of a column, if any
 	// gathered is the block order whose windows are loaded whole, each a
 	// load its batches are cut from in order (window.go); nil if not.
@@ -163,7 +164,19 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	} else if opts.Column != "" {
 		return nil, fmt.Errorf("loader: column %q: a dataset of %s has records, not columns", opts.Column, ds.Info().Format)
 	}
-	if st, ok := s.(sampler.Staged); ok && l.rows == nil && opts.Transform == nil {
+	if opts.Samples != nil {
+		// A batch of samples is its arrays, put together from its pieces
+		// as read: nothing of it is one record to cache or transform.
+		if l.rows != nil || opts.Transform != nil || opts.Opportunistic > 1 {
+			return nil, fmt.Errorf("loader: samples of a token corpus are read from a dataset of documents, with no transform and no opportunistic windows")
+		}
+		if _, staged := s.(sampler.Staged); staged {
+			return nil, fmt.Errorf("loader: samples of a token corpus in a %T order: its stages are records", s)
+		}
+		l.samples, l.cache = opts.Samples, nil
+		l.bufAlign = max(l.bufAlign, 8) // the arrays are int64
+	}
+	if st, ok := s.(sampler.Staged); ok && !l.assembled() && opts.Transform == nil {
 		// A stage's raw records wait in the cache for their batches. With
 		// a transform the cache holds its outputs, under the same keys:
 		// each record is read when its batch needs it instead.

@@ -192,7 +192,7 @@ func (l *Loader) Memory() int64 { return l.mem.Limit() }
 
 // sheddable says whether the loader's loads can be shed at all.
 func (l *Loader) sheddable() bool {
-	return l.tf == nil && l.rows == nil && !l.cut() && l.staged == nil
+	return l.tf == nil && !l.assembled() && !l.cut() && l.staged == nil
 }
 
 // canShed says whether load j, admitted, can be shed once its reads are done.

@@ -112,6 +112,13 @@ type Options struct {
 	// column's place in each batch. Default the dataset's only Image
 	// column, or its only column of bytes (RowsColumn).
 	Column string
+	// Samples, if set, makes the records an epoch's samples of a token
+	// corpus whose documents are the dataset's (package sequence): a
+	// batch's ids are samples of its epoch, each read as byte ranges of
+	// the dataset's objects (its pieces, coalesced with their neighbours
+	// as a row's cells are) and put together as the batch's arrays
+	// (Batch.Arrays). The sampler's ids are below Samples.Len(epoch).
+	Samples Samples
 	// Workers run the transform; default GOMAXPROCS goroutines of the
 	// loader's own. The daemon shares one set among its jobs.
 	Workers *Workers

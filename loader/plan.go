@@ -41,7 +41,8 @@ type load struct {
 	raw      []byte // with a transform: where reads land, before it runs
 	rawOff   []int  // with a transform: each slot's record in raw
 	rawEnd   int
-	cellOff  []int            // rows: cell k of slot s lands at raw[cellOff[s*ncells+k]]
+	cellAt   []int            // rows, samples: slot s's cells are cellAt[s]..cellAt[s+1] of cellOff and cellLen
+	cellOff  []int            // rows, samples: cell k of slot s lands at raw[cellOff[cellAt[s]+k]]
 	cellLen  []int            // and is this long
 	rowsOut  dataset.RowBatch // rows: the batch the cells make
 	stage    rowStage         // rows with a transform: where the batch is staged and transformed
@@ -146,13 +147,13 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 	l.order(j, e, b)
 	size := l.ds.Len()
 	j.ents = j.ents[:0]
-	if l.rows != nil {
+	if l.assembled() {
 		if err := l.prepareRows(j, e); err != nil {
 			return nil, err
 		}
 	}
 	for slot, id := range j.IDs {
-		if l.rows != nil {
+		if l.assembled() {
 			break
 		}
 		if id < 0 || id >= size {
@@ -171,7 +172,7 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 			j.Len[slot] = l.tf.Size()
 		}
 	}
-	if l.labels {
+	if l.labels && !l.assembled() {
 		j.Labels = grow(j.Labels, n)
 		for slot, id := range j.IDs {
 			j.Labels[slot] = l.ds.Label(id)
@@ -218,31 +219,38 @@ func (l *Loader) prepare(e, b, nb int, bs sampler.Batches, skip []int) (*load, e
 	return j, nil
 }
 
-// prepareRows makes an entry of each cell of each row, and plans the
-// batch the rows make.
+// prepareRows makes an entry of each cell of each row (or sample), and
+// plans the batch they make. A row has NumCells cells; a sample as many
+// as its pieces.
 func (l *Loader) prepareRows(j *load, e int) error {
-	size, k := l.ds.Len(), l.ncells
+	size := l.ds.Len()
+	if l.samples != nil {
+		size = l.samples.Len(e)
+	}
 	for _, id := range j.IDs {
 		if id < 0 || id >= size {
 			return fmt.Errorf("loader: sampler gave id %d outside [0, %d) in epoch %d", id, size, e)
 		}
 	}
 	var err error
-	if j.rowsOut, err = l.rows.PlanBatch(j.IDs); err != nil {
+	if j.rowsOut, err = l.cellsOf(e, j.IDs); err != nil {
 		return err
 	}
 	if l.outCache != nil {
 		l.owe(j.IDs)
 	}
 	var cells []dataset.Loc
+	j.cellAt = grow(j.cellAt, len(j.IDs)+1)
+	j.cellAt[0] = 0
 	for slot, id := range j.IDs {
 		cells = j.rowsOut.Cells(slot, cells[:0])
-		if len(cells) != k {
-			return fmt.Errorf("loader: row %d has %d cells, want %d", id, len(cells), k)
+		if l.rows != nil && len(cells) != l.ncells {
+			return fmt.Errorf("loader: row %d has %d cells, want %d", id, len(cells), l.ncells)
 		}
 		for c, loc := range cells {
 			j.ents = append(j.ents, entry{obj: loc.Object, off: loc.Off, n: loc.Len, id: id, slot: slot, cell: c})
 		}
+		j.cellAt[slot+1] = j.cellAt[slot] + len(cells)
 		j.Off[slot], j.Len[slot] = 0, 0
 	}
 	return nil
@@ -329,12 +337,12 @@ func (l *Loader) layout(j *load) {
 	if a > 1 {
 		gap, near = 0, 0
 	}
-	if l.rows != nil {
-		near = 0 // a row's cells lie in column chunks apart
+	if l.assembled() {
+		near = 0 // a row's cells lie in column chunks apart; a sample's pieces are no records of their own
 	}
 	for k := range j.ents {
 		en := &j.ents[k]
-		if en.n == 0 && l.head+l.tail == 0 && (l.tf == nil || l.rows != nil) {
+		if en.n == 0 && l.head+l.tail == 0 && (l.tf == nil || l.assembled()) {
 			continue // a zero-length record (or cell) needs no read
 		}
 		start := en.off - int64(l.head)
@@ -353,7 +361,7 @@ func (l *Loader) layout(j *load) {
 		}
 		j.units = append(j.units, unit{obj: en.obj, off: as, n: int(ae - as), lo: k, hi: k + 1, read: read})
 	}
-	if l.rows != nil {
+	if l.assembled() {
 		l.layoutCells(j)
 		return
 	}
@@ -425,9 +433,9 @@ func (l *Loader) oneBlock(j *load, a, b *entry) bool {
 // location order, and notes where each cell lands. The batch itself is
 // the message the rows make.
 func (l *Loader) layoutCells(j *load) {
-	k := l.ncells
-	j.cellOff = grow(j.cellOff, len(j.IDs)*k)
-	j.cellLen = grow(j.cellLen, len(j.IDs)*k)
+	cells := j.cellAt[len(j.IDs)]
+	j.cellOff = grow(j.cellOff, cells)
+	j.cellLen = grow(j.cellLen, cells)
 	clear(j.cellLen)
 	a := int64(l.align)
 	dst := int64(0)
@@ -438,13 +446,16 @@ func (l *Loader) layoutCells(j *load) {
 		dst += int64(u.n)
 		for e := u.lo; e < u.hi; e++ {
 			if en := &j.ents[e]; en.n > 0 {
-				c := en.slot*k + en.cell
+				c := j.cellAt[en.slot] + en.cell
 				j.cellOff[c], j.cellLen[c] = u.dst+int(en.off-u.off), en.n
 			}
 		}
 	}
 	j.rawEnd = int(dst)
 	j.end = l.rowsSize(j.rowsOut, len(j.IDs))
+	if l.samples != nil {
+		j.end = j.rowsOut.Size()
+	}
 	j.left.Store(int64(len(j.units)))
 }
 

@@ -69,8 +69,8 @@ const gatherMemory = 3
 // whose memory holds a window's records as often as GatherFits asks.
 func gatheredOf(ds dataset.Dataset, s sampler.Sampler, opts Options) *sampler.Block {
 	b, ok := s.(*sampler.Block)
-	if !ok || b.Window < 2 || opts.Opportunistic > 1 || opts.BatchStride > 1 || b.Blocks() <= b.Window {
-		return nil
+	if !ok || b.Window < 2 || opts.Opportunistic > 1 || opts.BatchStride > 1 || b.Blocks() <= b.Window || opts.Samples != nil {
+		return nil // a token corpus's blocks are best_fit's windows of samples, no byte range to read whole
 	}
 	if _, rows := ds.(dataset.Rows); rows {
 		return nil
@@ -320,7 +320,7 @@ func (l *Loader) cutRows(ctx context.Context, w *window, b *Batch) error {
 		w.cells = make(map[dataset.Loc]int, len(j.ents))
 		for _, en := range j.ents {
 			if en.n > 0 {
-				w.cells[dataset.Loc{Object: en.obj, Off: en.off, Len: en.n}] = j.cellOff[en.slot*l.ncells+en.cell]
+				w.cells[dataset.Loc{Object: en.obj, Off: en.off, Len: en.n}] = j.cellOff[j.cellAt[en.slot]+en.cell]
 			}
 		}
 	}

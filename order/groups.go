@@ -42,12 +42,16 @@ type membership struct {
 // if need be.
 func (gs *Groups) join(owner any, src *Source, opts share.Options, subset *roaring.Bitmap, epoch int) (*share.Member, membership, error) {
 	k := src.Group
+	records := src.DS.Len()
+	if src.Tokens != nil {
+		records = src.Tokens.Len(epoch) // a token corpus's samples; Group keys best_fit's by epoch
+	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	ge, ok := gs.all[k]
 	if !ok {
-		opts.Records = src.DS.Len()
-		ge = &groupEntry{key: k, source: src.Name, records: src.DS.Len(), owners: map[any]int{}, g: share.NewGroup(opts)}
+		opts.Records = records
+		ge = &groupEntry{key: k, source: src.Name, records: records, owners: map[any]int{}, g: share.NewGroup(opts)}
 		gs.all[k] = ge
 	}
 	m, err := ge.g.Join(subset, epoch)

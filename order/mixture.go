@@ -71,11 +71,12 @@ func (o *Order) mixture(src *Source, p Plan, env Env, cfg sampler.Config, subset
 			}
 		}
 	}
-	m, err := sampler.NewMixture(srcs, offs, p.Mixture.Segments, p.Mixture.Cycle)
+	m, err := sampler.NewMixtureAt(srcs, offs, p.Mixture.Segments, p.Mixture.Cycle, p.Epoch)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
 	}
 	o.Samples = m.Len() // an epoch's samples: the schedule's, not every record
+	o.Through = m.Through()
 	s, _, err := cfg.Split(m, "mixture")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSpec, err)
@@ -102,7 +103,7 @@ func (o *Order) shareSources(src *Source, p Plan, env Env, cfg sampler.Config, l
 		}
 		sizes[k] = sampler.Sequential{N: n}
 	}
-	at, err := sampler.NewMixture(sizes, src.DS.(concatenated).Offsets(), p.Mixture.Segments, p.Mixture.Cycle)
+	at, err := sampler.NewMixtureAt(sizes, src.DS.(concatenated).Offsets(), p.Mixture.Segments, p.Mixture.Cycle, p.Epoch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSpec, err)
 	}

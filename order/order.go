@@ -19,19 +19,23 @@ import (
 // opened, and what its share groups keep. Nothing here expands a path or
 // opens a file.
 //
-// Its records are DS's. The next kind of source, a token corpus's samples
-// cut from documents (package sequence: sample i of epoch e a pure
-// function of both, any i in any order), comes in by the same door as a
-// field beside DS: its records are then an epoch's samples, ordered as
-// positions are (the plan's kind, seed, ranks, start and rest apply to
-// them as to records), and what is here about files (a selection, a
-// dataset's own blocks, share groups, O_DIRECT) does not. Concat and pad
-// cut as many samples every epoch; best_fit's count is its epoch's,
-// which a sampler, of one length, does not yet say.
+// Its records are DS's, or, for a token corpus, Tokens': an epoch's
+// samples cut from documents (package sequence: sample i of epoch e a
+// pure function of both, any i in any order), which come in by the same
+// door as a field beside DS. They are ordered as positions are (the
+// plan's kind, seed, ranks and start apply to them as to records), and
+// what is here about files (a selection, a dataset's own blocks, share
+// groups, O_DIRECT) does not. Concat and pad cut as many samples every
+// epoch; best_fit's count is its epoch's, and its job reads one epoch
+// (job.Check), so the sampler, of one length, is of that epoch's.
 type Source struct {
 	// DS is the dataset; a mixture's is its sources one after another
-	// (dataset.NewConcat's, or NewRowsUnion's), each a Part.
+	// (dataset.NewConcat's, or NewRowsUnion's), each a Part. A token
+	// corpus's is the dataset of its documents.
 	DS dataset.Dataset
+	// Tokens, if set, are a token corpus's samples: the records the
+	// order shuffles are its epoch's samples, not DS's records.
+	Tokens Samples
 	// Parts are a mixture's sources, each with a share group of its own;
 	// nil for one source.
 	Parts []*Source
@@ -92,8 +96,9 @@ type Plan struct {
 }
 
 // Mixture is how a mixture's sources are mixed: its weights from epoch 0
-// on (the last the current ones), and whether an epoch ends when every
-// source's is used up (Cycle: all_exhausted) or the first's.
+// on, each from a place (an epoch, a position of its order), and whether
+// an epoch ends when every source's is used up (Cycle: all_exhausted) or
+// the first's.
 type Mixture struct {
 	Segments []sampler.Segment
 	Cycle    bool
@@ -144,6 +149,10 @@ type Order struct {
 	// part already (a share group's members, a shared rest): the loader
 	// takes every batch of it.
 	OwnPart bool
+	// Through, if not -1, is the last epoch the order serves: a
+	// mixture's epochs are as long until its weights change again (the
+	// job reads to it; the next epoch is a job of its own).
+	Through int
 	// Packed says a batch's records are delivered as they lie in its
 	// memory (loader.Batch.PackedOrder): the order inside a batch is the
 	// batch's own, its layout a function of the order (sampler.Packed),
@@ -164,7 +173,15 @@ type Order struct {
 // position, or from every part's places). ctx bounds the open only; Close
 // leaves the share groups Open joined.
 func Open(ctx context.Context, src *Source, p Plan, env Env) (*Order, error) {
-	o := &Order{plan: p, groups: env.Groups}
+	o := &Order{plan: p, groups: env.Groups, Through: -1}
+	if src.Tokens != nil {
+		if err := o.tokens(ctx, src, p, env); err != nil {
+			o.Close()
+			return nil, err
+		}
+		o.OwnPart = o.Shared() || (o.Delivered != nil && p.Share)
+		return o, nil
+	}
 	sel, err := selection(ctx, src, p, env)
 	if err != nil {
 		return nil, err

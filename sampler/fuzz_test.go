@@ -106,7 +106,7 @@ func FuzzMixtureSchedule(f *testing.F) {
 			}
 		}
 		// The cursor is the schedule, from a few places.
-		s := m.plan
+		s := m.pieces[0].plan
 		for _, q := range []int{0, n / 3} {
 			c := s.seek(q)
 			cnt, after := make([]int, 3), make([]int, 3)

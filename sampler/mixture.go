@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"sync"
 )
 
@@ -17,10 +18,16 @@ import (
 // The schedule is Sainte-Laguë's (Webster's) apportionment read as a
 // sequence: source i's k-th draw has the priority (k + 1/2) / w_i, and
 // the mixed order takes draws by increasing priority (ties by source
-// index). After any p positions source i has drawn within one of its
-// quota p·w_i/Σw (Webster's rounding of the quota), so its share over
-// every window is exact up to two draws, where a coin per sample (Hugging
-// Face's interleave_datasets) is off by about √(window·share). The counts
+// index). After any p positions source i has drawn its quota p·s_i (s_i
+// = w_i/Σw) rounded by Webster: count_i - p·s_i = e_i - s_i·Σe_j with
+// each e_j = count_j - t·w_j in [-1/2, 1/2], so it is off by at most
+// (1 + s_i·(K-2))/2 for K sources: under one draw for up to three
+// sources, and for more, under one for a source of share below
+// 1/(K-2) (a divisor method cannot do better for every K: Balinski and
+// Young's quota method does, sequentially, with no closed form to seek
+// by). Over every window its share is so exact up to twice that, where a
+// coin per sample (Hugging Face's interleave_datasets) is off by about
+// √(window·share). The counts
 // after p positions are found by a binary search over the priority, so
 // the mixed order is a function of (epoch, position) like its sources',
 // and resumes, elastically too, without replay.
@@ -34,26 +41,48 @@ import (
 // epochs: a source used up sooner goes on with its own next epochs, as
 // Mosaic's Stream repeats, and each of its own epochs is exactly once.
 //
-// Weights may change between epochs: Segments are the weights from an
-// epoch on. The last segment is the sampler's; those before it only fix
-// how far each source had got (with Cycle) when it began.
+// Weights change at a place: Segments are the weights from position At of
+// epoch From on (issue 48: set_weights takes effect at the next step, not
+// the next epoch). At a change the schedule restarts (Sainte-Laguë from
+// the change's position) and each source goes on from the draws it had
+// made: every source stays within one sample of its share of the
+// positions since the change. An epoch is then pieces, each of one
+// weights from its start, and ends (first_exhausted) at the first draw of
+// a used-up source under the weights of its piece; a change past its end
+// is refused, by name. All_exhausted's epoch is as long as its weights
+// take to use every source up once, so its weights change at an epoch's
+// start only. A Mixture serves one run of epochs of one length: its first
+// epoch's and, until the next change, those after (Through).
 type Mixture struct {
 	sources  []Sampler
 	offsets  []int
 	segments []Segment
 	cycle    bool
-	plan     schedule // the last segment's
-	n        int      // positions per epoch of the last segment
-	prior    []int    // draws of each source before the last segment
+	epoch    int     // the first epoch served
+	through  int     // the last, or -1: every one after
+	pieces   []piece // the epoch's pieces, by start
+	n        int     // positions per epoch
+	from     int     // with cycle: the epoch the segment's stream starts at
 
-	mu    sync.Mutex
-	cur   *cursor     // where the last Fill ended, to go on from without a search
-	perms []epochPerm // each Global source's permutation of its latest epoch
+	mu       sync.Mutex
+	cur      *cursor     // where the last Fill ended, to go on from without a search
+	curPiece int         // the piece cur walks
+	perms    []epochPerm // each Global source's permutation of its latest epoch
 	// src, nth, rest and ids are Fill's scratch: each draw's source and
 	// its draw index, the positions of sources not Global, their ids.
 	src, nth, rest, ids []int
 	// last is where the last Fill ended, for Mark.
 	lastEpoch, lastPos int
+}
+
+// piece is a run of an epoch's positions under one weights: from position
+// start, the schedule of plan restarted there, each source having drawn
+// prior[i] times before it (in the epoch; with cycle, in the segment's
+// epochs before, and every segment's before it).
+type piece struct {
+	start int
+	plan  schedule
+	prior []int
 }
 
 // The bounds of the schedule's arithmetic. A priority (k+1/2)/w is a
@@ -108,21 +137,69 @@ func normalise(ws []float64) []float64 {
 	return out
 }
 
-// Segment is a mixture's weights from epoch From on.
+// Segment is a mixture's weights from position At of epoch From on.
 type Segment struct {
 	From    int
+	At      int
 	Weights []float64
 }
 
+// before says segment a's place comes before b's.
+func (a Segment) before(b Segment) bool { return a.From < b.From || a.From == b.From && a.At < b.At }
+
+// CheckSegments says why segments cannot be a mixture of n sources'
+// weights: the first not from epoch 0's start, places not increasing, a
+// count of weights not n, weights CheckWeights refuses, or (cycle) a
+// change inside an epoch.
+func CheckSegments(segments []Segment, n int, cycle bool) error {
+	if len(segments) == 0 || segments[0].From != 0 || segments[0].At != 0 {
+		return fmt.Errorf("mixture weights: want a first segment from epoch 0's start")
+	}
+	for k, seg := range segments {
+		where := fmt.Sprintf("mixture weights from epoch %d position %d", seg.From, seg.At)
+		if len(seg.Weights) != n {
+			return fmt.Errorf("%s: %d weights for %d sources", where, len(seg.Weights), n)
+		}
+		if err := CheckWeights(seg.Weights); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if seg.From < 0 || seg.From > MaxEpoch || seg.At < 0 || seg.At > MaxPositions {
+			return fmt.Errorf("%s: outside epochs 0 to %d and positions 0 to 2^50", where, MaxEpoch)
+		}
+		if k > 0 && !segments[k-1].before(seg) {
+			return fmt.Errorf("%s after epoch %d position %d: want increasing places", where, segments[k-1].From, segments[k-1].At)
+		}
+		if cycle && seg.At != 0 {
+			return fmt.Errorf("%s: an all_exhausted epoch lasts until its weights have used every source up once, so its weights change at an epoch's start (position 0) only", where)
+		}
+	}
+	return nil
+}
+
 // NewMixture mixes sources (each over its own ids 0..Len-1) whose global
-// ids start at offsets, by the weights of segments (From increasing, the
-// first from epoch 0).
+// ids start at offsets, by the weights of segments, for the epochs of the
+// last segment's weights: NewMixtureAt of its epoch.
 func NewMixture(sources []Sampler, offsets []int, segments []Segment, cycle bool) (*Mixture, error) {
+	e := 0
+	if len(segments) > 0 {
+		e = segments[len(segments)-1].From
+	}
+	return NewMixtureAt(sources, offsets, segments, cycle, e)
+}
+
+// NewMixtureAt mixes sources (each over its own ids 0..Len-1) whose
+// global ids start at offsets, by the weights of segments (places
+// increasing, the first at epoch 0's start), for epoch and the epochs
+// after it that are as long (Through).
+func NewMixtureAt(sources []Sampler, offsets []int, segments []Segment, cycle bool, epoch int) (*Mixture, error) {
 	if len(sources) == 0 || len(offsets) != len(sources) {
 		return nil, fmt.Errorf("mixture of %d sources with %d offsets", len(sources), len(offsets))
 	}
-	if len(segments) == 0 || segments[0].From != 0 {
-		return nil, fmt.Errorf("mixture weights: want a first segment from epoch 0")
+	if err := CheckSegments(segments, len(sources), cycle); err != nil {
+		return nil, err
+	}
+	if epoch < 0 || epoch > MaxEpoch {
+		return nil, fmt.Errorf("mixture: epoch %d", epoch)
 	}
 	lens := make([]int, len(sources))
 	for i, s := range sources {
@@ -130,66 +207,163 @@ func NewMixture(sources []Sampler, offsets []int, segments []Segment, cycle bool
 			return nil, fmt.Errorf("mixture source %d holds no record", i)
 		}
 	}
-	m := &Mixture{sources: sources, offsets: offsets, segments: segments, cycle: cycle, prior: make([]int, len(sources))}
-	var last schedule
+	m := &Mixture{sources: sources, offsets: offsets, segments: segments, cycle: cycle, epoch: epoch, through: -1}
+	// The segment in force at the epoch's start, those starting inside it,
+	// and the first after it, whose epoch (or the one before, if it starts
+	// at one's start) is the last this sampler serves.
+	base := 0
 	for k, seg := range segments {
-		if len(seg.Weights) != len(sources) {
-			return nil, fmt.Errorf("mixture weights from epoch %d: %d weights for %d sources", seg.From, len(seg.Weights), len(sources))
+		if seg.From < epoch || seg.From == epoch && seg.At == 0 {
+			base = k
 		}
-		if err := CheckWeights(seg.Weights); err != nil {
-			return nil, fmt.Errorf("mixture weights from epoch %d: %w", seg.From, err)
-		}
-		if k > 0 && seg.From <= segments[k-1].From {
-			return nil, fmt.Errorf("mixture weights from epoch %d after epoch %d: want increasing epochs", seg.From, segments[k-1].From)
-		}
-		sc := schedule{w: normalise(seg.Weights)}
-		n, ok := sc.epochLen(lens, cycle)
-		if !ok {
-			return nil, fmt.Errorf("mixture weights from epoch %d: an epoch would be over 2^50 positions (all_exhausted waits for the source of least weight per record to be used up): give it a larger weight", seg.From)
-		}
-		if k+1 < len(segments) && cycle {
-			// The segment's epochs ran whole: its draws carry on.
-			if segments[k+1].From-seg.From > MaxPositions/n {
-				return nil, fmt.Errorf("mixture weights from epoch %d to %d: over 2^50 positions", seg.From, segments[k+1].From)
-			}
-			cnt := make([]int, len(sources))
-			sc.counts((segments[k+1].From-seg.From)*n, cnt)
-			for i := range cnt {
-				m.prior[i] += cnt[i]
-			}
-		}
-		last, m.n = sc, n
 	}
-	m.plan = last
-	return m, nil
+	mids := []Segment{segments[base]}
+	for _, seg := range segments[base+1:] {
+		if seg.From == epoch {
+			mids = append(mids, seg)
+			m.through = epoch
+			continue
+		}
+		if m.through < 0 {
+			m.through = seg.From - 1
+		}
+		break
+	}
+	if cycle {
+		return m, m.cycled(lens, segments[:base+1])
+	}
+	return m, m.cut(lens, mids)
+}
+
+// cut makes the epoch's pieces without cycle: each segment's schedule
+// restarted at its place, with the draws made before it; the epoch ends
+// at the first draw of a used-up source under its piece's weights.
+func (m *Mixture) cut(lens []int, segs []Segment) error {
+	prior := make([]int, len(lens))
+	rem := make([]int, len(lens))
+	for k, seg := range segs {
+		sc := schedule{w: normalise(seg.Weights)}
+		p := piece{plan: sc, prior: slices.Clone(prior)}
+		if k > 0 {
+			p.start = seg.At // the first is in force from the epoch's start, wherever it began
+		}
+		for i := range rem {
+			rem[i] = lens[i] - prior[i]
+		}
+		n, ok := sc.epochLen(rem, false)
+		if !ok || n > MaxPositions-p.start {
+			return fmt.Errorf("mixture weights from epoch %d position %d: an epoch would be over 2^50 positions", seg.From, seg.At)
+		}
+		m.pieces = append(m.pieces, p)
+		end := p.start + n
+		if k+1 == len(segs) {
+			m.n = end
+			return nil
+		}
+		next := segs[k+1].At
+		if next > end {
+			return fmt.Errorf("mixture weights from epoch %d position %d: under the weights before them, epoch %d ends at position %d, so no position %d comes; change them at a position of the epoch, or from the next epoch's start (position 0)",
+				segs[k+1].From, next, m.epoch, end, next)
+		}
+		cnt := make([]int, len(lens))
+		sc.counts(next-p.start, cnt)
+		for i := range prior {
+			prior[i] += cnt[i]
+		}
+	}
+	return nil
+}
+
+// cycled makes the piece of an all_exhausted epoch: the last segment's
+// schedule as one stream from its first epoch, each source's draws
+// carrying on from the segments before, whose epochs ran whole.
+func (m *Mixture) cycled(lens []int, segs []Segment) error {
+	prior := make([]int, len(lens))
+	for k, seg := range segs {
+		sc := schedule{w: normalise(seg.Weights)}
+		n, ok := sc.epochLen(lens, true)
+		if !ok {
+			return fmt.Errorf("mixture weights from epoch %d: an epoch would be over 2^50 positions (all_exhausted waits for the source of least weight per record to be used up): give it a larger weight", seg.From)
+		}
+		if k+1 < len(segs) {
+			// The segment's epochs ran whole: its draws carry on.
+			if segs[k+1].From-seg.From > MaxPositions/n {
+				return fmt.Errorf("mixture weights from epoch %d to %d: over 2^50 positions", seg.From, segs[k+1].From)
+			}
+			cnt := make([]int, len(lens))
+			sc.counts((segs[k+1].From-seg.From)*n, cnt)
+			for i := range cnt {
+				prior[i] += cnt[i]
+			}
+			continue
+		}
+		m.pieces, m.n, m.from = []piece{{plan: sc, prior: prior}}, n, seg.From
+	}
+	return nil
 }
 
 func (m *Mixture) Len() int { return m.n }
 
-// From is the epoch the sampler's weights begin at: it serves no epoch
-// before.
-func (m *Mixture) From() int { return m.segments[len(m.segments)-1].From }
+// From is the first epoch the sampler serves, Through the last (-1: every
+// epoch after): the epochs until the weights change again are as long.
+func (m *Mixture) From() int    { return m.epoch }
+func (m *Mixture) Through() int { return m.through }
 
-// Share is source i's expected share of positions.
+// Share is source i's expected share of positions, under the weights of
+// the epoch's last piece.
 func (m *Mixture) Share(i int) float64 {
+	w := m.pieces[len(m.pieces)-1].plan.w
 	var sum float64
-	for _, w := range m.plan.w {
-		sum += w
+	for _, x := range w {
+		sum += x
 	}
-	return m.plan.w[i] / sum
+	return w[i] / sum
+}
+
+// pieceOf is the piece position pos of the epoch is in.
+func (m *Mixture) pieceOf(pos int) int {
+	return sort.Search(len(m.pieces), func(k int) bool { return m.pieces[k].start > pos }) - 1
 }
 
 func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 	n := max(0, min(len(dst), m.n-pos))
-	q, ok := m.at(epoch, pos)
-	if n == 0 || !ok {
-		return 0 // an epoch past the positions the schedule counts: the loader says it got no ids
+	if n == 0 || !m.serves(epoch) {
+		return 0 // an epoch this sampler does not serve: the loader says it got no ids
 	}
 	m.mu.Lock() // one Fill at a time: they share the cursor and the permutations
 	defer m.mu.Unlock()
+	for done := 0; done < n; {
+		k := m.pieceOf(pos + done)
+		end := n
+		if k+1 < len(m.pieces) {
+			end = min(n, m.pieces[k+1].start-pos)
+		}
+		if !m.fillPiece(epoch, k, pos+done, dst[done:end]) {
+			return done
+		}
+		done = end
+	}
+	m.lastEpoch, m.lastPos = epoch, pos+n
+	return n
+}
+
+// serves says the sampler serves epoch.
+func (m *Mixture) serves(epoch int) bool {
+	return epoch >= m.epoch && (m.through < 0 || epoch <= m.through)
+}
+
+// fillPiece fills dst with the ids of positions pos... of epoch, all in
+// piece k; false past the positions the schedule counts. m.mu is held.
+func (m *Mixture) fillPiece(epoch, k, pos int, dst []int) bool {
+	pc := &m.pieces[k]
+	q, ok := m.at(epoch, pos)
+	if !ok {
+		return false
+	}
+	n := len(dst)
 	c := m.cur
-	if c == nil || c.q > q || q-c.q > 4096 {
-		c = m.plan.seek(q)
+	if c == nil || m.curPiece != k || c.q > q || q-c.q > 4096 {
+		c, m.curPiece = pc.plan.seek(q), k
 	}
 	for c.q < q {
 		c.next()
@@ -203,25 +377,24 @@ func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 	}
 	src, nth := m.src[:n], m.nth[:n]
 	rest := m.rest[:0] // positions of draws of other sources
-	for k := range n {
+	for j := range n {
 		i, d := c.next()
-		d += m.prior[i]
-		src[k], nth[k] = i, d
+		d += pc.prior[i]
+		src[j], nth[j] = i, d
 		g, ok := m.sources[i].(Global)
 		if !ok {
-			rest = append(rest, k)
+			rest = append(rest, j)
 			continue
 		}
 		e := epoch
 		if m.cycle {
 			e, d = d/g.N, d%g.N
 		}
-		dst[k] = m.offsets[i] + int(m.perm(i, g, e).at(uint64(d)))
+		dst[j] = m.offsets[i] + int(m.perm(i, g, e).at(uint64(d)))
 	}
 	m.cur, m.rest = c, rest
-	m.lastEpoch, m.lastPos = epoch, pos+n
 	if len(rest) == 0 {
-		return n
+		return true
 	}
 	slices.SortStableFunc(rest, func(a, b int) int { return src[a] - src[b] })
 	if cap(m.ids) < len(rest) {
@@ -239,7 +412,7 @@ func (m *Mixture) Fill(epoch, pos int, dst []int) int {
 		}
 		a = b
 	}
-	return n
+	return true
 }
 
 // perm is source i's permutation of epoch e (a Global g's), made once per
@@ -376,28 +549,30 @@ func (m *Mixture) Restore(state []byte) (int, int, error) {
 // position pos of epoch: where each source's own order is then.
 func (m *Mixture) Draws(epoch, pos int) ([]int, error) {
 	q, ok := m.at(epoch, pos)
-	if !ok {
-		return nil, fmt.Errorf("mixture: epoch %d is past the 2^50 positions its weights' schedule counts from epoch %d (%d positions an epoch)", epoch, m.From(), m.n)
+	if !ok || !m.serves(epoch) {
+		return nil, fmt.Errorf("mixture: epoch %d is not of the weights this schedule serves (epochs %d to %d), or past the 2^50 positions it counts (%d positions an epoch)", epoch, m.epoch, m.through, m.n)
 	}
+	pc := m.pieces[m.pieceOf(pos)]
 	cnt := make([]int, len(m.sources))
-	m.plan.counts(q, cnt)
+	pc.plan.counts(q, cnt)
 	for i := range cnt {
-		cnt[i] += m.prior[i]
+		cnt[i] += pc.prior[i]
 	}
 	return cnt, nil
 }
 
-// at is the schedule's position of position pos of epoch: the epoch's own
-// when the schedule starts again each epoch, else the segment's stream's;
-// false past MaxPositions (or before the segment).
+// at is the schedule's position of position pos of epoch in its piece:
+// counted from the piece's start when the schedule starts again each
+// epoch, else the segment's stream's; false past MaxPositions (or before
+// the segment).
 func (m *Mixture) at(epoch, pos int) (int, bool) {
 	if pos < 0 || pos > m.n {
 		return 0, false
 	}
 	if !m.cycle {
-		return pos, true
+		return pos - m.pieces[m.pieceOf(pos)].start, true
 	}
-	e := epoch - m.From()
+	e := epoch - m.from
 	if e < 0 || e > (MaxPositions-pos)/max(1, m.n) {
 		return 0, false
 	}

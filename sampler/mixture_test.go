@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // mixOf mixes Global orders over sources of lens, seeded apart.
@@ -331,5 +333,135 @@ func TestMixtureHostileWeights(t *testing.T) {
 	}
 	if n := m.Fill(far-1, 0, make([]int, 4)); n != 4 {
 		t.Fatalf("epoch %d, within 2^50 positions: filled %d ids", far-1, n)
+	}
+}
+
+// Weights changed inside an epoch (issue 48: at the next step) restart
+// the schedule there: before the change the order is the old weights',
+// from it on every source is within Webster's bound of its share of the
+// positions since the change (under one draw for up to three sources),
+// and each source's records are still its own order's, each at most once
+// in the epoch.
+func TestMixtureChangeInsideAnEpoch(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		k := rapid.IntRange(2, 4).Draw(t, "sources")
+		lens := make([]int, k)
+		srcs, offs := make([]Sampler, k), make([]int, k)
+		off := 0
+		for i := range lens {
+			lens[i] = rapid.IntRange(20, 300).Draw(t, "len")
+			srcs[i], offs[i] = Global{N: lens[i], Seed: uint64(7 + i)}, off
+			off += lens[i]
+		}
+		weights := func(name string) []float64 {
+			ws := make([]float64, k)
+			for i := range ws {
+				ws[i] = rapid.Float64Range(0.1, 5).Draw(t, name)
+			}
+			return ws
+		}
+		w0, w1 := weights("w0"), weights("w1")
+		epoch := rapid.IntRange(0, 3).Draw(t, "epoch")
+		old, err := NewMixtureAt(srcs, offs, []Segment{{Weights: w0}}, false, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := rapid.IntRange(1, old.Len()).Draw(t, "at")
+		segs := []Segment{{Weights: w0}, {From: epoch, At: at, Weights: w1}}
+		m, err := NewMixtureAt(srcs, offs, segs, false, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Through() != epoch {
+			t.Fatalf("a change inside epoch %d: the sampler serves through %d", epoch, m.Through())
+		}
+		got, was := Order(m, epoch), Order(old, epoch)
+		if !slices.Equal(got[:at], was[:at]) {
+			t.Fatalf("before the change at %d the order is not the old weights'", at)
+		}
+		var sum float64
+		for _, w := range w1 {
+			sum += w
+		}
+		cnt := make([]int, k)
+		drawn := map[int][]int{}
+		for p, id := range got {
+			i := sourceOf(offs, id)
+			drawn[i] = append(drawn[i], id-offs[i])
+			if p < at {
+				continue
+			}
+			cnt[i]++
+			for j := range k {
+				share := w1[j] / sum
+				bound := (1 + share*float64(k-2)) / 2 // 1 at most for 3 sources, 1/2 for 2
+				if quota := float64(p+1-at) * share; math.Abs(float64(cnt[j])-quota) > bound+1e-9 {
+					t.Fatalf("%d positions after the change source %d drew %d, its quota %.2f: off by more than %.3f", p+1-at, j, cnt[j], quota, bound)
+				}
+			}
+		}
+		for i, ids := range drawn {
+			want := Order(Global{N: lens[i], Seed: uint64(7 + i)}, epoch)
+			if !slices.Equal(ids, want[:len(ids)]) {
+				t.Fatalf("source %d's draws are not its epoch's order", i)
+			}
+		}
+		// The epoch ends at the first draw of a used-up source: one more
+		// position would name one.
+		if d, err := m.Draws(epoch, m.Len()); err != nil || !slices.ContainsFunc(lensLeft(lens, d), func(l int) bool { return l == 0 }) {
+			t.Fatalf("the epoch ends at %d with draws %v of %v (%v)", m.Len(), d, lens, err)
+		}
+	})
+}
+
+func lensLeft(lens, draws []int) []int {
+	out := make([]int, len(lens))
+	for i := range lens {
+		out[i] = lens[i] - draws[i]
+	}
+	return out
+}
+
+// Which epochs a mixture serves, and what is refused: a change past its
+// epoch's end, a change inside an all_exhausted epoch, places that do not
+// increase.
+func TestMixtureSegmentsPlaces(t *testing.T) {
+	g := []Sampler{Global{N: 100, Seed: 1}, Global{N: 60, Seed: 2}}
+	offs := []int{0, 100}
+	w := []float64{1, 1}
+	for _, c := range []struct {
+		segs           []Segment
+		epoch, through int
+	}{
+		{[]Segment{{Weights: w}, {From: 3, Weights: w}}, 1, 2},
+		{[]Segment{{Weights: w}, {From: 3, Weights: w}}, 3, -1},
+		{[]Segment{{Weights: w}, {From: 2, At: 5, Weights: w}}, 0, 1},
+		{[]Segment{{Weights: w}, {From: 2, At: 5, Weights: w}}, 2, 2},
+		{[]Segment{{Weights: w}, {From: 2, At: 5, Weights: w}}, 3, -1},
+	} {
+		m, err := NewMixtureAt(g, offs, c.segs, false, c.epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Through() != c.through {
+			t.Errorf("%v at epoch %d: through %d, want %d", c.segs, c.epoch, m.Through(), c.through)
+		}
+		if dst := make([]int, 4); m.Fill(c.epoch+10, 0, dst) != 0 && c.through >= 0 {
+			t.Errorf("%v: filled an epoch past %d", c.segs, c.through)
+		}
+	}
+	for name, c := range map[string]struct {
+		segs  []Segment
+		cycle bool
+		says  string
+	}{
+		"past the end":       {[]Segment{{Weights: w}, {From: 0, At: 1000, Weights: w}}, false, "ends at position"},
+		"inside all_exh.":    {[]Segment{{Weights: w}, {From: 1, At: 3, Weights: w}}, true, "epoch's start"},
+		"not increasing":     {[]Segment{{Weights: w}, {From: 2, At: 5, Weights: w}, {From: 2, At: 5, Weights: w}}, false, "increasing"},
+		"not from 0's start": {[]Segment{{At: 4, Weights: w}}, false, "epoch 0's start"},
+	} {
+		if _, err := NewMixtureAt(g, offs, c.segs, c.cycle, 0); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want an error saying %q", name, err, c.says)
+		}
 	}
 }

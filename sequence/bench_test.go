@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/riffle-ml/riffle/sampler"
 )
 
 // u32 is a corpus held as a corpus.Corpus holds one: 4 bytes a document.
@@ -66,4 +68,50 @@ func BenchmarkEpochTable(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkBestFitOrder finds a batch's samples of a best_fit epoch in
+// the global shuffle of its samples, against a block order over its
+// windows (sampler.NewBlock: the windows shuffled, each window's samples
+// spread over as many batches as the block window says): the global
+// shuffle packs a window again for nearly every sample, the block order
+// once a window. It reports samples/s and the windows packed a sample.
+func BenchmarkBestFitOrder(b *testing.B) {
+	c := synthLens(200_000)
+	s, _ := New(c, Options{SeqLen: 2048, Seed: 1, Mode: BestFit})
+	n := s.Len(0)
+	bounds := s.(Windowed).Windows(0)
+	for _, o := range []struct {
+		name string
+		smp  sampler.Sampler
+	}{
+		{"global", sampler.Global{N: n, Seed: 3}},
+		{"block-window-1", mustBlock(b, bounds, 1)},
+		{"block-window-4", mustBlock(b, bounds, 4)},
+	} {
+		b.Run(o.name, func(b *testing.B) {
+			ids := make([]int, 8)
+			var dst []Piece
+			packs0 := s.(*bestFit).packed.Load()
+			samples := 0
+			for i := 0; b.Loop(); i++ {
+				pos := (i * 8) % (n - 8)
+				o.smp.Fill(0, pos, ids)
+				for _, id := range ids {
+					dst, _ = s.Sample(0, id, dst[:0])
+				}
+				samples += 8
+			}
+			b.ReportMetric(float64(samples)/b.Elapsed().Seconds(), "samples/s")
+			b.ReportMetric(float64(s.(*bestFit).packed.Load()-packs0)/float64(samples), "packs/sample")
+		})
+	}
+}
+
+func mustBlock(b *testing.B, bounds []int, window int) sampler.Sampler {
+	blk, err := sampler.NewBlock(bounds, 3, window)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return blk
 }

@@ -5,7 +5,13 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
+
+// KeptWindows is how many windows best_fit keeps packed: an order that
+// takes its samples from at most this many windows at once packs each
+// once (Windows).
+const KeptWindows = 8
 
 // bestFit packs each window of the epoch's document order by best-fit
 // decreasing (doc.go).
@@ -17,6 +23,8 @@ type bestFit struct {
 	tables  *memo[int, *fitTable]
 	windows *memo[[2]int, *packing]
 	packers sync.Pool
+	// packed counts the windows packed again on demand (Sample).
+	packed atomic.Int64
 }
 
 // fitTable is one epoch's windows: starts[w] is the first sample of
@@ -36,7 +44,8 @@ func newBestFit(c Corpus, o order, opts Options) *bestFit {
 	s := &bestFit{c: c, o: o, seqLen: opts.SeqLen, window: opts.Window}
 	s.packers.New = func() any { return newPacker(opts.SeqLen) }
 	s.tables = newMemo(3, s.table)
-	s.windows = newMemo(8, func(k [2]int) *packing {
+	s.windows = newMemo(KeptWindows, func(k [2]int) *packing {
+		s.packed.Add(1)
 		p := s.packers.Get().(*packer)
 		defer s.packers.Put(p)
 		s.pack(p, k[0], k[1])
@@ -82,7 +91,23 @@ func (s *bestFit) table(epoch int) *fitTable {
 }
 
 func (s *bestFit) Len(epoch int) int     { return s.tables.get(epoch).stats.Samples }
+
+// Windows are epoch's windows as runs of its samples: the first sample of
+// each window, then the epoch's samples. An order that takes a window's
+// samples together packs it once (sampler.NewBlock over them); one that
+// takes them anywhere packs a window again for nearly every sample.
+func (s *bestFit) Windows(epoch int) []int {
+	t := s.tables.get(epoch)
+	out := make([]int, 0, len(t.starts))
+	for i, v := range t.starts {
+		if i == 0 || v > out[len(out)-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
 func (s *bestFit) Width() int            { return s.seqLen }
+func (s *bestFit) SeqLen() int           { return s.seqLen }
 func (s *bestFit) Stats(epoch int) Stats { return s.tables.get(epoch).stats }
 
 func (s *bestFit) Sample(epoch, i int, dst []Piece) ([]Piece, error) {

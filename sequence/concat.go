@@ -44,6 +44,7 @@ func newConcat(c Corpus, o order, opts Options) *concat {
 
 func (s *concat) Len(int) int { return s.samples }
 func (s *concat) Width() int  { return s.seqLen + 1 }
+func (s *concat) SeqLen() int { return s.seqLen }
 
 // table makes epoch's checkpoints in one pass over its document order,
 // split between the cores: each part sums its own documents, and the

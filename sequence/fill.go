@@ -11,12 +11,14 @@ const Ignore = -100
 
 // Arrays are one sample's training arrays, SeqLen long each but
 // CuSeqlens, which Fill cuts to its segments' count plus one (at most
-// SeqLen+1: make its capacity that).
+// SeqLen+1: make its capacity that). Their types are those the models
+// take without a cast (batch.go says why for each): LossMask is float32,
+// as Megatron's GPTDataset makes it, to multiply the per-token losses.
 type Arrays struct {
 	InputIDs    []int64
 	Labels      []int64
 	PositionIDs []int64
-	LossMask    []uint8
+	LossMask    []float32
 	CuSeqlens   []int32
 }
 
@@ -26,7 +28,7 @@ func NewArrays(seqLen int) *Arrays {
 		InputIDs:    make([]int64, seqLen),
 		Labels:      make([]int64, seqLen),
 		PositionIDs: make([]int64, seqLen),
-		LossMask:    make([]uint8, seqLen),
+		LossMask:    make([]float32, seqLen),
 		CuSeqlens:   make([]int32, 0, seqLen+1),
 	}
 }

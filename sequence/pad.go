@@ -1,7 +1,5 @@
 package sequence
 
-import "github.com/riffle-ml/riffle/sampler"
-
 // pad is one document a sample, its first SeqLen+1 tokens at most.
 type pad struct {
 	c      Corpus
@@ -29,12 +27,13 @@ func newPad(c Corpus, o order, opts Options) *pad {
 
 func (s *pad) Len(int) int           { return s.o.n }
 func (s *pad) Width() int            { return s.seqLen + 1 }
+func (s *pad) SeqLen() int           { return s.seqLen }
 func (s *pad) Stats(epoch int) Stats { return s.stats }
 
 func (s *pad) Sample(epoch, i int, dst []Piece) ([]Piece, error) {
 	if i < 0 || i >= s.o.n {
 		return dst, outside(epoch, i, s.o.n)
 	}
-	d := sampler.Global{N: s.o.n, Seed: s.o.seed}.At(epoch, i)
+	d := s.o.at(epoch, i)
 	return append(dst, Piece{Doc: d, Len: int(min(s.c.Len(d), int64(s.seqLen)+1))}), nil
 }

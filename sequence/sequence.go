@@ -45,6 +45,10 @@ type Options struct {
 	Mode Mode
 	// Seed keys the epochs' document orders.
 	Seed uint64
+	// InOrder keeps the documents in the corpus's order every epoch (a
+	// job that reads without shuffling: an evaluation), instead of the
+	// global shuffle of Seed and the epoch.
+	InOrder bool
 	// PadLast keeps concat's last partial sample, padded.
 	PadLast bool
 	// Window is best_fit's documents per window; default 1024: on
@@ -67,8 +71,17 @@ type Samples interface {
 	// Width is the most tokens a sample holds: SeqLen+1 (concat, pad) or
 	// SeqLen (best_fit).
 	Width() int
+	// SeqLen is the inputs of a sample.
+	SeqLen() int
 	// Stats are an epoch's padding and truncation.
 	Stats(epoch int) Stats
+}
+
+// Windowed is implemented by samples cut window by window (best_fit's):
+// Windows are an epoch's windows as runs of its samples, the first sample
+// of each and the epoch's samples at the end.
+type Windowed interface {
+	Windows(epoch int) []int
 }
 
 // Stats describe an epoch's samples.
@@ -120,7 +133,7 @@ func New(c Corpus, opts Options) (Samples, error) {
 	if c.InBand() && opts.Mode != Concat {
 		return nil, fmt.Errorf("%s: %w: a flat token file's documents are found by its EOD tokens inside each sample, so it is cut in file order (concat); to pack or pad its documents, make it a Megatron corpus: corpus.EODLengths reads it once and corpus.WriteIndex writes the .idx beside it", opts.Mode, ErrInBand)
 	}
-	o := order{n: c.Docs(), seed: opts.Seed, inOrder: c.InBand()}
+	o := order{n: c.Docs(), seed: opts.Seed, inOrder: c.InBand() || opts.InOrder}
 	switch opts.Mode {
 	case Concat:
 		return newConcat(c, o, opts), nil
@@ -146,6 +159,14 @@ func (o order) fill(epoch, pos int, dst []int) int {
 		return sampler.Sequential{N: o.n}.Fill(epoch, pos, dst)
 	}
 	return sampler.Global{N: o.n, Seed: o.seed}.Fill(epoch, pos, dst)
+}
+
+// at is the document at position pos of epoch.
+func (o order) at(epoch, pos int) int {
+	if o.inOrder {
+		return pos
+	}
+	return sampler.Global{N: o.n, Seed: o.seed}.At(epoch, pos)
 }
 
 // memo keeps the few most recent values of a pure function of a key

@@ -435,7 +435,7 @@ func refFill(S int, pieces []Piece, tokens []int64, pad, eod int64) Arrays {
 		}
 		start := a.CuSeqlens[len(a.CuSeqlens)-1]
 		a.PositionIDs = append(a.PositionIDs, int64(i)-int64(start))
-		mask := uint8(0)
+		mask := float32(0)
 		if a.Labels[i] != Ignore {
 			mask = 1
 		}
@@ -462,13 +462,13 @@ func TestFillCases(t *testing.T) {
 		want   Arrays
 	}{
 		{"concat: two documents, the last token a label only", 6, []Piece{{0, 5, 3}, {1, 0, 4}}, []int64{10, 11, 12, 20, 21, 22, 23}, -1,
-			Arrays{[]int64{10, 11, 12, 20, 21, 22}, []int64{11, 12, Ignore, 21, 22, 23}, []int64{0, 1, 2, 0, 1, 2}, []uint8{1, 1, 0, 1, 1, 1}, []int32{0, 3, 6}}},
+			Arrays{[]int64{10, 11, 12, 20, 21, 22}, []int64{11, 12, Ignore, 21, 22, 23}, []int64{0, 1, 2, 0, 1, 2}, []float32{1, 1, 0, 1, 1, 1}, []int32{0, 3, 6}}},
 		{"best_fit: padded", 6, []Piece{{0, 0, 2}, {1, 0, 2}}, []int64{10, 11, 20, 21}, -1,
-			Arrays{[]int64{10, 11, 20, 21, P, P}, []int64{11, Ignore, 21, Ignore, Ignore, Ignore}, []int64{0, 1, 0, 1, 0, 1}, []uint8{1, 0, 1, 0, 0, 0}, []int32{0, 2, 4, 6}}},
+			Arrays{[]int64{10, 11, 20, 21, P, P}, []int64{11, Ignore, 21, Ignore, Ignore, Ignore}, []int64{0, 1, 0, 1, 0, 1}, []float32{1, 0, 1, 0, 0, 0}, []int32{0, 2, 4, 6}}},
 		{"flat: documents end at EOD 2", 6, []Piece{{0, 0, 7}}, []int64{5, 2, 7, 8, 2, 9, 4}, 2,
-			Arrays{[]int64{5, 2, 7, 8, 2, 9}, []int64{2, Ignore, 8, 2, Ignore, 4}, []int64{0, 1, 0, 1, 2, 0}, []uint8{1, 0, 1, 1, 0, 1}, []int32{0, 2, 5, 6}}},
+			Arrays{[]int64{5, 2, 7, 8, 2, 9}, []int64{2, Ignore, 8, 2, Ignore, 4}, []int64{0, 1, 0, 1, 2, 0}, []float32{1, 0, 1, 1, 0, 1}, []int32{0, 2, 5, 6}}},
 		{"pad: a short document", 4, []Piece{{3, 0, 1}}, []int64{7}, -1,
-			Arrays{[]int64{7, P, P, P}, []int64{Ignore, Ignore, Ignore, Ignore}, []int64{0, 0, 1, 2}, []uint8{0, 0, 0, 0}, []int32{0, 1, 4}}},
+			Arrays{[]int64{7, P, P, P}, []int64{Ignore, Ignore, Ignore, Ignore}, []int64{0, 0, 1, 2}, []float32{0, 0, 0, 0}, []int32{0, 1, 4}}},
 	}
 	for _, c := range cases {
 		a := NewArrays(c.S)

@@ -18,6 +18,7 @@ import (
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/loader"
+	"github.com/riffle-ml/riffle/sequence"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -131,7 +132,7 @@ func openedMsg(d job.Description) *wire.Msg {
 	m := &wire.Msg{
 		Op: wire.OpOpened, Records: d.Records, Positions: d.Positions, Batches: d.Batches, Left: d.Left,
 		Samples: d.Samples, DatasetVersion: d.Version, MemoryBytes: d.Memory, Stream: d.Stream, Generations: d.Generations,
-		Auto: d.Auto, Order: &d.Order, Delivered: d.Delivered, Direct: d.Direct,
+		Auto: d.Auto, Order: &d.Order, Delivered: d.Delivered, Direct: d.Direct, Tokens: d.Tokens, Epochs: d.Epochs,
 		Info: &wire.Info{Format: inf.Format, RecordSize: inf.RecordSize, Dtype: inf.Dtype, Shape: inf.Shape,
 			Classes: inf.Classes, Header: inf.Header, Paths: inf.Paths, Shared: d.Shared,
 			Columns: wireColumns(d.Columns), Schema: inf.Schema, Offsets: d.Offsets},
@@ -163,11 +164,10 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	if b.Labels != nil {
 		metaLen += 8 * n
 	}
-	data := b.Data
+	data := b.Used()
 	var arrow *wire.Arrow
 	if c := b.Columns; c != nil {
 		// A batch of rows: one Arrow message, and its table after the ids.
-		data = b.Data[:c.Len]
 		arrow = &wire.Arrow{Body: int64(c.Body), Nodes: len(c.Nodes), Buffers: len(c.Buffers)}
 		metaLen += 16 * (len(c.Nodes) + len(c.Buffers))
 	}
@@ -222,7 +222,7 @@ func (h *handle) next(ctx context.Context) (*wire.Msg, [][]byte, error) {
 	h.records.Add(int64(n))
 	h.bytes.Add(int64(len(data)))
 	m := &wire.Msg{Op: wire.OpBatch, Job: h.id, Seq: seq, Epoch: b.Epoch, Index: b.Index, Last: b.Last, N: n,
-		DataLen: int64(len(data)), Labels: b.Labels != nil, Arrow: arrow,
+		DataLen: int64(len(data)), Labels: b.Labels != nil, Arrow: arrow, Arrays: wireArrays(b.Arrays),
 		State: &wire.State{Epoch: st.Epoch, Batch: st.Batch, Sampler: st.Sampler, Skip: st.Skip}}
 	if h.inline {
 		// Bytes and metadata follow the header; the caller releases the
@@ -353,6 +353,18 @@ func (h *handle) close() {
 		h.s.budget.release(h.hold)
 		h.s.retire(h)
 	})
+}
+
+// wireArrays copies a batch's arrays into the wire's form.
+func wireArrays(as []sequence.Array) []wire.Array {
+	if as == nil {
+		return nil
+	}
+	out := make([]wire.Array, len(as))
+	for i, a := range as {
+		out[i] = wire.Array{Name: a.Name, Dtype: a.Dtype, Shape: a.Shape, Off: int64(a.Off), Len: int64(a.Len)}
+	}
+	return out
 }
 
 // wireColumns copies column descriptions into the wire's form.

@@ -123,6 +123,14 @@ type Msg struct {
 	Info           *Info  `json:"info,omitempty"`
 	ArenaSize      int64  `json:"arena_size,omitempty"`   // bytes of the shared arena; 0 means batches come inline
 	MemoryBytes    int64  `json:"memory_bytes,omitempty"` // the job's bound on batches in flight and held
+	// Epochs is how many epochs the job delivers from its epoch, 0 without
+	// end: a job asked for more reads fewer when its order changes after
+	// them (a mixture's weights, best_fit's samples), and a client opens
+	// the next epoch as a job of its own.
+	Epochs int `json:"epochs,omitempty"`
+	// Tokens, for a job of a token corpus's samples, says what the
+	// corpus is, how its samples are cut, and the arrays a batch holds.
+	Tokens *Tokens `json:"tokens,omitempty"`
 	// Stream says the job's sampler has a state to save that batches do
 	// not carry: ask for it with a "state" request.
 	Stream bool     `json:"stream,omitempty"`
@@ -141,6 +149,9 @@ type Msg struct {
 	Payload int64  `json:"payload,omitempty"` // bytes that follow the header in this frame
 	// Arrow, for a dataset of rows, says the batch is an Arrow record batch.
 	Arrow *Arrow `json:"arrow,omitempty"`
+	// Arrays, for a batch of a token corpus's samples, are its arrays:
+	// each one's name, dtype, shape and bytes from data_off (Tokens).
+	Arrays []Array `json:"arrays,omitempty"`
 	// State is the job's place after this batch: what a checkpoint saves
 	// and a resumed job's spec gives back (epoch, batch, sampler_state, skip).
 	State *State `json:"state,omitempty"`
@@ -208,13 +219,38 @@ type JobSpec struct {
 	// the first source's epoch is used up) or "all_exhausted" (when every
 	// source's is, the sooner ones going on into their next epochs).
 	MixtureStop string `json:"mixture_stop,omitempty"`
-	// MixtureHistory are the weights of the epochs before Mixture's, in
-	// order: weights changed at an epoch carry the sources on from where
-	// the old ones left them.
+	// MixtureHistory are the weights before Mixture's, in order, each
+	// until a place (an epoch, and a position of its order): weights
+	// changed at a place carry the sources on from where the old ones
+	// left them.
 	MixtureHistory []MixWeights `json:"mixture_history,omitempty"`
+	// MixtureSchedule are weights the mixture changes to after Mixture's,
+	// in order, each from a global step (a batch index of the global
+	// batch, batch_size x world positions of the epoch's order).
+	MixtureSchedule []MixChange `json:"mixture_schedule,omitempty"`
 	// Transform names a transform the daemon runs on each record
 	// ("name" or "name:key=value,..."), shared by jobs asking the same.
 	Transform string `json:"transform,omitempty"`
+
+	// A token corpus (docs/tokens.md). With SeqLen, Paths are a corpus's
+	// files (Megatron .idx/.bin prefixes, flat token files, 1-D token
+	// .npy, a tokenized column of Arrow files or a Hugging Face
+	// directory) and the records are each epoch's samples of SeqLen
+	// tokens, cut as Packing says ("concat", the default, "best_fit" or
+	// "pad"); PadLast keeps concat's last partial sample, padded. EOD is
+	// the end-of-document token, VocabSize the vocabulary (a token at or
+	// above it is an error), PadID the input id of padding; TokenDtype is
+	// a flat file's dtype and TokenColumn an Arrow corpus's column;
+	// PackWindow is best_fit's documents per window.
+	SeqLen      int    `json:"seq_len,omitempty"`
+	Packing     string `json:"packing,omitempty"`
+	PadLast     bool   `json:"pad_last,omitempty"`
+	EOD         *int64 `json:"eod,omitempty"`
+	VocabSize   int64  `json:"vocab_size,omitempty"`
+	PadID       int64  `json:"pad_id,omitempty"`
+	TokenDtype  string `json:"token_dtype,omitempty"`
+	TokenColumn string `json:"token_column,omitempty"`
+	PackWindow  int    `json:"pack_window,omitempty"`
 
 	// The order.
 	Shuffle   bool   `json:"shuffle"`
@@ -320,10 +356,19 @@ type MixSource struct {
 	Weight float64  `json:"weight"`
 }
 
-// MixWeights are a mixture's weights for the epochs before Until (from
-// the Until of the weights before them).
+// MixWeights are a mixture's weights until position Position of epoch
+// Until (from the place of the weights before them): positions of the
+// epoch's order over every rank, so a place is the same on any topology.
 type MixWeights struct {
-	Until   int       `json:"until"`
+	Until    int       `json:"until"`
+	Position int       `json:"position,omitempty"`
+	Weights  []float64 `json:"weights"`
+}
+
+// MixChange is a mixture's weights from global step Step of epoch Epoch.
+type MixChange struct {
+	Epoch   int       `json:"epoch"`
+	Step    int       `json:"step"`
 	Weights []float64 `json:"weights"`
 }
 
@@ -555,6 +600,41 @@ type Arrow struct {
 	Body    int64 `json:"body"`
 	Nodes   int   `json:"nodes"`
 	Buffers int   `json:"buffers"`
+}
+
+// Tokens describes a job of a token corpus's samples (docs/tokens.md):
+// the corpus (its documents, tokens and dtype), how samples are cut (of
+// SeqLen inputs, by Packing), their input id of padding, end-of-document
+// token (-1: none) and vocabulary (0: unchecked), the epoch's rates of
+// padding (input positions), cut documents and dropped tokens, and the
+// arrays of a whole batch of batch_size samples, in the order they lie
+// (cu_seqlens's shape [-1]: each batch's own, its length the most it may
+// be). PerEpoch says the number of samples differs by epoch (best_fit):
+// a job reads one epoch.
+type Tokens struct {
+	SeqLen    int     `json:"seq_len"`
+	Packing   string  `json:"packing"`
+	Documents int     `json:"documents"`
+	Tokens    int64   `json:"tokens"`
+	Dtype     string  `json:"dtype"`
+	PadID     int64   `json:"pad_id"`
+	EOD       int64   `json:"eod"`
+	Vocab     int64   `json:"vocab_size,omitempty"`
+	Padding   float64 `json:"padding"`
+	Cut       float64 `json:"cut"`
+	Dropped   float64 `json:"dropped"`
+	PerEpoch  bool    `json:"per_epoch,omitempty"`
+	Arrays    []Array `json:"arrays"`
+}
+
+// Array is one array of a batch: its name, numpy dtype and shape (a 0-d
+// array's is []), and its Len bytes at Off from the batch's data_off.
+type Array struct {
+	Name  string `json:"name"`
+	Dtype string `json:"dtype"`
+	Shape []int  `json:"shape"`
+	Off   int64  `json:"off"`
+	Len   int64  `json:"len"`
 }
 
 // ErrFrame says a frame was malformed.

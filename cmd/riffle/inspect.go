@@ -14,6 +14,8 @@ import (
 	"github.com/riffle-ml/riffle/columnar"
 	"github.com/riffle-ml/riffle/corpus"
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/sequence"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 func inspectCmd() *cobra.Command {
@@ -121,29 +123,51 @@ func inspectCmd() *cobra.Command {
 	return cmd
 }
 
-// tokenFlags say how to read a token corpus (package corpus): a
-// Megatron .bin/.idx pair is one by its names; a flat token file, a
-// token .npy or a tokenized column of Arrow or Hugging Face data is one
-// when these flags say so.
+// tokenFlags say how to read a token corpus (package corpus), by the
+// job options' names (--token-dtype is token_dtype): a Megatron .bin/.idx
+// pair is one by its names; a flat token file, a token .npy or a
+// tokenized column of Arrow or Hugging Face data is one when these flags
+// say so. With --seq-len, its samples (package sequence) are cut as
+// --packing says.
 type tokenFlags struct {
-	dtype  string
-	eod    int64
-	vocab  int64
-	column string
+	dtype   string
+	eod     int64
+	vocab   int64
+	column  string
+	seqLen  int
+	packing string
+	padLast bool
+	padID   int64
+	window  int
 }
 
 func (f *tokenFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.dtype, "dtype", "", "a flat token file's token type (uint16 for nanoGPT's .bin): read it as a token corpus")
-	fl.Int64Var(&f.eod, "eod", -1, "the end-of-document token of a flat or .npy token corpus")
-	fl.Int64Var(&f.vocab, "vocab", 0, "the vocabulary's size: inspect reads every token and fails on one at or above it")
+	fl.StringVar(&f.dtype, "token-dtype", "", "a flat token file's token type (uint16 for nanoGPT's .bin): read it as a token corpus")
+	fl.Int64Var(&f.eod, "eod", -1, "the end-of-document token")
+	fl.Int64Var(&f.vocab, "vocab-size", 0, "the vocabulary's size: a token at or above it is an error naming its file and offset")
 	fl.StringVar(&f.column, "token-column", "", "read this column of Arrow or Hugging Face data (input_ids) as a token corpus")
+	fl.IntVar(&f.seqLen, "seq-len", 0, "a sample's inputs: the corpus's records are its samples (docs/tokens.md)")
+	fl.StringVar(&f.packing, "packing", "", "how documents become samples: concat (default), best_fit or pad")
+	fl.BoolVar(&f.padLast, "pad-last", false, "concat: keep the epoch's last partial sample, padded")
+	fl.Int64Var(&f.padID, "pad-id", 0, "the input id of padding")
+	fl.IntVar(&f.window, "pack-window", 0, "best_fit: the documents packed together (default 1024)")
+}
+
+// spec puts the flags in a job's spec.
+func (f *tokenFlags) spec(cmd *cobra.Command, s *wire.JobSpec) {
+	s.SeqLen, s.Packing, s.PadLast, s.VocabSize, s.PadID = f.seqLen, f.packing, f.padLast, f.vocab, f.padID
+	s.TokenDtype, s.TokenColumn, s.PackWindow = f.dtype, f.column, f.window
+	if cmd.Flags().Changed("eod") {
+		eod := f.eod
+		s.EOD = &eod
+	}
 }
 
 // wanted says whether args name a token corpus: by the flags, or by a
 // Megatron index's name (a .idx, a .bin with its .idx, or a prefix).
 func (f *tokenFlags) wanted(cmd *cobra.Command, df *datasetFlags, args []string) bool {
-	if f.dtype != "" || f.column != "" || cmd.Flags().Changed("eod") || cmd.Flags().Changed("vocab") {
+	if f.dtype != "" || f.column != "" || f.seqLen > 0 || cmd.Flags().Changed("eod") || cmd.Flags().Changed("vocab-size") {
 		return true
 	}
 	if df.opts.Format != "" {
@@ -220,6 +244,19 @@ func inspectCorpus(cmd *cobra.Command, tf *tokenFlags, df *datasetFlags, args []
 			return err
 		}
 		fmt.Fprintf(out, "checked:   every token below the vocabulary of %d\n", tf.vocab)
+	}
+	if tf.seqLen > 0 {
+		mode := sequence.Mode(tf.packing)
+		if mode == "" {
+			mode = sequence.Concat
+		}
+		s, err := sequence.New(c, sequence.Options{SeqLen: tf.seqLen, Mode: mode, PadLast: tf.padLast, Window: tf.window})
+		if err != nil {
+			return err
+		}
+		st := s.Stats(0)
+		fmt.Fprintf(out, "samples:   %d of seq_len %d (%s, epoch 0 of seed 0): padding %.3f%% of inputs, %.3f%% of documents cut, %.3f%% of tokens dropped\n",
+			st.Samples, st.SeqLen, mode, 100*st.PaddingRate(), 100*st.CutRate(), 100*st.DropRate())
 	}
 	for d := range min(first, c.Docs()) {
 		toks := make([]int64, min(c.Len(d), 16))

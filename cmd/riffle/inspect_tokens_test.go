@@ -29,18 +29,18 @@ func TestInspectTokenCorpus(t *testing.T) {
 			}
 		}
 	}
-	out, err := run(t, inspectCmd(), p, "--vocab", "1000", "--first", "0")
+	out, err := run(t, inspectCmd(), p, "--vocab-size", "1000", "--first", "0")
 	if err != nil || !strings.Contains(out, "checked:   every token below the vocabulary of 1000") {
-		t.Fatalf("inspect --vocab 1000: %v\n%s", err, out)
+		t.Fatalf("inspect --vocab-size 1000: %v\n%s", err, out)
 	}
-	_, err = run(t, inspectCmd(), p, "--vocab", "900", "--first", "0")
+	_, err = run(t, inspectCmd(), p, "--vocab-size", "900", "--first", "0")
 	if err == nil || !strings.Contains(err.Error(), p+".bin at offset") || !strings.Contains(err.Error(), "outside the vocabulary [0, 900)") {
-		t.Fatalf("inspect --vocab 900: %v", err)
+		t.Fatalf("inspect --vocab-size 900: %v", err)
 	}
 	// A flat token file is a token corpus when given its dtype.
 	flat := filepath.Join(t.TempDir(), "train.bin")
 	os.WriteFile(flat, []byte{1, 0, 2, 0, 0, 0, 3, 0}, 0o644)
-	out, err = run(t, inspectCmd(), flat, "--dtype", "uint16", "--eod", "0")
+	out, err = run(t, inspectCmd(), flat, "--token-dtype", "uint16", "--eod", "0")
 	if err != nil || !strings.Contains(out, "documents: 1 files, whose documents end at EOD tokens") || !strings.Contains(out, "[1 2 0 3]") {
 		t.Fatalf("inspect of a flat token file: %v\n%s", err, out)
 	}

@@ -32,6 +32,16 @@ type loadReport struct {
 	PagesKept     int64 `json:"pages_kept,omitempty"`
 	PagesDropped  int64 `json:"pages_dropped,omitempty"`
 	RecordsPassed int64 `json:"records_passed,omitempty"`
+	// Of a token corpus (--seq-len): the epoch's samples not delivered
+	// (its samples are its job's count), its tokens in them (inputs that
+	// are not padding) and their rate, and its rates of padding (of the
+	// input positions), cut documents and dropped tokens.
+	Missing   int     `json:"missing,omitempty"`
+	Tokens    int64   `json:"tokens,omitempty"`
+	TokensSec float64 `json:"tokens_per_sec,omitempty"`
+	Padding   float64 `json:"padding,omitempty"`
+	Cut       float64 `json:"cut,omitempty"`
+	Dropped   float64 `json:"dropped,omitempty"`
 }
 
 type sourceCount struct {
@@ -43,6 +53,7 @@ type sourceCount struct {
 func loadCmd() *cobra.Command {
 	var (
 		df                      datasetFlags
+		tf                      tokenFlags
 		mixture                 []string
 		stop, sampler, ids      string
 		glob, refresh           string
@@ -64,8 +75,15 @@ sources, each --mixture PATHS=WEIGHT (PATHS: files or globs, comma-
 separated), over a subset (--ids, --label, --min-size, --max-size, --glob,
 --dedup). For each epoch it prints the samples, the samples per second,
 the records delivered twice (0 unless the order repeats) and, for a
-mixture, each source's samples and share against its weight's.`,
-		Example: "  riffle load --mixture 'web/*.jsonl=0.7' --mixture 'code/*.jsonl=0.3' --epochs 2\n  riffle load train.npy --ids keep.npy --dedup",
+mixture, each source's samples and share against its weight's.
+
+With --seq-len the paths (or each mixture source) are a token corpus
+(Megatron prefixes or .idx/.bin names, flat token files with
+--token-dtype, 1-D .npy, an Arrow or Hugging Face --token-column) and
+the records are each epoch's samples, cut as --packing says: each epoch
+also prints its tokens per second, its padding and cut rates, and the
+samples of the epoch never delivered (0: each exactly once).`,
+		Example: "  riffle load --mixture 'web/*.jsonl=0.7' --mixture 'code/*.jsonl=0.3' --epochs 2\n  riffle load train.npy --ids keep.npy --dedup\n  riffle load corpus.idx --seq-len 2048 --packing best_fit",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := &wire.JobSpec{Paths: args, Format: df.opts.Format, RecordSize: df.opts.RecordSize, HeaderBytes: df.opts.HeaderBytes,
 				CSVHeader: df.opts.CSVHeader, SkipCRC: df.opts.SkipCRC, DropPartial: df.opts.DropPartialTail, Direct: df.direct(cmd),
@@ -73,6 +91,10 @@ mixture, each source's samples and share against its weight's.`,
 				Shuffle: sampler != "sequential", Sampler: sampler, Seed: seed, BatchSize: batch, Epochs: epochs, Epoch: epoch,
 				MixtureStop: stop, Dedup: dedup, Refresh: refresh, Ordered: &ordered, MinRandomness: minRL, MemoryBytes: memory,
 				BlockSize: blockSize, Window: window}
+			tf.spec(cmd, spec)
+			if tf.seqLen > 0 {
+				return loadTokens(cmd, spec, mixture, df, jsonOut)
+			}
 			var weights []float64
 			for _, m := range mixture {
 				paths, w, ok := strings.Cut(m, "=")
@@ -189,6 +211,7 @@ mixture, each source's samples and share against its weight's.`,
 		},
 	}
 	df.register(cmd)
+	tf.register(cmd)
 	fl := cmd.Flags()
 	fl.StringArrayVar(&mixture, "mixture", nil, "a source of a weighted mixture, PATHS=WEIGHT (repeat it; instead of PATH)")
 	fl.StringVar(&stop, "mixture-stop", "", "first_exhausted (default) or all_exhausted")
@@ -211,4 +234,92 @@ mixture, each source's samples and share against its weight's.`,
 	fl.BoolVar(&ordered, "ordered", false, "keep the order inside batches")
 	fl.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// loadTokens loads spec's token corpus epoch by epoch, a job an epoch (a
+// best_fit epoch's samples are its own): each epoch's samples per
+// second, tokens per second (inputs that are not padding), its padding,
+// cut and dropped rates as its job says, and a check that the epoch
+// delivered each of its samples exactly once.
+func loadTokens(cmd *cobra.Command, spec *wire.JobSpec, mixture []string, df datasetFlags, jsonOut bool) error {
+	out := cmd.OutOrStdout()
+	for _, m := range mixture {
+		paths, w, ok := strings.Cut(m, "=")
+		weight, err := strconv.ParseFloat(w, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("--mixture %q: want PATHS=WEIGHT", m)
+		}
+		spec.Mixture = append(spec.Mixture, wire.MixSource{Paths: strings.Split(paths, ","), Weight: weight})
+	}
+	debug.SetMemoryLimit(job.AvailableMemory() * 3 / 4)
+	env, err := job.NewEnv(job.EnvOptions{IndexDir: df.opts.IndexDir})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	first, epochs := spec.Epoch, spec.Epochs
+	var reports []loadReport
+	for e := first; e < first+max(1, epochs); e++ {
+		one := *spec
+		one.Epoch, one.Epochs = e, 1
+		opened := time.Now()
+		j, err := env.OpenSpec(cmd.Context(), &one, nil)
+		if err != nil {
+			return err
+		}
+		d := j.Describe()
+		tk := d.Tokens
+		if !jsonOut && e == first {
+			fmt.Fprintf(out, "opened %d documents, %d %s tokens in %.3f s: %d samples of seq_len %d (%s)\n",
+				tk.Documents, tk.Tokens, tk.Dtype, time.Since(opened).Seconds(), d.Samples, tk.SeqLen, tk.Packing)
+		}
+		rep := loadReport{Epoch: e, Padding: tk.Padding, Cut: tk.Cut, Dropped: tk.Dropped}
+		seen := make([]uint8, d.Samples)
+		start := time.Now()
+		for {
+			b, err := j.Next(cmd.Context())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				j.Close()
+				return err
+			}
+			for _, id := range b.IDs {
+				if id < 0 || id >= len(seen) {
+					j.Close()
+					return fmt.Errorf("epoch %d: sample %d outside the epoch's %d", e, id, len(seen))
+				}
+				if seen[id]++; seen[id] > 1 {
+					rep.Repeats++
+				}
+			}
+			rep.Samples += len(b.IDs)
+			b.Release()
+		}
+		j.Close()
+		rep.Seconds = time.Since(start).Seconds()
+		for _, n := range seen {
+			if n == 0 {
+				rep.Missing++
+			}
+		}
+		rep.SamplesSec = float64(rep.Samples) / max(rep.Seconds, 1e-9)
+		rep.Tokens = int64(float64(rep.Samples*tk.SeqLen) * (1 - tk.Padding))
+		rep.TokensSec = float64(rep.Tokens) / max(rep.Seconds, 1e-9)
+		reports = append(reports, rep)
+		if !jsonOut {
+			fmt.Fprintf(out, "epoch %d: %d samples in %.3f s, %.0f samples/s, %.0f tokens/s; padding %.3f%%, documents cut %.3f%%, tokens dropped %.3f%%; %d repeated, %d missing\n",
+				e, rep.Samples, rep.Seconds, rep.SamplesSec, rep.TokensSec, 100*rep.Padding, 100*rep.Cut, 100*rep.Dropped, rep.Repeats, rep.Missing)
+		}
+		if rep.Repeats > 0 || rep.Missing > 0 {
+			return fmt.Errorf("epoch %d: %d samples delivered twice and %d never, of %d: not exactly once", e, rep.Repeats, rep.Missing, d.Samples)
+		}
+	}
+	if jsonOut {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(reports)
+	}
+	return nil
 }

@@ -48,6 +48,8 @@ class _Convert:
     def _convert(self, batch: Batch, ld: Loader, shared: bool) -> Any:
         if self._hf is not None:
             return self._convert_hf(batch, ld)
+        if batch.arrays is not None and not callable(self.decode):
+            return self._convert_tokens(batch)
         try:
             data = self._decode(batch, ld)
         except _decode.DecodeError as e:
@@ -112,6 +114,17 @@ class _Convert:
                     raise self._record_error(ld, batch, i, "target_transform", e) from e
             labels = _collate(targets)
         return data if labels is None else (data, labels)
+
+    def _convert_tokens(self, batch: Batch) -> dict[str, Any]:
+        """A batch of a token corpus's samples as a dict of tensors over the batch's memory (``input_ids``,
+        ``labels``, ``position_ids``, ``loss_mask``, ``cu_seqlens``) and ``max_seqlen`` as an int, what
+        flash-attention's variable-length functions take; then the user's ``batch_transform``. A worker lends
+        the batch whole (_lent)."""
+        if self.transform is not None or self.target_transform is not None:
+            raise ValueError("transform= and target_transform= take one record; a token corpus's batch is arrays "
+                             "of samples: pass batch_transform=, which takes the dict")
+        data = {k: torch.from_numpy(v) if v.ndim else int(v) for k, v in batch.arrays.items()}
+        return data if self.batch_transform is None else self.batch_transform(data)
 
     def _convert_hf(self, batch: Batch, ld: Loader) -> Any:
         """A batch of a datasets.Dataset's rows, as DataLoader makes one of it: each row formatted as the dataset

@@ -45,6 +45,8 @@ def _lent(ld: Loader, batch: Batch, out: Any) -> Any:
     crosses to the main process without a copy: the worker's loader lends the batch (Loader.lend) and the
     main process maps the job's arena once and views the batch there (_attach). DataLoader would otherwise
     put the tensor in new shared memory and pass a descriptor for it, each batch."""
+    if isinstance(out, dict) and batch.arrays is not None:
+        return _lent_arrays(ld, batch, out)
     pair = isinstance(out, tuple) and len(out) == 2
     data, labels = out if pair else (out, None)
     if not isinstance(data, torch.Tensor) or not _in_batch(data, batch):
@@ -61,6 +63,50 @@ def _lent(ld: Loader, batch: Batch, out: Any) -> Any:
     dtype = str(data.dtype).removeprefix("torch.")
     return _Lent((key, arena, returns, at, tuple(data.shape), dtype, seq,
                   None if labels is None else labels.numpy()))
+
+
+class _LentArrays:
+    """A batch of a token corpus's samples lent by a DataLoader worker: pickled, it is the arena's place and
+    each array's place, dtype and shape in it (see _attach_arrays), and the values that are no arrays."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, args: tuple):
+        self.args = args
+
+    def __reduce__(self):
+        return _attach_arrays, self.args
+
+
+def _lent_arrays(ld: Loader, batch: Batch, out: dict) -> Any:
+    """A dict of the batch's arrays as tensors (and plain values), lent whole to the main process as _lent lends
+    one tensor, or, if it cannot be, with its tensors put in shared memory once."""
+    tensors = {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+    lease = None
+    if all(_in_batch(t, batch) and t.is_contiguous() for t in tensors.values()):
+        lease = ld.lend(batch)
+    if lease is None:
+        return {k: _to_shared(v) if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    key, arena, returns, data_off, seq = lease
+    base = batch.raw.ctypes.data
+    places = [(k, t.data_ptr() - base, tuple(t.shape), str(t.dtype).removeprefix("torch.")) for k, t in tensors.items()]
+    plain = {k: v for k, v in out.items() if k not in tensors}
+    return _LentArrays((key, arena, returns, data_off, batch.raw.nbytes, seq, places, plain, list(out)))
+
+
+def _attach_arrays(key: str, arena, returns, data_off: int, size: int, seq: int, places: list, plain: dict,
+                   names: list) -> dict:
+    """In the main process: the arrays a worker lent, views of one mapping of its batch, which goes back to the
+    worker's job when the last of them (or anything made from one) is gone."""
+    a = _arena(key, arena, returns)
+    flat = np.frombuffer(a.mm, np.uint8, count=size, offset=data_off)
+    weakref.finalize(flat, a.give_back, seq)
+    out = dict(plain)
+    for k, off, shape, dtype in places:
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape)) if shape else 1
+        out[k] = torch.from_numpy(flat[off: off + n * dt.itemsize].view(dt).reshape(shape))
+    return {k: out[k] for k in names}
 
 
 # The arenas of the jobs whose workers lent batches to this (main) process,
@@ -115,6 +161,18 @@ def _attach(key: str, arena, returns, at: int, shape: tuple, dtype: str, seq: in
     Its bytes stay valid while the tensor, or anything made from it, is
     alive; when the last goes, the batch goes back to the worker's job and
     from there to the daemon."""
+    a = _arena(key, arena, returns)
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape)) if shape else 1
+    flat = np.frombuffer(a.mm, dt, count=n, offset=at)
+    weakref.finalize(flat, a.give_back, seq)
+    data = torch.from_numpy(flat.reshape(shape))
+    return data if labels is None else (data, torch.from_numpy(labels))
+
+
+def _arena(key: str, arena, returns) -> "_Arena":
+    """The arena a worker's job lends from, mapped in this process once (arena and returns: the DupFds of its
+    first lend)."""
     with _borrowed_lock:
         a = _borrowed.get(key)
         if a is None:
@@ -131,12 +189,7 @@ def _attach(key: str, arena, returns, at: int, shape: tuple, dtype: str, seq: in
                 if other == pid or not _alive(int(other)):
                     del _borrowed[k]
             _borrowed[key] = a
-    dt = np.dtype(dtype)
-    n = int(np.prod(shape)) if shape else 1
-    flat = np.frombuffer(a.mm, dt, count=n, offset=at)
-    weakref.finalize(flat, a.give_back, seq)
-    data = torch.from_numpy(flat.reshape(shape))
-    return data if labels is None else (data, torch.from_numpy(labels))
+    return a
 
 
 def _to_shared(t: torch.Tensor) -> torch.Tensor:

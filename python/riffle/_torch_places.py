@@ -77,7 +77,8 @@ class _Places:
             state["order"] = dict(self._auto_order)
         mix = self.loader_kwargs.get("mixture")
         if mix is not None:
-            segs = _segments(_mixture(mix), self.loader_kwargs.get("mixture_history"))
+            segs = _segments(_mixture(mix, prefixes=True), self.loader_kwargs.get("mixture_history"),
+                             self.loader_kwargs.get("mixture_schedule"), self.batch_size * self._where()[1])
             state["mixture_weights"] = _weights_state(segs)
         return state
 

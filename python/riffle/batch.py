@@ -20,7 +20,7 @@ class Batch:
     """
 
     __slots__ = ("epoch", "index", "last", "n", "ids", "offs", "lens", "labels", "raw", "info", "packed", "_state",
-                 "_dtype", "_shape", "_table", "_lease", "__weakref__")
+                 "_dtype", "_shape", "_table", "_arrays", "_lease", "__weakref__")
 
     def __init__(self, epoch: int, index: int, last: bool, ids, offs, lens, labels, raw: np.ndarray, info: dict,
                  dtype=None, shape=None, state=None):
@@ -35,6 +35,8 @@ class Batch:
         # A batch of rows (Arrow, Parquet): (body offset, nodes (n, 2), buffers (n, 2)) of its Arrow message;
         # internal: `data` is the batch as a pyarrow.RecordBatch.
         self._table: tuple[int, np.ndarray, np.ndarray] | None = None
+        # A batch of a token corpus's samples: its arrays by name, views of raw (docs/tokens.md).
+        self._arrays: dict[str, np.ndarray] | None = None
         # Packed: records back to back from offset 0 in their order, as
         # fixed-size records of a global shuffle read without O_DIRECT are.
         # (Each record ends where the next begins, the first at 0 and the last at the end.)
@@ -49,6 +51,12 @@ class Batch:
         """Whether the batch is of rows (Arrow, Parquet, Hugging Face): ``data`` is then a ``pyarrow.RecordBatch``
         (or, without pyarrow, ``decode.columns(batch)`` a dict of columns)."""
         return self._table is not None
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray] | None:
+        """A batch of a token corpus's samples (``seq_len``): its arrays over the batch's memory, by name
+        (``input_ids``, ``labels``, ``position_ids``, ``loss_mask``, ``max_seqlen``, ``cu_seqlens``); else None."""
+        return None if self._arrays is None else dict(self._arrays)
 
     @property
     def state(self) -> dict | None:
@@ -70,7 +78,8 @@ class Batch:
     def data(self):
         """The records as the dataset's natural type.
 
-        Fixed-size records: one ``(n, record_size)`` uint8 array, or of the
+        A token corpus's samples: a dict of arrays (``arrays``). Fixed-size
+        records: one ``(n, record_size)`` uint8 array, or of the
         loader's ``dtype``/``shape``; ``.npy`` rows: the file's dtype and row
         shape (a structured array for structured dtypes); rows of Arrow and
         Parquet files: a ``pyarrow.RecordBatch`` over the batch's memory if
@@ -80,6 +89,8 @@ class Batch:
         """
         from . import decode
         fmt = self.info.get("format")
+        if self._arrays is not None:
+            return self.arrays
         if self._table is not None:
             return decode.arrow(self)
         if self.info.get("transform"):

@@ -77,6 +77,9 @@ class _Job:
         # records it delivers (replay: not of the rest of an epoch).
         self.order = _order(reply)
         self.weights: tuple[int, int] | None = None  # a mixture's: the loader's change count, and the epoch's weights
+        # The last epoch the job delivers: the daemon says when it reads fewer than asked (a mixture's weights
+        # change after them, best_fit's samples are each epoch's own), and the next is a job of its own.
+        self.through = epoch + int(reply["epochs"]) - 1 if reply.get("epochs") else float("inf")
 
     def state(self, epoch: int, batch: int) -> dict:
         """The job's state at a place it delivered lately (sampler state included)."""
@@ -126,7 +129,11 @@ class Loader:
     ``mixture_stop`` is ``"first_exhausted"`` (an epoch ends when the
     schedule names a source that is used up) or ``"all_exhausted"`` (when
     every source was used up, the others going on into their next epochs);
-    ``set_weights`` changes the weights from the next epoch. ``format``
+    ``set_weights`` changes the weights from the next step (or a place
+    given), and ``mixture_schedule=[(step, weights), ...]`` (or ``(epoch,
+    step, weights)``) changes them at global steps of this run: each
+    source goes on from where it was, and from the change every source is
+    within Webster's rounding of its share. ``format``
     names the format when the file's extension does not; ``record_size`` and
     ``header_bytes`` shape a file of fixed-size records, ``drop_partial``
     drops its partial last record; ``csv_header`` says a CSV's first line is
@@ -150,6 +157,20 @@ class Loader:
     ``transform`` names a transform the daemon runs on every record
     (``"image:size=256,crop=224"``, ``"libsvm_dense:n_features=N"``);
     ``batch.data`` is then its outputs as one array.
+
+    ``seq_len`` makes ``paths`` a token corpus (Megatron ``.idx``/``.bin``
+    prefixes or globs, flat token files with ``token_dtype``, 1-D token
+    ``.npy`` files, an Arrow or Hugging Face tokenized ``token_column``)
+    whose records are each epoch's samples of ``seq_len`` tokens:
+    ``packing`` is ``"concat"`` (documents concatenated and cut, each
+    sample sharing its last token with the next; ``pad_last`` keeps the
+    last partial one), ``"best_fit"`` (documents packed best-fit over
+    ``pack_window`` documents, padded) or ``"pad"`` (a document a sample).
+    ``eod`` is the end-of-document token, ``vocab_size`` the vocabulary
+    (a token at or above it is a DataError naming its file and offset),
+    ``pad_id`` padding's input id. ``batch.data`` is then a dict of arrays
+    over the batch's memory: ``input_ids``, ``labels``, ``position_ids``
+    (n, seq_len), ``loss_mask`` and ``cu_seqlens`` (docs/tokens.md).
 
     Order
     -----
@@ -212,12 +233,16 @@ class Loader:
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
                  batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
                  # dataset
-                 mixture: Sequence | None = None, mixture_stop: str | None = None, format: str | None = None,
+                 mixture: Sequence | None = None, mixture_stop: str | None = None,
+                 mixture_schedule: Sequence | None = None, format: str | None = None,
                  record_size: int | None = None, header_bytes: int | None = None, csv_header: bool = False,
                  skip_crc: bool = False, drop_partial: bool = False, direct: bool | None = None,
                  columns: Sequence[str] | None = None, split: str | None = None, extensions: Sequence[str] | None = None,
                  subset: dict | None = None, ids: Any = None, filter: dict | None = None, dedup: bool = False,
                  refresh: str | None = None, transform: str | None = None,
+                 seq_len: int | None = None, packing: str | None = None, pad_last: bool = False, eod: int | None = None,
+                 vocab_size: int | None = None, pad_id: int | None = None, token_dtype: str | None = None,
+                 token_column: str | None = None, pack_window: int | None = None,
                  # order
                  shuffle: bool = True, sampler: str | None = None, min_randomness: float | None = None,
                  block_size: int | None = None, window: int | None = None, buffer: int | None = None,
@@ -245,9 +270,9 @@ class Loader:
             if paths:
                 raise ValueError("both paths and mixture= given: a mixture names its sources' paths itself")
             _check_args(["."], batch_size)
-            mixture = _mixture(mixture)
+            mixture = _mixture(mixture, prefixes=bool(seq_len))
         else:
-            _check_args(paths, batch_size)
+            _check_args(paths, batch_size, prefixes=bool(seq_len))
         subset = _subset(subset)
         if ids is not None:
             if subset is not None:
@@ -262,7 +287,9 @@ class Loader:
             ("columns", list(columns) if columns is not None else None), ("split", split),
             ("extensions", [e if e.startswith(".") else "." + e for e in extensions] if extensions else None),
             ("subset", subset), ("filter", filter), ("dedup", dedup), ("refresh", refresh),
-            ("transform", transform), ("rank", rank), ("world_size", world_size), ("drop_last", drop_last),
+            ("transform", transform), ("seq_len", seq_len), ("packing", packing), ("pad_last", pad_last),
+            ("eod", eod), ("vocab_size", vocab_size), ("pad_id", pad_id), ("token_dtype", token_dtype),
+            ("token_column", token_column), ("pack_window", pack_window), ("rank", rank), ("world_size", world_size), ("drop_last", drop_last),
             ("rank_drop_last", rank_drop_last), ("prefetch", prefetch), ("depth", depth), ("memory", memory),
             ("ordered", ordered), ("sampler", sampler), ("block_size", block_size), ("window", window),
             ("buffer", buffer), ("reservoir", reservoir), ("opportunistic", opportunistic), ("share", share),
@@ -279,8 +306,12 @@ class Loader:
                 self.spec["mixture_stop"] = mixture_stop
         # None is unset; False is sent where the default may be true (direct, ordered).
         self.spec.update({k: v for k, v in given.items() if v is not None and not (v is False and spec.OPTIONS[k][4] == "false")})
-        # A mixture's weights from each epoch on (set_weights adds to them).
-        self._weights = _segments(mixture, mixture_history) if mixture is not None else None
+        # A mixture's weights from each place on (set_weights adds to them): a schedule's steps are this run's
+        # global batches, kept as positions of the epoch's order, the same on any topology.
+        self._weights = (_segments(mixture, mixture_history, mixture_schedule, batch_size * max(1, int(world_size or 1)))
+                         if mixture is not None else None)
+        if mixture is None and mixture_schedule:
+            raise ValueError("mixture_schedule without a mixture")
         self._weights_gen = 0
         # A growing dataset's (refresh): (epoch, generations of files it reads), from the daemon or a state.
         self._generations: tuple[int, int] | None = None
@@ -366,15 +397,24 @@ class Loader:
         """Whether this loader's place is its epoch's start: nothing of the epoch delivered."""
         return not (self._batch or self._start or self._delivered or self._sampler_state or self._skip)
 
-    def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
-        """A mixture's new weights, from ``epoch`` on: by default the next epoch this loader begins (this one, if
-        none of it was delivered yet). Each source goes on from where the old weights left it; the change is in
-        ``state_dict()``, so a resume keeps it."""
+    def set_weights(self, weights: Sequence[float], epoch: int | None = None, step: int | None = None) -> None:
+        """A mixture's new weights, from the next step this loader delivers by default: the next batch of every
+        rank, a global step. ``epoch`` alone makes them from that epoch's start, ``step`` (of ``epoch``, by default
+        this one) from that global step. Each source goes on from where the old weights left it, and from the
+        change every source is within Webster's rounding of its share of the samples since; the change is in
+        ``state_dict()``, as a position of the epoch's order, so a resume on any topology keeps it."""
         if self._weights is None:
             raise ValueError("set_weights: this loader reads no mixture")
-        if epoch is None:
-            epoch = self.epoch if not (self._batch or self._start) else self.epoch + 1
-        self._weights = _with_weights(self._weights, weights, int(epoch), len(self.spec["mixture"]))
+        glob = self._world() * int(self.spec["batch_size"])
+        if epoch is None and step is None:
+            if int(self.spec.get("batch_stride", 1) or 1) > 1:
+                raise ValueError("set_weights at the next step: this loader delivers every batch_stride-th batch "
+                                 "(a DataLoader worker's), so its next is not the run's: give epoch and step")
+            epoch, position = self.epoch, self._start + self._batch * glob
+        else:
+            epoch = self.epoch if epoch is None else int(epoch)
+            position = 0 if step is None else int(step) * glob
+        self._weights = _with_weights(self._weights, weights, int(epoch), position, len(self.spec["mixture"]))
         self._weights_gen += 1
 
     @property
@@ -385,10 +425,10 @@ class Loader:
         return list((self._meta.get("info") or {}).get("offsets") or [0])
 
     def _at(self, epoch: int) -> tuple[dict, int]:
-        """The spec of a job opening at epoch, and the mixture's weights it has (-1: no mixture)."""
+        """The spec of a job opening at epoch, and the mixture's weights' version it has (-1: no mixture)."""
         if self._weights is None:
             return dict(self.spec), -1
-        return _mixture_at(self.spec, self._weights, epoch)
+        return _mixture_at(self.spec, self._weights), self._weights_gen
 
     def state_dict(self) -> dict[str, Any]:
         """The place of the next batch: save it with the model's checkpoint."""
@@ -559,7 +599,8 @@ class Loader:
         self.spec["auto_order"] = {k: order[k] for k in _ORDER_KEYS if order.get(k)}
 
     def _epochs(self) -> int:
-        """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then)."""
+        """Epochs a job opens for: all, unless the dataset grows (each epoch reads the files found by then). A job
+        that reads fewer says so (its reply's epochs: _Job.through), and the next epoch opens a job of its own."""
         return 1 if self.spec.get("refresh") else -1
 
     def _place_spec(self, spec: dict) -> dict:
@@ -600,7 +641,8 @@ class Loader:
         spec, weights = self._at(self.epoch)
         if (j is not None and (j.epoch, j.batch, j.start, j.rest) == (self.epoch, self._batch, self._start, bool(self._delivered))
                 and os.getpid() == j.conn.pid
-                and j.weights == (self._weights_gen, weights) and (self._epochs() < 0 or j.opened_at[0] == self.epoch)):
+                and j.weights == (self._weights_gen, weights) and (self._epochs() < 0 or j.opened_at[0] == self.epoch)
+                and self.epoch <= j.through):
             return j
         if self._unresolved and j is not None and os.getpid() == j.conn.pid:
             self._resolve()  # the new job starts from the whole state
@@ -699,7 +741,8 @@ class Loader:
         epoch = self.epoch
         while True:
             try:
-                yield from self._batches()
+                if (yield from self._batches()) and self.epoch == epoch:
+                    continue  # a mixture's weights changed: the rest of the epoch is a job of the new ones
                 return
             except DaemonGone as gone:
                 if not self._recover(gone):
@@ -750,6 +793,8 @@ class Loader:
         return True
 
     def _batches(self) -> Iterator[Batch]:
+        """The batches of the loader's job to its epoch's end; True (the generator's value) if it stopped early
+        because a mixture's weights changed at the next step, whose rest is a job of its own."""
         j = self._open()
         if j.stream and j.order["replay"]:
             self._taken = _Taken(self.epoch, self._sampler_state if self._batch else None)
@@ -764,6 +809,7 @@ class Loader:
         # since the last: each write wakes the daemon, which costs more
         # than the bytes.
         left = self._left(j)
+        changed = False
         chunk = max(1, self.pipeline // 2)
         nxt = {"op": wire.OP_NEXT, "job": job}
         tags: collections.deque[int] = collections.deque()
@@ -800,6 +846,11 @@ class Loader:
                 size = max(size, m.get("data_len", 0))
                 yield batch
                 del batch
+                if j.weights is not None and j.weights[0] != self._weights_gen:
+                    # set_weights from the next step: the batches requested
+                    # ahead are the old weights', dropped with this job.
+                    changed = True
+                    break
             done = True
         finally:
             if not done or tags:
@@ -812,6 +863,7 @@ class Loader:
                     except (RiffleError, OSError):
                         pass
                 self.close()
+        return changed
 
     def _advance(self, st: dict, m: dict, stream: bool = False) -> None:
         epoch = self.epoch
@@ -853,6 +905,11 @@ class Loader:
         if arrow:
             table = meta[n * k :].reshape(-1, 2)
             b._table = (int(arrow["body"]), table[: arrow["nodes"]], table[arrow["nodes"] :])
+        if m.get("arrays"):
+            # A batch of a token corpus's samples: its arrays, views of raw
+            # (each keeps the batch's region alive), where the daemon says.
+            b._arrays = {a["name"]: raw[a["off"]: a["off"] + a["len"]].view(np.dtype(a["dtype"])).reshape(a["shape"])
+                         for a in m["arrays"]}
         return b
 
     def _place_state(self):

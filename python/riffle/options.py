@@ -68,8 +68,9 @@ def _filter(f) -> dict | None:
     return out
 
 
-def _check_args(paths: Sequence, batch_size: Any) -> None:
-    """What can be checked without the daemon, with the errors DataLoader and ImageFolder raise."""
+def _check_args(paths: Sequence, batch_size: Any, prefixes: bool = False) -> None:
+    """What can be checked without the daemon, with the errors DataLoader and ImageFolder raise. With prefixes (a
+    token corpus), a path may be a Megatron corpus's prefix, its .idx beside it."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size!r}")
     if not paths:
@@ -78,7 +79,7 @@ def _check_args(paths: Sequence, batch_size: Any) -> None:
         p = os.fspath(p)
         if "://" in p or any(c in p for c in "*?["):
             continue  # an object or a glob: the daemon says
-        if not os.path.exists(p):
+        if not os.path.exists(p) and not (prefixes and os.path.exists(p + ".idx")):
             raise PathNotFound(f"No such file or directory: {p!r}", p)
 
 

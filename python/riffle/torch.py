@@ -287,14 +287,15 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
             raise ValueError("set_weights: this dataset reads no mixture")
         if epoch is None:
             epoch = self._epoch.value + (1 if self._iterated and not self._explicit else 0)
-        segs = _segments(_mixture(mix), self.loader_kwargs.get("mixture_history"))
-        self._set_segments(_with_weights(segs, weights, int(epoch), len(mix)))
+        segs = _segments(_mixture(mix, prefixes=True), self.loader_kwargs.get("mixture_history"))
+        self._set_segments(_with_weights(segs, weights, int(epoch), 0, len(mix)))
 
     def _set_segments(self, segs: list) -> None:
-        """The mixture's weights from each epoch on, as the loaders' options: its last weights and the history."""
-        mix = _mixture(self.loader_kwargs["mixture"])
-        self.loader_kwargs["mixture"] = [(s["paths"], w) for s, w in zip(mix, segs[-1][1])]
+        """The mixture's weights from each place on, as the loaders' options: its last weights and the history."""
+        mix = _mixture(self.loader_kwargs["mixture"], prefixes=True)
+        self.loader_kwargs["mixture"] = [(s["paths"], w) for s, w in zip(mix, segs[-1][2])]
         self.loader_kwargs["mixture_history"] = _history(segs)
+        self.loader_kwargs.pop("mixture_schedule", None)  # the segments hold it
         self._ld = None  # the next loader takes them
 
     def set_epoch(self, epoch: int) -> None:
