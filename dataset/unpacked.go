@@ -109,20 +109,36 @@ func (h *holds[K, V]) unpin() {
 // that closes stops its reads too.
 func (h *holds[K, V]) await(ctx context.Context, self func(K) (V, error)) (map[K]V, error) {
 	have := make(map[K]V, len(h.items))
-	deadline := time.After(claimWait)
+	// One deadline for the whole batch, and once it has passed no block
+	// is waited for again: a timer's channel fires once, so a select on
+	// it for the next block would wait for ever.
+	deadline := time.NewTimer(claimWait)
+	defer deadline.Stop()
+	expired := false
 	for key, it := range h.items {
 		ready := make(chan error, 1)
 		it.OnReady(func(err error) { ready <- err })
 		var v V
 		ok := false
-		select {
-		case err := <-ready:
-			if err == nil {
-				v, ok = it.Value().(V)
+		if expired {
+			select {
+			case err := <-ready:
+				if err == nil {
+					v, ok = it.Value().(V)
+				}
+			default:
 			}
-		case <-deadline:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		} else {
+			select {
+			case err := <-ready:
+				if err == nil {
+					v, ok = it.Value().(V)
+				}
+			case <-deadline.C:
+				expired = true
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		if !ok {
 			var err error

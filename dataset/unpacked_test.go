@@ -137,3 +137,36 @@ func TestUnpackedAbandonedClaim(t *testing.T) {
 		t.Fatalf("waited %v for a claim given up", time.Since(start))
 	}
 }
+
+// A batch waiting for several record batches another batch claimed and
+// holds without reading (its loader stalled, not stopped) waits once, for
+// claimWait, then reads every one of them itself: the deadline is the
+// batch's, not one block's, so the second block is not waited on for ever.
+func TestUnpackedStalledClaims(t *testing.T) {
+	d := lz4Arrow(t, 3)
+	ids := []int{5, 150, 299, 6}
+	want, _, err := ReadRows(context.Background(), d, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.unpacked = newUnpackedCache()
+	a, err := d.PlanBatch(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	b, err := d.PlanBatch(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A hang guard, not a speed bound: the wait is claimWait, once.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*claimWait)
+	defer cancel()
+	got, err := readPlanned(ctx, d, b, len(ids))
+	if err != nil {
+		t.Fatalf("a batch behind stalled claims: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("rows differ when read past stalled claims")
+	}
+}
