@@ -47,15 +47,16 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		l.pending = nil
 		return nil, l.finish()
 	}
-	if j.err != nil {
+	if err := j.err; err != nil {
+		// j goes back for reuse (prepare clears its err): read it first.
 		l.release(j)
-		if errors.Is(j.err, context.Canceled) && l.ctx.Err() != nil {
+		if errors.Is(err, context.Canceled) && l.ctx.Err() != nil {
 			// Its reads were cut because loading stopped (another batch's
 			// plan or read failed first): say why loading stopped, not
 			// that this batch's reads were cancelled.
 			return nil, l.finish()
 		}
-		l.err = j.err
+		l.err = err
 		l.cancel()
 		return nil, l.err
 	}
