@@ -26,7 +26,7 @@ func (l *Loader) dispatch(j *load) {
 	}
 	if len(j.units) == 0 {
 		// Nothing to read: zero-length records, or rows whose pages are
-		// decoded already.
+		// unpacked already.
 		l.finishLoad(j)
 		return
 	}

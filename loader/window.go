@@ -110,7 +110,7 @@ func (l *Loader) gatherStart(e, b int, bs sampler.Batches) int {
 }
 
 // arriveRows makes w a window of rows: a row arrives once every cell it
-// reads has, and one that reads none (its pages decoded already) has.
+// reads has, and one that reads none (its pages unpacked already) has.
 func (w *window) arriveRows() {
 	w.need = make([]int, len(w.j.IDs))
 	for _, en := range w.j.ents {
@@ -312,7 +312,7 @@ func (o Options) skipped(j *load) []int {
 // cutRows puts batch b of rows, cut from window w, together in a buffer
 // of its own: its rows planned again as one batch, their cells taken from
 // where the window's reads put them (a cell the window did not read, as
-// a page the window's plan found decoded and that is gone since, is read
+// a page the window's plan found unpacked and that is gone since, is read
 // here). Called with w.mu held, once every read of the window is done.
 func (l *Loader) cutRows(ctx context.Context, w *window, b *Batch) error {
 	j := w.j
