@@ -34,7 +34,7 @@ type arrowRows struct {
 	done  bool
 }
 
-func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
+func (d *arrowSet) BatchOf(ids []int) (RowBatch, error) {
 	b := &arrowRows{d: d, ids: ids, refs: make([]columnar.RowRef, len(ids)), batches: make([]batchKey, len(ids))}
 	for i, id := range ids {
 		k, bi, row := d.row(id)

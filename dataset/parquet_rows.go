@@ -40,7 +40,7 @@ type pqRows struct {
 	done  bool
 }
 
-func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
+func (d *parquetSet) BatchOf(ids []int) (RowBatch, error) {
 	b := &pqRows{d: d, n: len(ids), keys: make([][]pageKey, len(ids)), rows: make([][]int64, len(ids)),
 		pages: newHolds[pageKey, *unpackedPage](d.pages)}
 	refs := make([]columnar.RowRef, len(ids))

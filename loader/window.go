@@ -324,7 +324,7 @@ func (l *Loader) cutRows(ctx context.Context, w *window, b *Batch) error {
 			}
 		}
 	}
-	rb, err := l.rows.PlanBatch(b.IDs)
+	rb, err := l.rows.BatchOf(b.IDs)
 	if err != nil {
 		return err
 	}
