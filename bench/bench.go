@@ -208,7 +208,7 @@ func Pread(ctx context.Context, ds dataset.Dataset, seed uint64, lim Limit) (Res
 		id := s.At(pos/ds.Len(), pos%ds.Len())
 		cells = cells[:0]
 		if isRows {
-			plan, err := rows.PlanBatch([]int{id})
+			plan, err := rows.BatchOf([]int{id})
 			if err != nil {
 				return r, err
 			}

@@ -122,7 +122,7 @@ func depthRiffle(ctx context.Context, cfg DepthConfig, n int) (Result, error) {
 	}
 	defer env.Close()
 	m := startMeasure(spec.Paths[0])
-	j, err := env.OpenSpec(ctx, &spec, nil)
+	j, err := env.Open(ctx, &spec, nil)
 	if err != nil {
 		return Result{}, err
 	}

@@ -49,8 +49,10 @@ type out struct {
 	nulls  int64
 }
 
-// Plan is the layout of one batch's message: its nodes, buffers and size.
-type Plan struct {
+// BatchMessage is the layout of one record batch's message, known before
+// its rows are read: its nodes, buffers and size. (Message is a message
+// read; BatchMessage one to write.)
+type BatchMessage struct {
 	l       *Layout
 	nodes   []out
 	Buffers []BufferLoc // planned places in the body
@@ -72,11 +74,11 @@ func outBuffers(k Kind) int {
 	return 0
 }
 
-// Plan sizes the message for rows: every node's elements and bytes, from
+// Message sizes the message for rows: every node's elements and bytes, from
 // the starts in the index (and, for dictionaries of strings, their longest
 // value), so that its memory is taken before any read.
-func (l *Layout) Plan(rows []RowRef) (*Plan, error) {
-	p := &Plan{l: l, Rows: int64(len(rows))}
+func (l *Layout) Message(rows []RowRef) (*BatchMessage, error) {
+	p := &BatchMessage{l: l, Rows: int64(len(rows))}
 	var build func(n *Node) int
 	build = func(n *Node) int {
 		i := len(p.nodes)
@@ -143,7 +145,7 @@ func (l *Layout) Plan(rows []RowRef) (*Plan, error) {
 
 func pad8(n int64) int64 { return (n + 7) &^ 7 }
 
-func (p *Plan) count(n *Node, on int, s *Source, lo, hi, row int64) error {
+func (p *BatchMessage) count(n *Node, on int, s *Source, lo, hi, row int64) error {
 	o := &p.nodes[on]
 	o.length += hi - lo
 	switch n.Kind {
@@ -187,7 +189,7 @@ func (p *Plan) count(n *Node, on int, s *Source, lo, hi, row int64) error {
 // Assemble writes the batch's message into msg (Size bytes): cell(slot, k)
 // is row slot's k-th cell as read. It returns the message's length, which
 // is Size but for dictionaries of strings, whose bound was planned.
-func (p *Plan) Assemble(rows []RowRef, cell func(slot, k int) []byte, msg []byte) (int, error) {
+func (p *BatchMessage) Assemble(rows []RowRef, cell func(slot, k int) []byte, msg []byte) (int, error) {
 	if len(msg) < p.Size {
 		return 0, fmt.Errorf("batch message of %d bytes, planned %d", len(msg), p.Size)
 	}
@@ -243,8 +245,8 @@ func (p *Plan) Assemble(rows []RowRef, cell func(slot, k int) []byte, msg []byte
 }
 
 // Table is the batch's nodes and buffers as written (after Assemble), for
-// a reader without pyarrow: body offsets are relative to Plan.Body.
-func (p *Plan) Table() (nodes []FieldNode, bufs []BufferLoc) {
+// a reader without pyarrow: body offsets are relative to BatchMessage.Body.
+func (p *BatchMessage) Table() (nodes []FieldNode, bufs []BufferLoc) {
 	nodes = make([]FieldNode, len(p.nodes))
 	bufs = append([]BufferLoc(nil), p.Buffers...)
 	for i := range p.nodes {
@@ -258,7 +260,7 @@ func (p *Plan) Table() (nodes []FieldNode, bufs []BufferLoc) {
 }
 
 type assembler struct {
-	p    *Plan
+	p    *BatchMessage
 	body []byte
 	cell func() []byte
 }

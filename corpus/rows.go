@@ -84,7 +84,7 @@ func rowsCorpus(ctx context.Context, ds dataset.Dataset, col string) (*Corpus, e
 		for id := lo; id < min(n, lo+rowsChunk); id++ {
 			ids = append(ids, id)
 		}
-		rb, err := rows.PlanBatch(ids)
+		rb, err := rows.BatchOf(ids)
 		if err != nil {
 			return nil, err
 		}

@@ -25,7 +25,7 @@ type arrowRows struct {
 	ids     []int
 	batches []batchKey
 	refs    []columnar.RowRef
-	plan    *columnar.Plan
+	msg     *columnar.BatchMessage
 	// Compressed batches the rows lie in: pinned, and those claimed
 	// read (their whole body, as the cells of their first row here) and
 	// decompressed by this batch. nil when none is.
@@ -34,7 +34,7 @@ type arrowRows struct {
 	done  bool
 }
 
-func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
+func (d *arrowSet) BatchOf(ids []int) (RowBatch, error) {
 	b := &arrowRows{d: d, ids: ids, refs: make([]columnar.RowRef, len(ids)), batches: make([]batchKey, len(ids))}
 	for i, id := range ids {
 		k, bi, row := d.row(id)
@@ -52,15 +52,15 @@ func (d *arrowSet) PlanBatch(ids []int) (RowBatch, error) {
 		}
 	}
 	var err error
-	if b.plan, err = d.lay.Plan(b.refs); err != nil {
+	if b.msg, err = d.lay.Message(b.refs); err != nil {
 		b.Release()
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *arrowRows) Size() int                     { return b.plan.Size }
-func (b *arrowRows) Buffers() []columnar.BufferLoc { return b.plan.Buffers }
+func (b *arrowRows) Size() int                     { return b.msg.Size }
+func (b *arrowRows) Buffers() []columnar.BufferLoc { return b.msg.Buffers }
 
 // Release gives up the batch's claims if it is not to be assembled.
 func (b *arrowRows) Release() {
@@ -117,7 +117,7 @@ func (b *arrowRows) Assemble(ctx context.Context, cell func(slot, k int) []byte,
 			return u.body[r.Off : r.Off+r.Len]
 		}
 	}
-	n, err := b.plan.Assemble(b.refs, values, out)
+	n, err := b.msg.Assemble(b.refs, values, out)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", describe(b.d.inf.Paths), err)
 	}
@@ -149,12 +149,12 @@ func (b *arrowRows) unpack(ctx context.Context, cell func(slot, k int) []byte) (
 }
 
 func (b *arrowRows) Table() (nodes [][2]int64, buffers [][2]int64, body int) {
-	ns, bs := b.plan.Table()
+	ns, bs := b.msg.Table()
 	for _, n := range ns {
 		nodes = append(nodes, [2]int64{n.Length, n.NullCount})
 	}
 	for _, x := range bs {
 		buffers = append(buffers, [2]int64{x.Offset, x.Length})
 	}
-	return nodes, buffers, b.plan.Body
+	return nodes, buffers, b.msg.Body
 }

@@ -357,7 +357,7 @@ func FuzzArrowFile(f *testing.F) {
 				}
 				refs = append(refs, columnar.RowRef{S: src, Row: r})
 			}
-			p, err := full.Plan(refs)
+			p, err := full.Message(refs)
 			if err != nil || p.Size > 1<<26 {
 				continue // a loader's memory bound refuses such a batch
 			}

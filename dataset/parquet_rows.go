@@ -36,11 +36,11 @@ type pqRows struct {
 	keys  [][]pageKey // [slot][projected column]
 	rows  [][]int64   // [slot][projected column]: the row in its page
 	pages *holds[pageKey, *unpackedPage]
-	plan  *columnar.Plan
+	msg   *columnar.BatchMessage
 	done  bool
 }
 
-func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
+func (d *parquetSet) BatchOf(ids []int) (RowBatch, error) {
 	b := &pqRows{d: d, n: len(ids), keys: make([][]pageKey, len(ids)), rows: make([][]int64, len(ids)),
 		pages: newHolds[pageKey, *unpackedPage](d.pages)}
 	refs := make([]columnar.RowRef, len(ids))
@@ -58,15 +58,15 @@ func (d *parquetSet) PlanBatch(ids []int) (RowBatch, error) {
 		}
 	}
 	var err error
-	if b.plan, err = d.lay.Plan(refs); err != nil {
+	if b.msg, err = d.lay.Message(refs); err != nil {
 		b.Release()
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *pqRows) Size() int                     { return b.plan.Size }
-func (b *pqRows) Buffers() []columnar.BufferLoc { return b.plan.Buffers }
+func (b *pqRows) Size() int                     { return b.msg.Size }
+func (b *pqRows) Buffers() []columnar.BufferLoc { return b.msg.Buffers }
 
 // Cells are a row's dictionary page and page group in each column, for
 // the pages this batch claimed; none for the others.
@@ -183,7 +183,7 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 		r := ranges[i][k-bases[i]]
 		return have[b.keys[slot][i]].body[r.Off : r.Off+r.Len]
 	}
-	n, err := b.plan.Assemble(refs, valueCell, out)
+	n, err := b.msg.Assemble(refs, valueCell, out)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", describe(d.inf.Paths), err)
 	}
@@ -208,12 +208,12 @@ func (b *pqRows) Release() {
 }
 
 func (b *pqRows) Table() (nodes [][2]int64, buffers [][2]int64, body int) {
-	ns, bs := b.plan.Table()
+	ns, bs := b.msg.Table()
 	for _, n := range ns {
 		nodes = append(nodes, [2]int64{n.Length, n.NullCount})
 	}
 	for _, x := range bs {
 		buffers = append(buffers, [2]int64{x.Offset, x.Length})
 	}
-	return nodes, buffers, b.plan.Body
+	return nodes, buffers, b.msg.Body
 }

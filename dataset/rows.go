@@ -17,9 +17,9 @@ type Rows interface {
 	Dataset
 	// NumCells is how many ranges every row has.
 	NumCells() int
-	// PlanBatch plans the batch of rows ids (in delivery order), before
+	// BatchOf lays out the batch of rows ids (in delivery order), before
 	// any is read: what to read of each, and the batch's size.
-	PlanBatch(ids []int) (RowBatch, error)
+	BatchOf(ids []int) (RowBatch, error)
 }
 
 // Blocker is implemented by datasets with blocks of their own: runs of
@@ -66,7 +66,7 @@ func ReadRows(ctx context.Context, ds Rows, ids []int) ([]byte, RowBatch, error)
 			return nil, nil, fmt.Errorf("row %d is not in [0, %d)", id, ds.Len())
 		}
 	}
-	rb, err := ds.PlanBatch(ids)
+	rb, err := ds.BatchOf(ids)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -113,11 +113,11 @@ func TestUnpackedAbandonedClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.unpacked = newUnpackedCache() // nothing decompressed yet
-	a, err := d.PlanBatch(ids)
+	a, err := d.BatchOf(ids)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := d.PlanBatch(ids)
+	b, err := d.BatchOf(ids)
 	if err != nil {
 		t.Fatal(err)
 	}

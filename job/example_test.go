@@ -34,7 +34,7 @@ func Example() {
 	for k := range 2 {
 		spec := &wire.JobSpec{Paths: []string{path}, RecordSize: 256, BatchSize: 50, Shuffle: true,
 			Seed: uint64(k), Share: &yes, Subset: &wire.Subset{Ranges: [][2]int{{0, 600}}}, Epochs: 2}
-		j, err := env.OpenSpec(context.Background(), spec, nil) // nil: batches on the Go heap
+		j, err := env.Open(context.Background(), spec, nil) // nil: batches on the Go heap
 		if err != nil {
 			panic(err)
 		}
@@ -95,12 +95,8 @@ func Example_mixture() {
 		panic(err)
 	}
 	defer env.Close()
-	plan, err := job.Check(&wire.JobSpec{RecordSize: 64, BatchSize: 100, Shuffle: true, Epochs: 1,
-		Mixture: []wire.MixSource{{Paths: []string{a}, Weight: 3}, {Paths: []string{b}, Weight: 1}}})
-	if err != nil {
-		panic(err)
-	}
-	j, err := env.Open(context.Background(), plan, nil)
+	j, err := env.Open(context.Background(), &wire.JobSpec{RecordSize: 64, BatchSize: 100, Shuffle: true, Epochs: 1,
+		Mixture: []wire.MixSource{{Paths: []string{a}, Weight: 3}, {Paths: []string{b}, Weight: 1}}}, nil)
 	if err != nil {
 		panic(err)
 	}

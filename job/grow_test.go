@@ -41,7 +41,7 @@ func TestGrowLogIsPrivate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = env.Open(context.Background(), plan, nil)
+	_, err = env.open(context.Background(), plan, nil)
 	if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "not private") {
 		t.Fatalf("a growing dataset over an index directory anyone may write: %v, want a spec error saying it is not private", err)
 	}

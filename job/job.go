@@ -84,11 +84,11 @@ type Job struct {
 // the Go heap, all the job wants.
 type Alloc func(ask Ask) (loader.Allocator, int64, error)
 
-// Open opens a job of plan in env: the dataset (shared with other jobs on
+// open opens a job of plan in env: the dataset (shared with other jobs on
 // it), its order (shared with a group, with share), and a loader reading
 // ahead within the job's memory bound, into memory from alloc. ctx bounds
 // the open only; the job runs until Close.
-func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) {
+func (env *Env) open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) {
 	src, generations, err := env.source(ctx, plan)
 	if err != nil {
 		return nil, err
@@ -248,14 +248,17 @@ func (env *Env) Open(ctx context.Context, plan Plan, alloc Alloc) (*Job, error) 
 	return j, nil
 }
 
-// OpenSpec checks spec (Check) and opens its job (Open): the one call a
-// request to open a job makes.
-func (env *Env) OpenSpec(ctx context.Context, spec *wire.JobSpec, alloc Alloc) (*Job, error) {
+// Open checks spec (Check) and opens its job: the dataset (shared with
+// other jobs on it), its order (shared with a group, with share), and a
+// loader reading ahead within the job's memory bound, into memory from
+// alloc. ctx bounds the open only; the job runs until Close. It is the one
+// call a request to open a job makes.
+func (env *Env) Open(ctx context.Context, spec *wire.JobSpec, alloc Alloc) (*Job, error) {
 	plan, err := Check(spec)
 	if err != nil {
 		return nil, err
 	}
-	return env.Open(ctx, plan, alloc)
+	return env.open(ctx, plan, alloc)
 }
 
 // Check says what an open of spec would: the job is made lazy, so that it
@@ -267,7 +270,7 @@ func (env *Env) Check(ctx context.Context, spec *wire.JobSpec) (Description, err
 		return Description{}, err
 	}
 	plan.Loader.Lazy = true
-	j, err := env.Open(ctx, plan, nil)
+	j, err := env.open(ctx, plan, nil)
 	if err != nil {
 		return Description{}, err
 	}
@@ -459,9 +462,6 @@ func (j *Job) Locate(ids []int) ([]Location, error) {
 	return out, nil
 }
 
-// Auto is the order sampler auto chose (package order's choice).
-type Auto = order.Auto
-
 // Description is what a client is told when a job opens: the dataset and
 // the counts it iterates by.
 type Description struct {
@@ -493,7 +493,7 @@ type Description struct {
 	// reads.
 	Generations int
 	// Auto is the order sampler auto chose.
-	Auto *Auto
+	Auto *order.Auto
 	// Order is what the job's order is: its kind as resolved, how a
 	// place in it resumes, whether a batch's records are delivered as
 	// they lie in its memory (Order.Packed).
@@ -558,8 +558,8 @@ type Status struct {
 	Transform  string
 	Shared     bool
 	Records    int
-	Auto       *Auto // the order sampler auto chose
-	Direct     bool  // reads with O_DIRECT
+	Auto       *order.Auto // the order sampler auto chose
+	Direct     bool        // reads with O_DIRECT
 	// PagesKept and PagesDropped are the pages of the job's source the
 	// source's steward keeps in the page cache and has dropped, for the
 	// jobs that read it each in its own order (a share group's are the

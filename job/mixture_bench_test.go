@@ -65,7 +65,7 @@ func benchMixture(b *testing.B, sources int) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				j, err := env.Open(context.Background(), plan, nil)
+				j, err := env.open(context.Background(), plan, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -140,7 +140,7 @@ func TestMixtureOfHFDirectories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = env.Open(context.Background(), plan, nil)
+	_, err = env.open(context.Background(), plan, nil)
 	if err == nil || !strings.Contains(err.Error(), "source 1, "+other+" (hf): its columns [src int64, i int64, label utf8]") {
 		t.Fatalf("a directory of other columns: %v", err)
 	}

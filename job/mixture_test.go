@@ -70,7 +70,7 @@ func openJob(t testing.TB, env *Env, spec *wire.JobSpec) *Job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := env.Open(context.Background(), plan, nil)
+	j, err := env.open(context.Background(), plan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestMixtureRefusals(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		j, err := env.Open(context.Background(), plan, nil)
+		j, err := env.open(context.Background(), plan, nil)
 		if err == nil {
 			j.Close()
 		}
@@ -255,7 +255,7 @@ func TestMixtureRefusals(t *testing.T) {
 	// An epoch before the current weights is read with the weights it
 	// had (the history holds them), to their end: a job of its own after.
 	early := &wire.JobSpec{Mixture: mix, MixtureHistory: []wire.MixWeights{{Until: 2, Weights: []float64{1, 1}}}, Epoch: 1, Epochs: -1, BatchSize: 8}
-	if j, err := env.OpenSpec(context.Background(), early, nil); err != nil || j.Describe().Epochs != 1 {
+	if j, err := env.Open(context.Background(), early, nil); err != nil || j.Describe().Epochs != 1 {
 		t.Fatalf("an epoch of the history's weights: %v, want a job of its one epoch", err)
 	} else {
 		j.Close()
@@ -399,7 +399,7 @@ func TestEnvClosesItsJobs(t *testing.T) {
 		t.Fatal("a job of a closed Env gave a batch")
 	}
 	plan, _ := Check(&wire.JobSpec{Paths: paths[0], BatchSize: 8})
-	if _, err := env.Open(context.Background(), plan, nil); !errors.Is(err, ErrClosed) {
+	if _, err := env.open(context.Background(), plan, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("an open after Close: %v", err)
 	}
 }

@@ -18,9 +18,9 @@ import (
 
 // A compressed Arrow file's record batches are decompressed whole and kept
 // while a window of them is spread over batches: the default window is cut
-// so that it fits half the decoded budget, else each batch would be
+// so that it fits half the unpacked budget, else each batch would be
 // decompressed again for each batch that misses it.
-func TestDefaultWindowFitsDecodedBlocks(t *testing.T) {
+func TestDefaultWindowFitsUnpackedBlocks(t *testing.T) {
 	const rows = 400_000 // 3.2 MB of int64 per record batch, decompressed
 	path := filepath.Join(t.TempDir(), "big.feather")
 	f, err := os.Create(path)

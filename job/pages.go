@@ -51,7 +51,7 @@ func (j *Job) shareOptions(src *source, key func(int) cache.Key, pages bool) sha
 	switch {
 	case rows && j.cached() == "":
 		// A row is no one byte range to keep: jobs on rows share the
-		// dataset's decoded blocks (Parquet pages, compressed Arrow record
+		// dataset's unpacked blocks (Parquet pages, compressed Arrow record
 		// batches: one claim/fill/wait cache per dataset), which the rows
 		// they take at the same time lie in. The group reserves no record
 		// items, which no loader of rows fills; a transform's outputs, one

@@ -154,7 +154,7 @@ func TestSharedRestRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := env.Open(context.Background(), plan, nil)
+	j, err := env.open(context.Background(), plan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestSharedRestRefusals(t *testing.T) {
 		plan, err := Check(&s)
 		if err == nil {
 			var j *Job
-			if j, err = env.Open(context.Background(), plan, nil); err == nil {
+			if j, err = env.open(context.Background(), plan, nil); err == nil {
 				j.Close()
 			}
 		}
@@ -229,7 +229,7 @@ func TestOpportunisticRestRefusals(t *testing.T) {
 		plan, err := Check(&s)
 		if err == nil {
 			var j *Job
-			if j, err = env.Open(context.Background(), plan, nil); err == nil {
+			if j, err = env.open(context.Background(), plan, nil); err == nil {
 				j.Close()
 			}
 		}

@@ -49,7 +49,7 @@ func rowsOf(j *Job) ([]map[int]string, error) {
 // Jobs with share on a dataset of rows (a Hugging Face directory) form one
 // group and sample dependently: each reads every row once per epoch, equal
 // to a job's reading it alone. What they share is the rows they take at
-// the same time and the dataset's decoded blocks, not record items: the
+// the same time and the dataset's unpacked blocks, not record items: the
 // group reserves none in the cache, which is empty once they end.
 func TestSharedRows(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "hf")

@@ -155,7 +155,7 @@ func TestRowsTransformJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = env.Open(context.Background(), plan, nil)
+		_, err = env.open(context.Background(), plan, nil)
 		if err == nil || Kind(err) != wire.KindSpec || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v (kind %s), want a spec error with %q", c.spec.Transform, err, Kind(err), c.want)
 		}

@@ -22,8 +22,8 @@ import (
 // share keep their pages by their group's need (Env.pages); while such a
 // job, a mixture of the source or an order with no inverse reads the
 // source, the steward drops nothing, for it cannot tell their next reads.
-// A job alone also has its first epoch planned (share's plan, MIN with
-// bypass): a read whose page the plan does not keep goes past the page
+// A job alone also has its first epoch planned (share's bypass, MIN with
+// bypass): a read whose page the bypass does not keep goes past the page
 // cache (storage.Request.PastCache), so that only pages read from it
 // later enter it.
 
@@ -40,9 +40,9 @@ func (j *Job) steward() {
 	}
 	if st := j.toldSteward(); st != nil {
 		r := st.Join(j.future)
-		if j.planned() {
+		if j.bypasses() {
 			smp := j.smp
-			r.Plan(share.Order{N: smp.Len(), Fill: smp.Fill, Next: func(e int) func(id int) (int64, bool) {
+			r.Bypass(share.Order{N: smp.Len(), Fill: smp.Fill, Next: func(e int) func(id int) (int64, bool) {
 				return sampler.NextUses(smp, (e+1)*smp.Len())
 			}})
 		}
@@ -66,14 +66,14 @@ func (j *Job) toldSteward() *share.Steward {
 	return st
 }
 
-// planned says the job's first epoch may be planned (share's plan) if it
+// bypasses says the job's first epoch may be planned (share's bypass) if it
 // tells its steward its reads: a whole order (a rank's part is told by
-// its own reads, which a plan of the order would not know), whose plan's
+// its own reads, which a bypass of the order would not know), whose bypass's
 // tables take at most a thirty-second of the memory, as the steward's
 // (Env.pages).
-func (j *Job) planned() bool {
+func (j *Job) bypasses() bool {
 	_, part := j.smp.(*sampler.RankPart)
-	return !part && int64(j.smp.Len())*share.PlanBytes <= AvailableMemory()/32
+	return !part && int64(j.smp.Len())*share.BypassBytes <= AvailableMemory()/32
 }
 
 // leaveSteward takes the job's places with page stewards away.
@@ -88,12 +88,12 @@ func (j *Job) leaveSteward() {
 
 // pastCache is the loader's PastCache for a job that will tell its
 // source's steward its reads (toldSteward) and may be planned, or nil:
-// a record of the job's first epoch passes where its plan (Reader.Plan)
+// a record of the job's first epoch passes where its bypass (Reader.Bypass)
 // does not keep its page. The loader asks from its first read, before
 // the job has joined the steward (after the loader is made): until then,
-// while the plan is not made, and after the first epoch, nothing passes.
+// while the bypass is not made, and after the first epoch, nothing passes.
 func (j *Job) pastCache() func(e int, ids []int, past []bool) {
-	if !j.planned() || j.toldSteward() == nil {
+	if !j.bypasses() || j.toldSteward() == nil {
 		return nil
 	}
 	return func(e int, ids []int, past []bool) {

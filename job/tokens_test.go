@@ -139,7 +139,7 @@ func TestTokensEachSampleOnceAcrossRanksAndWorkers(t *testing.T) {
 			for worker := range 2 {
 				spec := &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: packing, BatchSize: B, Shuffle: true, Seed: 5,
 					Rank: rank, World: 2, RankDropLast: true, BatchStride: 2, BatchOffset: worker, Epoch: 3, Epochs: 1, Sampler: c.sampler}
-				j, err := env.OpenSpec(context.Background(), spec, nil)
+				j, err := env.Open(context.Background(), spec, nil)
 				if err != nil {
 					t.Fatalf("%s: %v", packing, err)
 				}
@@ -193,7 +193,7 @@ func resumeOnAnotherTopology(t *testing.T, env *Env, prefix, kind string) {
 	open := func(rank, world, start int) *Job {
 		spec := &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: "best_fit", BatchSize: B, Shuffle: true, Seed: 9,
 			Rank: rank, World: world, Start: start, Epoch: 1, Epochs: 1, Sampler: kind, PackWindow: 16}
-		j, err := env.OpenSpec(context.Background(), spec, nil)
+		j, err := env.Open(context.Background(), spec, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,12 +298,12 @@ func TestTokensRefusals(t *testing.T) {
 	}
 	defer env.Close()
 	for _, p := range []string{prefix, prefix + ".idx", prefix + ".bin"} {
-		_, err := env.OpenSpec(context.Background(), &wire.JobSpec{Paths: []string{p}, BatchSize: 4, Shuffle: true}, nil)
+		_, err := env.Open(context.Background(), &wire.JobSpec{Paths: []string{p}, BatchSize: 4, Shuffle: true}, nil)
 		if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "give seq_len") {
 			t.Errorf("%s without seq_len: %v, want a spec error saying to give seq_len", p, err)
 		}
 	}
-	j, err := env.OpenSpec(context.Background(), &wire.JobSpec{Paths: []string{prefix}, BatchSize: 4, Shuffle: true,
+	j, err := env.Open(context.Background(), &wire.JobSpec{Paths: []string{prefix}, BatchSize: 4, Shuffle: true,
 		SeqLen: 16, VocabSize: 1000, Epochs: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +357,7 @@ func TestTokensMixtureWeightsChangeAtAStep(t *testing.T) {
 	ordered := spec(0, 1, 0, false)
 	yes := true
 	ordered.Ordered = &yes
-	j, err := env.OpenSpec(context.Background(), ordered, nil)
+	j, err := env.Open(context.Background(), ordered, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func TestTokensMixtureWeightsChangeAtAStep(t *testing.T) {
 	}
 	seen := map[int]int{}
 	for rank := range 2 {
-		j, err := env.OpenSpec(context.Background(), spec(rank, 2, 0, false), nil)
+		j, err := env.Open(context.Background(), spec(rank, 2, 0, false), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -399,7 +399,7 @@ func TestTokensMixtureWeightsChangeAtAStep(t *testing.T) {
 		j.Close()
 	}
 	for rank := range 3 {
-		j, err := env.OpenSpec(context.Background(), spec(rank, 3, 7*2*B, true), nil)
+		j, err := env.Open(context.Background(), spec(rank, 3, 7*2*B, true), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +439,7 @@ func TestTokensShareAtDifferentPaces(t *testing.T) {
 	const S, B = 32, 4
 	yes := true
 	open := func(seed uint64) *Job {
-		j, err := env.OpenSpec(context.Background(), &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: "best_fit", BatchSize: B,
+		j, err := env.Open(context.Background(), &wire.JobSpec{Paths: []string{prefix}, SeqLen: S, Packing: "best_fit", BatchSize: B,
 			Shuffle: true, Seed: seed, Share: &yes, Epochs: 1}, nil)
 		if err != nil {
 			t.Fatal(err)

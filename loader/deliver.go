@@ -52,7 +52,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		l.release(j)
 		if errors.Is(err, context.Canceled) && l.ctx.Err() != nil {
 			// Its reads were cut because loading stopped (another batch's
-			// plan or read failed first): say why loading stopped, not
+			// preparation or read failed first): say why loading stopped, not
 			// that this batch's reads were cancelled.
 			return nil, l.finish()
 		}

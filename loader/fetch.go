@@ -26,7 +26,7 @@ func (l *Loader) dispatch(j *load) {
 	}
 	if len(j.units) == 0 {
 		// Nothing to read: zero-length records, or rows whose pages are
-		// decoded already.
+		// unpacked already.
 		l.finishLoad(j)
 		return
 	}
@@ -379,7 +379,7 @@ func (l *Loader) finishLoad(j *load) {
 	}
 	if j.failed.Load() || j.win != nil {
 		// A window's batches are cut from its cells and put together
-		// each on its own (cutRows): the window's plan only read them.
+		// each on its own (cutRows): the window's row batch only read them.
 		j.rowsOut.Release()
 		close(j.done)
 		return

@@ -56,11 +56,11 @@ type Loader struct {
 	mem     *bound
 	// ahead are the loads sent to deliver and not yet taken by Next,
 	// oldest first, which shed may give the memory of back (memory.go).
-	aheadMu  sync.Mutex
-	ahead    []*load
-	shedKick chan struct{}
-	planEnd  chan struct{} // closed when plan returns: the shedder ends too
-	flight   *flight       // adaptive read-ahead; nil with a fixed Prefetch
+	aheadMu     sync.Mutex
+	ahead       []*load
+	shedKick    chan struct{}
+	scheduleEnd chan struct{} // closed when schedule returns: the shedder ends too
+	flight      *flight       // adaptive read-ahead; nil with a fixed Prefetch
 
 	io      sync.WaitGroup // reads submitted to the engine and not yet done
 	started chan struct{}  // closed when planning may begin (Lazy: at the first Next)
@@ -211,8 +211,8 @@ func New(ctx context.Context, ds dataset.Dataset, s sampler.Sampler, opts Option
 	if !opts.Lazy {
 		close(l.started)
 	}
-	l.planEnd = make(chan struct{})
-	l.g.Go(l.plan)
+	l.scheduleEnd = make(chan struct{})
+	l.g.Go(l.schedule)
 	if l.sheddable() {
 		l.shedKick = make(chan struct{}, 1)
 		l.g.Go(l.shedder)
@@ -225,9 +225,10 @@ func (l *Loader) Batches() sampler.Batches {
 	return sampler.Batches{Len: l.smp.Len(), Size: l.opts.BatchSize, DropLast: l.opts.DropLast}
 }
 
-// plan turns batches into reads, in order, and starts them.
-func (l *Loader) plan() error {
-	defer close(l.planEnd)
+// schedule turns batches into reads, in order, and starts them
+// (prepare.go says how a batch's reads are made).
+func (l *Loader) schedule() error {
+	defer close(l.scheduleEnd)
 	defer close(l.deliver)
 	select {
 	case <-l.started:

@@ -224,7 +224,7 @@ func (l *Loader) shedder() error {
 		select {
 		case <-l.ctx.Done():
 			return nil
-		case <-l.planEnd:
+		case <-l.scheduleEnd:
 			return nil
 		case <-l.shedKick:
 			if l.mem.over(0) {

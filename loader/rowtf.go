@@ -31,7 +31,7 @@ import (
 // A batch's rows are put together as without a transform (the dataset's
 // RowBatch.Assemble), into a staging message, where the column's values
 // are found. The batch's message is written anew from the staging
-// message's other columns (the columnar package's Plan and Assemble, as
+// message's other columns (the columnar package's Message and Assemble, as
 // for any rows), the outputs' buffer left empty, and each value is then
 // transformed on the workers straight into its row's place there. Its
 // size is known before any read: the other columns' planned buffers and
@@ -221,7 +221,7 @@ func newRowTransform(ds dataset.Rows, tf Transform, name string) (*rowTransform,
 		r.data += bufCount(nd)
 	}
 	r.data += 2 // after the list's validity and its values'
-	empty, err := r.out.Plan(nil)
+	empty, err := r.out.Message(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -348,12 +348,12 @@ func (r *rowTransform) apply(ctx context.Context, l *Loader, ids []int, epoch in
 		}
 		refs[slot].Cols[r.col].S = tsrc
 	}
-	plan, err := r.out.Plan(refs)
+	outMsg, err := r.out.Message(refs)
 	if err != nil {
 		return nil, err
 	}
-	if plan.Size > len(out) {
-		return nil, fmt.Errorf("loader: a transformed batch of rows of %d bytes, planned %d", plan.Size, len(out))
+	if outMsg.Size > len(out) {
+		return nil, fmt.Errorf("loader: a transformed batch of rows of %d bytes, planned %d", outMsg.Size, len(out))
 	}
 	cur := -1
 	cell := func(slot, k int) []byte {
@@ -376,19 +376,19 @@ func (r *rowTransform) apply(ctx context.Context, l *Loader, ids []int, epoch in
 		}
 		return st.cells[k]
 	}
-	written, err := plan.Assemble(refs, cell, out)
+	written, err := outMsg.Assemble(refs, cell, out)
 	if err != nil {
 		return nil, err
 	}
-	at := plan.Body + int(plan.Buffers[r.data].Offset)
-	if plan.Buffers[r.data].Length != int64(n*size) {
-		return nil, fmt.Errorf("loader: the outputs' buffer of %d bytes, for %d outputs of %d", plan.Buffers[r.data].Length, n, size)
+	at := outMsg.Body + int(outMsg.Buffers[r.data].Offset)
+	if outMsg.Buffers[r.data].Length != int64(n*size) {
+		return nil, fmt.Errorf("loader: the outputs' buffer of %d bytes, for %d outputs of %d", outMsg.Buffers[r.data].Length, n, size)
 	}
 	if err := l.transformRows(ctx, ids, epoch, st.values, out[at:at+n*size], size); err != nil {
 		return nil, err
 	}
-	ns, bs := plan.Table()
-	cols := &Columns{Len: written, Body: plan.Body}
+	ns, bs := outMsg.Table()
+	cols := &Columns{Len: written, Body: outMsg.Body}
 	for _, x := range ns {
 		cols.Nodes = append(cols.Nodes, [2]int64{x.Length, x.NullCount})
 	}

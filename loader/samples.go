@@ -6,14 +6,14 @@ import (
 )
 
 // Samples are a token corpus's samples as the loader reads them
-// (sequence.Batcher): what an epoch holds, and a batch of them planned as
+// (sequence.Batcher): what an epoch holds, and a batch of them laid out as
 // a dataset.RowBatch whose cells are each sample's pieces, a number of
 // its own a sample, which Assemble puts together as the batch's arrays.
 // A batch of samples is read as a batch of rows is (Rows), its cells
 // coalesced and read at once, then put together on its own goroutine.
 type Samples interface {
 	Len(epoch int) int
-	Plan(epoch int, ids []int) (dataset.RowBatch, error)
+	BatchOf(epoch int, ids []int) (dataset.RowBatch, error)
 }
 
 // arrayed is a RowBatch put together as named arrays (sequence.Batch):
@@ -22,13 +22,13 @@ type arrayed interface {
 	Arrays() []sequence.Array
 }
 
-// cellsOf plans the batch of records ids of epoch read as cells: rows of
+// cellsOf lays out the batch of records ids of epoch read as cells: rows of
 // columns (of any epoch), or an epoch's samples.
 func (l *Loader) cellsOf(epoch int, ids []int) (dataset.RowBatch, error) {
 	if l.samples != nil {
-		return l.samples.Plan(epoch, ids)
+		return l.samples.BatchOf(epoch, ids)
 	}
-	return l.rows.PlanBatch(ids)
+	return l.rows.BatchOf(ids)
 }
 
 // assembled says a batch's records are read as cells and put together:

@@ -110,7 +110,7 @@ func (l *Loader) gatherStart(e, b int, bs sampler.Batches) int {
 }
 
 // arriveRows makes w a window of rows: a row arrives once every cell it
-// reads has, and one that reads none (its pages decoded already) has.
+// reads has, and one that reads none (its pages unpacked already) has.
 func (w *window) arriveRows() {
 	w.need = make([]int, len(w.j.IDs))
 	for _, en := range w.j.ents {
@@ -217,9 +217,9 @@ func (l *Loader) nextOpportunistic(ctx context.Context) (*Batch, error) {
 	if s == len(w.sizes)-1 || l.rows != nil {
 		// The last batch waits for every read of the load, which may be
 		// reused once all of its batches are released. So does every
-		// batch of rows: the window's plan gives up what it holds (a
-		// page it claimed to decode) only then, and a batch cut from
-		// it plans its rows again.
+		// batch of rows: the window's row batch gives up what it holds
+		// (a page it claimed to unpack) only then, and a batch cut
+		// from it lays its rows out again.
 		select {
 		case <-j.done:
 		case <-l.ctx.Done():
@@ -312,7 +312,7 @@ func (o Options) skipped(j *load) []int {
 // cutRows puts batch b of rows, cut from window w, together in a buffer
 // of its own: its rows planned again as one batch, their cells taken from
 // where the window's reads put them (a cell the window did not read, as
-// a page the window's plan found decoded and that is gone since, is read
+// a page the window's row batch found unpacked and that is gone since, is read
 // here). Called with w.mu held, once every read of the window is done.
 func (l *Loader) cutRows(ctx context.Context, w *window, b *Batch) error {
 	j := w.j
@@ -324,7 +324,7 @@ func (l *Loader) cutRows(ctx context.Context, w *window, b *Batch) error {
 			}
 		}
 	}
-	rb, err := l.rows.PlanBatch(b.IDs)
+	rb, err := l.rows.BatchOf(b.IDs)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func ownOrder(cfg sampler.Config, ds dataset.Dataset, subset *roaring.Bitmap) (s
 // dataset with blocks of its own (Parquet pages), a block order over them
 // unless a job asks for another order. By default the rows of 16 blocks
 // are spread over 16 batches, so a batch mixes 16 pages while each page
-// is still read and decoded once.
+// is still read and unpacked once.
 func ownBlocks(cfg sampler.Config, ds dataset.Dataset) sampler.Config {
 	cfg.RecordSize = ds.Info().RecordSize
 	cfg.Align = storage.HintsOf(ds.Object(0)).BlockSize
@@ -46,9 +46,9 @@ func ownBlocks(cfg sampler.Config, ds dataset.Dataset) sampler.Config {
 		if cfg.Window == 0 {
 			cfg.Window = DefaultPageWindow
 			if bs, ok := ds.(dataset.BlockSizer); ok && bs.BlockBytes() > 0 {
-				// The window's blocks stay decoded while its batches take
-				// their rows: at most half the decoded budget, or each is
-				// decoded again for every batch that misses it (a Feather
+				// The window's blocks stay unpacked while its batches take
+				// their rows: at most half the unpacked budget, or each is
+				// unpacked again for every batch that misses it (a Feather
 				// file's 64K-row batches, 6 MiB each decompressed: window
 				// 16 read 351 MB/s where window 4 read 20).
 				cfg.Window = int(min(int64(DefaultPageWindow), max(1, dataset.UnpackedBudget/2/bs.BlockBytes())))

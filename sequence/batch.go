@@ -159,8 +159,8 @@ func (b *Batcher) Len(epoch int) int {
 	return n
 }
 
-// Plan plans the batch of samples ids of epoch (in delivery order).
-func (b *Batcher) Plan(epoch int, ids []int) (dataset.RowBatch, error) {
+// BatchOf lays out the batch of samples ids of epoch (in delivery order).
+func (b *Batcher) BatchOf(epoch int, ids []int) (dataset.RowBatch, error) {
 	bt := &Batch{b: b, n: len(ids), at: make([]int32, 1, len(ids)+1)}
 	offs := []int{0, b.srcs[0].Samples.Len(epoch)}
 	if len(b.srcs) > 1 {

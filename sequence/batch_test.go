@@ -48,7 +48,7 @@ func writeCorpus(t *testing.T, lens []int64, vocab int64, opts corpus.Options) *
 // assemble plans, reads (one cell at a time) and assembles a batch.
 func assemble(t *testing.T, c *corpus.Corpus, b *Batcher, epoch int, ids []int) (*Batch, []byte, error) {
 	t.Helper()
-	rb, err := b.Plan(epoch, ids)
+	rb, err := b.BatchOf(epoch, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestBatchCellsAreThePieces(t *testing.T) {
 	c := writeCorpus(t, []int64{4, 6, 3}, 1000, corpus.Options{})
 	s, _ := New(c, Options{SeqLen: 5, Mode: Concat, InOrder: true})
 	b, _ := NewBatcher([]Source{{Corpus: c, Samples: s, Objects: 3}}, 0, -1)
-	rb, err := b.Plan(0, []int{0, 1})
+	rb, err := b.BatchOf(0, []int{0, 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func (s *bestFit) table(epoch int) *fitTable {
 	return t
 }
 
-func (s *bestFit) Len(epoch int) int     { return s.tables.get(epoch).stats.Samples }
+func (s *bestFit) Len(epoch int) int { return s.tables.get(epoch).stats.Samples }
 
 // Windows are epoch's windows as runs of its samples: the first sample of
 // each window, then the epoch's samples. An order that takes a window's

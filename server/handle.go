@@ -90,7 +90,7 @@ func (s *Server) openHandle(ctx context.Context, spec *wire.JobSpec, shm bool) (
 		return a, hd.size, nil
 	}
 	var err error
-	if h.j, err = s.env.OpenSpec(ctx, spec, alloc); err != nil {
+	if h.j, err = s.env.Open(ctx, spec, alloc); err != nil {
 		h.cancel()
 		if h.arena != nil {
 			h.arena.Close()

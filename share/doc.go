@@ -50,6 +50,6 @@
 // their orders' inverses say when each page is read next, and the pages
 // read soonest stay (Belady's MIN), which under a uniform shuffle answers
 // a share c of the reads where the LRU answers c + (1-c)ln(1-c). A job
-// alone has its first epoch planned, MIN with bypass (plan.go): a read
+// alone has its first epoch planned, MIN with bypass (bypass.go): a read
 // whose page would not stay until its next read goes past the cache.
 package share

@@ -3,7 +3,7 @@ package share
 import "container/heap"
 
 // dueHeap holds records by the position of their next read, the farthest
-// on top: a plan's intervals by their ends. An interval ended or given up
+// on top: a bypass's intervals by their ends. An interval ended or given up
 // leaves its entry behind, stale, skipped at the top and swept out when
 // the stale entries outnumber the intervals held.
 type dueHeap []dueEntry

@@ -48,8 +48,8 @@ type Steward struct {
 	// at most fitLook apart.
 	looked  time.Time
 	fitLook time.Duration
-	// For a job alone on the source, told its reads (alone), its plan
-	// (Reader.Plan) says which records' pages the cache keeps until their
+	// For a job alone on the source, told its reads (alone), its bypass
+	// (Reader.Bypass) says which records' pages the cache keeps until their
 	// next reads, MIN with bypass: pass marks the pages of records it
 	// reads now, read past the cache (passed, not held) or from it and
 	// not kept (leave, dropped once read); passes counts the first.
@@ -93,11 +93,11 @@ func (f Future) own() Future {
 // Reader is a job's place in a Steward.
 type Reader struct {
 	s *Steward
-	// order and plan, for a job alone on a source of a page or more a
-	// record, are its order and its first epoch's MIN with bypass (Plan);
+	// order and bypass, for a job alone on a source of a page or more a
+	// record, are its order and its first epoch's MIN with bypass (Bypass);
 	// the Steward's lock guards them.
-	order *Order
-	plan  *plan
+	order  *Order
+	bypass *bypass
 	// future gives the job's future from its place now; nil: the job's
 	// reads cannot be told (a share group's, an order with no inverse),
 	// and while it reads the Steward drops nothing.
@@ -156,8 +156,8 @@ func (r *Reader) Leave() {
 	s := r.s
 	s.mu.Lock()
 	delete(s.readers, r)
-	if r.plan != nil {
-		r.plan.stop()
+	if r.bypass != nil {
+		r.bypass.stop()
 	}
 	if s.passes > 0 {
 		clear(s.pass)
@@ -228,12 +228,12 @@ func (s *Steward) alone() bool {
 	return false
 }
 
-// Plan lets the job's first epoch be planned (plan), o its order: which
-// records' pages the page cache keeps until their next reads. The plan
+// Bypass lets the job's first epoch be planned (bypass.go), o its order: which
+// records' pages the page cache keeps until their next reads. The bypass
 // is made at the job's first Keeps that finds it alone and the file past
 // the room, of that epoch. Only for a source of records a page or more
 // each.
-func (r *Reader) Plan(o Order) {
+func (r *Reader) Bypass(o Order) {
 	s := r.s
 	if s.res.p.Count < s.records || o.N != s.records {
 		return
@@ -244,7 +244,7 @@ func (r *Reader) Plan(o Order) {
 }
 
 // Keeps returns the records whose epoch-e reads the page cache keeps, by
-// id (a bit each), once the job's plan has decided, or nil: the job is
+// id (a bit each), once the job's bypass has decided, or nil: the job is
 // not alone, the file fits, or e is not the epoch planned.
 func (r *Reader) Keeps(e int) []uint64 {
 	s := r.s
@@ -253,8 +253,8 @@ func (r *Reader) Keeps(e int) []uint64 {
 	if r.order == nil || !s.alone() || (s.res.asked && s.res.fits) {
 		return nil // nothing passes
 	}
-	if r.plan == nil {
-		r.plan = newPlan(*r.order, e, func() int64 {
+	if r.bypass == nil {
+		r.bypass = newBypass(*r.order, e, func() int64 {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if !s.res.asked {
@@ -266,14 +266,14 @@ func (r *Reader) Keeps(e int) []uint64 {
 			return pages * int64(s.records) / int64(s.res.p.Count)
 		})
 	}
-	return r.plan.keeps(e)
+	return r.bypass.keeps(e)
 }
 
 // Passes says which of records ids, read by a job alone now, are to be
 // read past the page cache (storage.Request.PastCache), setting past[i]
-// for ids[i]: those whose pages its plan (keep, from Keeps; nil while
-// the plan of the epoch is not made) does not keep until their next
-// reads. A held page is read from the cache, and if the plan does not
+// for ids[i]: those whose pages its bypass (keep, from Keeps; nil while
+// the bypass of the epoch is not made) does not keep until their next
+// reads. A held page is read from the cache, and if the bypass does not
 // keep it, dropped once Read is told of it. Only for a job alone whose
 // reads the Steward is told, and records alone on their pages. The
 // caller reads a record past the cache if it says so, and tells Read of

@@ -281,9 +281,9 @@ func TestStewardHoldsNothingWhileTheFileFits(t *testing.T) {
 // TestStewardPasses runs one job's uniform epochs over a page cache of
 // a share c of its pages twice on the same orders: each record read into
 // the cache (as TestStewardKeepsWhatIsReadSoonest), and in the first
-// epoch each read past it where the job's plan does not keep its page
+// epoch each read past it where the job's bypass does not keep its page
 // (MIN with bypass, planned at the start). Both answer about as many
-// reads (MIN's c); the plan's first epoch reads through the cache only
+// reads (MIN's c); the bypass's first epoch reads through the cache only
 // what the next reads from it, and drops little of it.
 func TestStewardPasses(t *testing.T) {
 	const n, epochs = 16384, 4
@@ -299,7 +299,7 @@ func TestStewardPasses(t *testing.T) {
 			r := s.Join(func() Future { return sh.future(now) })
 			if k == 1 {
 				sh.epoch(epochs + 1)
-				r.Plan(Order{N: n, Fill: func(e, pos int, ids []int) int { return copy(ids, sh.epoch(e)[pos:]) },
+				r.Bypass(Order{N: n, Fill: func(e, pos int, ids []int) int { return copy(ids, sh.epoch(e)[pos:]) },
 					Next: func(e int) func(int) (int64, bool) {
 						return func(id int) (int64, bool) { return int64((e+1)*n + sh.pos[e+1][id]), true }
 					}})
@@ -311,7 +311,7 @@ func TestStewardPasses(t *testing.T) {
 					keep = waitKeeps(t, r, e)
 				}
 				if k == 1 && e > 0 && r.Keeps(e) != nil {
-					t.Fatalf("a plan of epoch %d, past the first", e)
+					t.Fatalf("a bypass of epoch %d, past the first", e)
 				}
 				for _, id := range sh.epoch(e) {
 					hit := s.res.place[id] >= 0
@@ -355,27 +355,27 @@ func TestStewardPasses(t *testing.T) {
 			_, run.drops, run.passes = s.Stats()
 			r.Leave()
 		}
-		for k, name := range []string{"into the cache", "planned"} {
+		for k, name := range []string{"into the cache", "bypassed"} {
 			t.Logf("cache %.0f%% of the data, %s: %.3f of the reads answered, %d dropped, %d passed, %d of %d misses read through the cache (first epoch %d, then %d answered)",
 				100*c, name, float64(runs[k].hits)/float64(reads), runs[k].drops, runs[k].passes, runs[k].through, int64(epochs)*n-runs[k].hits, runs[k].through0, runs[k].hits1)
 		}
-		into, plan := runs[0], runs[1]
-		if plan.hits < into.hits-reads/50 {
-			t.Errorf("cache %.2f: the plan answered %d reads, reading into the cache %d", c, plan.hits, into.hits)
+		into, bp := runs[0], runs[1]
+		if bp.hits < into.hits-reads/50 {
+			t.Errorf("cache %.2f: the bypass answered %d reads, reading into the cache %d", c, bp.hits, into.hits)
 		}
-		if plan.passes == 0 || plan.through0 > plan.hits1+plan.hits1/10 {
-			t.Errorf("cache %.2f: the plan's first epoch passed %d records and read %d through the cache, of which the next answered %d",
-				c, plan.passes, plan.through0, plan.hits1)
+		if bp.passes == 0 || bp.through0 > bp.hits1+bp.hits1/10 {
+			t.Errorf("cache %.2f: the bypass's first epoch passed %d records and read %d through the cache, of which the next answered %d",
+				c, bp.passes, bp.through0, bp.hits1)
 		}
 		// The room runs out by a page now and then, and a look frees a
 		// look's pages beyond it (resident.lookNow).
-		if plan.drops0 > 2*int64(checkEvery) {
-			t.Errorf("cache %.2f: %d pages dropped in the plan's first epoch", c, plan.drops0)
+		if bp.drops0 > 2*int64(checkEvery) {
+			t.Errorf("cache %.2f: %d pages dropped in the bypass's first epoch", c, bp.drops0)
 		}
 	}
 }
 
-// waitKeeps waits for the plan of epoch e.
+// waitKeeps waits for the bypass of epoch e.
 func waitKeeps(t *testing.T, r *Reader, e int) []uint64 {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -384,15 +384,15 @@ func waitKeeps(t *testing.T, r *Reader, e int) []uint64 {
 			return k
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no plan of epoch %d after 30 s", e)
+			t.Fatalf("no bypass of epoch %d after 30 s", e)
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// BenchmarkPlanEpoch is what a plan costs an epoch of a global shuffle
+// BenchmarkBypassEpoch is what a bypass costs an epoch of a global shuffle
 // of 2^19 records (2 GiB of 4 KiB), the cache holding 65% of them.
-func BenchmarkPlanEpoch(b *testing.B) {
+func BenchmarkBypassEpoch(b *testing.B) {
 	const n = 1 << 19
 	sh := &shuffles{n: n, rng: rand.New(rand.NewPCG(1, 2))}
 	sh.epoch(b.N + 2)
@@ -400,7 +400,7 @@ func BenchmarkPlanEpoch(b *testing.B) {
 		Next: func(e int) func(int) (int64, bool) {
 			return func(id int) (int64, bool) { return int64((e+1)*n + sh.pos[e+1][id]), true }
 		}}
-	p := &plan{n: n, order: o, capacity: func() int64 { return n * 65 / 100 }, open: map[int][]uint64{},
+	p := &bypass{n: n, order: o, capacity: func() int64 { return n * 65 / 100 }, open: map[int][]uint64{},
 		end: make([]int64, n), start: make([]int64, n)}
 	b.ResetTimer()
 	for e := range b.N {

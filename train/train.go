@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/riffle-ml/riffle/dataset"
-	"github.com/riffle-ml/riffle/decode"
+	"github.com/riffle-ml/riffle/libsvm"
 	"github.com/riffle-ml/riffle/loader"
 	"github.com/riffle-ml/riffle/sampler"
 )
@@ -47,7 +47,7 @@ func (c Config) withDefaults() Config {
 
 // Data is a LIBSVM dataset parsed once, to measure the loss.
 type Data struct {
-	Rows []decode.Row
+	Rows []libsvm.Row
 	Dim  int
 }
 
@@ -59,7 +59,7 @@ func Load(ctx context.Context, ds dataset.Dataset) (*Data, error) {
 		return nil, err
 	}
 	defer l.Close()
-	d := &Data{Rows: make([]decode.Row, ds.Len())}
+	d := &Data{Rows: make([]libsvm.Row, ds.Len())}
 	for {
 		b, err := l.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -70,7 +70,7 @@ func Load(ctx context.Context, ds dataset.Dataset) (*Data, error) {
 		}
 		for i, id := range b.IDs {
 			r := &d.Rows[id]
-			if err := decode.LIBSVM(b.Record(i), r); err != nil {
+			if err := libsvm.Parse(b.Record(i), r); err != nil {
 				b.Release()
 				return nil, recordError(ds, id, err)
 			}
@@ -96,7 +96,7 @@ type Model struct {
 
 func sigmoid(z float64) float64 { return 1 / (1 + math.Exp(-z)) }
 
-func (m *Model) score(r *decode.Row) float64 {
+func (m *Model) score(r *libsvm.Row) float64 {
 	z := m.B
 	for k, i := range r.Index {
 		z += m.W[i] * float64(r.Value[k])
@@ -104,7 +104,7 @@ func (m *Model) score(r *decode.Row) float64 {
 	return z
 }
 
-func target(r *decode.Row) float64 {
+func target(r *libsvm.Row) float64 {
 	if r.Label > 0 {
 		return 1
 	}
@@ -155,7 +155,7 @@ func Run(ctx context.Context, ds dataset.Dataset, d *Data, s sampler.Sampler, cf
 	cfg = cfg.withDefaults()
 	m := &Model{W: make([]float64, d.Dim)}
 	grad := make([]float64, d.Dim)
-	var row decode.Row
+	var row libsvm.Row
 	var res Result
 	var spent time.Duration
 	for e := range cfg.MaxEpochs {
@@ -176,7 +176,7 @@ func Run(ctx context.Context, ds dataset.Dataset, d *Data, s sampler.Sampler, cf
 			clear(grad)
 			var gb float64
 			for i, id := range b.IDs {
-				if err := decode.LIBSVM(b.Record(i), &row); err != nil {
+				if err := libsvm.Parse(b.Record(i), &row); err != nil {
 					b.Release()
 					l.Close()
 					return res, recordError(ds, id, err)

@@ -6,7 +6,7 @@ import (
 	"math"
 	"sync"
 
-	"github.com/riffle-ml/riffle/decode"
+	"github.com/riffle-ml/riffle/libsvm"
 )
 
 func init() {
@@ -37,12 +37,12 @@ func (t *libsvmDense) Size() int { return 4 * (1 + t.n) }
 func (t *libsvmDense) Shape() (string, []int) { return "<f4", []int{1 + t.n} }
 
 func (t *libsvmDense) Apply(raw, out []byte) error {
-	r, _ := t.rows.Get().(*decode.Row)
+	r, _ := t.rows.Get().(*libsvm.Row)
 	if r == nil {
-		r = &decode.Row{}
+		r = &libsvm.Row{}
 	}
 	defer t.rows.Put(r)
-	if err := decode.LIBSVM(raw, r); err != nil {
+	if err := libsvm.Parse(raw, r); err != nil {
 		return err
 	}
 	clear(out)
@@ -54,7 +54,7 @@ func (t *libsvmDense) Apply(raw, out []byte) error {
 	for k, idx := range r.Index {
 		i := idx - shift
 		if i < 0 || int(i) >= t.n {
-			return fmt.Errorf("%w: feature index %d outside [%d, %d]", decode.ErrSyntax, idx, shift, int32(t.n)-1+shift)
+			return fmt.Errorf("%w: feature index %d outside [%d, %d]", libsvm.ErrSyntax, idx, shift, int32(t.n)-1+shift)
 		}
 		binary.LittleEndian.PutUint32(out[4*(1+i):], math.Float32bits(r.Value[k]))
 	}

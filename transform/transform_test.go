@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/riffle-ml/riffle/decode"
+	"github.com/riffle-ml/riffle/libsvm"
 )
 
 func TestParse(t *testing.T) {
@@ -59,7 +59,7 @@ func TestLibsvmDense(t *testing.T) {
 		t.Fatalf("dense %v", got)
 	}
 	for _, bad := range []string{"1 5:1", "1 0:1", "x 1:1", "1 2:1 1:1", ""} {
-		if err := tf.Apply([]byte(bad), out); !errors.Is(err, decode.ErrSyntax) {
+		if err := tf.Apply([]byte(bad), out); !errors.Is(err, libsvm.ErrSyntax) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
@@ -374,7 +374,7 @@ func FuzzLibsvmDense(f *testing.F) {
 	tf, _, _ := New("libsvm_dense:n_features=8")
 	out := make([]byte, tf.Size())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if err := tf.Apply(b, out); err != nil && !errors.Is(err, decode.ErrSyntax) {
+		if err := tf.Apply(b, out); err != nil && !errors.Is(err, libsvm.ErrSyntax) {
 			t.Fatalf("error %v is not a syntax error", err)
 		}
 	})

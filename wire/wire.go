@@ -602,39 +602,54 @@ type Arrow struct {
 	Buffers int   `json:"buffers"`
 }
 
-// Tokens describes a job of a token corpus's samples (docs/tokens.md):
-// the corpus (its documents, tokens and dtype), how samples are cut (of
-// SeqLen inputs, by Packing), their input id of padding, end-of-document
-// token (-1: none) and vocabulary (0: unchecked), the epoch's rates of
-// padding (input positions), cut documents and dropped tokens, and the
-// arrays of a whole batch of batch_size samples, in the order they lie
-// (cu_seqlens's shape [-1]: each batch's own, its length the most it may
-// be). PerEpoch says the number of samples differs by epoch (best_fit):
-// a job reads one epoch.
+// Tokens describes a job of a token corpus's samples (docs/tokens.md): the
+// corpus, how its samples are cut, the epoch's rates, and the arrays of a
+// whole batch.
 type Tokens struct {
-	SeqLen    int     `json:"seq_len"`
-	Packing   string  `json:"packing"`
-	Documents int     `json:"documents"`
-	Tokens    int64   `json:"tokens"`
-	Dtype     string  `json:"dtype"`
-	PadID     int64   `json:"pad_id"`
-	EOD       int64   `json:"eod"`
-	Vocab     int64   `json:"vocab_size,omitempty"`
-	Padding   float64 `json:"padding"`
-	Cut       float64 `json:"cut"`
-	Dropped   float64 `json:"dropped"`
-	PerEpoch  bool    `json:"per_epoch,omitempty"`
-	Arrays    []Array `json:"arrays"`
+	// SeqLen is a sample's inputs, in tokens.
+	SeqLen int `json:"seq_len"`
+	// Packing is how documents become samples: concat, best_fit or pad.
+	Packing string `json:"packing"`
+	// Documents is the corpus's documents.
+	Documents int `json:"documents"`
+	// Tokens is the corpus's tokens.
+	Tokens int64 `json:"tokens"`
+	// Dtype is the corpus's token dtype (numpy's name), or "mixed" for a
+	// mixture of corpora of different dtypes.
+	Dtype string `json:"dtype"`
+	// PadID is the input id of padding.
+	PadID int64 `json:"pad_id"`
+	// EOD is the end-of-document token, -1 if none.
+	EOD int64 `json:"eod"`
+	// Vocab is the vocabulary's size every token is checked against; 0:
+	// unchecked.
+	Vocab int64 `json:"vocab_size,omitempty"`
+	// Padding is the share of the epoch's input positions that are
+	// padding.
+	Padding float64 `json:"padding"`
+	// Cut is the share of documents cut (concat: a sample boundary falls
+	// inside; best_fit: split into pieces; pad: truncated).
+	Cut float64 `json:"cut"`
+	// Dropped is the share of tokens in no sample, neither input nor
+	// label.
+	Dropped float64 `json:"dropped"`
+	// PerEpoch says the number of samples differs by epoch (best_fit): a
+	// job reads one epoch.
+	PerEpoch bool `json:"per_epoch,omitempty"`
+	// Arrays are the arrays of a whole batch of batch_size samples, in
+	// the order they lie (cu_seqlens's shape [-1]: each batch's own, its
+	// length the most it may be).
+	Arrays []Array `json:"arrays"`
 }
 
 // Array is one array of a batch: its name, numpy dtype and shape (a 0-d
 // array's is []), and its Len bytes at Off from the batch's data_off.
 type Array struct {
-	Name  string `json:"name"`
-	Dtype string `json:"dtype"`
-	Shape []int  `json:"shape"`
-	Off   int64  `json:"off"`
-	Len   int64  `json:"len"`
+	Name  string `json:"name"`  // input_ids, labels, position_ids, cu_seqlens, ...
+	Dtype string `json:"dtype"` // numpy's name
+	Shape []int  `json:"shape"` // [] for a 0-d array
+	Off   int64  `json:"off"`   // bytes from the batch's data_off
+	Len   int64  `json:"len"`   // bytes
 }
 
 // ErrFrame says a frame was malformed.
@@ -832,12 +847,12 @@ func decode(raw []byte, t reflect.Type) error {
 // second the device's measured rate expects of it and of a sequential
 // read.
 type AutoOrder struct {
-	Sampler    string  `json:"sampler"`
-	BlockSize  int     `json:"block_size,omitempty"`
-	Window     int     `json:"window,omitempty"`
-	RL         float64 `json:"rl"`
-	Rate       float64 `json:"rate"`
-	Sequential float64 `json:"sequential"`
+	Sampler    string  `json:"sampler"`              // global or block
+	BlockSize  int     `json:"block_size,omitempty"` // bytes per block of the block order
+	Window     int     `json:"window,omitempty"`     // blocks the block order spreads over as many batches
+	RL         float64 `json:"rl"`                   // its randomization level (DeepIO's RL; a global shuffle is 1)
+	Rate       float64 `json:"rate"`                 // records per second the device's measured rate expects of it
+	Sequential float64 `json:"sequential"`           // records per second expected of a sequential read
 }
 
 // OrderInfo is what a job's order is (an opened reply's "order"), as the

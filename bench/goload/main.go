@@ -60,7 +60,7 @@ func run(specJSON, indexDir string, seconds float64, skip int, arena bool) (repo
 			return a, ask.Want, err
 		}
 	}
-	j, err := env.OpenSpec(ctx, &spec, alloc)
+	j, err := env.Open(ctx, &spec, alloc)
 	if err != nil {
 		return report{}, err
 	}

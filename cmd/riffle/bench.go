@@ -115,7 +115,7 @@ records (--record-size, default 4096) is written first.`,
 					return nil
 				}
 				// runOpen runs f on the dataset opened afresh, so that no
-				// cache of an earlier measurement (a Parquet file's decoded
+				// cache of an earlier measurement (a Parquet file's unpacked
 				// pages) serves it.
 				runOpen := func(f func(ds dataset.Dataset) (bench.Result, error)) error {
 					d, err := df.open(ctx, args)

@@ -121,7 +121,7 @@ samples of the epoch never delivered (0: each exactly once).`,
 			}
 			defer env.Close()
 			opened := time.Now()
-			j, err := env.OpenSpec(cmd.Context(), spec, nil)
+			j, err := env.Open(cmd.Context(), spec, nil)
 			if err != nil {
 				return err
 			}
@@ -263,7 +263,7 @@ func loadTokens(cmd *cobra.Command, spec *wire.JobSpec, mixture []string, df dat
 		one := *spec
 		one.Epoch, one.Epochs = e, 1
 		opened := time.Now()
-		j, err := env.OpenSpec(cmd.Context(), &one, nil)
+		j, err := env.Open(cmd.Context(), &one, nil)
 		if err != nil {
 			return err
 		}

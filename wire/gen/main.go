@@ -1,6 +1,8 @@
-// Command gen writes the Python mirror of package wire: the block of
-// python/riffle/wire.py between mirror.Begin and mirror.End, from wire.go.
-// Run by `go generate ./wire` from the wire directory.
+// Command gen writes the views of package wire: the block of
+// python/riffle/wire.py between mirror.Begin and mirror.End, and the
+// tables of the opened reply's parts in docs/protocol.md between
+// mirror.DocBegin and mirror.DocEnd, from wire.go. Run by `go generate
+// ./wire` from the wire directory.
 package main
 
 import (
@@ -26,6 +28,16 @@ func main() {
 		log.Fatal(err)
 	}
 	if err := os.WriteFile(py, []byte(out), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	doc := filepath.Join("..", "docs", "protocol.md")
+	if b, err = os.ReadFile(doc); err != nil {
+		log.Fatal(err)
+	}
+	if out, err = mirror.SpliceDoc(src, string(b)); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(doc, []byte(out), 0o644); err != nil {
 		log.Fatal(err)
 	}
 }

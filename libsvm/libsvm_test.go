@@ -1,4 +1,4 @@
-package decode
+package libsvm
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestLIBSVM(t *testing.T) {
+func TestParse(t *testing.T) {
 	for _, c := range []struct {
 		in    string
 		label float64
@@ -25,7 +25,7 @@ func TestLIBSVM(t *testing.T) {
 		{"1 1:z", 0, nil, nil, true},
 	} {
 		var r Row
-		err := LIBSVM([]byte(c.in), &r)
+		err := Parse([]byte(c.in), &r)
 		if c.bad {
 			if !errors.Is(err, ErrSyntax) {
 				t.Errorf("%q: error %v, want ErrSyntax", c.in, err)
@@ -38,13 +38,13 @@ func TestLIBSVM(t *testing.T) {
 	}
 }
 
-func FuzzLIBSVM(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	f.Add([]byte("1 1:0.5 3:2"))
 	f.Add([]byte("-1 qid:1 7:3 # x"))
 	f.Add([]byte(":::"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r Row
-		if err := LIBSVM(b, &r); err != nil {
+		if err := Parse(b, &r); err != nil {
 			if !errors.Is(err, ErrSyntax) {
 				t.Fatalf("error %v is not ErrSyntax", err)
 			}

@@ -14,7 +14,7 @@ import (
 	"github.com/riffle-ml/riffle/storage"
 )
 
-// Planning turns a batch's ids into units of work: reads of storage, each
+// Preparing a batch turns its ids into units of work: reads of storage, each
 // covering one record or a run of neighbouring records (coalesced), and
 // copies of records another loader read into the cache. Records sit in the
 // batch in delivery order (Options.Ordered), and units are laid out in the

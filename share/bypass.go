@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// A plan is MIN with bypass for a job alone whose order is known epochs
+// A bypass is MIN with bypass for a job alone whose order is known epochs
 // ahead (a global shuffle: its inverse says every record's next read),
 // decided before the reads: which reads' pages the page cache keeps
 // until their next reads, and which go past it.
@@ -16,7 +16,7 @@ import (
 // the order they start and, whenever one too many are held, giving up
 // the one that ends last (the greedy for the largest k-colourable set of
 // intervals, Carlisle and Lloyd; as many hits as Belady's MIN). A
-// Steward without a plan reads every page into the cache and drops, at
+// Steward without a bypass reads every page into the cache and drops, at
 // each look, the held pages read last: each epoch under a uniform
 // shuffle, with the cache holding 65% of the file, two thirds of the
 // pages read into it were dropped unread, and all of the first epoch's
@@ -27,13 +27,13 @@ import (
 // from the cache). What is dropped is only pages read from the cache
 // whose next reads are not kept.
 //
-// A plan covers the job's first epoch, the one whose every read is a
+// A bypass covers the job's first epoch, the one whose every read is a
 // miss: there, on a device at memory speed, reading through the cache
-// costs the CPU about twice an O_DIRECT read, and a plan made the epoch
+// costs the CPU about twice an O_DIRECT read, and a bypass made the epoch
 // 1.04-1.31x faster (BENCHMARKS.md, "MIN with bypass"). After it the
 // steward keeps pages as before (sampled MIN), whose later epochs
-// measured faster on the disk than passing by a plan of each epoch:
-// 165k against 129k samples/s, 2% of it the plan's tables (20 MB for
+// measured faster on the disk than a bypass of each epoch:
+// 165k against 129k samples/s, 2% of it the bypass's tables (20 MB for
 // 2^19 records) taking that much of the cgroup's page cache, the rest
 // not found.
 //
@@ -42,7 +42,7 @@ import (
 // runs in a goroutine of its own, from the job's start, and frees its
 // tables once the first epoch's decisions are final; until then (the
 // first tenths of a second of a job) every read goes through the cache.
-type plan struct {
+type bypass struct {
 	n        int
 	order    Order
 	capacity func() int64 // the pages the cache may hold, at each epoch planned
@@ -63,12 +63,12 @@ type plan struct {
 	open       map[int][]uint64
 }
 
-// PlanBytes bounds what a plan holds a record: its interval's start and
+// BypassBytes bounds what a bypass holds a record: its interval's start and
 // end (16), the heap's entries (16 each, up to two a record and a few
 // thousand: compact) and its two epochs' bits.
-const PlanBytes = 16 + 2*16 + 1
+const BypassBytes = 16 + 2*16 + 1
 
-// An Order is a job's order as a plan reads it: N positions an epoch,
+// An Order is a job's order as a bypass reads it: N positions an epoch,
 // Fill the ids at positions of an epoch (sampler.Sampler's), and Next,
 // for an epoch, the position (epoch*N + position) of each record's read
 // in the epoch after it.
@@ -78,19 +78,19 @@ type Order struct {
 	Next func(e int) func(id int) (int64, bool)
 }
 
-// newPlan starts planning epoch from of o, the cache holding capacity()
+// newBypass starts planning epoch from of o, the cache holding capacity()
 // pages.
-func newPlan(o Order, from int, capacity func() int64) *plan {
-	p := &plan{n: o.N, order: o, capacity: capacity, from: from, open: map[int][]uint64{},
+func newBypass(o Order, from int, capacity func() int64) *bypass {
+	p := &bypass{n: o.N, order: o, capacity: capacity, from: from, open: map[int][]uint64{},
 		end: make([]int64, o.N), start: make([]int64, o.N)}
 	go p.run()
 	return p
 }
 
 // keeps returns the records whose epoch-e reads the cache keeps, by id,
-// once decided, or nil: e is not the epoch planned, or its plan is not
+// once decided, or nil: e is not the epoch planned, or its bypass is not
 // made yet.
-func (p *plan) keeps(e int) []uint64 {
+func (p *bypass) keeps(e int) []uint64 {
 	if e != p.from {
 		return nil
 	}
@@ -100,7 +100,7 @@ func (p *plan) keeps(e int) []uint64 {
 }
 
 // stop ends the planner.
-func (p *plan) stop() {
+func (p *bypass) stop() {
 	p.mu.Lock()
 	p.done = true
 	p.mu.Unlock()
@@ -108,7 +108,7 @@ func (p *plan) stop() {
 
 // run plans epochs from and from+1, whose end makes from's decisions
 // final, and frees the greedy's tables.
-func (p *plan) run() {
+func (p *bypass) run() {
 	for e := p.from; e <= p.from+1; e++ {
 		p.mu.Lock()
 		done := p.done
@@ -131,7 +131,7 @@ func (p *plan) run() {
 
 // epoch runs the greedy over epoch e's reads; false if the order cannot
 // say a read's next.
-func (p *plan) epoch(e int) bool {
+func (p *bypass) epoch(e int) bool {
 	c := p.capacity()
 	next := p.order.Next(e)
 	bits := make([]uint64, (p.n+63)/64)
@@ -178,7 +178,7 @@ func (p *plan) epoch(e int) bool {
 	return true
 }
 
-func (p *plan) live(id int32, due int64) bool { return p.end[id] == due }
+func (p *bypass) live(id int32, due int64) bool { return p.end[id] == due }
 
 // bitsOf is the bits of epoch e's reads, while not final.
-func (p *plan) bitsOf(e int) []uint64 { return p.open[e] }
+func (p *bypass) bitsOf(e int) []uint64 { return p.open[e] }

@@ -1,7 +1,8 @@
-// Package decode turns record bytes into values in Go, as python/riffle's
-// decode module does in Python. Errors name what was wrong and where in the
-// record; the caller adds which record.
-package decode
+// Package libsvm parses LIBSVM/SVMlight text records ("label idx:val ...")
+// into sparse rows, for the libsvm transform and the training example.
+// Errors name what was wrong and where in the record; the caller adds which
+// record.
+package libsvm
 
 import (
 	"bytes"
@@ -20,10 +21,10 @@ type Row struct {
 	Value []float32
 }
 
-// LIBSVM parses one LIBSVM/SVMlight line, "label idx:val idx:val ... #
+// Parse parses one LIBSVM/SVMlight line, "label idx:val idx:val ... #
 // comment", into r, reusing its slices. Indices are kept as written (1-based
 // by convention); a "qid:" pair is skipped.
-func LIBSVM(b []byte, r *Row) error {
+func Parse(b []byte, r *Row) error {
 	if i := bytes.IndexByte(b, '#'); i >= 0 {
 		b = b[:i]
 	}
