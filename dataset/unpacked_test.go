@@ -150,12 +150,12 @@ func TestUnpackedStalledClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.unpacked = newUnpackedCache()
-	a, err := d.PlanBatch(ids)
+	a, err := d.BatchOf(ids)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Release()
-	b, err := d.PlanBatch(ids)
+	b, err := d.BatchOf(ids)
 	if err != nil {
 		t.Fatal(err)
 	}
