@@ -702,6 +702,17 @@ class Loader:
         return dict(m.get("info") or {}, records=m.get("records", 0), positions=m.get("positions", 0),
                     batches=m.get("batches", 0), samples=m.get("samples", 0))
 
+    @property
+    def tokens(self) -> dict | None:
+        """Of a token corpus (``seq_len``), the daemon's description of it and its samples: ``seq_len``,
+        ``packing``, ``documents``, ``tokens``, ``dtype``, ``pad_id``, ``eod``, and what the packing costs over
+        epoch 0 of the seed: ``padding`` (the share of inputs that are padding), ``cut`` (of documents split across
+        samples), ``dropped`` (of tokens in no sample). None for other data."""
+        if self._meta is None:
+            self._open()
+        t = self._meta.get("tokens")
+        return {k: v for k, v in t.items() if k != "arrays"} if t else None
+
     def __len__(self) -> int:
         """Batches per epoch for this loader (this rank, and this worker's share)."""
         return int(self.info()["batches"])
