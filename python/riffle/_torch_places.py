@@ -7,7 +7,7 @@ from typing import Any
 
 from .mixture import _mixture, _segments, _state_weights, _weights_state
 from .options import _ORDER_KEYS
-from .state import _POSITIONAL_KINDS, _check_dataset, _check_rank, _own, _parts, _rest, _rest_places, merge_states
+from .state import _POSITIONAL_KINDS, _check_dataset, _check_ordering, _check_rank, _own, _parts, _rest, _rest_places, merge_states
 
 
 def _at_start(state: dict) -> bool:
@@ -72,7 +72,9 @@ class _Places:
         return self._with_weights({"epoch": self.epoch, "batch": 0, "seed": self.seed})
 
     def _with_weights(self, state: dict) -> dict:
-        """state with the mixture's weights, if the dataset is one, and the order sampler="auto" chose."""
+        """state with the mixture's weights, if the dataset is one, the order sampler="auto" chose, and what its
+        order and samples are (Loader.ordering)."""
+        state["ordering"] = dict(self._ordering)
         if self._auto_order is not None:
             state["order"] = dict(self._auto_order)
         mix = self.loader_kwargs.get("mixture")
@@ -90,6 +92,7 @@ class _Places:
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
         if not self.loader_kwargs.get("refresh"):
             _check_dataset(state, self._dataset_version)
+        _check_ordering(state, self._ordering)
         if state.get("order"):
             # The order auto chose for the run that saved this, not another
             # choice on another measure of the device.

@@ -39,8 +39,8 @@ from .errors import (DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed,
                      RiffleError, UnsafeSocket, error_from)
 from .mixture import _mixture, _mixture_at, _segments, _state_weights, _weights_state, _with_weights
 from .options import _ORDER_KEYS, _abspath, _check_args, _check_sendable, _filter, _ids, _subset
-from .state import (_POSITIONAL_KINDS, _check_dataset, _check_rank, _order, _own, _parts, _rest, _rest_places, _Taken,
-                    merge_states)
+from .state import (_POSITIONAL_KINDS, _check_dataset, _check_ordering, _check_rank, _order, _ordering, _own, _parts,
+                    _rest, _rest_places, _Taken, merge_states)
 
 # The client's parts live in the modules above; their public names are this module's too.
 __all__ = ["Batch", "Connection", "DEFAULT_TIMEOUT", "DaemonGone", "DataChanged", "DataError", "InvalidSpec",
@@ -446,6 +446,7 @@ class Loader:
             st["position"] = self._start + self._batch * self._world() * self.spec["batch_size"]
         if self._start:
             st["start"] = self._start
+        st["ordering"] = self.ordering
         self._whose(st)
         if self._sampler_state:
             st["sampler_state"] = base64.b64encode(self._sampler_state).decode()
@@ -504,6 +505,7 @@ class Loader:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
         if not self.spec.get("refresh"):
             _check_dataset(state, self._version)
+        _check_ordering(state, self.ordering)
         if state.get("order"):
             # The order sampler="auto" chose for the run that saved this: the
             # same, not a choice made again on another measure of the device.
@@ -701,6 +703,13 @@ class Loader:
         m = self._meta
         return dict(m.get("info") or {}, records=m.get("records", 0), positions=m.get("positions", 0),
                     batches=m.get("batches", 0), samples=m.get("samples", 0))
+
+    @property
+    def ordering(self) -> dict:
+        """What a state of this loader records of its order and samples, and a loaded state must match: the order's
+        kind and how its places resume (as the daemon said), a kind's sizes given, and a token corpus's seq_len,
+        packing and pack_window. Another world size, number of workers or batch size is no mismatch."""
+        return _ordering(self.order, self.spec, (self._meta or {}).get("tokens"))
 
     @property
     def tokens(self) -> dict | None:

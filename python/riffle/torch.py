@@ -228,6 +228,8 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         # What the order is, as the daemon said of the probe's (its kind, and how a place in it resumes): every
         # loader of this dataset reads the same order, on any rank and worker, and its places follow it.
         self._order = dict(probe.order)
+        # What its states record of the order and samples, and a loaded state must match (Loader.ordering).
+        self._ordering = probe.ordering
         if sampler_source is not None and hasattr(sampler_source, "__len__"):
             samples = int(probe.info().get("samples") or probe._records or 0)
             if len(sampler_source) != samples:
