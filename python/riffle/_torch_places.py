@@ -78,7 +78,16 @@ class _Places:
         if self._auto_order is not None:
             state["order"] = dict(self._auto_order)
         mix = self.loader_kwargs.get("mixture")
-        if mix is not None:
+        if mix is not None and callable(self.loader_kwargs.get("mixture_schedule")):
+            # A schedule function's changes through the state's epoch, as this dataset's loaders evaluate them.
+            ld = self._new_loader(self.seed, self.loader_kwargs)
+            try:
+                ld._follow(int(state["epoch"]))
+                state["mixture_weights"] = _weights_state(ld._weights)
+                state["mixture_function"] = {"batch": ld._fn_batch, "through": ld._fn_through}
+            finally:
+                ld.close()
+        elif mix is not None:
             segs = _segments(_mixture(mix, prefixes=True), self.loader_kwargs.get("mixture_history"),
                              self.loader_kwargs.get("mixture_schedule"), self.batch_size * self._where()[1])
             state["mixture_weights"] = _weights_state(segs)
@@ -106,6 +115,9 @@ class _Places:
                 self.loader_kwargs["auto_order"] = self._auto_order
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
+            if callable(self.loader_kwargs.get("mixture_schedule")):
+                self._fn_state = dict(state, mixture_weights=_weights_state(_state_weights(
+                    state, len(self.loader_kwargs["mixture"]))))
         rank, world = self._where()
         if _parts(self._order):
             state = _own(state, world, rank, self._workers)
