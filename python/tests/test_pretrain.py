@@ -10,10 +10,8 @@ from __future__ import annotations
 import collections
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import riffle
