@@ -7,7 +7,7 @@ from typing import Any
 
 from .mixture import _mixture, _segments, _state_weights, _weights_state
 from .options import _ORDER_KEYS
-from .state import _POSITIONAL_KINDS, _check_dataset, _check_rank, _own, _parts, _rest, _rest_places, merge_states
+from .state import _POSITIONAL_KINDS, _check_dataset, _check_ordering, _check_rank, _own, _parts, _rest, _rest_places, merge_states
 
 
 def _at_start(state: dict) -> bool:
@@ -72,11 +72,22 @@ class _Places:
         return self._with_weights({"epoch": self.epoch, "batch": 0, "seed": self.seed})
 
     def _with_weights(self, state: dict) -> dict:
-        """state with the mixture's weights, if the dataset is one, and the order sampler="auto" chose."""
+        """state with the mixture's weights, if the dataset is one, the order sampler="auto" chose, and what its
+        order and samples are (Loader.ordering)."""
+        state["ordering"] = dict(self._ordering)
         if self._auto_order is not None:
             state["order"] = dict(self._auto_order)
         mix = self.loader_kwargs.get("mixture")
-        if mix is not None:
+        if mix is not None and callable(self.loader_kwargs.get("mixture_schedule")):
+            # A schedule function's changes through the state's epoch, as this dataset's loaders evaluate them.
+            ld = self._new_loader(self.seed, self.loader_kwargs)
+            try:
+                ld._follow(int(state["epoch"]))
+                state["mixture_weights"] = _weights_state(ld._weights)
+                state["mixture_function"] = {"batch": ld._fn_batch, "through": ld._fn_through}
+            finally:
+                ld.close()
+        elif mix is not None:
             segs = _segments(_mixture(mix, prefixes=True), self.loader_kwargs.get("mixture_history"),
                              self.loader_kwargs.get("mixture_schedule"), self.batch_size * self._where()[1])
             state["mixture_weights"] = _weights_state(segs)
@@ -90,6 +101,7 @@ class _Places:
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
         if not self.loader_kwargs.get("refresh"):
             _check_dataset(state, self._dataset_version)
+        _check_ordering(state, self._ordering)
         if state.get("order"):
             # The order auto chose for the run that saved this, not another
             # choice on another measure of the device.
@@ -103,6 +115,9 @@ class _Places:
                 self.loader_kwargs["auto_order"] = self._auto_order
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
+            if callable(self.loader_kwargs.get("mixture_schedule")):
+                self._fn_state = dict(state, mixture_weights=_weights_state(_state_weights(
+                    state, len(self.loader_kwargs["mixture"]))))
         rank, world = self._where()
         if _parts(self._order):
             state = _own(state, world, rank, self._workers)

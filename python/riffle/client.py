@@ -27,7 +27,7 @@ import struct
 import time
 import warnings
 import weakref
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -37,10 +37,10 @@ from .connection import DEFAULT_TIMEOUT, OPEN_TIMEOUT, Connection, _forget, conn
 from .daemon import default_socket, find_binary, private_dir, start_daemon, wait_for_socket
 from .errors import (DaemonGone, DataChanged, DataError, InvalidSpec, JobClosed, MemoryBudget, PathNotFound,
                      RiffleError, UnsafeSocket, error_from)
-from .mixture import _mixture, _mixture_at, _segments, _state_weights, _weights_state, _with_weights
+from .mixture import _mixture, _mixture_at, _segments, _state_weights, _weight, _weights_state, _with_weights
 from .options import _ORDER_KEYS, _abspath, _check_args, _check_sendable, _filter, _ids, _subset
-from .state import (_POSITIONAL_KINDS, _check_dataset, _check_rank, _order, _own, _parts, _rest, _rest_places, _Taken,
-                    merge_states)
+from .state import (_POSITIONAL_KINDS, _check_dataset, _check_ordering, _check_rank, _order, _ordering, _own, _parts,
+                    _rest, _rest_places, _Taken, merge_states)
 
 # The client's parts live in the modules above; their public names are this module's too.
 __all__ = ["Batch", "Connection", "DEFAULT_TIMEOUT", "DaemonGone", "DataChanged", "DataError", "InvalidSpec",
@@ -133,7 +133,11 @@ class Loader:
     given), and ``mixture_schedule=[(step, weights), ...]`` (or ``(epoch,
     step, weights)``) changes them at global steps of this run: each
     source goes on from where it was, and from the change every source is
-    within Webster's rounding of its share. ``format``
+    within Webster's rounding of its share. ``mixture_schedule=f``, a
+    function of the step (0 at each epoch's start) returning the weights,
+    changes them wherever ``f``'s value changes, evaluated over each epoch
+    as it opens; its steps are counted in the global batches of the run
+    that began it, which the state keeps (docs/tokens.md). ``format``
     names the format when the file's extension does not; ``record_size`` and
     ``header_bytes`` shape a file of fixed-size records, ``drop_partial``
     drops its partial last record; ``csv_header`` says a CSV's first line is
@@ -234,7 +238,7 @@ class Loader:
                  batch_size: int = spec.DEFAULT_BATCH_SIZE, *,
                  # dataset
                  mixture: Sequence | None = None, mixture_stop: str | None = None,
-                 mixture_schedule: Sequence | None = None, format: str | None = None,
+                 mixture_schedule: Sequence | Callable[[int], Sequence[float]] | None = None, format: str | None = None,
                  record_size: int | None = None, header_bytes: int | None = None, csv_header: bool = False,
                  skip_crc: bool = False, drop_partial: bool = False, direct: bool | None = None,
                  columns: Sequence[str] | None = None, split: str | None = None, extensions: Sequence[str] | None = None,
@@ -306,11 +310,18 @@ class Loader:
                 self.spec["mixture_stop"] = mixture_stop
         # None is unset; False is sent where the default may be true (direct, ordered).
         self.spec.update({k: v for k, v in given.items() if v is not None and not (v is False and spec.OPTIONS[k][4] == "false")})
+        # A schedule given as a function of the step: evaluated over each epoch as the loader opens it (_follow),
+        # its steps global batches of this run's (or of the run a loaded state began: _fn_batch); epochs through
+        # _fn_through are evaluated, their changes in _weights.
+        self._fn: Callable[[int], Sequence[float]] | None = None
+        if callable(mixture_schedule):
+            self._fn, mixture_schedule = mixture_schedule, None
+        self._fn_batch, self._fn_through = batch_size * max(1, int(world_size or 1)), -1
         # A mixture's weights from each place on (set_weights adds to them): a schedule's steps are this run's
         # global batches, kept as positions of the epoch's order, the same on any topology.
         self._weights = (_segments(mixture, mixture_history, mixture_schedule, batch_size * max(1, int(world_size or 1)))
                          if mixture is not None else None)
-        if mixture is None and mixture_schedule:
+        if mixture is None and (mixture_schedule or self._fn):
             raise ValueError("mixture_schedule without a mixture")
         self._weights_gen = 0
         # A growing dataset's (refresh): (epoch, generations of files it reads), from the daemon or a state.
@@ -405,6 +416,9 @@ class Loader:
         ``state_dict()``, as a position of the epoch's order, so a resume on any topology keeps it."""
         if self._weights is None:
             raise ValueError("set_weights: this loader reads no mixture")
+        if self._fn is not None:
+            raise ValueError("set_weights: this loader's weights follow its mixture_schedule function; change the "
+                             "function's values instead (or give a list of (step, weights) and call set_weights)")
         glob = self._world() * int(self.spec["batch_size"])
         if epoch is None and step is None:
             if int(self.spec.get("batch_stride", 1) or 1) > 1:
@@ -423,6 +437,35 @@ class Loader:
         if self._meta is None:
             self._open()
         return list((self._meta.get("info") or {}).get("offsets") or [0])
+
+    def _follow(self, epoch: int) -> None:
+        """Evaluate the mixture_schedule function over epoch (once): f(k) at each global step k of the epoch (0 at
+        its start), k*_fn_batch its position, until the epoch ends under the weights so far; where f's value
+        changes, the weights change from that position, as set_weights(f(k), epoch, k) would. The epoch's length
+        is the daemon's (a check's samples), asked again after each change, which moves it."""
+        if self._fn is None or epoch <= self._fn_through:
+            return
+        segs, n = self._weights, len(self.spec["mixture"])
+        cur = [ws for e, p, ws in segs if (e, p) <= (epoch, 0)][-1]
+        G = self._fn_batch
+
+        def samples(segs) -> int:
+            spec = _mixture_at(self.spec, segs)
+            spec.update(epoch=epoch, batch=0, epochs=1)
+            _, reply, fds = self._opening({"op": wire.OP_CHECK, "spec": spec})
+            for fd in fds:
+                os.close(fd)
+            return int(reply.get("samples") or 0)
+        total, k, changed = samples(segs), 0, False
+        while k * G < total:
+            ws = [_weight(w, f"mixture_schedule({k})") for w in self._fn(k)]
+            if ws != cur:
+                segs, cur, changed = _with_weights(segs, ws, epoch, k * G, n), ws, True
+                total = samples(segs)
+            k += 1
+        self._weights, self._fn_through = segs, epoch
+        if changed:
+            self._weights_gen += 1
 
     def _at(self, epoch: int) -> tuple[dict, int]:
         """The spec of a job opening at epoch, and the mixture's weights' version it has (-1: no mixture)."""
@@ -446,6 +489,7 @@ class Loader:
             st["position"] = self._start + self._batch * self._world() * self.spec["batch_size"]
         if self._start:
             st["start"] = self._start
+        st["ordering"] = self.ordering
         self._whose(st)
         if self._sampler_state:
             st["sampler_state"] = base64.b64encode(self._sampler_state).decode()
@@ -453,6 +497,10 @@ class Loader:
             st["skip"] = list(self._skip)
         if self._weights is not None:
             st["mixture_weights"] = _weights_state(self._weights)
+        if self._fn is not None:
+            # The steps the function is evaluated at, in positions, and the epochs it was: a resume on another
+            # topology evaluates the later epochs at the same positions.
+            st["mixture_function"] = {"batch": self._fn_batch, "through": self._fn_through}
         if self.auto is not None:
             st["order"] = dict(self.spec["auto_order"])
         if self._generations and self._generations[0] == self.epoch:
@@ -504,6 +552,7 @@ class Loader:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
         if not self.spec.get("refresh"):
             _check_dataset(state, self._version)
+        _check_ordering(state, self.ordering)
         if state.get("order"):
             # The order sampler="auto" chose for the run that saved this: the
             # same, not a choice made again on another measure of the device.
@@ -556,6 +605,15 @@ class Loader:
         if state.get("mixture_weights") and self._weights is not None:
             self._weights = _state_weights(state, len(self.spec["mixture"]))
             self._weights_gen += 1
+            if self._fn is not None:
+                self._follow_state(state)
+
+    def _follow_state(self, state: dict) -> None:
+        """Take from a state the steps the mixture_schedule function is evaluated at and the epochs it was (a state
+        without them: those its changes reach, in this run's steps)."""
+        fn = state.get("mixture_function") or {}
+        self._fn_batch = int(fn.get("batch") or self._fn_batch)
+        self._fn_through = int(fn["through"]) if "through" in fn else max(e for e, _, _ in self._weights)
 
     # --- the job ---
     def _conn(self) -> Connection:
@@ -629,6 +687,7 @@ class Loader:
         j = self._job
         if j is not None and (j.epoch, j.batch) == (self.epoch, self._batch) and self._batch in (0, j.opened_at[1]):
             return self._left(j)
+        self._follow(self.epoch)
         spec, _ = self._at(self.epoch)
         _, reply, fds = self._opening({"op": wire.OP_CHECK, "spec": self._place_spec(spec)})
         for fd in fds:
@@ -638,6 +697,7 @@ class Loader:
     def _open(self) -> _Job:
         """The job at this loader's place: the one kept from the last epoch if it is there, else a new one."""
         j = self._job
+        self._follow(self.epoch)
         spec, weights = self._at(self.epoch)
         if (j is not None and (j.epoch, j.batch, j.start, j.rest) == (self.epoch, self._batch, self._start, bool(self._delivered))
                 and os.getpid() == j.conn.pid
@@ -701,6 +761,24 @@ class Loader:
         m = self._meta
         return dict(m.get("info") or {}, records=m.get("records", 0), positions=m.get("positions", 0),
                     batches=m.get("batches", 0), samples=m.get("samples", 0))
+
+    @property
+    def ordering(self) -> dict:
+        """What a state of this loader records of its order and samples, and a loaded state must match: the order's
+        kind and how its places resume (as the daemon said), a kind's sizes given, and a token corpus's seq_len,
+        packing and pack_window. Another world size, number of workers or batch size is no mismatch."""
+        return _ordering(self.order, self.spec, (self._meta or {}).get("tokens"))
+
+    @property
+    def tokens(self) -> dict | None:
+        """Of a token corpus (``seq_len``), the daemon's description of it and its samples: ``seq_len``,
+        ``packing``, ``documents``, ``tokens``, ``dtype``, ``pad_id``, ``eod``, and what the packing costs over
+        epoch 0 of the seed: ``padding`` (the share of inputs that are padding), ``cut`` (of documents split across
+        samples), ``dropped`` (of tokens in no sample). None for other data."""
+        if self._meta is None:
+            self._open()
+        t = self._meta.get("tokens")
+        return {k: v for k, v in t.items() if k != "arrays"} if t else None
 
     def __len__(self) -> int:
         """Batches per epoch for this loader (this rank, and this worker's share)."""

@@ -184,6 +184,46 @@ def merge_states(states: Sequence[dict]) -> dict:
     return out
 
 
+# What a state's place means beyond its numbers: the order's kind and how its places resume (the daemon's order
+# reply), the parameters of a kind that change its order, and how a token corpus's samples are cut. A place (a
+# position, a batch, a sampler state) of one is another sample, or none, of another: loaded, it would repeat some
+# samples and drop as many, silently. The topology (ranks, DataLoader workers, batch size) is not here: a
+# positional place resumes on any (elastic resume), and the others refuse another by name as they load.
+_ORDER_PARAMS = {"block": ("block_size", "window"), "buffered": ("buffer",), "reservoir": ("reservoir",)}
+
+
+def _ordering(order: dict, opts: dict, tokens: dict | None) -> dict:
+    """What a state of this loader records of its order and samples (``ordering``), from its order reply, its
+    options (by spec name) and, of a token corpus, the daemon's description of its samples."""
+    out = {k: order[k] for k in ("kind", "positional", "shared")}
+    out["rest"] = order.get("rest") or ""
+    for k in _ORDER_PARAMS.get(order["kind"], ()):
+        if opts.get(k) is not None:
+            out[k] = int(opts[k])
+    if tokens:
+        out.update(seq_len=int(tokens["seq_len"]), packing=tokens["packing"])
+        if tokens["packing"] == "best_fit":
+            out["pack_window"] = int(opts.get("pack_window") or spec.OPTIONS["pack_window"][4])
+    return out
+
+
+def _check_ordering(state: dict, mine: dict) -> None:
+    """Refuse a state whose place is in another order, or among samples cut otherwise, than this loader's: it would
+    repeat and drop samples silently. A state saved before states recorded it (no ``ordering``) loads as before."""
+    theirs = state.get("ordering")
+    if not isinstance(theirs, dict):
+        return
+    diff = sorted(k for k in theirs.keys() & mine.keys() if theirs[k] != mine[k])
+    if not diff:
+        return
+    def say(o: dict) -> str:
+        return ", ".join(f"{k}={o[k]!r}" for k in diff)
+    raise ValueError(f"this state was saved by a loader whose order and samples are {say(theirs)}, and this loader's "
+                     f"are {say(mine)}: its place would name other samples here, some repeated and some never read. "
+                     "Resume with the options the state was saved with (seq_len, packing, pack_window, shuffle, "
+                     "sampler and its sizes, share, opportunistic), or start the epoch anew without the state")
+
+
 def _check_dataset(state: dict, version: str | None) -> None:
     """Refuse a state saved over other data: its place would name other records."""
     if state.get("dataset") and version and state["dataset"] != version:

@@ -228,6 +228,8 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         # What the order is, as the daemon said of the probe's (its kind, and how a place in it resumes): every
         # loader of this dataset reads the same order, on any rank and worker, and its places follow it.
         self._order = dict(probe.order)
+        # What its states record of the order and samples, and a loaded state must match (Loader.ordering).
+        self._ordering = probe.ordering
         if sampler_source is not None and hasattr(sampler_source, "__len__"):
             samples = int(probe.info().get("samples") or probe._records or 0)
             if len(sampler_source) != samples:
@@ -253,6 +255,7 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         self._iterated = False
         self._driven = False  # a RiffleDataLoader advances epochs and collects states
         self._resume: dict | None = None
+        self._fn_state: dict | None = None  # a loaded state's mixture_function (Loader._follow_state)
         self._over: int | None = None  # the epoch set_epoch asked for that the loaded place is past the end of
         self._resumed: list | None = None  # the state the epoch being read resumed from, and its count of batches
         self._states: dict[int, dict] = {}
@@ -285,6 +288,8 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         mix = self.loader_kwargs.get("mixture")
         if mix is None:
             raise ValueError("set_weights: this dataset reads no mixture")
+        if callable(self.loader_kwargs.get("mixture_schedule")):
+            raise ValueError("set_weights: this dataset's weights follow its mixture_schedule function")
         if epoch is None:
             epoch = self._epoch.value + (1 if self._iterated and not self._explicit else 0)
         segs = _segments(_mixture(mix, prefixes=True), self.loader_kwargs.get("mixture_history"))
@@ -295,7 +300,8 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         mix = _mixture(self.loader_kwargs["mixture"], prefixes=True)
         self.loader_kwargs["mixture"] = [(s["paths"], w) for s, w in zip(mix, segs[-1][2])]
         self.loader_kwargs["mixture_history"] = _history(segs)
-        self.loader_kwargs.pop("mixture_schedule", None)  # the segments hold it
+        if not callable(self.loader_kwargs.get("mixture_schedule")):
+            self.loader_kwargs.pop("mixture_schedule", None)  # the segments hold it
         self._ld = None  # the next loader takes them
 
     def set_epoch(self, epoch: int) -> None:
@@ -355,6 +361,9 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         ld = Loader(self.paths, self.batch_size, shuffle=self.shuffle, seed=seed, rank=rank, world_size=world,
                     drop_last=self.drop_last, rank_drop_last=self.rank_drop_last, dtype=self.dtype,
                     shape=self.shape, **kw)
+        if self._fn_state is not None:
+            # A schedule function's evaluation as a loaded state says it: the steps' positions, the epochs done.
+            ld._follow_state(self._fn_state)
         # Bound to the data the dataset was built over, not to what the files hold when a worker starts: a worker
         # that began its epoch after a file changed would read other records than its rank's others.
         ld._version, ld._records = self._dataset_version, self._dataset_records

@@ -154,7 +154,8 @@ def test_resume_from_state_dict(daemon, fixed_file):
     first = [next(it).ids.tolist() for _ in range(6)]
     state = ld.state_dict()
     it.close()
-    assert state == {"epoch": 0, "batch": 6, "seed": 5, "world": 1, "position": 6 * 64, "dataset": ld._version}
+    assert state == {"epoch": 0, "batch": 6, "seed": 5, "world": 1, "position": 6 * 64, "dataset": ld._version,
+                     "ordering": ld.ordering}
     again = riffle.Loader(fixed_file, batch_size=64, record_size=64, seed=5, ordered=True)
     again.load_state_dict(state)
     rest = [b.ids.tolist() for b in again]

@@ -168,6 +168,22 @@ def _jsonl(path: Path, source: str, n: int) -> None:
             f.write(json.dumps({"source": source, "i": i, "text": f"{source} document {i}"}) + "\n")
 
 
+def _token_corpora(d: Path) -> None:
+    """docs/tokens.md's corpora: two Megatron prefixes corpus/part-{0,1}, a flat uint16 tokens.bin and a 1-D
+    tokens.npy whose documents end at token 0, and tokenized.arrow's input_ids column (uncompressed Arrow)."""
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    from test_tokens import make_docs, write_megatron
+    (d / "corpus").mkdir()
+    for k in range(2):
+        write_megatron(str(d / "corpus" / f"part-{k}"), make_docs(300, seed=k))
+    stream = np.concatenate([np.append(x % 1000 + 1, 0) for x in make_docs(200, seed=5)]).astype("<u2")
+    stream.tofile(d / "tokens.bin")
+    np.save(d / "tokens.npy", stream)
+    rows = pa.array([x.tolist() for x in make_docs(200, seed=6)], pa.list_(pa.int32()))
+    feather.write_feather(pa.table({"input_ids": rows}), str(d / "tokenized.arrow"), compression="uncompressed")
+
+
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory) -> Path:
     """A directory holding each dataset a snippet names, small."""
@@ -185,6 +201,7 @@ def sandbox(tmp_path_factory) -> Path:
     for k in range(2):
         _jsonl(d / "code" / f"part-{k}.jsonl", "code", 300)
     np.save(d / "books.npy", np.arange(500 * 16, dtype=np.int64).reshape(500, 16))
+    _token_corpora(d)
     (d / "examples").symlink_to(REPO / "examples")
     return d
 

@@ -146,7 +146,8 @@ def test_state_is_small(daemon, ids):
     for _ in range(5):
         next(it)
     st = ld.state_dict()
-    assert st == {"epoch": 0, "batch": 5, "seed": 1, "world": 2, "position": 500, "dataset": st["dataset"]}
+    assert st == {"epoch": 0, "batch": 5, "seed": 1, "world": 2, "position": 500, "dataset": st["dataset"],
+                  "ordering": {"kind": "global", "positional": True, "shared": False, "rest": ""}}
     assert len(st["dataset"]) <= 64
 
 
