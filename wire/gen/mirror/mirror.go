@@ -118,15 +118,22 @@ func Python(src []byte) (string, error) {
 
 // Splice puts the block generated from src between py's markers.
 func Splice(src []byte, py string) (string, error) {
-	i, j := strings.Index(py, Begin), strings.Index(py, End)
+	return splice(py, "python/riffle/wire.py", Begin, End, func() (string, error) { return Python(src) })
+}
+
+// splice replaces text's begin and end markers and what lies between them
+// with the block gen makes, which carries the markers again; name says
+// which file lacks them.
+func splice(text, name, begin, end string, gen func() (string, error)) (string, error) {
+	i, j := strings.Index(text, begin), strings.Index(text, end)
 	if i < 0 || j < i {
-		return "", fmt.Errorf("python/riffle/wire.py has no %q ... %q markers", Begin, End)
+		return "", fmt.Errorf("%s has no %q ... %q markers", name, begin, end)
 	}
-	block, err := Python(src)
+	block, err := gen()
 	if err != nil {
 		return "", err
 	}
-	return py[:i] + block + py[j+len(End):], nil
+	return text[:i] + block + text[j+len(end):], nil
 }
 
 // value is a constant's value as Python writes it: a string, or an int.

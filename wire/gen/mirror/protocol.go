@@ -72,15 +72,7 @@ func Markdown(src []byte) (string, error) {
 
 // SpliceDoc puts the tables generated from src between doc's markers.
 func SpliceDoc(src []byte, doc string) (string, error) {
-	i, j := strings.Index(doc, DocBegin), strings.Index(doc, DocEnd)
-	if i < 0 || j < i {
-		return "", fmt.Errorf("docs/protocol.md has no %q ... %q markers", DocBegin, DocEnd)
-	}
-	block, err := Markdown(src)
-	if err != nil {
-		return "", err
-	}
-	return doc[:i] + block + doc[j+len(DocEnd):], nil
+	return splice(doc, "docs/protocol.md", DocBegin, DocEnd, func() (string, error) { return Markdown(src) })
 }
 
 // structOf finds struct type name in f, with its doc comment.
