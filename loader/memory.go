@@ -40,22 +40,7 @@ func (b *bound) fits(n int64) bool { return b.used+n <= b.limit || b.used == 0 }
 // Acquire (the planner's) waits until n bytes fit and no load shed waits
 // to be read again, or ctx is done.
 func (b *bound) Acquire(ctx context.Context, n int64) error {
-	stop := context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		b.cond.Broadcast()
-		b.mu.Unlock()
-	})
-	defer stop()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for !b.fits(n) || b.shed > 0 {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		b.cond.Wait()
-	}
-	b.used += n
-	return nil
+	return b.waitUntil(ctx, func() bool { return b.fits(n) && b.shed == 0 }, func() { b.used += n })
 }
 
 // TryAcquire takes n bytes if they fit now.
@@ -93,6 +78,13 @@ func (b *bound) generation() uint64 {
 
 // waitPast waits for a change after generation gen, or ctx's end.
 func (b *bound) waitPast(ctx context.Context, gen uint64) error {
+	return b.waitUntil(ctx, func() bool { return b.gen != gen }, func() {})
+}
+
+// waitUntil waits, under b.mu, until ok holds, then runs then (still under
+// b.mu); or returns ctx's error. A cond has no way to wait on a context, so
+// ctx's end broadcasts to wake the wait.
+func (b *bound) waitUntil(ctx context.Context, ok func() bool, then func()) error {
 	stop := context.AfterFunc(ctx, func() {
 		b.mu.Lock()
 		b.cond.Broadcast()
@@ -101,12 +93,13 @@ func (b *bound) waitPast(ctx context.Context, gen uint64) error {
 	defer stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.gen == gen {
+	for !ok() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		b.cond.Wait()
 	}
+	then()
 	return nil
 }
 
