@@ -120,6 +120,25 @@ func drain(t testing.TB, j *Job, S int) (ids []int, arrays map[int]sampleArrays)
 	}
 }
 
+// takeSteps reads n batches of j, counting each sample in seen and checking
+// it against want (the uninterrupted run's samples by id).
+func takeSteps(t testing.TB, j *Job, n, S int, want map[int]sampleArrays, seen map[int]int) {
+	t.Helper()
+	for range n {
+		b, err := j.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range rows(t, b, S) {
+			seen[b.IDs[i]]++
+			if !slices.Equal(a.ids, want[b.IDs[i]].ids) {
+				t.Fatalf("sample %d differs from the uninterrupted run's", b.IDs[i])
+			}
+		}
+		b.Release()
+	}
+}
+
 // Every sample of the epoch comes once over 2 ranks of 2 DataLoader
 // workers each, in every packing, and holds the tokens the sample's
 // definition (package sequence) says, filled as Fill fills it alone.
@@ -206,19 +225,7 @@ func resumeOnAnotherTopology(t *testing.T, env *Env, prefix, kind string) {
 	const steps = 4
 	for rank := range 2 {
 		j := open(rank, 2, 0)
-		for range steps {
-			b, err := j.Next(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, a := range rows(t, b, S) {
-				seen[b.IDs[i]]++
-				if !slices.Equal(a.ids, want[b.IDs[i]].ids) {
-					t.Fatalf("sample %d differs from the uninterrupted run's", b.IDs[i])
-				}
-			}
-			b.Release()
-		}
+		takeSteps(t, j, steps, S, want, seen)
 		j.Close()
 	}
 	for rank := range 3 {
@@ -383,19 +390,7 @@ func TestTokensMixtureWeightsChangeAtAStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 7 {
-			bt, err := j.Next(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, r := range rows(t, bt, S) {
-				seen[bt.IDs[i]]++
-				if !slices.Equal(r.ids, want[bt.IDs[i]].ids) {
-					t.Fatalf("sample %d differs from the uninterrupted run's", bt.IDs[i])
-				}
-			}
-			bt.Release()
-		}
+		takeSteps(t, j, 7, S, want, seen)
 		j.Close()
 	}
 	for rank := range 3 {
