@@ -34,6 +34,8 @@ $r quality --records 100000 --record-size 256 --sampler block --window 8
 go test ./bench -run '^$' -bench S3 -benchtime 1x
 go test ./storage/tier -run '^$' -bench TierPolicies -benchtime 1x
 .venv/bin/python bench/nodes.py
+# Token corpora against Megatron's GPTDataset and nanoGPT's get_batch (issue 48).
+.venv/bin/python bench/tokens.py --dir /tmp/riffle-tokens --repeats 3
 # The peers' table (issue 16).
 ./bench/peers/setup.sh
 .venv/bin/python bench/peers/harness.py
