@@ -1,6 +1,10 @@
 package sequence
 
-import "sort"
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+)
 
 // concatEvery is how many positions of an epoch's document order one
 // running-count checkpoint covers: a sample's first document is a binary
@@ -23,6 +27,12 @@ type concat struct {
 // every token.
 type concatTable struct {
 	cum []int64
+	// cut is the documents a sample boundary falls inside, counted once
+	// (cutOnce) when Stats first asks: a job's description asks at every
+	// check and open, and a pass over the epoch's order each time would
+	// cost more than the table.
+	cutOnce sync.Once
+	cut     int
 }
 
 func newConcat(c Corpus, o order, opts Options) *concat {
@@ -72,24 +82,33 @@ func (s *concat) table(epoch int) *concatTable {
 
 // cut counts the documents of epoch a sample boundary (a multiple of
 // SeqLen) falls strictly inside: one more pass, made only when Stats are
-// asked for. The multiples of SeqLen inside the stream are exactly the
-// samples' starts and the last sample's shared token.
+// asked for, split between the cores as the table is (each part starts at
+// its first checkpoint's count). The multiples of SeqLen inside the stream
+// are exactly the samples' starts and the last sample's shared token.
 func (s *concat) cut(epoch int) int {
-	S := int64(s.seqLen)
-	var ids [concatEvery]int
-	acc := int64(0)
-	cut := 0
-	for pos := 0; pos < s.o.n; pos += concatEvery {
-		m := s.o.fill(epoch, pos, ids[:])
-		for _, d := range ids[:m] {
-			l := s.c.Len(d)
-			if b := (acc/S + 1) * S; b < acc+l {
-				cut++
+	t := s.tables.get(epoch)
+	t.cutOnce.Do(func() {
+		S := int64(s.seqLen)
+		var total atomic.Int64
+		parallel(len(t.cum)-1, func(lo, hi int) {
+			var ids [concatEvery]int
+			cut := 0
+			for k := lo; k < hi; k++ {
+				acc := t.cum[k]
+				m := s.o.fill(epoch, k*concatEvery, ids[:])
+				for _, d := range ids[:m] {
+					l := s.c.Len(d)
+					if b := (acc/S + 1) * S; b < acc+l {
+						cut++
+					}
+					acc += l
+				}
 			}
-			acc += l
-		}
-	}
-	return cut
+			total.Add(int64(cut))
+		})
+		t.cut = int(total.Load())
+	})
+	return t.cut
 }
 
 func (s *concat) Sample(epoch, i int, dst []Piece) ([]Piece, error) {
