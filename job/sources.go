@@ -14,7 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/riffle-ml/riffle/corpus"
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/sequence"
 	"github.com/riffle-ml/riffle/share"
 	"github.com/riffle-ml/riffle/storage"
 )
@@ -73,6 +75,11 @@ type source struct {
 	// maxBatch remembers maxBatchBytes per batch size: a scan of every
 	// record's length, once per dataset.
 	maxBatch sync.Map
+	// samples keeps a token corpus's samples per sequence.Options, made
+	// once (samplesOf): an epoch's table is a pass over every document,
+	// which a job's check, its open and the jobs after it reading the
+	// corpus alike would each make again.
+	samples sync.Map
 	// parts, for a mixture, are its sources, each held in the registry as
 	// any dataset is (so jobs on a source and mixtures of it share it),
 	// and ds puts them one after another; the mixture itself is not in
@@ -435,4 +442,20 @@ func spaceOf(inf dataset.Info, key, transform string) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s|%q|%s", key, inf.Versions, transform)
 	return h.Sum64()
+}
+
+type samplesOnce struct {
+	once sync.Once
+	s    sequence.Samples
+	err  error
+}
+
+// samplesOf is corpus c's samples cut as opts says, made once for this
+// source: sequence.Samples are pure functions of (epoch, i), safe for
+// concurrent use, so every job reading them alike shares their tables.
+func (e *source) samplesOf(c *corpus.Corpus, opts sequence.Options) (sequence.Samples, error) {
+	v, _ := e.samples.LoadOrStore(opts, &samplesOnce{})
+	o := v.(*samplesOnce)
+	o.once.Do(func() { o.s, o.err = sequence.New(c, opts) })
+	return o.s, o.err
 }

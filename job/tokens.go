@@ -252,7 +252,7 @@ func (j *Job) tokenSamples() error {
 		if j.src.parts != nil {
 			opts.Seed = sampler.Mix(opts.Seed, uint64(k)+1)
 		}
-		s, err := sequence.New(c, opts)
+		s, err := p.samplesOf(c, opts)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", errSpec, p.desc(), err)
 		}

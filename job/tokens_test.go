@@ -496,3 +496,32 @@ func TestTokensShareAtDifferentPaces(t *testing.T) {
 		}
 	}
 }
+
+// The jobs reading a corpus alike (the same sequence options) share its
+// samples, so an epoch's table (a pass over every document) is made once
+// for them all, not at each check and open; a job cutting them otherwise
+// (another seed) has its own.
+func TestTokensJobsShareTheirSamples(t *testing.T) {
+	prefix := writeTokens(t, t.TempDir(), 300)
+	env, err := NewEnv(EnvOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	open := func(seed uint64, rank int) *Job {
+		j, err := env.Open(context.Background(), &wire.JobSpec{Paths: []string{prefix}, SeqLen: 64, Packing: "best_fit", BatchSize: 4,
+			Shuffle: true, Seed: seed, Rank: rank, World: 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(j.Close)
+		return j
+	}
+	a, b, c := open(5, 0), open(5, 1), open(6, 0)
+	if a.samples[0] != b.samples[0] {
+		t.Error("two jobs cutting the corpus alike made its samples twice")
+	}
+	if a.samples[0] == c.samples[0] {
+		t.Error("a job of another seed reads the samples of the first")
+	}
+}
