@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/dustin/go-humanize"
@@ -232,6 +233,12 @@ func (h header) samples() int64 {
 // CMYK one's conversion; a PNG's image, twice if interlaced (its passes).
 func (h header) goCost() int64 {
 	px := int64(h.w) * int64(h.h)
+	if px > maxPixels {
+		// checkSize refuses such an image before it is charged; past the
+		// bound a PNG header's 32-bit sides would overflow the sums below
+		// into a negative cost, so no header may ask for less than all.
+		return math.MaxInt64
+	}
 	var dec int64
 	switch h.format {
 	case "jpeg":
