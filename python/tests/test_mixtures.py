@@ -434,12 +434,14 @@ def test_torch_set_weights_at_the_next_step(daemon, tmp_path, workers, persisten
 
 
 def test_torch_set_weights_resumes_on_another_topology(daemon, tmp_path):
-    """2 ranks x 2 workers change the weights at step 3 (each rank, as DDP code does) and save after step 5; 3
-    ranks x 1 worker resume from rank 0's state: the first run's steps and the rest are the uninterrupted run's
-    samples (mixture_schedule=[(3, weights)]), each once but DistributedSampler's padding, and epoch 1 too."""
-    lens, K, new = (300, 1000, 50), 3, [4, 1, 1]
+    """2 ranks x 2 workers change the weights at step 3 (each rank, as DDP code does) and save after step 5
+    (position 80); 3 ranks x 1 worker resume from rank 0's state (80 is no multiple of their global batch of 24: the
+    rest of the epoch from there) and change them again after 2 steps of theirs (position 128, step 8 of the first
+    run): the first run's steps and the rest are the uninterrupted run's samples (mixture_schedule=[(3, weights),
+    (8, weights')]), each once but DistributedSampler's padding, and epoch 1 too."""
+    lens, K, new, again = (300, 1000, 50), 3, [4, 1, 1], [1, 1, 2]
     mix = [(p, 1) for p in sources(tmp_path, lens)]
-    whole = riffle.Loader(mixture=mix, batch_size=16, seed=6, mixture_schedule=[(K, new)], ordered=True)
+    whole = riffle.Loader(mixture=mix, batch_size=16, seed=6, mixture_schedule=[(K, new), (8, again)], ordered=True)
     e0 = [b.data.copy() for b in whole]
     e1 = {tuple(r) for b in whole for r in b.data.tolist()}
     heads, state = [[] for _ in range(5)], None
@@ -459,7 +461,12 @@ def test_torch_set_weights_resumes_on_another_topology(daemon, tmp_path):
     for r in range(3):
         dl = rt.loader(mixture=mix, batch_size=8, seed=6, rank=r, world_size=3, num_workers=1)
         dl.load_state_dict(state)
-        rest += [tuple(x) for b in dl for x in b.tolist()]
+        for step, b in enumerate(dl, 1):
+            rest += [tuple(x) for x in b.tolist()]
+            if step == 2:
+                dl.set_weights(again)
+        assert dl.state_dict()["mixture_weights"] == [[0, [1.0, 1.0, 1.0]], [0, 48, [4.0, 1.0, 1.0]],
+                                                      [0, 128, [1.0, 1.0, 2.0]]]
         later += [tuple(x) for b in dl for x in b.tolist()]
     want = {tuple(r) for b in e0 for r in b.tolist()}
     got = collections.Counter([x for h in heads for x in h] + rest)
@@ -468,9 +475,58 @@ def test_torch_set_weights_resumes_on_another_topology(daemon, tmp_path):
     assert set(later) == e1 and len(later) - len(e1) <= 2, "epoch 1 is not the uninterrupted run's"
 
 
+def test_torch_set_weights_in_other_places(daemon, tmp_path):
+    """set_weights at the next step of a RiffleDataset iterated by itself; twice at one step (the last wins); after
+    the epoch's last batch (from the next epoch's start); and at the next step of an iteration then left unfinished
+    (the next iteration is the next epoch, as it would be, under the new weights)."""
+    mix = [(p, 1) for p in sources(tmp_path)]
+    kw = dict(mixture=mix, batch_size=16, seed=3, ordered=True)
+
+    def ref(schedule, epochs=1):
+        ld = riffle.Loader(mixture_schedule=schedule, **kw)
+        return [[b.data.copy() for b in ld] for _ in range(epochs)]
+
+    def same(a, b) -> bool:
+        return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    ds = rt.RiffleDataset(**kw)
+    got = []
+    for step, b in enumerate(ds, 1):
+        got.append(b.numpy().copy())
+        if step == 4:
+            ds.set_weights([4, 1, 1])
+    assert same(got, ref([(4, [4, 1, 1])])[0]), "a RiffleDataset's own iteration"
+    for workers in (0, 2):
+        dl = rt.loader(num_workers=workers, **kw)
+        got = []
+        for step, b in enumerate(dl, 1):
+            got.append(b.numpy().copy())
+            if step == 3:
+                dl.set_weights([9, 1, 1])
+                dl.set_weights([4, 1, 1])
+        assert same(got, ref([(3, [4, 1, 1])])[0]), f"twice at one step, {workers} workers"
+        dl = rt.loader(num_workers=workers, **kw)
+        n, got = len(dl), []
+        for step, b in enumerate(dl, 1):
+            got.append(b.numpy().copy())
+            if step == n:
+                dl.set_weights([4, 1, 1])
+        nxt = [b.numpy().copy() for b in dl]
+        want = ref([(1, 0, [4, 1, 1])], 2)
+        assert same(got, want[0]) and same(nxt, want[1]), f"after the last batch, {workers} workers"
+        dl = rt.loader(num_workers=workers, **kw)
+        it = iter(dl)
+        next(it), next(it)
+        dl.set_weights([4, 1, 1])
+        del it
+        nxt = [b.numpy().copy() for b in dl]
+        want = riffle.Loader(mixture_schedule=[(2, [4, 1, 1])], epoch=1, **kw)
+        assert same(nxt, [b.data.copy() for b in want]), f"an unfinished iteration, {workers} workers"
+
+
 def test_torch_set_weights_refusals(daemon, tmp_path):
     """Ranks that changed the weights at different steps are refused when their states are merged; weights from the
-    start of an epoch already begun are refused; set_weights(w, epoch=e) of a later epoch goes on as before."""
+    start of an epoch already begun are refused, and at the next step of a shared order (whose places are not
+    positions); set_weights(w, epoch=e) of a later epoch goes on as before."""
     mix = [(p, 1) for p in sources(tmp_path)]
     states = []
     for r, k in ((0, 2), (1, 3)):
@@ -488,3 +544,10 @@ def test_torch_set_weights_refusals(daemon, tmp_path):
         del it
     with pytest.raises(ValueError, match="every rank must call set_weights at the same step"):
         riffle.merge_states(states)
+    dl = rt.loader(mixture=mix, batch_size=8, seed=6, share=True)
+    it = iter(dl)
+    next(it)
+    with pytest.raises(ValueError, match="only from its parts' places"):
+        dl.set_weights([4, 1, 1])
+    dl.set_weights([4, 1, 1], epoch=1)
+    del it
