@@ -602,7 +602,8 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
                     if info is not None:
                         out = _lent(ld, batch, out)
                     self._handed += main
-                    yield _Stamped(out, worker, batch.state, batch.epoch, batch.index, start, batch.last) if stamp else out
+                    yield (_Stamped(out, worker, batch.state, batch.epoch, batch.index, start, batch.last) if stamp
+                           else out)
                     del batch, out
                     if main and self._changed:
                         break  # set_weights at the next step: the rest is a job of the new weights

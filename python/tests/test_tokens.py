@@ -296,7 +296,7 @@ def test_torch_set_weights_of_a_token_mixture(daemon, two_corpora):
             rest[step] += [tuple(x) for x in bt["input_ids"].tolist()]
     steps = [rest[k] for k in sorted(rest)]
     for k, s in enumerate(steps[:-1]):
-        assert set(s) == set(rows[24 + 12 * k: 36 + 12 * k]), f"step {k} of the resumed run is not the uninterrupted run's"
+        assert set(s) == set(rows[24 + 12 * k: 36 + 12 * k]), f"the resumed run's step {k} is not the uninterrupted's"
     counts = collections.Counter(head + [x for s in steps for x in s])
     assert set(counts) == set(rows) and sum(c - 1 for c in counts.values()) <= 2
 
