@@ -20,6 +20,14 @@ def _at_start(state: dict) -> bool:
     return all(int(st["epoch"]) == int(state["epoch"]) and _at_start(st) for st in ranks)
 
 
+def _position(state: dict, glob: int) -> int:
+    """A state's place as a position of its epoch's order: its own, or, of an order whose places are not positions,
+    its batches of ``glob`` (world_size x batch_size) samples after the epoch's start."""
+    if state.get("position") is not None:
+        return int(state["position"])
+    return int(state.get("start", 0) or 0) + int(state.get("batch", 0) or 0) * glob
+
+
 class _Places:
     """RiffleDataset's state methods (a mixin: they read the dataset's options, order, epoch and workers)."""
 

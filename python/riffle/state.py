@@ -177,10 +177,19 @@ def merge_states(states: Sequence[dict]) -> dict:
         ranks[r] = st
     if set(ranks) != set(range(world)):
         raise ValueError(f"merge_states: the states of ranks {sorted(ranks)}, of a world of {world}: give every rank's")
+    # Every rank reads one mixture schedule only if every rank changed the weights at the same step: their histories
+    # agree through the epoch the merged state resumes (a rank already in the next may have evaluated a schedule
+    # function over it).
+    first = min(int(st["epoch"]) for st in ranks.values())
+    weights = {r: [seg for seg in st.get("mixture_weights") or [] if int(seg[0]) <= first] for r, st in ranks.items()}
+    if len({json.dumps(w) for w in weights.values()}) > 1:
+        raise ValueError("merge_states: the ranks' states hold other histories of the mixture's weights ("
+                         + "; ".join(f"rank {r}: {w}" for r, w in sorted(weights.items())) + "): every rank must call "
+                         "set_weights at the same step")
     out = {k: v for k, v in states[0].items() if k not in ("sampler_state", "skip", "delivered", "rest", "workers", "rank",
                                                           "num_workers", "next_worker")}
     out["ranks"] = {str(r): ranks[r] for r in sorted(ranks)}
-    out["epoch"] = min(int(st["epoch"]) for st in ranks.values())
+    out["epoch"] = first
     return out
 
 

@@ -57,13 +57,13 @@ from . import spec
 from .batch import Batch
 from .client import Loader
 from .errors import RecordError, RiffleError  # noqa: F401  (RecordError: riffle.torch's as before)
-from .mixture import _history, _mixture, _segments, _with_weights
+from .mixture import _history, _mixture, _segments, _weights_state, _with_weights
 from .state import merge_states  # noqa: F401  (riffle.torch's as before)
 # The dataset's parts: its places, its conversion of batches, the lending of shared memory, the ranks' agreement.
 from ._torch_convert import _Convert, _first
 from ._torch_dist import _agree_order, _dist, _draw_seed
 from ._torch_lend import _borrowed, _lent, _Lent  # noqa: F401  (_borrowed, _Lent: riffle.torch's as before)
-from ._torch_places import _at_start, _Places
+from ._torch_places import _at_start, _Places, _position
 
 DECODERS = ("auto", "image", "bytes", "fixed", "npy", "libsvm", "jsonl", "text", "tar")
 
@@ -257,7 +257,14 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         self._resume: dict | None = None
         self._fn_state: dict | None = None  # a loaded state's mixture_function (Loader._follow_state)
         self._over: int | None = None  # the epoch set_epoch asked for that the loaded place is past the end of
-        self._resumed: list | None = None  # the state the epoch being read resumed from, and its count of batches
+        # The state the epoch being read resumed from (or went on from after a weight change), its count of
+        # batches from there, and the batches the iteration handed over before it.
+        self._resumed: list | None = None
+        self._handed = 0
+        # The iteration delivering batches in the main process (a token of its own), and whether set_weights
+        # changed the weights at its next step: it goes on from the place the change loaded.
+        self._live: object | None = None
+        self._changed = False
         self._states: dict[int, dict] = {}
         self._workers = 0
         self._next = 0  # the role of the worker whose batch comes next
@@ -283,17 +290,54 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
         return int(self._epoch.value)
 
     def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
-        """A mixture's new weights, from ``epoch`` on (by default the epoch the next iteration begins): each source
-        goes on from where the old weights left it, and ``state_dict()`` keeps the change."""
+        """A mixture's new weights, from the next global step by default, as the ``Loader``'s: called between steps
+        of an epoch, the batch after the last one handed over is the new weights' (the batches DataLoader's workers
+        fetched ahead are dropped, and the workers start again from that place); called between epochs, or before
+        the first, the next epoch's first step is. ``epoch`` makes them from that epoch's start instead (not one this
+        rank has begun). Each source goes on from where the old weights left it, and from the change every source is
+        within one sample of its share of the samples since. The change is at a place of the epoch's order (global
+        step k is position k x batch_size x world_size), as ``mixture_schedule=[(k, weights)]`` would put it, and
+        ``state_dict()`` keeps it, so a resume on any topology reproduces it. An order whose places are not
+        positions (``share=True``, opportunistic) takes new weights only from an epoch's start (``epoch=``).
+
+        Under DDP every rank must call it at the same step, as a training loop does (``if step == k:
+        loader.set_weights(w)`` on each): a rank that changes at another step reads samples of another schedule,
+        and ``riffle.merge_states`` and ``state_dict(all_ranks=True)`` refuse ranks' states whose weights' histories
+        disagree."""
         mix = self.loader_kwargs.get("mixture")
         if mix is None:
             raise ValueError("set_weights: this dataset reads no mixture")
         if callable(self.loader_kwargs.get("mixture_schedule")):
             raise ValueError("set_weights: this dataset's weights follow its mixture_schedule function")
-        if epoch is None:
-            epoch = self._epoch.value + (1 if self._iterated and not self._explicit else 0)
         segs = _segments(_mixture(mix, prefixes=True), self.loader_kwargs.get("mixture_history"))
-        self._set_segments(_with_weights(segs, weights, int(epoch), 0, len(mix)))
+        inside = self._live or self._resume is not None  # the next step is a place inside an epoch, maybe
+        if not inside:
+            nxt = self._epoch.value + (1 if self._iterated and not self._explicit else 0)
+            self._set_segments(_with_weights(segs, weights, nxt if epoch is None else int(epoch), 0, len(mix)))
+            return
+        # The place after the last batch handed over (or the loaded place): its epoch and position.
+        st = self.state_dict()
+        place = (int(st["epoch"]), _position(st, self._where()[1] * self.batch_size))
+        if epoch is not None:
+            if (int(epoch), 0) < place:
+                raise ValueError(f"set_weights(epoch={epoch}): this rank has begun epoch {place[0]} (its next step is "
+                                 f"position {place[1]}): give a later epoch, or no epoch for the next step")
+            self._set_segments(_with_weights(segs, weights, int(epoch), 0, len(mix)))
+            return
+        if place[1] and not self._order["positional"]:
+            raise ValueError(f"set_weights at the next step: this loader's order ({self._order['kind']}, shared or "
+                             "opportunistic) resumes only from its parts' places, not from a position: give "
+                             "epoch= (a later epoch's start)")
+        segs = _with_weights(segs, weights, place[0], place[1], len(mix))
+        self._set_segments(segs)
+        if self._live and place[0] == self.epoch and place[1]:
+            # Inside the epoch being read: its iterator goes on from the place, a job of the new weights.
+            explicit = self._explicit
+            self.load_state_dict(dict(st, mixture_weights=_weights_state(segs)))
+            self._explicit = explicit  # still this iteration's epoch: the next iteration is the next epoch
+            self._changed = True
+            # len(): the batches handed over, and those left from the place under the new weights.
+            self._resumed = [dict(self._resume), None, self._handed]
 
     def _set_segments(self, segs: list) -> None:
         """The mixture's weights from each place on, as the loaders' options: its last weights and the history."""
@@ -335,12 +379,17 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
             self._over = None
             self._explicit, self._iterated = False, True
             return False
+        if self._changed:
+            # A weight change at the next step of an iteration left unfinished: this iteration is the next epoch.
+            self._changed, self._resume = False, None
         if self._iterated and not self._explicit:
             self._epoch.value += 1
         self._explicit, self._iterated = False, True
         self._where()
-        # The count of batches a resumed epoch delivers, for len() while it is read (worked out when asked).
-        self._resumed = [dict(self._resume), None] if self._resume is not None else None
+        # The count of batches a resumed epoch delivers, for len() while it is read (worked out when asked): those
+        # handed over before the place, and those after it.
+        self._resumed = [dict(self._resume), None, 0] if self._resume is not None else None
+        self._handed = 0  # batches of this iteration handed over
         if self._resume is None:
             # A new epoch: every worker's role starts at its beginning, and
             # worker 0 plays role 0, as in a run never interrupted.
@@ -486,12 +535,12 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
             return len(self._loader())
         if self._over is not None:
             return 0
-        if self._resume is not None:
+        if self._resume is not None and not self._changed:
             return self._left(self._resume)
         if self._resumed is not None and not self._explicit:
             if self._resumed[1] is None:
                 self._resumed[1] = self._left(self._resumed[0])
-            return self._resumed[1]
+            return self._resumed[2] + self._resumed[1]
         if not self._workers:
             return len(self._loader())
         # Each worker's share is its own job's count: the daemon's, for each
@@ -529,26 +578,43 @@ class RiffleDataset(_Places, _Convert, torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
-        if info is None and not self._driven and not self._begin():
+        main = info is None and not self._driven  # iterated by itself, not by a RiffleDataLoader
+        if main and not self._begin():
             return
-        ld = self._loader()
-        self._resume = None
-        if ld.epoch > self.epoch:
-            # This role delivered its last batch of the epoch before the
-            # state was saved (its place is the next epoch's start): it has
-            # nothing left of this epoch.
-            self._resumed = None
-            return
-        stamp = info is not None and self._driven
-        worker = info.id if info is not None else 0
-        start = ld._start
-        for batch in ld:
-            out = self._convert(batch, ld, shared=info is not None)
-            if info is not None:
-                out = _lent(ld, batch, out)
-            yield _Stamped(out, worker, batch.state, batch.epoch, batch.index, start, batch.last) if stamp else out
-            del batch, out
-        if info is None and not self._driven:
+        me = object()
+        if main:
+            self._live = me
+        try:
+            while True:
+                ld = self._loader()
+                self._resume = None
+                if ld.epoch > self.epoch:
+                    # This role delivered its last batch of the epoch before the
+                    # state was saved (its place is the next epoch's start): it has
+                    # nothing left of this epoch.
+                    self._resumed = None
+                    return
+                stamp = info is not None and self._driven
+                worker = info.id if info is not None else 0
+                start = ld._start
+                for batch in ld:
+                    out = self._convert(batch, ld, shared=info is not None)
+                    if info is not None:
+                        out = _lent(ld, batch, out)
+                    self._handed += main
+                    yield (_Stamped(out, worker, batch.state, batch.epoch, batch.index, start, batch.last) if stamp
+                           else out)
+                    del batch, out
+                    if main and self._changed:
+                        break  # set_weights at the next step: the rest is a job of the new weights
+                else:
+                    break
+                ld.close()
+                self._changed = False
+        finally:
+            if self._live is me:
+                self._live = None
+        if main:
             self._resumed = None  # the resumed epoch is over: len() is the next's
 
 
@@ -714,17 +780,36 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
         ds = self.dataset
         if not ds._begin():
             return  # the epoch set ended at the loaded place: nothing of it is left
-        it = super().__iter__()
-        if ds._workers:
-            # The workers started with the resume state, if any, by value;
-            # it is spent now, so the next workers start the next epoch.
-            ds._resume = None
-        for item in it:
-            if isinstance(item, _Stamped):
-                ds._record(item.worker, item.state, item.epoch, item.index, item.start, item.last)
-                yield item.data
-            else:
-                yield item
+        me = object()
+        ds._live = me
+        try:
+            while True:
+                it = super().__iter__()
+                if ds._workers:
+                    # The workers started with the resume state, if any, by value;
+                    # it is spent now, so the next workers start the next epoch.
+                    ds._resume = None
+                for item in it:
+                    ds._handed += 1
+                    if isinstance(item, _Stamped):
+                        ds._record(item.worker, item.state, item.epoch, item.index, item.start, item.last)
+                        yield item.data
+                    else:
+                        yield item
+                    if ds._changed:
+                        break  # set_weights at the next step: go on from the place after the last batch handed over
+                else:
+                    break
+                # The workers, and the batches they fetched ahead under the old
+                # weights, go; new ones start from the place (ds._resume).
+                if hasattr(it, "_shutdown_workers"):
+                    it._shutdown_workers()
+                del it
+                self._iterator = None
+                ds._changed = False
+        finally:
+            if ds._live is me:
+                ds._live = None
         ds._resumed = None  # the resumed epoch is over: len() is the next's
 
     def state_dict(self, all_ranks: bool = False) -> dict[str, Any]:
@@ -732,7 +817,8 @@ class RiffleDataLoader(torch.utils.data.DataLoader):
         return self.dataset.state_dict(all_ranks)
 
     def set_weights(self, weights: Sequence[float], epoch: int | None = None) -> None:
-        """A mixture's new weights from the next epoch (see RiffleDataset.set_weights)."""
+        """A mixture's new weights from the next global step, or from ``epoch``'s start (see
+        RiffleDataset.set_weights: every rank must call it at the same step)."""
         self.dataset.set_weights(weights, epoch)
         self._iterator = None  # persistent workers hold the old ones
 

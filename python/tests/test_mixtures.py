@@ -4,6 +4,8 @@ another topology, and the refusals."""
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -385,3 +387,167 @@ def test_mixture_of_hf_splits_and_arrow_files(daemon, tmp_path):
     pq.write_table(t, str(tmp_path / "s1.parquet"))
     with pytest.raises(riffle.InvalidSpec, match=r"source 1, .*s1.parquet \(parquet\), with source 0.*\(hf\).*one format"):
         riffle.Loader(mixture=[(hf, 1), (str(tmp_path / "s1.parquet"), 1)], batch_size=8)
+
+
+def within_one_of_shares(sources: np.ndarray, weights) -> None:
+    """Each source's count over every prefix of ``sources`` (each sample's source, in order) is within one sample of
+    its share of the prefix."""
+    share = np.array(weights, float) / sum(weights)
+    seen = np.zeros(len(weights))
+    for p, k in enumerate(sources, 1):
+        seen[k] += 1
+        assert np.all(np.abs(seen - p * share) < 1), f"{p} samples after the change: {seen}"
+
+
+@pytest.mark.parametrize("workers,persistent", [(0, False), (1, False), (2, False), (2, True)])
+def test_torch_set_weights_at_the_next_step(daemon, tmp_path, workers, persistent):
+    """riffle.torch: set_weights between steps of an epoch takes effect at the next step, with 0, 1 or 2 DataLoader
+    workers (whose batches fetched ahead are dropped): every batch, from the change to the epoch's end and in the
+    next epoch, is the one of a run with mixture_schedule=[(k, weights)]; from the change each source is within one
+    sample of its share; each sample at most once an epoch; len() is the epoch's batches under the change; the
+    state keeps the change, at position k x batch_size."""
+    lens, K, new = (300, 1000, 50), 4, [4, 1, 1]
+    mix = [(p, 1) for p in sources(tmp_path, lens)]
+    kw = dict(mixture=mix, batch_size=16, seed=3, num_workers=workers, ordered=True)
+    if persistent:
+        kw["persistent_workers"] = True
+    ref = rt.loader(mixture_schedule=[(K, new)], **kw)
+    want = [[b.numpy().copy() for b in ref] for _ in range(2)]
+    dl = rt.loader(**kw)
+    before = len(dl)
+    got, lens_seen = [], []
+    for step, b in enumerate(dl):
+        got.append(b.numpy().copy())
+        if step + 1 == K:
+            dl.set_weights(new)  # from the next step: the 5th batch on
+            lens_seen.append(len(dl))
+    assert len(got) == len(want[0]) and all(np.array_equal(a, b) for a, b in zip(got, want[0])), \
+        "set_weights at step k is not mixture_schedule=[(k, weights)]"
+    assert len(want[0]) != before and lens_seen == [len(want[0])], "len() is not the epoch's batches under the change"
+    rows = np.concatenate(got)
+    assert len({tuple(r) for r in rows}) == len(rows) and np.bincount(rows[:, 0], minlength=3)[2] == 50
+    within_one_of_shares(rows[K * 16:, 0], new)
+    assert dl.state_dict()["mixture_weights"] == [[0, [1.0, 1.0, 1.0]], [0, K * 16, [4.0, 1.0, 1.0]]]
+    nxt = [b.numpy().copy() for b in dl]
+    assert len(nxt) == len(want[1]) and all(np.array_equal(a, b) for a, b in zip(nxt, want[1])), \
+        "the next epoch is not the schedule's"
+
+
+def test_torch_set_weights_resumes_on_another_topology(daemon, tmp_path):
+    """2 ranks x 2 workers change the weights at step 3 (each rank, as DDP code does) and save after step 5
+    (position 80); 3 ranks x 1 worker resume from rank 0's state (80 is no multiple of their global batch of 24: the
+    rest of the epoch from there) and change them again after 2 steps of theirs (position 128, step 8 of the first
+    run): the first run's steps and the rest are the uninterrupted run's samples (mixture_schedule=[(3, weights),
+    (8, weights')]), each once but DistributedSampler's padding, and epoch 1 too."""
+    lens, K, new, again = (300, 1000, 50), 3, [4, 1, 1], [1, 1, 2]
+    mix = [(p, 1) for p in sources(tmp_path, lens)]
+    whole = riffle.Loader(mixture=mix, batch_size=16, seed=6, mixture_schedule=[(K, new), (8, again)], ordered=True)
+    e0 = [b.data.copy() for b in whole]
+    e1 = {tuple(r) for b in whole for r in b.data.tolist()}
+    heads, state = [[] for _ in range(5)], None
+    for r in range(2):
+        dl = rt.loader(mixture=mix, batch_size=8, seed=6, rank=r, world_size=2, num_workers=2)
+        it = iter(dl)
+        for step in range(5):
+            heads[step] += [tuple(x) for x in next(it).tolist()]
+            if step + 1 == K:
+                dl.set_weights(new)
+        state = state or dl.state_dict()
+        del it
+    for step in range(5):
+        assert set(heads[step]) == {tuple(x) for x in e0[step].tolist()}, f"step {step} is not the uninterrupted run's"
+    assert state["mixture_weights"] == [[0, [1.0, 1.0, 1.0]], [0, K * 16, [4.0, 1.0, 1.0]]]
+    rest, later = [], []
+    for r in range(3):
+        dl = rt.loader(mixture=mix, batch_size=8, seed=6, rank=r, world_size=3, num_workers=1)
+        dl.load_state_dict(state)
+        for step, b in enumerate(dl, 1):
+            rest += [tuple(x) for x in b.tolist()]
+            if step == 2:
+                dl.set_weights(again)
+        assert dl.state_dict()["mixture_weights"] == [[0, [1.0, 1.0, 1.0]], [0, 48, [4.0, 1.0, 1.0]],
+                                                      [0, 128, [1.0, 1.0, 2.0]]]
+        later += [tuple(x) for b in dl for x in b.tolist()]
+    want = {tuple(r) for b in e0 for r in b.tolist()}
+    got = collections.Counter([x for h in heads for x in h] + rest)
+    assert set(got) == want, f"{len(want - set(got))} samples lost, {len(set(got) - want)} not the run's"
+    assert sum(c - 1 for c in got.values()) <= 2
+    assert set(later) == e1 and len(later) - len(e1) <= 2, "epoch 1 is not the uninterrupted run's"
+
+
+def test_torch_set_weights_in_other_places(daemon, tmp_path):
+    """set_weights at the next step of a RiffleDataset iterated by itself; twice at one step (the last wins); after
+    the epoch's last batch (from the next epoch's start); and at the next step of an iteration then left unfinished
+    (the next iteration is the next epoch, as it would be, under the new weights)."""
+    mix = [(p, 1) for p in sources(tmp_path)]
+    kw = dict(mixture=mix, batch_size=16, seed=3, ordered=True)
+
+    def ref(schedule, epochs=1):
+        ld = riffle.Loader(mixture_schedule=schedule, **kw)
+        return [[b.data.copy() for b in ld] for _ in range(epochs)]
+
+    def same(a, b) -> bool:
+        return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    ds = rt.RiffleDataset(**kw)
+    got = []
+    for step, b in enumerate(ds, 1):
+        got.append(b.numpy().copy())
+        if step == 4:
+            ds.set_weights([4, 1, 1])
+    assert same(got, ref([(4, [4, 1, 1])])[0]), "a RiffleDataset's own iteration"
+    for workers in (0, 2):
+        dl = rt.loader(num_workers=workers, **kw)
+        got = []
+        for step, b in enumerate(dl, 1):
+            got.append(b.numpy().copy())
+            if step == 3:
+                dl.set_weights([9, 1, 1])
+                dl.set_weights([4, 1, 1])
+        assert same(got, ref([(3, [4, 1, 1])])[0]), f"twice at one step, {workers} workers"
+        dl = rt.loader(num_workers=workers, **kw)
+        n, got = len(dl), []
+        for step, b in enumerate(dl, 1):
+            got.append(b.numpy().copy())
+            if step == n:
+                dl.set_weights([4, 1, 1])
+        nxt = [b.numpy().copy() for b in dl]
+        want = ref([(1, 0, [4, 1, 1])], 2)
+        assert same(got, want[0]) and same(nxt, want[1]), f"after the last batch, {workers} workers"
+        dl = rt.loader(num_workers=workers, **kw)
+        it = iter(dl)
+        next(it), next(it)
+        dl.set_weights([4, 1, 1])
+        del it
+        nxt = [b.numpy().copy() for b in dl]
+        want = riffle.Loader(mixture_schedule=[(2, [4, 1, 1])], epoch=1, **kw)
+        assert same(nxt, [b.data.copy() for b in want]), f"an unfinished iteration, {workers} workers"
+
+
+def test_torch_set_weights_refusals(daemon, tmp_path):
+    """Ranks that changed the weights at different steps are refused when their states are merged; weights from the
+    start of an epoch already begun are refused, and at the next step of a shared order (whose places are not
+    positions); set_weights(w, epoch=e) of a later epoch goes on as before."""
+    mix = [(p, 1) for p in sources(tmp_path)]
+    states = []
+    for r, k in ((0, 2), (1, 3)):
+        dl = rt.loader(mixture=mix, batch_size=8, seed=6, rank=r, world_size=2)
+        it = iter(dl)
+        for step in range(4):
+            next(it)
+            if step + 1 == k:
+                dl.set_weights([4, 1, 1])
+        states.append(dl.state_dict())
+        with pytest.raises(ValueError, match="has begun epoch 0"):
+            dl.set_weights([1, 1, 1], epoch=0)
+        dl.set_weights([1, 2, 1], epoch=1)
+        assert dl.state_dict()["mixture_weights"][-1] == [1, [1.0, 2.0, 1.0]]
+        del it
+    with pytest.raises(ValueError, match="every rank must call set_weights at the same step"):
+        riffle.merge_states(states)
+    dl = rt.loader(mixture=mix, batch_size=8, seed=6, share=True)
+    it = iter(dl)
+    next(it)
+    with pytest.raises(ValueError, match="only from its parts' places"):
+        dl.set_weights([4, 1, 1])
+    dl.set_weights([4, 1, 1], epoch=1)
+    del it

@@ -251,6 +251,56 @@ def test_mixture_weights_change_at_the_next_step_and_resume(daemon, two_corpora)
     assert sum(c - 1 for c in counts.values()) <= 2
 
 
+def test_torch_set_weights_of_a_token_mixture(daemon, two_corpora):
+    """riffle.torch over a mixture of token corpora: set_weights in the training loop (``if step == k``), with 2
+    DataLoader workers, gives the batches of mixture_schedule=[(k, weights)] from step k on, each source within half
+    a sample of its share since the change (two sources). A run of 2 ranks x 2 workers saved at step 3 and resumed
+    on 3 ranks x 1 worker, whose set_weights comes right after load_state_dict, changes them at the loaded place,
+    global step 3 of the first run: every step of the rest is the uninterrupted run's, each sample once."""
+    a, b = two_corpora
+    kw = dict(mixture=[(a, 1), (b, 1)], seq_len=16, seed=4)
+    K, new = 5, [3, 1]
+    want = [r for bt in rt.loader(batch_size=4, num_workers=2, mixture_schedule=[(K, new)], ordered=True, **kw)
+            for r in map(tuple, bt["input_ids"].tolist())]
+    dl = rt.loader(batch_size=4, num_workers=2, ordered=True, **kw)
+    got = []
+    for step, bt in enumerate(dl, 1):
+        got += [tuple(r) for r in bt["input_ids"].tolist()]
+        if step == K:
+            dl.set_weights(new)
+    assert got == want, "set_weights at step k is not mixture_schedule=[(k, weights)]"
+    ref = riffle.Loader(batch_size=8, mixture_schedule=[(3, new)], ordered=True, **kw)
+    rows, n0 = [], 0
+    for bt in ref:
+        for r, i in zip(bt.data["input_ids"].tolist(), bt.ids.tolist()):
+            rows.append(tuple(r))
+            n0 += i < ref.offsets[1]
+            if len(rows) > 24:
+                assert abs(n0 - 24 * 0.5 - 0.75 * (len(rows) - 24)) <= 0.5 + 1e-9, f"{len(rows) - 24} after the change"
+    head, state = [], None
+    for r in range(2):
+        dl = rt.loader(batch_size=4, num_workers=2, rank=r, world_size=2, **kw)
+        for step, bt in enumerate(dl, 1):
+            head += [tuple(x) for x in bt["input_ids"].tolist()]
+            if step == 3:
+                break
+        state = state or dl.state_dict()
+    assert set(head) == set(rows[:24])
+    rest = collections.defaultdict(list)
+    for r in range(3):
+        dl = rt.loader(batch_size=4, num_workers=1, rank=r, world_size=3, **kw)
+        dl.load_state_dict(state)
+        dl.set_weights(new)  # from the loaded place: position 24
+        assert dl.state_dict()["mixture_weights"] == [[0, [1.0, 1.0]], [0, 24, [3.0, 1.0]]]
+        for step, bt in enumerate(dl):
+            rest[step] += [tuple(x) for x in bt["input_ids"].tolist()]
+    steps = [rest[k] for k in sorted(rest)]
+    for k, s in enumerate(steps[:-1]):
+        assert set(s) == set(rows[24 + 12 * k: 36 + 12 * k]), f"the resumed run's step {k} is not the uninterrupted's"
+    counts = collections.Counter(head + [x for s in steps for x in s])
+    assert set(counts) == set(rows) and sum(c - 1 for c in counts.values()) <= 2
+
+
 def test_shared_jobs_at_different_paces_and_a_shared_rest(daemon, corpus):
     """Two loaders of one corpus cut alike share a group (share=True), one at twice the other's pace: each takes
     every sample of the epoch once. The slow one's state, taken mid-epoch, resumes on 2 ranks as the rest of its

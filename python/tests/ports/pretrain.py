@@ -1,5 +1,6 @@
 """A language-model pretraining script as torchrun runs one: DDP over gloo, riffle.torch.loader over a mixture of
-token corpora whose weights change mid-run (--schedule STEP:W0,W1), a tiny embedding model trained on input_ids and
+token corpora whose weights change mid-run (--schedule STEP:W0,W1, or --set-weights STEP:W0,W1: set_weights called in
+the training loop after that step, as a script written for it does), a tiny embedding model trained on input_ids and
 labels, rank 0's checkpoint every --checkpoint-every steps (the loader's state with the model's), and --resume
 going on from a checkpoint on any number of ranks and workers.
 
@@ -25,6 +26,7 @@ parser.add_argument("-b", "--batch-size", type=int, default=4, help="per rank")
 parser.add_argument("-j", "--workers", type=int, default=2)
 parser.add_argument("--seed", type=int, default=7)
 parser.add_argument("--schedule", default="", help="STEP:W0,W1 (global steps of the run that began)")
+parser.add_argument("--set-weights", default="", help="STEP:W0,W1: loader.set_weights(W) after global step STEP")
 parser.add_argument("--checkpoint-every", type=int, default=3)
 parser.add_argument("--checkpoint-dir", required=True)
 parser.add_argument("--resume", default="")
@@ -38,10 +40,8 @@ def main():
     if world > 1:
         dist.init_process_group("gloo")
     rank = dist.get_rank() if world > 1 else 0
-    schedule = []
-    if args.schedule:
-        step, ws = args.schedule.split(":")
-        schedule = [(int(step), [float(w) for w in ws.split(",")])]
+    schedule = [change(args.schedule)] if args.schedule else []
+    set_at, set_to = change(args.set_weights) if args.set_weights else (None, None)
     loader = riffle.torch.loader(mixture=[(args.sources[0], 1), (args.sources[1], 1)], seq_len=args.seq_len,
                                  batch_size=args.batch_size, num_workers=args.workers, seed=args.seed,
                                  mixture_schedule=schedule)
@@ -64,6 +64,10 @@ def main():
             loss.backward()
             opt.step()
             step += 1
+            if step == set_at:
+                # On every rank at the same step, as DDP code does; from the next step. A run resumed from a later
+                # checkpoint never gets here: its state holds the change.
+                loader.set_weights(set_to)
             log.write(json.dumps({"step": step, "rows": batch["input_ids"].tolist()}) + "\n")
             log.flush()
             if step % args.checkpoint_every == 0:
@@ -75,6 +79,11 @@ def main():
                     os.replace(path + ".tmp", path)
             if args.hold_after and step >= args.hold_after:
                 threading.Event().wait()  # until killed
+
+
+def change(arg: str) -> tuple[int, list[float]]:
+    step, ws = arg.split(":")
+    return int(step), [float(w) for w in ws.split(",")]
 
 
 if __name__ == "__main__":
