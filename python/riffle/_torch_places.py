@@ -109,18 +109,18 @@ class _Places:
             self.seed = int(state["seed"])  # a drawn seed follows the checkpoint
         if not self.loader_kwargs.get("refresh"):
             _check_dataset(state, self._dataset_version)
-        _check_ordering(state, self._ordering)
-        if state.get("order"):
-            # The order auto chose for the run that saved this, not another
-            # choice on another measure of the device.
-            if self._auto_order is None:
-                mine = {k: self.loader_kwargs.get(k) for k in _ORDER_KEYS if self.loader_kwargs.get(k)}
-                if mine != state["order"]:
-                    raise ValueError(f"this state was saved by a run whose sampler='auto' chose {state['order']}; this "
-                                     f"one reads {mine or 'the global order'}: give it sampler='auto' or that order")
-            else:
-                self._auto_order = dict(state["order"])
-                self.loader_kwargs["auto_order"] = self._auto_order
+        # The order auto chose for the run that saved this, not another
+        # choice on another measure of the device.
+        order = state.get("order")
+        if order and self._auto_order is None:
+            mine = {k: self.loader_kwargs.get(k) for k in _ORDER_KEYS if self.loader_kwargs.get(k)}
+            if mine != order:
+                raise ValueError(f"this state was saved by a run whose sampler='auto' chose {order}; this "
+                                 f"one reads {mine or 'the global order'}: give it sampler='auto' or that order")
+        _check_ordering(state, self._ordering, adopts_order=bool(order) and self._auto_order is not None)
+        if order and self._auto_order is not None:
+            self._auto_order = dict(order)
+            self.loader_kwargs["auto_order"] = self._auto_order
         if state.get("mixture_weights") and self.loader_kwargs.get("mixture") is not None:
             self._set_segments(_state_weights(state, len(self.loader_kwargs["mixture"])))
             if callable(self.loader_kwargs.get("mixture_schedule")):

@@ -552,19 +552,18 @@ class Loader:
             raise RiffleError(f"state was saved with seed {state['seed']}, this loader has seed {self.spec['seed']}")
         if not self.spec.get("refresh"):
             _check_dataset(state, self._version)
-        _check_ordering(state, self.ordering)
-        if state.get("order"):
-            # The order sampler="auto" chose for the run that saved this: the
-            # same, not a choice made again on another measure of the device.
-            order = state["order"]
-            if self.auto is None:
-                mine = {k: self.spec.get(k) for k in _ORDER_KEYS if self.spec.get(k)}
-                if mine != order:
-                    raise ValueError(f"this state was saved by a loader whose sampler='auto' chose {order}; this "
-                                     f"loader reads {mine or 'the global order'}: give it sampler='auto' or that order")
-            else:
-                self.auto = dict(self.auto, **order)
-                self._pin(order)
+        # The order sampler="auto" chose for the run that saved this: the
+        # same, not a choice made again on another measure of the device.
+        order = state.get("order")
+        if order and self.auto is None:
+            mine = {k: self.spec.get(k) for k in _ORDER_KEYS if self.spec.get(k)}
+            if mine != order:
+                raise ValueError(f"this state was saved by a loader whose sampler='auto' chose {order}; this "
+                                 f"loader reads {mine or 'the global order'}: give it sampler='auto' or that order")
+        _check_ordering(state, self.ordering, adopts_order=bool(order) and self.auto is not None)
+        if order and self.auto is not None:
+            self.auto = dict(self.auto, **order)
+            self._pin(order)
         self._unresolved = False
         # set_epoch of the loaded place's epoch keeps it, until the next iteration (see set_epoch).
         self._loaded, self._over = True, None

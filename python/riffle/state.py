@@ -216,13 +216,21 @@ def _ordering(order: dict, opts: dict, tokens: dict | None) -> dict:
     return out
 
 
-def _check_ordering(state: dict, mine: dict) -> None:
+# What of ``ordering`` says how samples are cut, not which order reads them.
+_SAMPLE_KEYS = ("seq_len", "packing", "pack_window")
+
+
+def _check_ordering(state: dict, mine: dict, adopts_order: bool = False) -> None:
     """Refuse a state whose place is in another order, or among samples cut otherwise, than this loader's: it would
-    repeat and drop samples silently. A state saved before states recorded it (no ``ordering``) loads as before."""
+    repeat and drop samples silently. A state saved before states recorded it (no ``ordering``) loads as before.
+    adopts_order: this loader (sampler="auto") takes the state's order as its own, so only the samples must agree."""
     theirs = state.get("ordering")
     if not isinstance(theirs, dict):
         return
-    diff = sorted(k for k in theirs.keys() & mine.keys() if theirs[k] != mine[k])
+    keys = theirs.keys() & mine.keys()
+    if adopts_order:
+        keys &= set(_SAMPLE_KEYS)
+    diff = sorted(k for k in keys if theirs[k] != mine[k])
     if not diff:
         return
     def say(o: dict) -> str:

@@ -70,3 +70,25 @@ def test_auto_through_torch_with_workers(daemon, fixed_file):
         seen.extend(int(v) for v in np.asarray(x[:, :8]).copy().view("<u8").ravel())
     assert sorted(seen) == list(range(len(seen)))
     assert dl.state_dict()["order"]["sampler"] in ("global", "block")
+
+
+def test_torch_resume_reads_the_states_order(daemon, fixed_file):
+    """riffle.torch with sampler="auto" takes the order a state names (its
+    check of the state's order compares only how samples are cut), and a
+    loader naming another order refuses the state by the auto rule."""
+    import riffle.torch as rt
+    order = {"sampler": "block", "block_size": 8192, "window": 16}
+    want = rt.loader(str(fixed_file), 64, record_size=64, seed=4, **order)
+    it = iter(want)
+    for _ in range(3):
+        next(it)
+    st = want.state_dict()
+    st["order"] = order
+    rest = [int(v) for x in it for v in np.asarray(x[:, :8]).copy().view("<u8").ravel()]
+    ld = rt.loader(str(fixed_file), 64, record_size=64, sampler="auto", min_randomness=0.1, seed=4)
+    ld.load_state_dict(st)
+    got = [int(v) for x in ld for v in np.asarray(x[:, :8]).copy().view("<u8").ravel()]
+    assert got == rest
+    other = rt.loader(str(fixed_file), 64, record_size=64, seed=4)
+    with pytest.raises(ValueError, match="auto"):
+        other.load_state_dict(st)
