@@ -131,7 +131,7 @@ func New(c Corpus, opts Options) (Samples, error) {
 		return nil, fmt.Errorf("a corpus of no documents")
 	}
 	if c.InBand() && opts.Mode != Concat {
-		return nil, fmt.Errorf("%s: %w: a flat token file's documents are found by its EOD tokens inside each sample, so it is cut in file order (concat); to pack or pad its documents, make it a Megatron corpus: corpus.EODLengths reads it once and corpus.WriteIndex writes the .idx beside it", opts.Mode, ErrInBand)
+		return nil, fmt.Errorf("%s: %w: a flat token file's documents are found by its EOD tokens inside each sample, so it is cut in file order (concat); to pack or pad its documents, make it a Megatron corpus: riffle index PREFIX.bin --token-dtype DTYPE --eod EOD reads it once and writes PREFIX.idx beside it (in Go, corpus.EODLengths and corpus.WriteIndex)", opts.Mode, ErrInBand)
 	}
 	o := order{n: c.Docs(), seed: opts.Seed, inOrder: c.InBand() || opts.InOrder}
 	switch opts.Mode {

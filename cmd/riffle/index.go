@@ -20,6 +20,8 @@ func indexCmd() *cobra.Command {
 		verify bool
 		data   bool
 		dedup  bool
+		dtype  string
+		eod    int64
 	)
 	cmd := &cobra.Command{
 		Use:   "index PATH...",
@@ -35,11 +37,27 @@ there, undamaged (its checksum) and built for the file as it is now. It
 does not read the records. --data reads every record as well, checking each
 TFRecord's CRCs, and says so. --dedup also hashes every record's bytes
 (xxh3, 128 bits) for dedup=True, keeps the hashes beside the indexes (16
-bytes a record), and says what that cost.`,
-		Example: "  riffle index data/train.svm\n  riffle index 'shards/*.tfrecord' --verify --data",
+bytes a record), and says what that cost.
+
+--token-dtype with --eod indexes a flat token file (nanoGPT's PREFIX.bin)
+instead: its tokens are read once, its documents found by the EOD token,
+and PREFIX.idx written beside it, so that PREFIX is a Megatron corpus that
+packing best_fit and pad can cut (docs/tokens.md).`,
+		Example: "  riffle index data/train.svm\n  riffle index 'shards/*.tfrecord' --verify --data\n  riffle index train.bin --token-dtype uint16 --eod 50256",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
+			if dtype != "" || cmd.Flags().Changed("eod") {
+				if dtype == "" || !cmd.Flags().Changed("eod") {
+					return fmt.Errorf("a flat token file is indexed by --token-dtype and --eod together: its tokens' type and the token that ends a document")
+				}
+				for _, bin := range args {
+					if err := indexTokens(cmd.Context(), out, bin, dtype, eod); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
 			if verify {
 				df.opts.Index = dataset.IndexVerify
 			}
@@ -110,6 +128,8 @@ bytes a record), and says what that cost.`,
 	cmd.Flags().BoolVar(&data, "data", false, "also read every record, checking TFRecord CRCs")
 	cmd.Flags().BoolVar(&dedup, "dedup", false, "also hash every record's bytes for dedup, and say what it cost")
 	cmd.Flags().BoolVar(&df.rebuild, "rebuild", false, "rebuild even a valid index")
+	cmd.Flags().StringVar(&dtype, "token-dtype", "", "index a flat token file PREFIX.bin of this token type as a Megatron corpus (PREFIX.idx)")
+	cmd.Flags().Int64Var(&eod, "eod", 0, "with --token-dtype: the token that ends each document")
 	return cmd
 }
 
