@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/sequence"
+	"github.com/riffle-ml/riffle/storage"
 	"github.com/riffle-ml/riffle/wire"
 )
 
@@ -241,10 +243,35 @@ func readNpy2D(t *testing.T, p string) [][]int64 {
 	return out
 }
 
+// flipStore is the local store whose reads flip a bit of the byte at
+// offset at (once set above 0), as a disk or a network might.
+type flipStore struct {
+	storage.Store
+	at atomic.Int64
+}
+
+func (s *flipStore) Open(ctx context.Context, name string) (storage.Reader, error) {
+	r, err := s.Store.Open(ctx, name)
+	return &flipReader{Reader: r, s: s}, err
+}
+
+type flipReader struct {
+	storage.Reader
+	s *flipStore
+}
+
+func (r *flipReader) ReadAt(ctx context.Context, p []byte, off int64) error {
+	err := r.Reader.ReadAt(ctx, p, off)
+	if at := r.s.at.Load(); at > 0 && at >= off && at < off+int64(len(p)) {
+		p[at-off] ^= 0x10
+	}
+	return err
+}
+
 // TestColumnWriters: a tokenized column as pyarrow writes it to Parquet
-// (snappy, zstd, gzip; row groups and pages; dictionary encoding off and
-// on; data pages v1 and v2; int32, int64, uint16, uint32 tokens; a
-// large_list) and to compressed Feather (lz4, zstd), and as Hugging Face
+// (snappy, zstd, gzip, none with page CRCs; row groups and pages;
+// dictionary encoding off and on; data pages v1 and v2; int32, int64,
+// uint16, uint32 tokens; a large_list) and to compressed Feather (lz4, zstd), and as Hugging Face
 // datasets' to_parquet writes it, reads back equal to pyarrow's reading;
 // and a job's samples of each, in every packing, on 2 ranks stopped and
 // resumed, are sample for sample those of the same documents written as
@@ -283,6 +310,42 @@ func TestColumnWriters(t *testing.T) {
 		same(t, name, readDocs(t, c), want)
 		c.Close()
 	}
+
+	// A page whose bytes differ from its CRC is an error naming it: found
+	// when the file is indexed, or when the page is read afterwards (a
+	// store that returns other bytes than it was given); without the CRC,
+	// an uncompressed page's flipped byte would be another token.
+	crc := filepath.Join(dir, "crc.parquet")
+	c, err := corpus.Open(ctx, corpus.Options{IndexDir: t.TempDir(), IndexInDirOnly: true}, crc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := c.Docs() / 2
+	l := c.Locate(doc, 0, c.Len(doc))
+	flip := l.Off + l.Len - 3 // a value of the group's last page
+	c.Close()
+	b, _ = os.ReadFile(crc)
+	b[flip] ^= 0x10
+	badDir := t.TempDir()
+	bad := filepath.Join(badDir, "crc.parquet")
+	os.WriteFile(bad, b, 0o644)
+	var fe *corpus.FormatError
+	_, err = corpus.Open(ctx, corpus.Options{IndexDir: t.TempDir(), IndexInDirOnly: true}, bad)
+	if !errors.Is(err, corpus.ErrCorrupt) || !errors.As(err, &fe) || fe.Path != bad || fe.Offset < l.Off || fe.Offset >= l.Off+l.Len || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("a page unlike its CRC, when indexed: %v (want a page of %d..%d)", err, l.Off, l.Off+l.Len)
+	}
+	local, _ := storage.NewLocal(false, nil)
+	flipper := &flipStore{Store: local}
+	c, err = corpus.Open(ctx, corpus.Options{Store: flipper, IndexDir: t.TempDir(), IndexInDirOnly: true}, crc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipper.at.Store(flip)
+	err = c.Read(ctx, doc, 0, make([]int64, c.Len(doc)))
+	if !errors.Is(err, corpus.ErrCorrupt) || !errors.As(err, &fe) || fe.Path != crc || fe.Offset < l.Off || fe.Offset >= l.Off+l.Len || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("a page unlike its CRC, when read: %v (want a page of %d..%d)", err, l.Off, l.Off+l.Len)
+	}
+	c.Close()
 
 	env, err := job.NewEnv(job.EnvOptions{IndexDir: t.TempDir()})
 	if err != nil {

@@ -93,6 +93,18 @@ func (b *pqRows) unpack(key pageKey, dict, pages []byte) (*unpackedPage, int, er
 	bad := func(err error) error {
 		return &FormatError{Path: d.files[key.file].r.Name(), Offset: p.off, Err: fmt.Errorf("column %q page: %v: %w", c.name, err, ErrCorrupt)}
 	}
+	// The pages as read now, not as indexed: their CRCs, where written
+	// (a column of several leaves is a row group's span of chunks, not
+	// pages back to back).
+	if c.group == nil {
+		at, err := checkPages(dict, ch.dictOff)
+		if err == nil {
+			at, err = checkPages(pages, p.off)
+		}
+		if err != nil {
+			return nil, 0, &FormatError{Path: d.files[key.file].r.Name(), Offset: at, Err: fmt.Errorf("column %q page: %v: %w", c.name, err, ErrCorrupt)}
+		}
+	}
 	var arr arrow.Array
 	var err error
 	if c.group != nil {

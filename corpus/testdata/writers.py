@@ -141,6 +141,8 @@ def columns(out, texts):
     pq.write_table(table(pa.list_(pa.uint16())), path("u16.parquet"), compression="snappy", row_group_size=n // 2, data_page_size=2048)
     pq.write_table(table(pa.large_list(pa.uint32())), path("u32_large.parquet"), compression="zstd", use_dictionary=False, data_page_version="2.0", data_page_size=8192)
     pq.write_table(table(pa.list_(pa.int64())), path("i64_gzip.parquet"), compression="gzip", row_group_size=n // 5)
+    # Uncompressed, with page CRCs: a flipped byte would read as another token but for them.
+    pq.write_table(table(i32), path("crc.parquet"), compression="none", use_dictionary=False, data_page_size=4096, write_page_checksum=True)
     # Compressed Feather v2 (Arrow IPC files): lz4 and zstd record batches.
     feather.write_feather(table(i32, True), path("lz4.arrow"), compression="lz4", chunksize=n // 4)
     feather.write_feather(table(pa.large_list(pa.int64())), path("zstd.arrow"), compression="zstd", chunksize=n // 3)
