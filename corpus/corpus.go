@@ -18,9 +18,10 @@ import (
 // from the names and reads a Megatron, .npy or Arrow corpus; a flat token
 // file needs its Dtype.
 type Options struct {
-	// Format is "megatron", "flat", "npy", "arrow" or "hf"; empty means
-	// tell it from the names (.idx/.bin with its pair, .npy, .arrow, a
-	// Hugging Face directory; a .bin with no .idx beside it is flat).
+	// Format is "megatron", "flat", "npy", "arrow", "hf" or "parquet";
+	// empty means tell it from the names (.idx/.bin with its pair, .npy,
+	// .arrow, .parquet, a Hugging Face directory; a .bin with no .idx
+	// beside it is flat).
 	Format string
 	// Dtype is a flat file's token type; the other sources say theirs.
 	Dtype Dtype
@@ -31,16 +32,16 @@ type Options struct {
 	// Vocab, if above zero, is the vocabulary's size: a token at or above
 	// it is an error when read, naming its file and offset.
 	Vocab int64
-	// Column is the tokenized column of an Arrow or Hugging Face corpus;
-	// default "input_ids".
+	// Column is the tokenized column of an Arrow, Parquet or Hugging
+	// Face corpus; default "input_ids".
 	Column string
 	// Split names a split of a Hugging Face DatasetDict directory.
 	Split string
 	// Store is where the objects are; default the local file system and
 	// s3:// names.
 	Store storage.Store
-	// IndexDir, IndexInDirOnly: where the Arrow index of an Arrow corpus
-	// is kept (dataset.Options).
+	// IndexDir, IndexInDirOnly: where the index of an Arrow or Parquet
+	// corpus is kept (dataset.Options).
 	IndexDir       string
 	IndexInDirOnly bool
 }
@@ -68,7 +69,7 @@ type Loc struct {
 
 // Info describes a corpus.
 type Info struct {
-	Format string   // "megatron", "flat", "npy", "arrow", "hf"
+	Format string   // "megatron", "flat", "npy", "arrow", "hf", "parquet"
 	Paths  []string // the objects read (a Megatron corpus's .bin files)
 	Docs   int
 	Tokens int64
@@ -104,6 +105,9 @@ type Corpus struct {
 	// closer, if set, closes the objects (the Arrow dataset they are
 	// read through).
 	closer io.Closer
+	// rows, for a packed corpus (packed.go), are its documents as rows of
+	// the dataset they are read through; runs is then empty.
+	rows dataset.ListRows
 }
 
 // run is documents from doc on lying back to back in object obj from
@@ -152,8 +156,15 @@ func (c *Corpus) Start(doc int) int64 {
 }
 
 // Locate returns where tokens off..off+n of document doc lie. The range
-// must be inside the document.
+// must be inside the document. Of a packed corpus (Packed), whose tokens
+// lie in no byte range, it is where the block holding the document lies
+// (a Parquet page group, a compressed record batch), with the document's
+// share of its bytes: what an error or inspect names.
 func (c *Corpus) Locate(doc int, off, n int64) Loc {
+	if c.rows != nil {
+		l := c.rows.Locate(doc)
+		return Loc{Object: l.Object, Off: l.Off, Len: int64(l.Len)}
+	}
 	r := c.runs[sort.Search(len(c.runs), func(i int) bool { return c.runs[i].doc > doc })-1]
 	first := c.Start(r.doc)
 	sz := int64(c.size)
@@ -165,6 +176,9 @@ func (c *Corpus) Locate(doc int, off, n int64) Loc {
 func (c *Corpus) Read(ctx context.Context, doc int, off int64, dst []int64) error {
 	if doc < 0 || doc >= c.Docs() || off < 0 || off+int64(len(dst)) > c.Len(doc) {
 		return fmt.Errorf("tokens %d..%d of document %d: outside the corpus (%d documents, this one of %d tokens)", off, off+int64(len(dst)), doc, c.Docs(), c.lenOr0(doc))
+	}
+	if c.rows != nil {
+		return c.readPacked(ctx, doc, off, dst)
 	}
 	l := c.Locate(doc, off, int64(len(dst)))
 	b := make([]byte, l.Len)
@@ -183,7 +197,8 @@ func (c *Corpus) lenOr0(doc int) int64 {
 
 // Decode turns the bytes read at l into tokens, checking each: a token
 // at or above the vocabulary (or negative) is a *FormatError naming the
-// object and the token's byte offset. dst holds l.Len/size tokens.
+// object and the token's byte offset. dst holds l.Len/size tokens. A
+// packed corpus's tokens are decoded by DocBatch.Tokens instead.
 func (c *Corpus) Decode(l Loc, b []byte, dst []int64) error {
 	sz := int64(c.size)
 	if int64(len(b)) != l.Len || int64(len(dst))*sz != l.Len {
@@ -247,12 +262,10 @@ func Open(ctx context.Context, opts Options, paths ...string) (*Corpus, error) {
 		c, err = openMegatron(ctx, opts, paths)
 	case "flat", "npy":
 		c, err = openFlat(ctx, opts, format, paths)
-	case "arrow", "hf":
+	case "arrow", "hf", "parquet":
 		c, err = openRows(ctx, opts, format, paths)
-	case "parquet":
-		return nil, fmt.Errorf("%s: %w: a Parquet column's tokens lie in encoded, compressed pages, not as one byte range a document, so every document read would decode a whole page (about 250 documents' worth); save it as uncompressed Arrow (pyarrow: feather.write_feather(pq.read_table(path), out, compression=\"uncompressed\"), or datasets' save_to_disk) and open that", paths[0], ErrUnsupported)
 	default:
-		return nil, fmt.Errorf("corpus format %q: %w (known: megatron, flat, npy, arrow, hf)", format, ErrUnsupported)
+		return nil, fmt.Errorf("corpus format %q: %w (known: megatron, flat, npy, arrow, hf, parquet)", format, ErrUnsupported)
 	}
 	if err != nil {
 		return nil, err
@@ -335,7 +348,7 @@ func Detect(ctx context.Context, store storage.Store, name string) (string, erro
 			return "megatron", nil // a glob of prefixes
 		}
 	}
-	return "", fmt.Errorf("%s: cannot tell the corpus's format (give one: megatron, flat, npy, arrow, hf): %w", name, fs.ErrNotExist)
+	return "", fmt.Errorf("%s: cannot tell the corpus's format (give one: megatron, flat, npy, arrow, hf, parquet): %w", name, fs.ErrNotExist)
 }
 
 // finish sets what every source shares once its documents' lengths are

@@ -7,8 +7,10 @@ import (
 	"github.com/riffle-ml/riffle/dataset"
 )
 
-// A tokenized column of Arrow IPC files or a Hugging Face save_to_disk
-// directory: each row's list of token ids is a document. riffle's Arrow
+// A tokenized column of Arrow IPC files, a Hugging Face save_to_disk
+// directory or Parquet files: each row's list of token ids is a document.
+// Parquet pages and compressed Arrow record batches are packed blocks
+// (packed.go); of uncompressed Arrow, riffle's Arrow
 // index (dataset/arrow.go) keeps every row's start in each
 // variable-length buffer, so a row of an uncompressed list<int> column is
 // one byte range of the file: its slice of the list's values buffer, the
@@ -16,10 +18,12 @@ import (
 // values' validity bits, the values). Rows of one record batch lie back to
 // back, so a corpus keeps a run per record batch, not a place per row.
 //
-// Refused by name, with what to do: compressed record batches (a row's
-// tokens are then no range of the file), a column that is not a list of
-// integers, and nulls (a row with no list, a null token), which no token
-// id stands for.
+// Refused by name, with what to do: a column that is not a list (or
+// large_list) of integers, and nulls (a row with no list, a null token),
+// which no token id stands for: of uncompressed Arrow at open, where a
+// validity bitmap shows; of a packed corpus when its block is unpacked,
+// naming the row (its index keeps lengths, not bitmaps), except that a
+// null list, of no tokens, is refused at open as an empty document is.
 
 // rowsChunk is how many rows' cells are planned at once while opening.
 const rowsChunk = 4096
@@ -49,9 +53,6 @@ func rowsCorpus(ctx context.Context, ds dataset.Dataset, col string) (*Corpus, e
 	if !ok {
 		return nil, fmt.Errorf("%s: a %s dataset has no columns: %w", where, inf.Format, ErrUnsupported)
 	}
-	if _, packed := ds.(dataset.Blocker); packed {
-		return nil, fmt.Errorf("%s: %w: its record batches are compressed (LZ4 or ZSTD), so a row's tokens are no byte range of the file: rewrite it uncompressed (riffle convert, or pyarrow's IpcWriteOptions(compression=None))", where, ErrUnsupported)
-	}
 	if len(inf.Columns) != 1 || inf.Columns[0].Layout != "list" || len(inf.Columns[0].Children) != 1 || inf.Columns[0].Children[0].Layout != "fixed" {
 		typ := "missing"
 		if len(inf.Columns) == 1 {
@@ -63,12 +64,19 @@ func rowsCorpus(ctx context.Context, ds dataset.Dataset, col string) (*Corpus, e
 	if err != nil {
 		return nil, fmt.Errorf("%s: column %q: %v: %w", where, col, err, ErrUnsupported)
 	}
-	if rows.NumCells() != 4 {
-		return nil, fmt.Errorf("%s: column %q has %d cells a row, not a list's 4: %w", where, col, rows.NumCells(), ErrUnsupported)
-	}
 	c := &Corpus{inf: Info{Dtype: d, Paths: inf.Paths, Versions: inf.Versions, Files: inf.Paths}, closer: ds}
 	for i := range inf.Paths {
 		c.objs = append(c.objs, ds.Object(i))
+	}
+	if _, packed := ds.(dataset.Blocker); packed {
+		lr, ok := ds.(dataset.ListRows)
+		if !ok {
+			return nil, fmt.Errorf("%s: a %s dataset of packed blocks whose rows' lists riffle cannot take: %w", where, inf.Format, ErrUnsupported)
+		}
+		return packedCorpus(ctx, c, lr, col)
+	}
+	if rows.NumCells() != 4 {
+		return nil, fmt.Errorf("%s: column %q has %d cells a row, not a list's 4: %w", where, col, rows.NumCells(), ErrUnsupported)
 	}
 	sz := int64(d.Size())
 	n := ds.Len()
@@ -111,6 +119,35 @@ func rowsCorpus(ctx context.Context, ds dataset.Dataset, col string) (*Corpus, e
 			c.lens = append(c.lens, uint32(int64(v.Len)/sz))
 		}
 		rb.Release()
+	}
+	if err := c.finish(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// packedCorpus finishes c, a corpus of rows of packed blocks, with its
+// documents' lengths from the dataset's index: no block is read.
+func packedCorpus(ctx context.Context, c *Corpus, rows dataset.ListRows, col string) (*Corpus, error) {
+	c.rows = rows
+	n := rows.Len()
+	c.lens = make([]uint32, n)
+	for id := range n {
+		if id%rowsChunk == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		k := rows.ListLen(id)
+		if k <= 0 {
+			l := rows.Locate(id)
+			return nil, &FormatError{Path: c.objs[l.Object].Name(), Offset: l.Off, Err: fmt.Errorf("row %d is an empty document (no tokens in %q, or a null; the offset is its block's): %w", id, col, ErrCorrupt)}
+		}
+		if k > 1<<32-1 {
+			l := rows.Locate(id)
+			return nil, &FormatError{Path: c.objs[l.Object].Name(), Offset: l.Off, Err: fmt.Errorf("row %d has %d tokens: %w", id, k, ErrUnsupported)}
+		}
+		c.lens[id] = uint32(k)
 	}
 	if err := c.finish(); err != nil {
 		return nil, err

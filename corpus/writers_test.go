@@ -5,17 +5,23 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/riffle-ml/riffle/corpus"
 	"github.com/riffle-ml/riffle/dataset"
+	"github.com/riffle-ml/riffle/job"
 	"github.com/riffle-ml/riffle/sampler"
 	"github.com/riffle-ml/riffle/sequence"
+	"github.com/riffle-ml/riffle/storage"
+	"github.com/riffle-ml/riffle/wire"
 )
 
 // Corpora as other writers make them (testdata/writers.py): megatron-core's
@@ -235,4 +241,223 @@ func readNpy2D(t *testing.T, p string) [][]int64 {
 		}
 	}
 	return out
+}
+
+// flipStore is the local store whose reads flip a bit of the byte at
+// offset at (once set above 0), as a disk or a network might.
+type flipStore struct {
+	storage.Store
+	at atomic.Int64
+}
+
+func (s *flipStore) Open(ctx context.Context, name string) (storage.Reader, error) {
+	r, err := s.Store.Open(ctx, name)
+	return &flipReader{Reader: r, s: s}, err
+}
+
+type flipReader struct {
+	storage.Reader
+	s *flipStore
+}
+
+func (r *flipReader) ReadAt(ctx context.Context, p []byte, off int64) error {
+	err := r.Reader.ReadAt(ctx, p, off)
+	if at := r.s.at.Load(); at > 0 && at >= off && at < off+int64(len(p)) {
+		p[at-off] ^= 0x10
+	}
+	return err
+}
+
+// TestColumnWriters: a tokenized column as pyarrow writes it to Parquet
+// (snappy, zstd, gzip, none with page CRCs; row groups and pages;
+// dictionary encoding off and on; data pages v1 and v2; int32, int64,
+// uint16, uint32 tokens; a large_list) and to compressed Feather (lz4, zstd), and as Hugging Face
+// datasets' to_parquet writes it, reads back equal to pyarrow's reading;
+// and a job's samples of each, in every packing, on 2 ranks stopped and
+// resumed, are sample for sample those of the same documents written as
+// uncompressed Arrow (rows that are byte ranges).
+func TestColumnWriters(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(python(t), append([]string{"testdata/writers.py", "columns", dir}, texts(t)...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("writers.py columns: %v\n%s", err, out)
+	}
+	var w struct {
+		Vocab int64                `json:"vocab"`
+		Files map[string][][]int64 `json:"files"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "columns.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dtypes := map[string]corpus.Dtype{"u16.parquet": corpus.Uint16, "u32_large.parquet": corpus.Uint32, "i64_gzip.parquet": corpus.Int64,
+		"zstd.arrow": corpus.Int64} // datasets writes input_ids as int32 (its optimized integer lists)
+	for name, want := range w.Files {
+		c, err := corpus.Open(ctx, corpus.Options{Vocab: w.Vocab, IndexDir: t.TempDir(), IndexInDirOnly: true}, filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if d, ok := dtypes[name]; !ok && c.Dtype() != corpus.Int32 || ok && c.Dtype() != d {
+			t.Fatalf("%s: dtype %s", name, c.Dtype())
+		}
+		if c.Packed() != (name != "ref.arrow") {
+			t.Fatalf("%s: packed %v", name, c.Packed())
+		}
+		same(t, name, readDocs(t, c), want)
+		c.Close()
+	}
+
+	// A page whose bytes differ from its CRC is an error naming it: found
+	// when the file is indexed, or when the page is read afterwards (a
+	// store that returns other bytes than it was given); without the CRC,
+	// an uncompressed page's flipped byte would be another token.
+	crc := filepath.Join(dir, "crc.parquet")
+	c, err := corpus.Open(ctx, corpus.Options{IndexDir: t.TempDir(), IndexInDirOnly: true}, crc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := c.Docs() / 2
+	l := c.Locate(doc, 0, c.Len(doc))
+	flip := l.Off + l.Len - 3 // a value of the group's last page
+	c.Close()
+	b, _ = os.ReadFile(crc)
+	b[flip] ^= 0x10
+	badDir := t.TempDir()
+	bad := filepath.Join(badDir, "crc.parquet")
+	os.WriteFile(bad, b, 0o644)
+	var fe *corpus.FormatError
+	_, err = corpus.Open(ctx, corpus.Options{IndexDir: t.TempDir(), IndexInDirOnly: true}, bad)
+	if !errors.Is(err, corpus.ErrCorrupt) || !errors.As(err, &fe) || fe.Path != bad || fe.Offset < l.Off || fe.Offset >= l.Off+l.Len || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("a page unlike its CRC, when indexed: %v (want a page of %d..%d)", err, l.Off, l.Off+l.Len)
+	}
+	local, _ := storage.NewLocal(false, nil)
+	flipper := &flipStore{Store: local}
+	c, err = corpus.Open(ctx, corpus.Options{Store: flipper, IndexDir: t.TempDir(), IndexInDirOnly: true}, crc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipper.at.Store(flip)
+	err = c.Read(ctx, doc, 0, make([]int64, c.Len(doc)))
+	if !errors.Is(err, corpus.ErrCorrupt) || !errors.As(err, &fe) || fe.Path != crc || fe.Offset < l.Off || fe.Offset >= l.Off+l.Len || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("a page unlike its CRC, when read: %v (want a page of %d..%d)", err, l.Off, l.Off+l.Len)
+	}
+	c.Close()
+
+	env, err := job.NewEnv(job.EnvOptions{IndexDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	const S, B, steps = 64, 8, 3
+	type arrays struct {
+		ids, labels, pos []int64
+		mask             []float32
+	}
+	// drain reads up to n batches of j (n < 0: to its end).
+	drain := func(j *job.Job, n int, got map[int]arrays, seen map[int]int) {
+		t.Helper()
+		for ; n != 0; n-- {
+			b, err := j.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := func(k int) unsafe.Pointer { return unsafe.Pointer(&b.Data[b.Arrays[k].Off]) }
+			m := len(b.IDs) * S
+			ids, lab := unsafe.Slice((*int64)(at(0)), m), unsafe.Slice((*int64)(at(1)), m)
+			pos, mask := unsafe.Slice((*int64)(at(2)), m), unsafe.Slice((*float32)(at(3)), m)
+			for i, id := range b.IDs {
+				r := i * S
+				got[id] = arrays{slices.Clone(ids[r : r+S]), slices.Clone(lab[r : r+S]), slices.Clone(pos[r : r+S]), slices.Clone(mask[r : r+S])}
+				seen[id]++
+			}
+			b.Release()
+		}
+	}
+	for _, packing := range []string{"concat", "best_fit", "pad"} {
+		open := func(name string, rank, world, start int) *job.Job {
+			t.Helper()
+			spec := &wire.JobSpec{Paths: []string{filepath.Join(dir, name)}, SeqLen: S, Packing: packing, BatchSize: B, Shuffle: true, Seed: 7,
+				Rank: rank, World: world, Start: start, Epochs: 1, VocabSize: w.Vocab}
+			if packing == "best_fit" {
+				spec.PackWindow = 64
+			}
+			j, err := env.Open(ctx, spec, nil)
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, packing, err)
+			}
+			return j
+		}
+		want := map[int]arrays{}
+		j := open("ref.arrow", 0, 1, 0)
+		drain(j, -1, want, map[int]int{})
+		j.Close()
+		for name := range w.Files {
+			if name == "ref.arrow" {
+				continue
+			}
+			got, seen := map[int]arrays{}, map[int]int{}
+			for rank := range 2 {
+				j := open(name, rank, 2, 0)
+				drain(j, steps, got, seen)
+				j.Close()
+			}
+			for rank := range 2 {
+				j := open(name, rank, 2, steps*2*B)
+				drain(j, -1, got, seen)
+				j.Close()
+			}
+			extra := 0
+			for id, a := range want {
+				g := got[id]
+				if seen[id] == 0 {
+					t.Fatalf("%s %s: sample %d never delivered", name, packing, id)
+				}
+				extra += seen[id] - 1
+				if !slices.Equal(g.ids, a.ids) || !slices.Equal(g.labels, a.labels) || !slices.Equal(g.pos, a.pos) || !slices.Equal(g.mask, a.mask) {
+					t.Fatalf("%s %s: sample %d differs from uncompressed Arrow's:\n%v\n%v", name, packing, id, g.ids, a.ids)
+				}
+			}
+			if len(got) != len(want) || extra > 1 {
+				t.Fatalf("%s %s: %d samples (%d twice), uncompressed Arrow's %d", name, packing, len(got), extra, len(want))
+			}
+		}
+		t.Logf("%s: %d samples of each file equal uncompressed Arrow's", packing, len(want))
+	}
+
+	// In a mixture, packed sources beside each other and beside one of
+	// byte ranges: the mixture's samples are those of the same documents
+	// uncompressed.
+	ref, _ := os.ReadFile(filepath.Join(dir, "ref.arrow"))
+	os.WriteFile(filepath.Join(dir, "ref2.arrow"), ref, 0o644)
+	mixed := func(a, b string) map[int]arrays {
+		spec := &wire.JobSpec{Mixture: []wire.MixSource{{Paths: []string{filepath.Join(dir, a)}, Weight: 2}, {Paths: []string{filepath.Join(dir, b)}, Weight: 1}},
+			SeqLen: S, BatchSize: B, Shuffle: true, Seed: 3, Epochs: 1, VocabSize: w.Vocab}
+		j, err := env.Open(ctx, spec, nil)
+		if err != nil {
+			t.Fatalf("mixture of %s and %s: %v", a, b, err)
+		}
+		got := map[int]arrays{}
+		drain(j, -1, got, map[int]int{})
+		j.Close()
+		return got
+	}
+	want := mixed("ref.arrow", "ref2.arrow")
+	for _, m := range [][2]string{{"lz4.arrow", "snappy.parquet"}, {"ref.arrow", "u16.parquet"}, {"zstd_dict.parquet", "ref.arrow"}} {
+		got := mixed(m[0], m[1])
+		if len(got) != len(want) {
+			t.Fatalf("mixture of %s: %d samples, uncompressed Arrow's %d", m, len(got), len(want))
+		}
+		for id, a := range want {
+			if !slices.Equal(got[id].ids, a.ids) || !slices.Equal(got[id].labels, a.labels) {
+				t.Fatalf("mixture of %s: sample %d differs from uncompressed Arrow's", m, id)
+			}
+		}
+	}
 }

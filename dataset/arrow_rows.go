@@ -92,36 +92,49 @@ func (b *arrowRows) Cells(slot int, dst []Loc) []Loc {
 }
 
 func (b *arrowRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, out []byte) (int, error) {
-	values := cell
+	values, err := b.open(ctx, cell)
 	if b.holds != nil {
-		b.done = true
 		defer b.holds.unpin()
-		have, err := b.unpack(ctx, cell)
-		if err != nil {
-			b.holds.abandon()
-			return 0, err
-		}
-		// A compressed row's cells are slices of its decompressed body.
-		var ranges []columnar.Range
-		cur := -1
-		values = func(slot, k int) []byte {
-			key := b.batches[slot]
-			u, ok := have[key]
-			if !ok {
-				return cell(slot, k)
-			}
-			if slot != cur {
-				cur, ranges = slot, b.d.lay.Cells(b.refs[slot].S, int(b.refs[slot].Row), ranges[:0])
-			}
-			r := ranges[k]
-			return u.body[r.Off : r.Off+r.Len]
-		}
+	}
+	if err != nil {
+		return 0, err
 	}
 	n, err := b.msg.Assemble(b.refs, values, out)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", describe(b.d.inf.Paths), err)
 	}
 	return n, nil
+}
+
+// open unpacks the compressed batches the rows lie in (those this batch
+// claimed, or waits for the others) and returns each row's cells as they
+// lie: read from the file, or slices of a decompressed body. The caller
+// unpins the holds once it has used them.
+func (b *arrowRows) open(ctx context.Context, cell func(slot, k int) []byte) (func(slot, k int) []byte, error) {
+	b.done = true
+	if b.holds == nil {
+		return cell, nil
+	}
+	have, err := b.unpack(ctx, cell)
+	if err != nil {
+		b.holds.abandon()
+		return nil, err
+	}
+	// A compressed row's cells are slices of its decompressed body.
+	var ranges []columnar.Range
+	cur := -1
+	return func(slot, k int) []byte {
+		key := b.batches[slot]
+		u, ok := have[key]
+		if !ok {
+			return cell(slot, k)
+		}
+		if slot != cur {
+			cur, ranges = slot, b.d.lay.Cells(b.refs[slot].S, int(b.refs[slot].Row), ranges[:0])
+		}
+		r := ranges[k]
+		return u.body[r.Off : r.Off+r.Len]
+	}, nil
 }
 
 // unpack decompresses each compressed batch this batch claimed, once,

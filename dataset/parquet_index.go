@@ -81,6 +81,9 @@ func (f *pqFile) scanChunk(ctx context.Context, c *pqColumn, cm *metadata.Column
 		if end > size {
 			return nil, f.bad(start+at, "column %q page of %d bytes past its column chunk", c.name, h.compressed)
 		}
+		if err := h.check(buf[at+int64(h.headerLen) : end]); err != nil {
+			return nil, f.bad(start+at, "column %q page: %v", c.name, err)
+		}
 		switch h.typ {
 		case 2:
 			ch.dictOff, ch.dictLen = start+at, end-at

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -203,4 +204,37 @@ func decodeGroup(c *pqColumn, rgm *metadata.RowGroupMetaData, span []byte, off i
 // pageSource lays a decoded page out as a one-column record batch body.
 func pageSource(c *pqColumn, arr arrow.Array) (*columnar.Source, []byte, error) {
 	return columnar.SourceOf(c.lay, arr)
+}
+
+// check compares a page's bytes after its header (body) with the CRC its
+// header gives, if it gives one (pyarrow's write_page_checksum): a page
+// changed on its way (a flipped bit in an uncompressed or snappy page
+// decodes to wrong values without a word) fails here instead.
+func (h pageHeader) check(body []byte) error {
+	if h.hasCRC {
+		if got := crc32.ChecksumIEEE(body); got != h.crc {
+			return fmt.Errorf("CRC-32 %08x, its header says %08x", got, h.crc)
+		}
+	}
+	return nil
+}
+
+// checkPages checks the CRCs of the pages in b, read from off: a
+// dictionary page, or a group of data pages. The error names the page.
+func checkPages(b []byte, off int64) (int64, error) {
+	for at := 0; at < len(b); {
+		h, err := parsePageHeader(b[at:])
+		if err != nil {
+			return off + int64(at), err
+		}
+		end := at + h.headerLen + int(h.compressed)
+		if end > len(b) {
+			return off + int64(at), fmt.Errorf("page of %d bytes past its group", h.compressed)
+		}
+		if err := h.check(b[at+h.headerLen : end]); err != nil {
+			return off + int64(at), err
+		}
+		at = end
+	}
+	return 0, nil
 }

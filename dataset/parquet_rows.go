@@ -93,6 +93,18 @@ func (b *pqRows) unpack(key pageKey, dict, pages []byte) (*unpackedPage, int, er
 	bad := func(err error) error {
 		return &FormatError{Path: d.files[key.file].r.Name(), Offset: p.off, Err: fmt.Errorf("column %q page: %v: %w", c.name, err, ErrCorrupt)}
 	}
+	// The pages as read now, not as indexed: their CRCs, where written
+	// (a column of several leaves is a row group's span of chunks, not
+	// pages back to back).
+	if c.group == nil {
+		at, err := checkPages(dict, ch.dictOff)
+		if err == nil {
+			at, err = checkPages(pages, p.off)
+		}
+		if err != nil {
+			return nil, 0, &FormatError{Path: d.files[key.file].r.Name(), Offset: at, Err: fmt.Errorf("column %q page: %v: %w", c.name, err, ErrCorrupt)}
+		}
+	}
 	var arr arrow.Array
 	var err error
 	if c.group != nil {
@@ -134,8 +146,32 @@ func (b *pqRows) readUnpacked(ctx context.Context, key pageKey) (*unpackedPage, 
 
 func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, out []byte) (int, error) {
 	d := b.d
+	have, valueCell, err := b.open(ctx, cell)
+	defer b.pages.unpin()
+	if err != nil {
+		return 0, err
+	}
+	refs := make([]columnar.RowRef, b.n)
+	for slot := range refs {
+		refs[slot].Cols = make([]columnar.ColRef, len(d.cols))
+		for i, key := range b.keys[slot] {
+			refs[slot].Cols[i] = columnar.ColRef{S: have[key].src, Row: b.rows[slot][i]}
+		}
+	}
+	n, err := b.msg.Assemble(refs, valueCell, out)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", describe(d.inf.Paths), err)
+	}
+	return n, nil
+}
+
+// open unpacks each page group this batch claimed, once, and publishes
+// it; waits for those other batches unpack (or unpacks them here); and
+// returns them with each row's cells as they lie in them. The caller
+// unpins the pages once it has used them.
+func (b *pqRows) open(ctx context.Context, cell func(slot, k int) []byte) (map[pageKey]*unpackedPage, func(slot, k int) []byte, error) {
+	d := b.d
 	b.done = true
-	// Unpack each page this batch claimed, once, and publish it.
 	published := map[pageKey]bool{}
 	for slot, keys := range b.keys {
 		for i, key := range keys {
@@ -147,31 +183,21 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 			b.pages.publish(key, u, bodyOf(u), err)
 			if err != nil {
 				b.pages.abandon()
-				b.pages.unpin()
-				return 0, err
+				return nil, nil, err
 			}
 		}
 	}
-	// Wait for the pages other batches unpack (or unpack them here).
-	defer b.pages.unpin()
 	have, err := b.pages.await(ctx, func(key pageKey) (*unpackedPage, error) { return b.readUnpacked(ctx, key) })
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	refs := make([]columnar.RowRef, b.n)
 	bases := make([]int, len(d.cols)+1)
 	for i, c := range d.cols {
 		bases[i+1] = bases[i] + d.all[c].lay.NumCells
 	}
-	for slot := range refs {
-		refs[slot].Cols = make([]columnar.ColRef, len(d.cols))
-		for i, key := range b.keys[slot] {
-			refs[slot].Cols[i] = columnar.ColRef{S: have[key].src, Row: b.rows[slot][i]}
-		}
-	}
 	var ranges [][]columnar.Range // [column] for the current slot
 	cur := -1
-	valueCell := func(slot, k int) []byte {
+	return have, func(slot, k int) []byte {
 		if slot != cur {
 			cur = slot
 			ranges = make([][]columnar.Range, len(d.cols))
@@ -182,12 +208,7 @@ func (b *pqRows) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 		i := sort.SearchInts(bases[1:], k+1)
 		r := ranges[i][k-bases[i]]
 		return have[b.keys[slot][i]].body[r.Off : r.Off+r.Len]
-	}
-	n, err := b.msg.Assemble(refs, valueCell, out)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", describe(d.inf.Paths), err)
-	}
-	return n, nil
+	}, nil
 }
 
 // bodyOf is an unpacked page group's bytes, or none.

@@ -164,6 +164,10 @@ type pageHeader struct {
 	values     int32
 	rows       int32 // v2 data pages only; -1 otherwise
 	headerLen  int
+	// crc, if hasCRC, is the CRC-32 of the page's bytes after its header,
+	// as written (compressed).
+	crc    uint32
+	hasCRC bool
 }
 
 // parsePageHeader reads a PageHeader from the start of b.
@@ -184,6 +188,10 @@ func parsePageHeader(b []byte) (pageHeader, error) {
 			h.typ, err = i32()
 		case id == 3 && t == 5:
 			h.compressed, err = i32()
+		case id == 4 && t == 5:
+			var c int32
+			c, err = i32()
+			h.crc, h.hasCRC = uint32(c), true
 		case (id == 5 || id == 7 || id == 8) && t == 12:
 			v2 := id == 8
 			err = r.fields(1, func(id int16, t byte) (bool, error) {

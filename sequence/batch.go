@@ -184,7 +184,87 @@ func (b *Batcher) BatchOf(epoch int, ids []int) (dataset.RowBatch, error) {
 		}
 		bt.at = append(bt.at, int32(len(bt.pieces)))
 	}
+	if err := bt.planPacked(); err != nil {
+		return nil, err
+	}
 	return bt, nil
+}
+
+// packedDocs are the documents a batch takes of one packed source (a
+// Parquet or compressed Arrow column: corpus.Packed), read as rows of
+// its dataset: each block they lie in read and unpacked once for the
+// batch, however many of its samples take pieces of it. Document j's
+// cells are cells of the first slot that takes a piece of it (owner),
+// from its cell at.
+type packedDocs struct {
+	db     *corpus.DocBatch
+	owner  []int32
+	at     []int32
+	pieces [][]int32 // [j]: the batch's pieces of document j
+}
+
+// owned is a document of a packed source whose cells are a slot's.
+type owned struct{ src, j int32 }
+
+// planPacked plans the reading of the documents of the batch's packed
+// sources, and which slot's cells each one's are.
+func (bt *Batch) planPacked() error {
+	for k, s := range bt.b.srcs {
+		if !s.Corpus.Packed() {
+			continue
+		}
+		if bt.packed == nil {
+			bt.packed = make([]*packedDocs, len(bt.b.srcs))
+			bt.owned = make([][]owned, bt.n)
+		}
+		pd := &packedDocs{}
+		index := map[int]int{}
+		var docs []int
+		for slot := range bt.n {
+			for pk := bt.at[slot]; pk < bt.at[slot+1]; pk++ {
+				if int(bt.src[pk]) != k {
+					continue
+				}
+				doc := bt.pieces[pk].Doc
+				j, ok := index[doc]
+				if !ok {
+					j = len(docs)
+					index[doc] = j
+					docs = append(docs, doc)
+					pd.owner = append(pd.owner, int32(slot))
+					pd.pieces = append(pd.pieces, nil)
+					bt.owned[slot] = append(bt.owned[slot], owned{int32(k), int32(j)})
+				}
+				pd.pieces[j] = append(pd.pieces[j], pk)
+			}
+		}
+		db, err := s.Corpus.DocsOf(docs)
+		if err != nil {
+			bt.Release()
+			return err
+		}
+		pd.db = db
+		bt.packed[k] = pd
+	}
+	if bt.packed == nil {
+		return nil
+	}
+	// A slot's cells: one a piece (none to read of a packed one), then
+	// those of the documents it owns.
+	for _, pd := range bt.packed {
+		if pd != nil {
+			pd.at = make([]int32, len(pd.owner))
+		}
+	}
+	for slot, os := range bt.owned {
+		at := bt.at[slot+1] - bt.at[slot]
+		for _, o := range os {
+			pd := bt.packed[o.src]
+			pd.at[o.j] = at
+			at += int32(pd.db.NumCells())
+		}
+	}
+	return nil
 }
 
 // Batch is one planned batch of samples: a dataset.RowBatch whose cells
@@ -196,16 +276,39 @@ type Batch struct {
 	src    []int32 // each piece's source
 	at     []int32 // slot s's pieces are pieces[at[s]:at[s+1]]
 	arrays []Array
+	// packed, of each packed source (nil for the others, and for a batch
+	// of none), its documents read as rows; owned[slot] are the
+	// documents whose cells are slot's.
+	packed []*packedDocs
+	owned  [][]owned
 }
 
 var _ dataset.RowBatch = (*Batch)(nil)
 
-// Cells appends the byte ranges of slot's pieces, one a piece.
+// Cells appends the byte ranges of slot's pieces, one a piece (empty
+// for a piece of a packed source), then the cells of the packed sources'
+// documents the slot owns.
 func (bt *Batch) Cells(slot int, dst []dataset.Loc) []dataset.Loc {
 	for k := bt.at[slot]; k < bt.at[slot+1]; k++ {
 		p, s := bt.pieces[k], bt.b.srcs[bt.src[k]]
+		if s.Corpus.Packed() {
+			dst = append(dst, dataset.Loc{})
+			continue
+		}
 		l := s.Corpus.Locate(p.Doc, p.Off, int64(p.Len))
 		dst = append(dst, dataset.Loc{Object: s.Objects + l.Object, Off: l.Off, Len: int(l.Len)})
+	}
+	if bt.owned != nil {
+		for _, o := range bt.owned[slot] {
+			s := bt.b.srcs[o.src]
+			from := len(dst)
+			dst = bt.packed[o.src].db.Cells(int(o.j), dst)
+			for i := from; i < len(dst); i++ {
+				if dst[i].Len > 0 {
+					dst[i].Object += s.Objects
+				}
+			}
+		}
 	}
 	return dst
 }
@@ -225,6 +328,33 @@ func (bt *Batch) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 	if n > 0 && uintptr(unsafe.Pointer(&out[0]))%8 != 0 {
 		return 0, fmt.Errorf("a batch's buffer is not 8-byte aligned")
 	}
+	defer bt.Release()
+	// Each piece's tokens, the batch's one after another (a slot's
+	// pieces' together): those of packed sources taken from their
+	// blocks unpacked, the others decoded from their cells below.
+	pieceAt := make([]int, len(bt.pieces)+1)
+	for k, p := range bt.pieces {
+		pieceAt[k+1] = pieceAt[k] + p.Len
+	}
+	all := make([]int64, pieceAt[len(bt.pieces)])
+	for _, pd := range bt.packed {
+		if pd == nil {
+			continue
+		}
+		err := pd.db.Tokens(ctx, func(j, k int) []byte { return cell(int(pd.owner[j]), int(pd.at[j])+k) },
+			func(j int, read func(int64, []int64) error) error {
+				for _, pk := range pd.pieces[j] {
+					p := bt.pieces[pk]
+					if err := read(p.Off, all[pieceAt[pk]:pieceAt[pk+1]]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		if err != nil {
+			return 0, err
+		}
+	}
 	lay := Layout(n, S, 0)
 	ids := view[int64](out, lay[0].Off, n*S)
 	labels := view[int64](out, lay[1].Off, n*S)
@@ -232,24 +362,24 @@ func (bt *Batch) Assemble(ctx context.Context, cell func(slot, k int) []byte, ou
 	mask := view[float32](out, lay[3].Off, n*S)
 	cuAt := lay[5].Off
 	a := &Arrays{CuSeqlens: make([]int32, 0, S+1)}
-	tokens := make([]int64, 0, S+1)
 	cu := 0 // entries of the batch's cu_seqlens written
 	longest := int32(0)
 	for slot := range n {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		tokens = tokens[:0]
 		from, to := bt.at[slot], bt.at[slot+1]
 		for k := from; k < to; k++ {
 			p, s := bt.pieces[k], bt.b.srcs[bt.src[k]]
+			if s.Corpus.Packed() {
+				continue
+			}
 			l := s.Corpus.Locate(p.Doc, p.Off, int64(p.Len))
-			at := len(tokens)
-			tokens = tokens[:at+p.Len]
-			if err := s.Corpus.Decode(l, cell(slot, int(k-from)), tokens[at:]); err != nil {
+			if err := s.Corpus.Decode(l, cell(slot, int(k-from)), all[pieceAt[k]:pieceAt[k+1]]); err != nil {
 				return 0, err
 			}
 		}
+		tokens := all[pieceAt[from]:pieceAt[to]]
 		r := slot * S
 		a.InputIDs, a.Labels, a.PositionIDs, a.LossMask = ids[r:r+S], labels[r:r+S], pos[r:r+S], mask[r:r+S]
 		if err := Fill(a, bt.pieces[from:to], tokens, bt.b.pad, bt.b.eod); err != nil {
@@ -292,8 +422,15 @@ func view[T int64 | int32 | float32](b []byte, off, count int) []T {
 // Arrays are the batch's arrays, once Assemble has written them.
 func (bt *Batch) Arrays() []Array { return slices.Clone(bt.arrays) }
 
-// Release does nothing: a batch of samples holds nothing but its plan.
-func (bt *Batch) Release() {}
+// Release gives up the claims on blocks of its packed sources' documents
+// if the batch is not to be assembled; after Assemble it does nothing.
+func (bt *Batch) Release() {
+	for _, pd := range bt.packed {
+		if pd != nil && pd.db != nil {
+			pd.db.Release()
+		}
+	}
+}
 
 // Table is empty: the batch is arrays, not an Arrow message (Arrays).
 func (bt *Batch) Table() ([][2]int64, [][2]int64, int) { return nil, nil, 0 }

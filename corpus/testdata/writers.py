@@ -5,6 +5,14 @@
                                    with megatron-core, numpy and datasets,
                                    and OUT/want.json: what their own readers
                                    read back
+    writers.py columns OUT TEXT... tokenizes TEXT as write does and writes
+                                   the documents as a tokenized column
+                                   (input_ids) with pyarrow (Parquet:
+                                   snappy, zstd, row groups, dictionary
+                                   off and on, every token dtype, a
+                                   large_list; Feather: uncompressed, lz4,
+                                   zstd) and datasets (to_parquet), and
+                                   OUT/columns.json: what pyarrow reads
     writers.py concat PREFIX ORDER.json SEQ_LEN OUT.npy
                                    cuts megatron-core's IndexedDataset in
                                    the given document order with numpy, as
@@ -38,9 +46,7 @@ def megatron():
     return indexed_dataset
 
 
-def write(out, texts):
-    import torch
-    import datasets
+def tokenize(texts):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     paragraphs = []
@@ -53,7 +59,15 @@ def write(out, texts):
     eod = tok.token_to_id("<eod>")
     docs = [e.ids for e in tok.encode_batch(paragraphs)]
     docs = [d for d in docs if d]
-    want = {"eod": eod, "vocab": tok.get_vocab_size(), "megatron": {}}
+    return docs, eod, tok.get_vocab_size()
+
+
+def write(out, texts):
+    import torch
+    import datasets
+
+    docs, eod, vocab = tokenize(texts)
+    want = {"eod": eod, "vocab": vocab, "megatron": {}}
 
     idx = megatron()
     # uint16, a document a sequence, each ending in EOD (preprocess_data.py
@@ -99,6 +113,52 @@ def write(out, texts):
         json.dump(want, f)
 
 
+def columns(out, texts):
+    import datasets
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    docs, eod, vocab = tokenize(texts)
+    text = [" ".join(map(str, d[:3])) for d in docs]
+
+    def table(typ, with_text=False):
+        cols = {"input_ids": pa.array(docs, type=typ)}
+        if with_text:
+            cols = {"text": pa.array(text), **cols}
+        return pa.table(cols)
+
+    n = len(docs)
+    i32 = pa.list_(pa.int32())
+    path = lambda name: os.path.join(out, name)
+    # The reference: uncompressed Arrow, whose rows are byte ranges.
+    feather.write_feather(table(i32), path("ref.arrow"), compression="uncompressed", chunksize=n // 3)
+    # Parquet as pyarrow writes it: codecs, row groups, small pages (a
+    # row group of many), dictionary encoding off and on, data pages v1
+    # and v2, every token dtype and a large_list.
+    pq.write_table(table(i32, True), path("snappy.parquet"), compression="snappy", row_group_size=n // 3, use_dictionary=False)
+    pq.write_table(table(i32), path("zstd_dict.parquet"), compression="zstd", row_group_size=n // 4, use_dictionary=True, data_page_size=4096)
+    pq.write_table(table(pa.list_(pa.uint16())), path("u16.parquet"), compression="snappy", row_group_size=n // 2, data_page_size=2048)
+    pq.write_table(table(pa.large_list(pa.uint32())), path("u32_large.parquet"), compression="zstd", use_dictionary=False, data_page_version="2.0", data_page_size=8192)
+    pq.write_table(table(pa.list_(pa.int64())), path("i64_gzip.parquet"), compression="gzip", row_group_size=n // 5)
+    # Uncompressed, with page CRCs: a flipped byte would read as another token but for them.
+    pq.write_table(table(i32), path("crc.parquet"), compression="none", use_dictionary=False, data_page_size=4096, write_page_checksum=True)
+    # Compressed Feather v2 (Arrow IPC files): lz4 and zstd record batches.
+    feather.write_feather(table(i32, True), path("lz4.arrow"), compression="lz4", chunksize=n // 4)
+    feather.write_feather(table(pa.large_list(pa.int64())), path("zstd.arrow"), compression="zstd", chunksize=n // 3)
+    # Hugging Face datasets' own Parquet export.
+    datasets.Dataset.from_dict({"input_ids": docs}).to_parquet(path("hf.parquet"))
+
+    want = {"eod": eod, "vocab": vocab, "files": {}}
+    for name in sorted(os.listdir(out)):
+        if name.endswith(".parquet"):
+            want["files"][name] = pq.read_table(path(name)).column("input_ids").to_pylist()
+        elif name.endswith(".arrow"):
+            want["files"][name] = feather.read_table(path(name)).column("input_ids").to_pylist()
+    with open(path("columns.json"), "w") as f:
+        json.dump(want, f)
+
+
 def concat(prefix, order_json, seq_len, out):
     ds = megatron().IndexedDataset(prefix)
     with open(order_json) as f:
@@ -112,5 +172,7 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     if sys.argv[1] == "write":
         write(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1] == "columns":
+        columns(sys.argv[2], sys.argv[3:])
     else:
         concat(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])

@@ -170,9 +170,11 @@ def _jsonl(path: Path, source: str, n: int) -> None:
 
 def _token_corpora(d: Path) -> None:
     """docs/tokens.md's corpora: two Megatron prefixes corpus/part-{0,1}, a flat uint16 tokens.bin and a 1-D
-    tokens.npy whose documents end at token 0, and tokenized.arrow's input_ids column (uncompressed Arrow)."""
+    tokens.npy whose documents end at token 0, and tokenized.arrow's input_ids column (uncompressed Arrow), the
+    same column as zstd Parquet in tokenized.parquet."""
     import pyarrow as pa
     import pyarrow.feather as feather
+    import pyarrow.parquet as pq
     from test_tokens import make_docs, write_megatron
     (d / "corpus").mkdir()
     for k in range(2):
@@ -182,6 +184,7 @@ def _token_corpora(d: Path) -> None:
     np.save(d / "tokens.npy", stream)
     rows = pa.array([x.tolist() for x in make_docs(200, seed=6)], pa.list_(pa.int32()))
     feather.write_feather(pa.table({"input_ids": rows}), str(d / "tokenized.arrow"), compression="uncompressed")
+    pq.write_table(pa.table({"input_ids": rows}), str(d / "tokenized.parquet"), compression="zstd", data_page_size=4096)
 
 
 @pytest.fixture(scope="module")

@@ -405,3 +405,65 @@ def test_a_schedule_function_resumes_on_another_topology(daemon, two_corpora):
     head_rows = set(r0) - set(rest)
     assert len(head_rows) >= len(head) - 2 and set(rest) <= set(r0)
     assert set(later) == set(r1)
+
+
+# --- a tokenized column of Parquet (pyarrow's writer): a document a row, read from its pages unpacked ---
+
+@pytest.fixture
+def parquet_corpus(tmp_path, corpus):
+    """The corpus fixture's documents as an input_ids column of a zstd Parquet file of several row groups and
+    pages, beside its Megatron twin."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    prefix, docs = corpus
+    path = str(tmp_path / "tokens.parquet")
+    col = pa.array([d.astype(np.int32) for d in docs], type=pa.list_(pa.int32()))
+    pq.write_table(pa.table({"input_ids": col}), path, compression="zstd", row_group_size=150, data_page_size=4096)
+    return path, prefix, docs
+
+
+def test_a_parquet_token_column_equals_a_numpy_reference(daemon, parquet_corpus):
+    path, _, docs = parquet_corpus
+    S, seed, epoch = 32, 7, 2
+    ids, labels, _ = concat_reference(docs, seed, epoch, S)
+    seen = set()
+    for b in riffle.Loader(path, 8, seq_len=S, seed=seed, epoch=epoch):
+        for slot, i in enumerate(b.ids):
+            i = int(i)
+            seen.add(i)
+            np.testing.assert_array_equal(b.data["input_ids"][slot], ids[i], err_msg=f"sample {i}")
+            np.testing.assert_array_equal(b.data["labels"][slot], labels[i], err_msg=f"sample {i}")
+    assert seen == set(range(len(ids)))
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit", "pad"])
+def test_a_parquet_token_column_reads_as_its_megatron_twin(daemon, parquet_corpus, packing):
+    """Through riffle.torch on 2 ranks x 2 workers, and resumed on 3 ranks from rank 0's state after 3 steps, a
+    Parquet token column's batches are those of the same documents as a Megatron corpus, tensor for tensor."""
+    path, prefix, _ = parquet_corpus
+    kw = dict(seq_len=24, packing=packing, seed=5, epoch=1)
+
+    def run(p):
+        out, state = [], None
+        for r in range(2):
+            dl = rt.loader(p, 4, num_workers=2, rank=r, world_size=2, **kw)
+            for k, b in enumerate(dl):
+                out.append({n: b[n].tolist() for n in ("input_ids", "labels", "position_ids", "loss_mask", "cu_seqlens")})
+                if k + 1 == 3:
+                    break
+            state = state or dl.state_dict()
+        for r in range(3):
+            dl = rt.loader(p, 4, num_workers=1, rank=r, world_size=3, **kw)
+            dl.load_state_dict(state)
+            out += [{n: b[n].tolist() for n in ("input_ids", "labels", "position_ids", "loss_mask", "cu_seqlens")} for b in dl]
+        return out
+
+    got, want = run(path), run(prefix)
+    assert len(got) == len(want) and got == want
+
+
+def test_a_parquet_token_columns_vocab_is_checked(daemon, parquet_corpus):
+    path, _, _ = parquet_corpus
+    with pytest.raises(riffle.DataError, match=r"tokens\.parquet.*outside the vocabulary"):
+        for _ in riffle.Loader(path, 8, seq_len=16, vocab_size=1000):
+            pass
