@@ -126,7 +126,7 @@ func inspectCmd() *cobra.Command {
 // tokenFlags say how to read a token corpus (package corpus), by the
 // job options' names (--token-dtype is token_dtype): a Megatron .bin/.idx
 // pair is one by its names; a flat token file, a token .npy or a
-// tokenized column of Arrow or Hugging Face data is one when these flags
+// tokenized column of Arrow, Parquet or Hugging Face data is one when these flags
 // say so. With --seq-len, its samples (package sequence) are cut as
 // --packing says.
 type tokenFlags struct {
@@ -146,7 +146,7 @@ func (f *tokenFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.dtype, "token-dtype", "", "a flat token file's token type (uint16 for nanoGPT's .bin): read it as a token corpus")
 	fl.Int64Var(&f.eod, "eod", -1, "the end-of-document token")
 	fl.Int64Var(&f.vocab, "vocab-size", 0, "the vocabulary's size: a token at or above it is an error naming its file and offset")
-	fl.StringVar(&f.column, "token-column", "", "read this column of Arrow or Hugging Face data (input_ids) as a token corpus")
+	fl.StringVar(&f.column, "token-column", "", "read this column of Arrow, Parquet or Hugging Face data (input_ids) as a token corpus")
 	fl.IntVar(&f.seqLen, "seq-len", 0, "a sample's inputs: the corpus's records are its samples (docs/tokens.md)")
 	fl.StringVar(&f.packing, "packing", "", "how documents become samples: concat (default), best_fit or pad")
 	fl.BoolVar(&f.padLast, "pad-last", false, "concat: keep the epoch's last partial sample, padded")

@@ -79,7 +79,7 @@ mixture, each source's samples and share against its weight's.
 
 With --seq-len the paths (or each mixture source) are a token corpus
 (Megatron prefixes or .idx/.bin names, flat token files with
---token-dtype, 1-D .npy, an Arrow or Hugging Face --token-column) and
+--token-dtype, 1-D .npy, an Arrow, Parquet or Hugging Face --token-column) and
 the records are each epoch's samples, cut as --packing says: each epoch
 also prints its tokens per second, its padding and cut rates, and the
 samples of the epoch never delivered (0: each exactly once).`,
