@@ -139,6 +139,19 @@ func takeSteps(t testing.TB, j *Job, n, S int, want map[int]sampleArrays, seen m
 	}
 }
 
+// takeRest reads a resumed job to its end, counting each sample in seen
+// and checking its ids and labels against want.
+func takeRest(t testing.TB, j *Job, S int, want map[int]sampleArrays, seen map[int]int) {
+	t.Helper()
+	ids, arrays := drain(t, j, S)
+	for _, id := range ids {
+		seen[id]++
+		if !slices.Equal(arrays[id].ids, want[id].ids) || !slices.Equal(arrays[id].labels, want[id].labels) {
+			t.Fatalf("resumed sample %d differs from the uninterrupted run's", id)
+		}
+	}
+}
+
 // Every sample of the epoch comes once over 2 ranks of 2 DataLoader
 // workers each, in every packing, and holds the tokens the sample's
 // definition (package sequence) says, filled as Fill fills it alone.
@@ -230,14 +243,8 @@ func resumeOnAnotherTopology(t *testing.T, env *Env, prefix, kind string) {
 	}
 	for rank := range 3 {
 		j := open(rank, 3, steps*2*B)
-		ids, arrays := drain(t, j, S)
+		takeRest(t, j, S, want, seen)
 		j.Close()
-		for _, id := range ids {
-			seen[id]++
-			if !slices.Equal(arrays[id].ids, want[id].ids) || !slices.Equal(arrays[id].labels, want[id].labels) {
-				t.Fatalf("resumed sample %d differs from the uninterrupted run's", id)
-			}
-		}
 	}
 	extra := 0
 	for id := range want {
@@ -398,14 +405,8 @@ func TestTokensMixtureWeightsChangeAtAStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids, arrays := drain(t, j, S)
+		takeRest(t, j, S, want, seen)
 		j.Close()
-		for _, id := range ids {
-			seen[id]++
-			if !slices.Equal(arrays[id].ids, want[id].ids) || !slices.Equal(arrays[id].labels, want[id].labels) {
-				t.Fatalf("resumed sample %d differs from the uninterrupted run's", id)
-			}
-		}
 	}
 	extra := 0
 	for _, id := range order {
