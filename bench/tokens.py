@@ -57,20 +57,14 @@ def load() -> float:
 # --- the loaders, each run in a child process (--child NAME) ---
 
 def megatron():
-    """megatron-core's datasets package, importable on torch 1.13: megatron/core/__init__.py imports its
-    distributed training stack (torch.distributed._coalescing_manager, torch>=2), which the datasets do not
-    use; its package parents are made empty here and its one helper from megatron.core.utils (log_single_rank,
-    a logging call) is given, as corpus/testdata/writers.py does. GPTDataset, the builder and the compiled
-    helpers (helpers_cpp, shipped in the wheel) are megatron-core's own code, unchanged."""
-    import types
-    root = next(p for p in sys.path if os.path.isdir(os.path.join(p, "megatron", "core", "datasets")))
-    for name in ("megatron", "megatron.core"):
-        m = types.ModuleType(name)
-        m.__path__ = [os.path.join(root, *name.split("."))]
-        sys.modules[name] = m
-    u = types.ModuleType("megatron.core.utils")
-    u.log_single_rank = lambda logger, level, *a, **k: logger.log(level, *a, **k)
-    sys.modules["megatron.core.utils"] = u
+    """megatron-core's GPTDataset, its builder and config, importable on torch 1.13 as corpus/testdata/writers.py
+    makes its datasets package (its training stack, which needs torch>=2, left out). GPTDataset, the builder and
+    the compiled helpers (helpers_cpp, shipped in the wheel) are megatron-core's own code, unchanged."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("riffle_writers", REPO / "corpus" / "testdata" / "writers.py")
+    writers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writers)
+    writers.importable_megatron()
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     return BlendedMegatronDatasetBuilder, GPTDataset, GPTDatasetConfig

@@ -27,13 +27,15 @@ import types
 import numpy as np
 
 
-def megatron():
-    # megatron/core/__init__.py imports its distributed training stack,
-    # which needs a newer torch than the tests' 1.13; the indexed dataset
-    # module itself does not. Its package parents are made empty here and
-    # its one helper from megatron.core.utils (log_single_rank, a logging
-    # call) is given; IndexedDatasetBuilder and IndexedDataset are
-    # megatron-core's own code, unchanged.
+def importable_megatron():
+    """Makes megatron-core's datasets package importable on the tests' torch.
+
+    megatron/core/__init__.py imports its distributed training stack,
+    which needs a newer torch than the tests' 1.13; the datasets do not.
+    Its package parents are made empty here and its one helper from
+    megatron.core.utils (log_single_rank, a logging call) is given; the
+    datasets' modules are megatron-core's own code, unchanged (bench/tokens.py
+    builds GPTDataset through this too)."""
     root = next(p for p in sys.path if os.path.isdir(os.path.join(p, "megatron", "core", "datasets")))
     for name in ("megatron", "megatron.core"):
         m = types.ModuleType(name)
@@ -42,6 +44,11 @@ def megatron():
     u = types.ModuleType("megatron.core.utils")
     u.log_single_rank = lambda logger, level, *a, **k: logger.log(level, *a, **k)
     sys.modules["megatron.core.utils"] = u
+
+
+def megatron():
+    """megatron-core's indexed_dataset module: IndexedDatasetBuilder and IndexedDataset."""
+    importable_megatron()
     from megatron.core.datasets import indexed_dataset
     return indexed_dataset
 
