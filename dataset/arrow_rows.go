@@ -161,13 +161,4 @@ func (b *arrowRows) unpack(ctx context.Context, cell func(slot, k int) []byte) (
 	})
 }
 
-func (b *arrowRows) Table() (nodes [][2]int64, buffers [][2]int64, body int) {
-	ns, bs := b.msg.Table()
-	for _, n := range ns {
-		nodes = append(nodes, [2]int64{n.Length, n.NullCount})
-	}
-	for _, x := range bs {
-		buffers = append(buffers, [2]int64{x.Offset, x.Length})
-	}
-	return nodes, buffers, b.msg.Body
-}
+func (b *arrowRows) Table() (nodes [][2]int64, buffers [][2]int64, body int) { return tableOf(b.msg) }

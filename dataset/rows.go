@@ -105,3 +105,16 @@ func readPlanned(ctx context.Context, ds Rows, rb RowBatch, n int) ([]byte, erro
 	}
 	return out[:m], nil
 }
+
+// tableOf is Rows.Table of a batch written as msg: both row kinds (Arrow's
+// and Parquet's) write their batch as one columnar message.
+func tableOf(msg *columnar.BatchMessage) (nodes [][2]int64, buffers [][2]int64, body int) {
+	ns, bs := msg.Table()
+	for _, n := range ns {
+		nodes = append(nodes, [2]int64{n.Length, n.NullCount})
+	}
+	for _, x := range bs {
+		buffers = append(buffers, [2]int64{x.Offset, x.Length})
+	}
+	return nodes, buffers, msg.Body
+}
